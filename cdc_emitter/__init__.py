@@ -1,0 +1,33 @@
+"""cdc-emitter: Spark changefeeds into Kafka in the Materialize CDC format, and a verifying reader.
+
+The protocol core (:mod:`cdc_emitter.core`) and the Avro codec (:mod:`cdc_emitter.codec`) import
+neither Kafka nor Spark; ``CdcSink`` is imported lazily so ``import cdc_emitter`` stays light.
+"""
+
+from .core import CdcReader, Progress, Update, Violation, consolidate, progress_for, progress_from_counts
+from .errors import (
+    BadInputError,
+    BrokerError,
+    CdcError,
+    ConfigError,
+    DecodeError,
+    DeliveryError,
+    LateUpdateError,
+    SchemaError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BadInputError", "BrokerError", "CdcError", "CdcReader", "CdcSink", "ConfigError", "DecodeError",
+    "DeliveryError", "LateUpdateError", "Progress", "SchemaError", "Update", "Violation",
+    "consolidate", "progress_for", "progress_from_counts",
+]
+
+
+def __getattr__(name):
+    if name == "CdcSink":
+        from .sink import CdcSink
+
+        return CdcSink
+    raise AttributeError(f"module 'cdc_emitter' has no attribute {name!r}")

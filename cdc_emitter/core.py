@@ -1,0 +1,374 @@
+"""The CDCv2 protocol core: updates, progress statements, consolidation and the reader.
+
+Pure Python: no Kafka, no Spark, no Avro. Times are non-negative integers, so a frontier is
+either ``(t,)`` (every time ``< t`` is complete) or ``()`` (the history is closed).
+
+The reader follows differential dataflow's ``capture`` reader (see the CDCv2 write-up): it
+deduplicates updates, queues progress statements until they graft onto the progress frontier
+without a gap, and reports a time only once both the progress chain covers it and every update
+its count announces has arrived. Beyond that it *reports* protocol violations instead of raising
+or stalling, and keeps only state about times beyond its reported frontier.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+from .errors import BadInputError
+
+MAX_LONG = 2**63 - 1
+MIN_LONG = -(2**63)
+
+
+class Update(NamedTuple):
+    """One update statement: the multiplicity of ``data`` changes by ``diff`` at ``time``."""
+
+    data: Any
+    time: int
+    diff: int
+
+
+class Progress(NamedTuple):
+    """A progress statement about the half-open interval ``lower <= t < upper``.
+
+    ``counts`` lists ``(time, count)``: exactly ``count`` distinct ``(data, time)`` updates exist
+    at that time; every unlisted time in the interval has none. ``upper == ()`` never ends.
+    """
+
+    lower: tuple[int, ...] = (0,)
+    upper: tuple[int, ...] = ()
+    counts: tuple[tuple[int, int], ...] = ()
+
+
+class Violation(NamedTuple):
+    """A protocol violation the reader saw. ``kind`` is one of :data:`VIOLATION_KINDS`."""
+
+    kind: str
+    time: int | None
+    detail: str
+    partition: int | None = None
+    offset: int | None = None
+
+    def to_dict(self) -> dict:
+        out = {"kind": self.kind, "time": self.time, "detail": self.detail}
+        if self.partition is not None:
+            out["partition"] = self.partition
+        if self.offset is not None:
+            out["offset"] = self.offset
+        return out
+
+
+VIOLATION_KINDS = (
+    "conflicting_diff",  # two different diffs for one (data, time)
+    "over_count",  # more distinct updates at a time than its announced count
+    "count_mismatch",  # two progress statements disagree on the count of a time
+    "count_outside_interval",  # a progress count for a time outside [lower, upper)
+    "negative_time",  # an update or a count at a time < 0
+    "negative_count",  # a progress count < 0
+    "zero_diff",  # an update whose diff is 0
+    "malformed_progress",  # lower/upper not a single time (or upper empty), or lower > upper
+    "malformed_update",  # an update whose time or diff is not an integer
+    "undecodable",  # a message that could not be decoded (reported by the consumer)
+)
+
+
+def _check_time(time: Any, what: str) -> int:
+    if time is None or isinstance(time, bool) or not isinstance(time, int):
+        raise BadInputError(f"{what}: time must be a non-negative integer, got {time!r}")
+    if time < 0 or time > MAX_LONG:
+        raise BadInputError(f"{what}: time {time} is outside 0..2^63-1")
+    return time
+
+
+def consolidate(updates: Iterable[Update | tuple]) -> list[Update]:
+    """Sum the diffs of each ``(data, time)`` and drop zero sums.
+
+    Guarantees: one update per ``(data, time)``, no zero diff, output sorted by time (stable for
+    data within a time: first-seen order). Raises :class:`BadInputError` on a null, negative or
+    non-integer time, a non-integer diff, or a sum outside the signed 64-bit range.
+    """
+    sums: dict[tuple[Any, int], int] = {}
+    for data, time, diff in updates:
+        _check_time(time, f"update {data!r}")
+        if diff is None or isinstance(diff, bool) or not isinstance(diff, int):
+            raise BadInputError(f"update {data!r} at time {time}: diff must be an integer, got {diff!r}")
+        key = (data, time)
+        sums[key] = sums.get(key, 0) + diff
+    out = []
+    for (data, time), diff in sums.items():
+        if diff == 0:
+            continue
+        if not MIN_LONG <= diff <= MAX_LONG:
+            raise BadInputError(
+                f"update {data!r} at time {time}: consolidated diff {diff} overflows a 64-bit long"
+            )
+        out.append(Update(data, time, diff))
+    out.sort(key=lambda u: u.time)
+    return out
+
+
+def progress_from_counts(lower: int, upper: int | None, counts: Mapping[int, int]) -> Progress:
+    """The progress statement for ``[lower, upper)`` (``upper=None`` closes the history).
+
+    ``counts`` maps time to its number of distinct ``(data, time)`` updates; zero counts are
+    omitted. Raises :class:`BadInputError` if a counted time lies outside the interval or the
+    interval is inverted — a statement the topic could not satisfy is never built.
+    """
+    _check_time(lower, "progress lower")
+    if upper is not None:
+        _check_time(upper, "progress upper")
+        if upper < lower:
+            raise BadInputError(f"progress interval is inverted: lower {lower} > upper {upper}")
+    listed = []
+    for time, count in sorted(counts.items()):
+        if count == 0:
+            continue
+        if count < 0:
+            raise BadInputError(f"progress count for time {time} is negative: {count}")
+        if time < lower or (upper is not None and time >= upper):
+            raise BadInputError(
+                f"update at time {time} lies outside the progress interval "
+                f"[{lower}, {'∞' if upper is None else upper})"
+            )
+        listed.append((time, count))
+    return Progress((lower,), () if upper is None else (upper,), tuple(listed))
+
+
+def progress_for(updates: Iterable[Update], lower: int, upper: int | None) -> Progress:
+    """The progress statement for ``[lower, upper)`` covering consolidated ``updates``.
+
+    Counts are the distinct ``(data, time)`` pairs per time (a repeated pair counts once).
+    """
+    seen: set[tuple[Any, int]] = set()
+    counts: dict[int, int] = {}
+    for data, time, _diff in updates:
+        if (data, time) not in seen:
+            seen.add((data, time))
+            counts[time] = counts.get(time, 0) + 1
+    return progress_from_counts(lower, upper, counts)
+
+
+def _single(bound: Any) -> int | None:
+    """The time of a one-element bound, or None if it is not one non-negative integer."""
+    if isinstance(bound, (list, tuple)) and len(bound) == 1:
+        (t,) = bound
+        if isinstance(t, int) and not isinstance(t, bool) and t >= 0:
+            return t
+    return None
+
+
+class CdcReader:
+    """Recovers the exact, ordered history from duplicated, reordered, re-batched CDCv2 messages.
+
+    ``push(message)`` takes a list of updates or a :class:`Progress` and returns the list of
+    ``(updates, frontier)`` pairs newly finished by it (usually zero or one): every update at a
+    time ``< frontier``, consolidated, each exactly once over the reader's life.
+
+    Guarantees:
+      * a time is reported only when the progress chain from the start frontier covers it and
+        as many distinct updates as its announced count have arrived;
+      * duplicates (same data, time and diff) are dropped;
+      * never raises on bad input: violations are appended to :attr:`violations` and the reader
+        goes on (an over-counted time is still reported, with all its distinct updates);
+      * memory is bounded by the state beyond the reported frontier: everything about reported
+        times is dropped, so a late bad update at a reported time looks like a duplicate.
+    """
+
+    def __init__(self, start: int = 0):
+        self._reported: int | None = start  # None: closed
+        self._progress: int | None = start  # frontier of grafted progress; None: closed
+        self._pending: dict[int, dict[Any, int]] = {}  # time -> data -> diff, times >= reported
+        self._times: list[int] = []  # heap of every time that holds state in the dicts here
+        self._outstanding: dict[int, int] = {}  # time -> announced count - distinct received
+        self._blocking: list[int] = []  # heap of times whose outstanding may be > 0
+        self._announced: dict[int, int] = {}  # grafted counts for times in [reported, progress)
+        self._queue: list[Progress] = []  # statements not yet graftable (lower > progress)
+        self.violations: list[Violation] = []
+        self.messages = 0
+        self.updates_received = 0
+        self.duplicates = 0
+
+    # -- public ---------------------------------------------------------------------------
+
+    @property
+    def frontier(self) -> tuple[int, ...]:
+        """``(t,)``: every time below t is reported; ``()``: the history is closed and complete."""
+        return () if self._reported is None else (self._reported,)
+
+    def retained(self) -> int:
+        """How many items of state the reader holds (updates, counts, queued statements)."""
+        return (
+            sum(len(v) for v in self._pending.values())
+            + len(self._outstanding)
+            + len(self._announced)
+            + len(self._blocking)
+            + len(self._times)
+            + len(self._queue)
+        )
+
+    def violate(self, kind: str, time: int | None, detail: str, partition=None, offset=None):
+        """Record a violation (also used by consumers for undecodable messages)."""
+        self.violations.append(Violation(kind, time, detail, partition, offset))
+
+    def push(self, message: Progress | Iterable[Update], *, partition=None, offset=None):
+        """Feed one message; returns the newly finished ``(updates, frontier)`` pairs."""
+        self.messages += 1
+        where = {"partition": partition, "offset": offset}
+        if isinstance(message, Progress):
+            self._receive_progress(message, where)
+        else:
+            self._receive_updates(message, where)
+        self._graft_progress(where)
+        return self._advance()
+
+    # -- updates --------------------------------------------------------------------------
+
+    def _receive_updates(self, updates: Iterable[Update], where: dict) -> None:
+        reported, progress = self._reported, self._progress
+        for update in updates:
+            self.updates_received += 1
+            data, time, diff = update
+            if not isinstance(time, int) or not isinstance(diff, int):
+                self.violate("malformed_update", None, f"update {data!r}: time {time!r}, diff {diff!r}", **where)
+                continue
+            if time < 0:
+                self.violate("negative_time", time, f"update {data!r} at negative time {time}", **where)
+                continue
+            if diff == 0:
+                self.violate("zero_diff", time, f"update {data!r} at time {time} has diff 0", **where)
+                continue
+            if reported is None or time < reported:
+                self.duplicates += 1  # time already reported: a duplicate (or undetectable)
+                continue
+            at_time = self._pending.get(time)
+            if at_time is None:
+                self._track(time)
+                at_time = self._pending[time] = {}
+            known = at_time.get(data)
+            if known is not None:
+                if known == diff:
+                    self.duplicates += 1
+                else:
+                    self.violate(
+                        "conflicting_diff", time,
+                        f"data {data!r} at time {time} has diffs {known} and {diff}", **where,
+                    )
+                continue
+            at_time[data] = diff
+            left = self._outstanding.get(time, 0) - 1
+            self._outstanding[time] = left
+            if left < 0 and (progress is None or time < progress):
+                self.violate(
+                    "over_count", time,
+                    f"time {time} has more distinct updates than its count "
+                    f"{self._announced.get(time, 0)}", **where,
+                )
+
+    # -- progress -------------------------------------------------------------------------
+
+    def _receive_progress(self, p: Progress, where: dict) -> None:
+        lower = _single(p.lower)
+        upper = _single(p.upper)
+        if lower is None or (upper is None and len(p.upper) != 0) or (upper is not None and upper < lower):
+            self.violate("malformed_progress", None, f"progress lower {list(p.lower)} upper {list(p.upper)}", **where)
+            return
+        good: dict[int, int] = {}
+        for time, count in p.counts:
+            if time in good and good[time] != count:
+                self.violate(
+                    "count_mismatch", time,
+                    f"one progress statement lists time {time} with counts {good[time]} and {count}",
+                    **where,
+                )
+            elif time < 0:
+                self.violate("negative_time", time, f"progress counts negative time {time}", **where)
+            elif count < 0:
+                self.violate("negative_count", time, f"progress count {count} for time {time}", **where)
+            elif time < lower or (upper is not None and time >= upper):
+                self.violate(
+                    "count_outside_interval", time,
+                    f"count for time {time} outside interval [{lower}, {'∞' if upper is None else upper})",
+                    **where,
+                )
+            else:
+                good[time] = count
+        upper_bound = () if upper is None else (upper,)
+        self._queue.append(Progress((lower,), upper_bound, tuple(good.items())))
+
+    def _graft_progress(self, where: dict) -> None:
+        """Incorporate every queued statement whose lower the progress frontier has reached."""
+        while self._queue and self._progress is not None:
+            progress = self._progress
+            ready = [p for p in self._queue if p.lower[0] <= progress]
+            if not ready:
+                return
+            self._queue = [p for p in self._queue if p.lower[0] > progress]
+            for p in ready:
+                self._graft(p, where)
+
+    def _graft(self, p: Progress, where: dict) -> None:
+        reported, progress = self._reported, self._progress
+        lower, upper = p.lower[0], (p.upper[0] if p.upper else None)
+        listed = dict(p.counts)
+        if reported is not None:
+            # Times grafted before but not yet reported: this statement must agree with what
+            # was grafted (an unlisted time in an interval has count 0).
+            lo = max(lower, reported)
+            hi = progress if upper is None else (upper if progress is None else min(upper, progress))
+            in_overlap = lambda t: lo <= t and (hi is None or t < hi)  # noqa: E731
+            for time in {t for t in listed if in_overlap(t)} | {t for t in self._announced if in_overlap(t)}:
+                before, now = self._announced.get(time, 0), listed.get(time, 0)
+                if before != now:
+                    self.violate(
+                        "count_mismatch", time,
+                        f"progress statements disagree on the count at time {time}: {before} and {now}",
+                        **where,
+                    )
+        if progress is None:
+            return
+        for time, count in listed.items():
+            if time < progress:
+                continue
+            self._track(time)
+            self._announced[time] = count
+            left = self._outstanding.get(time, 0) + count
+            self._outstanding[time] = left
+            if left > 0:
+                heapq.heappush(self._blocking, time)
+            elif left < 0:
+                self.violate(
+                    "over_count", time,
+                    f"time {time} has {count - left} distinct updates but a count of {count}",
+                    **where,
+                )
+        if upper is None or upper > progress:
+            self._progress = upper
+
+    def _track(self, time: int) -> None:
+        """Remember that ``time`` holds state, so reporting it can drop that state."""
+        if time not in self._outstanding and time not in self._pending and time not in self._announced:
+            heapq.heappush(self._times, time)
+
+    # -- reporting ------------------------------------------------------------------------
+
+    def _advance(self) -> list[tuple[list[Update], tuple[int, ...]]]:
+        blocking = self._blocking
+        while blocking and self._outstanding.get(blocking[0], 0) <= 0:
+            heapq.heappop(blocking)
+        frontier = self._progress
+        if blocking and (frontier is None or blocking[0] < frontier):
+            frontier = blocking[0]
+        if frontier == self._reported:
+            return []
+        finished: list[Update] = []
+        times = self._times
+        while times and (frontier is None or times[0] < frontier):
+            time = heapq.heappop(times)
+            self._outstanding.pop(time, None)
+            self._announced.pop(time, None)
+            for data, diff in self._pending.pop(time, {}).items():
+                finished.append(Update(data, time, diff))
+        self._reported = frontier
+        return [(finished, self.frontier)]

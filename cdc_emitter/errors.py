@@ -1,0 +1,41 @@
+"""The package's exceptions: one root, :class:`CdcError`, so callers can catch everything we raise.
+
+Messages name the topic/partition/offset, time, column or option involved, and say what to change.
+"""
+
+from __future__ import annotations
+
+
+class CdcError(Exception):
+    """Root of every error raised by cdc-emitter."""
+
+
+class ConfigError(CdcError):
+    """An option or setting has a value we cannot use."""
+
+
+class SchemaError(CdcError):
+    """A schema cannot be used (unsupported column type, malformed Avro schema, mismatch)."""
+
+
+class BadInputError(CdcError):
+    """Input rows that would make a bad topic (null/negative time, diff overflow, oversized row).
+
+    Raised before the first message of the batch is written.
+    """
+
+
+class LateUpdateError(BadInputError):
+    """An update at a time the topic has already closed (its time is below the frontier)."""
+
+
+class DecodeError(CdcError):
+    """A message cannot be decoded with the given schema and framing."""
+
+
+class BrokerError(CdcError):
+    """The Kafka cluster cannot be reached, or a topic is missing or unusable."""
+
+
+class DeliveryError(CdcError):
+    """Kafka did not acknowledge a produced message (the first error seen is reported)."""
