@@ -299,12 +299,14 @@ class CdcReader:
 
     def _graft_progress(self, where: dict) -> None:
         """Incorporate every queued statement whose lower the progress frontier has reached."""
-        while self._queue and self._progress is not None:
-            progress = self._progress
-            ready = [p for p in self._queue if p.lower[0] <= progress]
+        while self._queue:
+            progress = self._progress  # None: closed, so every statement grafts (and is checked)
+            ready, waiting = [], []
+            for p in self._queue:
+                (ready if progress is None or p.lower[0] <= progress else waiting).append(p)
             if not ready:
                 return
-            self._queue = [p for p in self._queue if p.lower[0] > progress]
+            self._queue = waiting
             for p in ready:
                 self._graft(p, where)
 

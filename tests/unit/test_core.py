@@ -1,0 +1,274 @@
+"""Pure tests of the protocol core: consolidation, progress statements and the reader."""
+
+import pytest
+
+from cdc_emitter import (
+    BadInputError,
+    CdcError,
+    CdcReader,
+    Progress,
+    Update,
+    consolidate,
+    progress_for,
+    progress_from_counts,
+)
+
+# The reference example of the format documentation: rows (id, price).
+REFERENCE_MESSAGES = [
+    [Update((5, 10), 5, 1)],
+    [Update((5, 12), 4, 1)],
+    [Update((5, 12), 5, -1)],
+    [Update((5, 10), 6, -1)],
+    Progress((0,), (3,), ()),
+    Progress((3,), (10,), ((4, 1), (5, 2), (6, 1))),
+]
+
+
+def run(reader, messages):
+    finished = []
+    for message in messages:
+        for updates, frontier in reader.push(message):
+            finished.append((updates, frontier))
+    return finished
+
+
+def collection_at(updates, time):
+    counts = {}
+    for data, t, diff in updates:
+        if t <= time:
+            counts[data] = counts.get(data, 0) + diff
+    return {d: c for d, c in counts.items() if c}
+
+
+# -- consolidate and progress ---------------------------------------------------------------
+
+
+def test_consolidate_sums_drops_zero_and_sorts_by_time():
+    updates = [Update("a", 2, 1), Update("b", 1, 1), Update("a", 2, 2), Update("b", 1, -1), Update("c", 0, 1)]
+    assert consolidate(updates) == [Update("c", 0, 1), Update("a", 2, 3)]
+
+
+def test_consolidate_accepts_plain_tuples():
+    assert consolidate([("x", 3, 1), ("x", 3, 1)]) == [Update("x", 3, 2)]
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (Update("a", None, 1), "time must be a non-negative integer, got None"),
+        (Update("a", -1, 1), "time -1 is outside 0..2^63-1"),
+        (Update("a", 1.5, 1), "time must be a non-negative integer, got 1.5"),
+        (Update("a", 1, None), "diff must be an integer, got None"),
+    ],
+)
+def test_consolidate_rejects_bad_times_and_diffs(bad, message):
+    with pytest.raises(BadInputError, match=message.replace("^", r"\^").replace(".", r"\.")):
+        consolidate([bad])
+
+
+def test_consolidate_rejects_64_bit_overflow_naming_the_time():
+    with pytest.raises(BadInputError, match="at time 7: consolidated diff 9223372036854775808 overflows"):
+        consolidate([Update("a", 7, 2**62), Update("a", 7, 2**62)])
+    # Intermediate sums beyond 64 bits are fine when the final diff fits.
+    assert consolidate([Update("a", 7, 2**63 - 1), Update("a", 7, 1), Update("a", 7, -1)]) == [
+        Update("a", 7, 2**63 - 1)
+    ]
+
+
+def test_errors_share_one_root():
+    assert issubclass(BadInputError, CdcError)
+
+
+def test_progress_for_counts_distinct_pairs_per_time():
+    updates = [Update("a", 4, 1), Update("b", 4, -1), Update("a", 4, 1), Update("a", 6, 2)]
+    assert progress_for(updates, 3, 10) == Progress((3,), (10,), ((4, 2), (6, 1)))
+
+
+def test_progress_for_empty_and_closing_intervals():
+    assert progress_for([], 0, 3) == Progress((0,), (3,), ())
+    assert progress_for([], 5, 5) == Progress((5,), (5,), ())
+    assert progress_for([Update("a", 9, 1)], 5, None) == Progress((5,), (), ((9, 1),))
+
+
+def test_progress_refuses_counts_outside_the_interval():
+    with pytest.raises(BadInputError, match=r"time 10 lies outside the progress interval \[3, 10\)"):
+        progress_for([Update("a", 10, 1)], 3, 10)
+    with pytest.raises(BadInputError, match="inverted"):
+        progress_from_counts(5, 4, {})
+
+
+# -- the reader on the reference example ------------------------------------------------------
+
+
+def test_reference_example():
+    reader = CdcReader()
+    finished = run(reader, REFERENCE_MESSAGES)
+    assert reader.frontier == (10,)
+    assert reader.violations == []
+    history = [u for updates, _ in finished for u in updates]
+    assert sorted(history) == sorted(
+        [Update((5, 12), 4, 1), Update((5, 10), 5, 1), Update((5, 12), 5, -1), Update((5, 10), 6, -1)]
+    )
+    assert collection_at(history, 4) == {(5, 12): 1}
+    assert collection_at(history, 5) == {(5, 10): 1}
+    assert collection_at(history, 6) == {}
+    assert collection_at(history, 9) == {}
+    assert [f for _, f in finished] == [(3,), (10,)]
+    assert reader.retained() == 0
+
+
+def test_reference_example_reversed_and_duplicated():
+    reader = CdcReader()
+    messages = list(reversed(REFERENCE_MESSAGES)) * 2
+    finished = run(reader, messages)
+    assert reader.frontier == (10,)
+    assert reader.violations == []
+    assert len([u for updates, _ in finished for u in updates]) == 4
+    assert reader.duplicates == 4
+
+
+def test_time_waits_for_its_announced_count():
+    reader = CdcReader()
+    assert reader.push(Progress((0,), (5,), ((2, 2),))) == [([], (2,))]
+    assert reader.push([Update("a", 2, 1)]) == []
+    assert reader.push([Update("a", 2, 1)]) == []  # a duplicate does not complete the time
+    assert reader.push([Update("b", 2, -1)]) == [([Update("a", 2, 1), Update("b", 2, -1)], (5,))]
+
+
+def test_progress_with_a_gap_waits_until_the_gap_is_filled():
+    reader = CdcReader()
+    assert reader.push(Progress((3,), (6,), ())) == []
+    assert reader.frontier == (0,)
+    assert reader.push(Progress((0,), (3,), ())) == [([], (6,))]
+
+
+def test_closing_progress_ends_the_history():
+    reader = CdcReader()
+    reader.push([Update("a", 1, 1)])
+    assert reader.push(Progress((0,), (), ((1, 1),))) == [([Update("a", 1, 1)], ())]
+    assert reader.frontier == ()
+    assert reader.push([Update("a", 1, 1)]) == []
+    assert reader.retained() == 0
+
+
+def test_start_frontier():
+    reader = CdcReader(start=5)
+    assert reader.frontier == (5,)
+    reader.push([Update("old", 2, 1)])  # before the start: ignored
+    assert reader.push(Progress((5,), (7,), ((6, 1),))) == [([], (6,))]
+    assert reader.push([Update("x", 6, 1)]) == [([Update("x", 6, 1)], (7,))]
+
+
+# -- violations: each is reported, and the stream after it still processes ---------------------
+
+
+def kinds(reader):
+    return [v.kind for v in reader.violations]
+
+
+def test_conflicting_diff_is_reported_and_the_first_diff_kept():
+    reader = CdcReader()
+    reader.push([Update("a", 1, 1)])
+    reader.push([Update("a", 1, 2)], partition=2, offset=17)
+    assert kinds(reader) == ["conflicting_diff"]
+    v = reader.violations[0]
+    assert (v.time, v.partition, v.offset) == (1, 2, 17)
+    assert reader.push(Progress((0,), (2,), ((1, 1),))) == [([Update("a", 1, 1)], (2,))]
+
+
+def test_over_count_is_reported_and_the_time_still_finishes():
+    reader = CdcReader()
+    reader.push(Progress((0,), (3,), ((1, 1),)))
+    out = reader.push([Update("a", 1, 1), Update("b", 1, 1)])
+    assert kinds(reader) == ["over_count"]
+    assert reader.violations[0].time == 1
+    assert out == [([Update("a", 1, 1), Update("b", 1, 1)], (3,))]
+
+
+def test_extra_update_after_its_time_was_reported_looks_like_a_duplicate():
+    # Bounded memory: nothing is kept about reported times (documented limitation).
+    reader = CdcReader()
+    reader.push(Progress((0,), (3,), ((1, 1),)))
+    reader.push([Update("a", 1, 1)])
+    assert reader.push([Update("b", 1, 1)]) == []
+    assert reader.violations == []
+    assert reader.duplicates == 1
+
+
+def test_over_count_found_when_the_count_arrives_late():
+    reader = CdcReader()
+    reader.push([Update("a", 1, 1), Update("b", 1, 1)])
+    finished = reader.push(Progress((0,), (3,), ((1, 1),)))
+    assert kinds(reader) == ["over_count"]
+    assert finished[0][1] == (3,)
+    assert len(finished[0][0]) == 2
+    # the stream goes on
+    assert reader.push(Progress((3,), (4,), ())) == [([], (4,))]
+
+
+def test_disagreeing_progress_counts():
+    reader = CdcReader()
+    reader.push(Progress((0,), (5,), ((2, 1),)))
+    reader.push(Progress((0,), (5,), ((2, 3),)))
+    assert kinds(reader) == ["count_mismatch"]
+    assert reader.violations[0].time == 2
+    reader.push([Update("a", 2, 1)])
+    assert reader.frontier == (5,)
+
+
+def test_disagreeing_progress_unlisted_time_counts_as_zero():
+    reader = CdcReader()
+    reader.push(Progress((0,), (5,), ((2, 1),)))
+    reader.push(Progress((0,), (5,), ()))
+    assert kinds(reader) == ["count_mismatch"]
+
+
+def test_agreeing_overlapping_progress_with_other_batching():
+    reader = CdcReader()
+    reader.push(Progress((0,), (5,), ((2, 1), (4, 1))))
+    reader.push(Progress((2,), (8,), ((2, 1), (4, 1), (6, 1))))
+    reader.push(Progress((0,), (3,), ((2, 1),)))
+    assert reader.violations == []
+    run(reader, [[Update("a", 2, 1), Update("b", 4, 1), Update("c", 6, 1)]])
+    assert reader.frontier == (8,)
+
+
+def test_count_outside_interval_negative_count_and_time():
+    reader = CdcReader()
+    reader.push(Progress((0,), (5,), ((7, 1), (2, -1), (-1, 1))))
+    reader.push([Update("a", -3, 1), Update("z", 1, 0)])
+    assert kinds(reader) == ["count_outside_interval", "negative_count", "negative_time", "negative_time", "zero_diff"]
+    assert reader.frontier == (5,)  # the valid rest of the statement still counts
+
+
+def test_malformed_progress_is_reported_not_raised():
+    reader = CdcReader()
+    reader.push(Progress((5,), (3,), ()))
+    reader.push(Progress((), (3,), ()))
+    reader.push(Progress((0, 1), (3,), ()))
+    assert kinds(reader) == ["malformed_progress"] * 3
+    assert reader.push(Progress((0,), (1,), ())) == [([], (1,))]
+
+
+# -- memory ------------------------------------------------------------------------------------
+
+
+def test_memory_stays_bounded_over_a_million_updates():
+    reader = CdcReader()
+    per_time = 1000
+    peak = 0
+    reported = 0
+    for t in range(1000):
+        batch = [Update(i, t, 1) for i in range(per_time)]
+        # the updates arrive before their progress statement, and a duplicate after it
+        reader.push(batch[: per_time // 2])
+        reader.push(batch[per_time // 2:])
+        peak = max(peak, reader.retained())
+        for updates, _ in reader.push(Progress((t,), (t + 1,), ((t, per_time),))):
+            reported += len(updates)
+        reader.push(batch[:10])
+    assert reported == 1_000_000
+    assert reader.frontier == (1000,)
+    assert reader.violations == []
+    assert peak <= per_time + 5  # one open time's updates, never the history
+    assert reader.retained() == 0

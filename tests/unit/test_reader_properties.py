@@ -1,0 +1,100 @@
+"""Property tests of CdcReader: any duplication, reordering and re-batching of a valid history's
+messages gives back exactly that history, and no time is reported before it is complete."""
+
+from collections import Counter
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cdc_emitter import CdcReader, Progress, Update, consolidate, progress_for
+
+EXAMPLES = settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+rows = st.one_of(st.integers(0, 6), st.tuples(st.integers(0, 3), st.sampled_from(["x", "y", None])))
+
+
+@st.composite
+def mangled_history(draw):
+    horizon = draw(st.integers(1, 12))
+    raw = draw(
+        st.lists(
+            st.tuples(rows, st.integers(0, horizon - 1), st.integers(-3, 3).filter(bool)),
+            max_size=40,
+        )
+    )
+    history = consolidate(raw)
+    closed = draw(st.booleans())
+
+    def chain():
+        inner = sorted(draw(st.sets(st.integers(1, horizon - 1), max_size=horizon))) if horizon > 1 else []
+        bounds = [0, *inner, horizon]
+        statements = [
+            progress_for([u for u in history if lo <= u.time < hi], lo, hi)
+            for lo, hi in zip(bounds, bounds[1:])
+        ]
+        if closed:  # the last interval never ends
+            last = statements.pop()
+            lo = last.lower[0]
+            statements.append(progress_for([u for u in history if u.time >= lo], lo, None))
+        return statements
+
+    progress = chain()
+    if draw(st.booleans()):  # a second, differently batched chain that agrees with the first
+        progress += chain()
+
+    order = draw(st.permutations(history)) if history else []
+    cuts = sorted(draw(st.sets(st.integers(1, max(1, len(order))), max_size=8)))
+    batches = [list(order[a:b]) for a, b in zip([0, *cuts], [*cuts, len(order)]) if order[a:b]]
+
+    messages = batches + progress
+    duplicates = draw(st.lists(st.sampled_from(messages), max_size=10)) if messages else []
+    mangled = draw(st.permutations(messages + duplicates))
+    return history, mangled, (() if closed else (horizon,))
+
+
+@EXAMPLES
+@given(mangled_history())
+def test_reader_recovers_exactly_the_history(case):
+    history, messages, final_frontier = case
+    reader = CdcReader()
+    reported = []
+    for message in messages:
+        for updates, frontier in reader.push(message):
+            for update in updates:
+                # never a time beyond what the frontier claims complete
+                assert frontier == () or update.time < frontier[0]
+            reported.extend(updates)
+            # everything the frontier claims complete has been reported, exactly
+            done = [u for u in history if frontier == () or u.time < frontier[0]]
+            assert Counter(reported) == Counter(done)
+    assert reader.violations == []
+    assert reader.frontier == final_frontier
+    assert Counter(reported) == Counter(history)
+    assert reader.retained() == 0
+
+
+garbage_update = st.builds(
+    Update,
+    rows,
+    st.one_of(st.integers(-2, 8), st.none()),
+    st.one_of(st.integers(-2, 2), st.none()),
+)
+garbage_progress = st.builds(
+    Progress,
+    st.lists(st.integers(-1, 8), max_size=2).map(tuple),
+    st.lists(st.integers(-1, 8), max_size=2).map(tuple),
+    st.lists(st.tuples(st.integers(-2, 9), st.integers(-2, 3)), max_size=4).map(tuple),
+)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.lists(st.one_of(st.lists(garbage_update, max_size=5), garbage_progress), max_size=30))
+def test_reader_never_raises_on_arbitrary_messages(messages):
+    reader = CdcReader()
+    last = reader.frontier
+    for message in messages:
+        for _updates, frontier in reader.push(message):
+            # the frontier only moves forward
+            assert last != () and (frontier == () or frontier[0] > last[0])
+            last = frontier
+    assert all(v.kind and v.detail for v in reader.violations)
