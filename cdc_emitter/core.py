@@ -227,29 +227,29 @@ class CdcReader:
 
     def _receive_updates(self, updates: Iterable[Update], where: dict) -> None:
         reported, progress = self._reported, self._progress
+        pending, outstanding = self._pending, self._outstanding
+        received = duplicates = 0
+        at_time: dict | None = None
+        at_time_of = None  # the time whose dict `at_time` is: batches are mostly one time
         for update in updates:
-            self.updates_received += 1
+            received += 1
             data, time, diff = update
-            if not isinstance(time, int) or not isinstance(diff, int):
-                self.violate("malformed_update", None, f"update {data!r}: time {time!r}, diff {diff!r}", **where)
-                continue
-            if time < 0:
-                self.violate("negative_time", time, f"update {data!r} at negative time {time}", **where)
-                continue
-            if diff == 0:
-                self.violate("zero_diff", time, f"update {data!r} at time {time} has diff 0", **where)
+            if time.__class__ is not int or diff.__class__ is not int or time < 0 or diff == 0:
+                self._bad_update(data, time, diff, where)
                 continue
             if reported is None or time < reported:
-                self.duplicates += 1  # time already reported: a duplicate (or undetectable)
+                duplicates += 1  # time already reported: a duplicate (or undetectable)
                 continue
-            at_time = self._pending.get(time)
-            if at_time is None:
-                self._track(time)
-                at_time = self._pending[time] = {}
+            if time != at_time_of:
+                at_time = pending.get(time)
+                if at_time is None:
+                    self._track(time)
+                    at_time = pending[time] = {}
+                at_time_of = time
             known = at_time.get(data)
             if known is not None:
                 if known == diff:
-                    self.duplicates += 1
+                    duplicates += 1
                 else:
                     self.violate(
                         "conflicting_diff", time,
@@ -257,14 +257,24 @@ class CdcReader:
                     )
                 continue
             at_time[data] = diff
-            left = self._outstanding.get(time, 0) - 1
-            self._outstanding[time] = left
+            left = outstanding.get(time, 0) - 1
+            outstanding[time] = left
             if left < 0 and (progress is None or time < progress):
                 self.violate(
                     "over_count", time,
                     f"time {time} has more distinct updates than its count "
                     f"{self._announced.get(time, 0)}", **where,
                 )
+        self.updates_received += received
+        self.duplicates += duplicates
+
+    def _bad_update(self, data: Any, time: Any, diff: Any, where: dict) -> None:
+        if not isinstance(time, int) or isinstance(time, bool) or not isinstance(diff, int) or isinstance(diff, bool):
+            self.violate("malformed_update", None, f"update {data!r}: time {time!r}, diff {diff!r}", **where)
+        elif time < 0:
+            self.violate("negative_time", time, f"update {data!r} at negative time {time}", **where)
+        else:
+            self.violate("zero_diff", time, f"update {data!r} at time {time} has diff 0", **where)
 
     # -- progress -------------------------------------------------------------------------
 
