@@ -1,0 +1,549 @@
+"""Kafka I/O: the only module that talks to Kafka (through confluent_kafka / librdkafka).
+
+It moves bytes and nothing else: no Avro, no protocol, no Spark. What it guarantees:
+
+* :func:`producer_config` gives an idempotent, ``acks=all`` producer configuration; the caller's
+  overrides are applied to a copy and never mutated.
+* :class:`CdcProducer` reports every failed delivery: :meth:`CdcProducer.flush` raises
+  :class:`~cdc_emitter.errors.DeliveryError` (with the topic, partition and text of the FIRST
+  error) if any message was not acknowledged, or if messages were still undelivered when the
+  flush timed out. A flush that returns normally means every message produced so far is durable
+  in Kafka (``acks=all``).
+* :func:`read_topic` reads every partition from the beginning without touching consumer-group
+  offsets, and by default stops at the end offsets it saw when it started.
+* Errors name the topic, partition and bootstrap servers involved; configuration shown in any
+  message goes through :func:`redact_config`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from .errors import BrokerError, ConfigError, DeliveryError
+
+__all__ = [
+    "KafkaRecord",
+    "CdcProducer",
+    "producer_config",
+    "consumer_config",
+    "redact_config",
+    "ensure_topic",
+    "read_topic",
+    "end_offsets",
+    "last_messages",
+]
+
+log = logging.getLogger(__name__)
+
+#: Seconds to wait for cluster metadata before declaring the cluster unreachable.
+METADATA_TIMEOUT = 10.0
+#: Seconds a reader tolerates "broker down" errors without any progress before it gives up.
+BROKER_DOWN_TIMEOUT = 30.0
+
+PRODUCER_DEFAULTS: Mapping[str, Any] = {
+    "enable.idempotence": True,  # no duplicates or reordering from producer retries
+    "acks": "all",  # a delivery report means the message is on every in-sync replica
+    "max.in.flight.requests.per.connection": 5,  # the maximum idempotence allows
+    "compression.type": "lz4",
+    "linger.ms": 20,
+    "batch.size": 1_000_000,  # must not exceed message.max.bytes
+    "message.max.bytes": 1_000_000,  # client-side request limit (librdkafka default)
+    "allow.auto.create.topics": False,  # topics are created explicitly (ensure_topic)
+}
+
+_SECRET_MARKERS = (
+    "password",
+    "secret",
+    "sasl.oauthbearer",
+    "sasl.jaas",
+    "sasl.username",
+    "token",
+    "credential",
+    "ssl.key.pem",
+    "private",
+    "basic.auth.user.info",
+)
+_REDACTED = "***"
+
+
+class KafkaRecord(NamedTuple):
+    """One consumed message. ``timestamp`` is in milliseconds since the epoch, or None."""
+
+    partition: int
+    offset: int
+    value: bytes | None
+    headers: list[tuple[str, bytes]]
+    timestamp: int | None
+
+
+def redact_config(cfg: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A copy of a client configuration with secret values masked, fit for logs and errors.
+
+    A key is secret when it contains one of: password, secret, sasl.oauthbearer, sasl.jaas,
+    sasl.username, token, credential, ssl.key.pem, private, basic.auth.user.info.
+    Callables (callbacks) are shown by name only.
+    """
+    out: dict[str, Any] = {}
+    for key, value in (cfg or {}).items():
+        lowered = str(key).lower()
+        if any(marker in lowered for marker in _SECRET_MARKERS):
+            out[key] = _REDACTED
+        elif callable(value):
+            out[key] = f"<{getattr(value, '__name__', type(value).__name__)}>"
+        else:
+            out[key] = value
+    return out
+
+
+def _check_bootstrap(bootstrap_servers: str | None) -> str:
+    if not bootstrap_servers or not str(bootstrap_servers).strip():
+        raise ConfigError(
+            "no Kafka bootstrap servers given: pass --bootstrap-servers HOST:PORT "
+            "or set KAFKA_BOOTSTRAP_SERVERS"
+        )
+    return str(bootstrap_servers).strip()
+
+
+def producer_config(
+    bootstrap_servers: str, overrides: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A new producer configuration: :data:`PRODUCER_DEFAULTS`, the servers, then ``overrides``.
+
+    ``overrides`` (librdkafka settings, e.g. from ``-X key=value``) win over the defaults; the
+    mapping passed in is never modified.
+    """
+    cfg = dict(PRODUCER_DEFAULTS)
+    cfg["bootstrap.servers"] = _check_bootstrap(bootstrap_servers)
+    cfg.update(dict(overrides or {}))
+    return cfg
+
+
+def consumer_config(
+    bootstrap_servers: str, overrides: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A reader configuration that commits nothing: throwaway group id, no auto commit, EOF events."""
+    cfg: dict[str, Any] = {
+        "bootstrap.servers": _check_bootstrap(bootstrap_servers),
+        "group.id": f"cdc-emitter-reader-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        "allow.auto.create.topics": False,
+    }
+    cfg.update(dict(overrides or {}))
+    return cfg
+
+
+def _client_config(bootstrap_servers: str, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    cfg = dict(overrides or {})
+    cfg["bootstrap.servers"] = _check_bootstrap(bootstrap_servers)
+    cfg.setdefault("allow.auto.create.topics", False)
+    return cfg
+
+
+#: librdkafka's own log lines go here instead of stderr (pass "logger" in a config to change it).
+librdkafka_log = logging.getLogger(__name__ + ".librdkafka")
+
+
+def _make(kind: type, cfg: dict[str, Any]) -> Any:
+    cfg = dict(cfg)
+    cfg.setdefault("logger", librdkafka_log)
+    try:
+        return kind(cfg)
+    except (KafkaException, ValueError, TypeError) as exc:
+        raise ConfigError(
+            f"invalid Kafka client configuration: {exc} (configuration: {redact_config(cfg)})"
+        ) from exc
+
+
+# --- producing ---------------------------------------------------------------------------------
+
+
+class CdcProducer:
+    """A producer for one topic that turns every failed delivery into a :class:`DeliveryError`.
+
+    Use it as a context manager; leaving the block normally flushes (and raises if anything
+    failed)::
+
+        with CdcProducer("127.0.0.1:9092", "t") as producer:
+            producer.produce(b"...")
+        # here every message is acknowledged by Kafka (acks=all), or DeliveryError was raised
+
+    Guarantees: ``produce`` never drops a message silently (a full local queue is drained by
+    polling and the message is retried); the FIRST delivery error is kept with its topic,
+    partition and text; once an error has been seen, further ``produce`` calls raise at once.
+    """
+
+    def __init__(
+        self, bootstrap_servers: str, topic: str, config: Mapping[str, Any] | None = None
+    ) -> None:
+        self.topic = topic
+        self.config = producer_config(bootstrap_servers, config)
+        self.delivered = 0
+        self.failed = 0
+        self.first_error: str | None = None
+        self._pending_error: tuple[int | None, str] | None = None
+        cfg = dict(self.config)
+        cfg["error_cb"] = self._on_client_error
+        self._producer = _make(Producer, cfg)
+        log.debug("producer for topic %r: %s", topic, redact_config(self.config))
+
+    # callbacks run inside poll()/flush() on the calling thread
+    def _record_error(self, partition: int | None, text: str) -> None:
+        self.failed += 1
+        if self.first_error is None:
+            where = f"partition {partition}" if partition is not None and partition >= 0 else "a partition"
+            self.first_error = f"delivery to topic {self.topic!r} {where} failed: {text}"
+
+    def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        if err is None:
+            self.delivered += 1
+        else:
+            self._record_error(msg.partition() if msg is not None else None, f"{err.str()} [{err.name()}]")
+
+    def _on_client_error(self, err: KafkaError) -> None:
+        # Transient errors (broker down, reconnecting) are retried by librdkafka; the
+        # delivery timeout turns a lasting outage into delivery errors. Only fatal ones count.
+        if err.fatal():
+            self._record_error(None, f"fatal producer error: {err.str()} [{err.name()}]")
+        else:
+            log.debug("kafka client error (retried): %s", err.str())
+
+    def _raise_if_failed(self) -> None:
+        if self.first_error is not None:
+            more = f" ({self.failed} failed deliveries in all)" if self.failed > 1 else ""
+            raise DeliveryError(self.first_error + more)
+
+    def produce(
+        self,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: list[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
+        partition: int | None = None,
+    ) -> None:
+        """Queue one message (asynchronous; :meth:`flush` waits for the acknowledgements).
+
+        Raises DeliveryError when an earlier delivery failed or Kafka refuses the message
+        outright (e.g. larger than ``message.max.bytes``, unknown partition).
+        """
+        self._raise_if_failed()
+        kwargs: dict[str, Any] = {"value": value, "on_delivery": self._on_delivery}
+        if key is not None:
+            kwargs["key"] = key
+        if headers:
+            kwargs["headers"] = headers
+        if partition is not None:
+            kwargs["partition"] = partition
+        while True:
+            try:
+                self._producer.produce(self.topic, **kwargs)
+                break
+            except BufferError:  # local queue full: serve delivery reports, then retry
+                self._producer.poll(0.05)
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else exc
+                text = f"{err.str()} [{err.name()}]" if isinstance(err, KafkaError) else str(err)
+                self._record_error(partition, text)
+                self._raise_if_failed()
+        self._producer.poll(0)
+
+    def poll(self, timeout: float = 0) -> None:
+        """Serve delivery reports; raises DeliveryError if a delivery has failed."""
+        self._producer.poll(timeout)
+        self._raise_if_failed()
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every queued message is acknowledged; raise DeliveryError otherwise.
+
+        ``timeout=None`` waits as long as librdkafka's delivery timeout (``message.timeout.ms``)
+        allows. Messages still undelivered when ``timeout`` expires are a failure too.
+        """
+        remaining = self._producer.flush() if timeout is None else self._producer.flush(timeout)
+        self._raise_if_failed()
+        if remaining > 0:
+            raise DeliveryError(
+                f"{remaining} message(s) to topic {self.topic!r} were not delivered within "
+                f"{timeout}s (bootstrap servers {self.config['bootstrap.servers']})"
+            )
+
+    def __len__(self) -> int:
+        """Messages queued and not yet acknowledged or failed."""
+        return len(self._producer)
+
+    def __enter__(self) -> CdcProducer:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self.flush()
+        else:  # do not hide the original exception; give queued messages a short chance
+            try:
+                self._producer.flush(5)
+            except Exception:  # noqa: BLE001
+                pass
+
+
+# --- topics ------------------------------------------------------------------------------------
+
+
+def _metadata(client: Any, bootstrap_servers: str, topic: str, timeout: float) -> Any:
+    try:
+        return client.list_topics(topic=topic, timeout=timeout)
+    except KafkaException as exc:
+        raise BrokerError(
+            f"cannot reach Kafka at {bootstrap_servers} (asking for topic {topic!r}, "
+            f"waited {timeout:g}s): {exc.args[0].str() if exc.args and isinstance(exc.args[0], KafkaError) else exc}"
+        ) from exc
+
+
+def _partitions(client: Any, bootstrap_servers: str, topic: str, timeout: float) -> list[int] | None:
+    """Partition ids of ``topic``, or None when it does not exist. Other errors raise BrokerError."""
+    md = _metadata(client, bootstrap_servers, topic, timeout)
+    tmd = md.topics.get(topic)
+    if tmd is None:
+        return None
+    if tmd.error is not None:
+        if tmd.error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
+            return None
+        raise BrokerError(f"topic {topic!r} on broker {bootstrap_servers} is unusable: {tmd.error.str()}")
+    if not tmd.partitions:
+        return None
+    return sorted(tmd.partitions)
+
+
+def _missing(topic: str, bootstrap_servers: str) -> BrokerError:
+    return BrokerError(
+        f"topic {topic!r} does not exist on broker {bootstrap_servers}; "
+        "create it or pass create=True / --create-topic"
+    )
+
+
+def ensure_topic(
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    create: bool = False,
+    partitions: int = 1,
+    replication: int = 1,
+    config: Mapping[str, Any] | None = None,
+    topic_config: Mapping[str, str] | None = None,
+    timeout: float = METADATA_TIMEOUT,
+) -> int:
+    """Make sure ``topic`` exists and return its number of partitions.
+
+    A missing topic raises BrokerError naming the topic and the broker, unless ``create`` is
+    true: then it is created with ``partitions``, ``replication`` and ``topic_config`` (topic
+    settings such as ``max.message.bytes``) and this waits until its metadata is visible.
+    An existing topic is left as it is. ``config`` holds client settings (security etc.).
+    An unreachable cluster raises BrokerError naming the bootstrap servers.
+    """
+    bootstrap_servers = _check_bootstrap(bootstrap_servers)
+    admin = _make(AdminClient, _client_config(bootstrap_servers, config))
+    found = _partitions(admin, bootstrap_servers, topic, timeout)
+    if found is not None:
+        return len(found)
+    if not create:
+        raise _missing(topic, bootstrap_servers)
+    new = NewTopic(
+        topic,
+        num_partitions=partitions,
+        replication_factor=replication,
+        config={k: str(v) for k, v in (topic_config or {}).items()},
+    )
+    future = admin.create_topics([new], operation_timeout=timeout, request_timeout=timeout)[topic]
+    try:
+        future.result(timeout=timeout + 5)
+    except KafkaException as exc:
+        err = exc.args[0] if exc.args else None
+        if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
+            text = err.str() if isinstance(err, KafkaError) else str(exc)
+            raise BrokerError(
+                f"cannot create topic {topic!r} on broker {bootstrap_servers} "
+                f"({partitions} partitions, replication {replication}): {text}"
+            ) from exc
+    deadline = time.monotonic() + timeout
+    while True:  # creation is asynchronous: wait until every partition has a leader
+        md = _metadata(admin, bootstrap_servers, topic, timeout)
+        tmd = md.topics.get(topic)
+        if tmd is not None and tmd.error is None and tmd.partitions and all(
+            p.leader >= 0 for p in tmd.partitions.values()
+        ):
+            return len(tmd.partitions)
+        if time.monotonic() > deadline:
+            raise BrokerError(
+                f"topic {topic!r} was created on broker {bootstrap_servers} but did not become "
+                f"available within {timeout:g}s"
+            )
+        time.sleep(0.1)
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+
+def _watermarks(
+    consumer: Any, bootstrap_servers: str, topic: str, parts: list[int], timeout: float
+) -> dict[int, tuple[int, int]]:
+    out = {}
+    for p in parts:
+        try:
+            out[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout, cached=False)
+        except KafkaException as exc:
+            raise BrokerError(
+                f"cannot read the offsets of topic {topic!r} partition {p} on {bootstrap_servers}: {exc}"
+            ) from exc
+        if out[p] is None:
+            raise BrokerError(f"no offsets for topic {topic!r} partition {p} on {bootstrap_servers}")
+    return out
+
+
+_TRANSIENT = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT}
+
+
+def _consume(
+    consumer: Any,
+    topic: str,
+    starts: dict[int, int],
+    ends: dict[int, int] | None,
+    timeout: float | None,
+    poll_timeout: float,
+) -> Iterator[KafkaRecord]:
+    """Yield records from ``starts``; with ``ends``, only offsets below them, stopping when all reached."""
+    consumer.assign([TopicPartition(topic, p, off) for p, off in starts.items()])
+    pending = set() if ends is None else {p for p, end in ends.items() if end > starts[p]}
+    deadline = None if timeout is None else time.monotonic() + timeout
+    down_since: float | None = None
+    while ends is None or pending:
+        wait = poll_timeout
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                if ends is None:
+                    return
+                raise BrokerError(
+                    f"reading topic {topic!r}: partitions {sorted(pending)} did not reach their end "
+                    f"offsets {[ends[p] for p in sorted(pending)]} within {timeout:g}s"
+                )
+            wait = min(wait, left)
+        batch = consumer.consume(num_messages=1000, timeout=wait)
+        for msg in batch:
+            err = msg.error()
+            p = msg.partition()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    if ends is not None and msg.offset() >= ends.get(p, 0):
+                        pending.discard(p)
+                    continue
+                if err.code() in _TRANSIENT and not err.fatal():
+                    down_since = down_since or time.monotonic()
+                    if time.monotonic() - down_since > BROKER_DOWN_TIMEOUT:
+                        raise BrokerError(
+                            f"reading topic {topic!r}: broker unreachable for more than "
+                            f"{BROKER_DOWN_TIMEOUT:g}s: {err.str()}"
+                        )
+                    continue
+                where = f"partition {p}" if p is not None and p >= 0 else "(no partition)"
+                raise BrokerError(f"error reading topic {topic!r} {where}: {err.str()} [{err.name()}]")
+            down_since = None
+            off = msg.offset()
+            if ends is not None:
+                if off >= ends[p]:
+                    pending.discard(p)
+                    continue  # beyond the snapshot taken at start
+                if off >= ends[p] - 1:
+                    pending.discard(p)
+            ts_type, ts = msg.timestamp()
+            yield KafkaRecord(p, off, msg.value(), list(msg.headers() or []), ts if ts_type else None)
+
+
+def _open_reader(
+    bootstrap_servers: str, topic: str, config: Mapping[str, Any] | None
+) -> tuple[Any, list[int]]:
+    bootstrap_servers = _check_bootstrap(bootstrap_servers)
+    consumer = _make(Consumer, consumer_config(bootstrap_servers, config))
+    try:
+        parts = _partitions(consumer, bootstrap_servers, topic, METADATA_TIMEOUT)
+        if parts is None:
+            raise _missing(topic, bootstrap_servers)
+    except BaseException:
+        consumer.close()
+        raise
+    return consumer, parts
+
+
+def read_topic(
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    config: Mapping[str, Any] | None = None,
+    timeout: float | None = None,
+    stop_at_end: bool = True,
+    poll_timeout: float = 1.0,
+) -> Iterator[KafkaRecord]:
+    """Yield every message of every partition of ``topic`` from the beginning.
+
+    Nothing is committed (throwaway group id, no auto commit), so reading has no side effect.
+    Order: per partition in offset order; partitions interleave arbitrarily.
+
+    ``stop_at_end=True``: the end offsets (high watermarks) are taken once at the start; the
+    generator stops when every partition has reached its end, and messages written later are
+    not yielded. If ``timeout`` seconds pass first, BrokerError is raised (never a silent stall).
+    ``stop_at_end=False``: follows new messages until the caller stops iterating or ``timeout``
+    seconds pass (then the generator simply ends).
+    A missing topic or a consumer error raises BrokerError naming the topic (and partition).
+    """
+    consumer, parts = _open_reader(bootstrap_servers, topic, config)
+    try:
+        ends = None
+        starts = {p: OFFSET_BEGINNING for p in parts}
+        if stop_at_end:
+            marks = _watermarks(consumer, bootstrap_servers, topic, parts, METADATA_TIMEOUT)
+            ends = {p: high for p, (_low, high) in marks.items()}
+            starts = {p: low for p, (low, _high) in marks.items()}
+        yield from _consume(consumer, topic, starts, ends, timeout, poll_timeout)
+    finally:
+        consumer.close()
+
+
+def end_offsets(
+    bootstrap_servers: str, topic: str, config: Mapping[str, Any] | None = None
+) -> dict[int, tuple[int, int]]:
+    """``{partition: (low, high)}`` watermarks of ``topic``: offsets ``low <= o < high`` exist."""
+    consumer, parts = _open_reader(bootstrap_servers, topic, config)
+    try:
+        return _watermarks(consumer, bootstrap_servers, topic, parts, METADATA_TIMEOUT)
+    finally:
+        consumer.close()
+
+
+def last_messages(
+    bootstrap_servers: str,
+    topic: str,
+    n_per_partition: int = 10,
+    config: Mapping[str, Any] | None = None,
+    timeout: float = 30.0,
+) -> list[KafkaRecord]:
+    """The last (up to) ``n_per_partition`` messages of every partition, by (partition, offset).
+
+    Reads only the tail (from ``high - n``), so it is cheap on long topics. Offsets missing in
+    that window (compaction, transaction markers) simply yield fewer records.
+    """
+    consumer, parts = _open_reader(bootstrap_servers, topic, config)
+    try:
+        marks = _watermarks(consumer, bootstrap_servers, topic, parts, METADATA_TIMEOUT)
+        live = {p: (low, high) for p, (low, high) in marks.items() if high > low}
+        if not live or n_per_partition <= 0:
+            return []
+        starts = {p: max(low, high - n_per_partition) for p, (low, high) in live.items()}
+        ends = {p: high for p, (_low, high) in live.items()}
+        records = list(_consume(consumer, topic, starts, ends, timeout, 0.5))
+    finally:
+        consumer.close()
+    return sorted(records, key=lambda r: (r.partition, r.offset))

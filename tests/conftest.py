@@ -1,0 +1,286 @@
+"""Shared fixtures: a real Kafka broker for integration tests, unique topics per test.
+
+Where the broker comes from (first that works), decided once per session and only when a test
+asks for ``kafka_bootstrap``:
+
+1. ``KAFKA_BOOTSTRAP_SERVERS`` is set: that cluster.
+2. A Docker engine answers: testcontainers' Kafka module.
+3. ``scripts/kafka-local start`` (Apache Kafka jars from Maven Central, Java 17); stopped at the
+   end of the session only if this session started it.
+
+No broker at all is a test failure with an explanation, never a skip. Unit tests need none:
+nothing here touches Kafka until a fixture is requested.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+KAFKA_LOCAL = ROOT / "scripts" / "kafka-local"
+
+MARKERS = {
+    "kafka": "needs a real Kafka broker",
+    "spark": "needs a local Spark session",
+    "slow": "takes more than a few seconds",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, doc in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {doc}")
+
+
+# --- broker discovery ---------------------------------------------------------------------------
+
+
+def docker_available(timeout: float = 1.0) -> bool:
+    """True when a Docker engine answers ``GET /_ping`` within ``timeout`` seconds."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    try:
+        if host.startswith("unix://"):
+            path = host[len("unix://"):]
+            if not os.path.exists(path):
+                return False
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(timeout)
+            sock.connect(path)
+        elif host.startswith("tcp://"):
+            hostport = host[len("tcp://"):].rstrip("/")
+            name, _, port = hostport.rpartition(":")
+            sock = socket.create_connection((name, int(port)), timeout=timeout)
+        else:
+            return False
+        with sock:
+            sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            return b" 200 " in sock.recv(256)
+    except (OSError, ValueError):
+        return False
+
+
+class KafkaLocal:
+    """Control of a broker run by ``scripts/kafka-local`` (one state dir = one broker).
+
+    ``stop_broker()`` / ``start_broker()`` keep its data and port, so clients see the same
+    broker come back, as after a real broker restart.
+    """
+
+    def __init__(self, home: str | None = None) -> None:
+        self.env = dict(os.environ)
+        if home is not None:
+            self.env["CDC_KAFKA_HOME"] = home
+        self.bootstrap_servers: str | None = None
+        self.started_here = False
+
+    def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [str(KAFKA_LOCAL), *args], env=self.env, capture_output=True, text=True, timeout=300
+        )
+        if check and proc.returncode != 0:
+            raise RuntimeError(
+                f"scripts/kafka-local {' '.join(args)} failed (exit {proc.returncode}):\n"
+                f"{proc.stderr.strip()}"
+            )
+        return proc
+
+    def running(self) -> bool:
+        return self._run("status", check=False).returncode == 0
+
+    def start(self) -> str:
+        """Start (or find) the broker; returns its address. Remembers whether we started it."""
+        was_running = self.running()
+        address = self._run("start").stdout.strip().splitlines()[-1]
+        self.started_here = self.started_here or not was_running
+        self.bootstrap_servers = address
+        return address
+
+    def stop(self) -> None:
+        """Stop the broker and remove its data."""
+        self._run("stop")
+
+    def stop_broker(self) -> None:
+        """Stop the broker, keeping data and port for :meth:`start_broker`."""
+        self._run("stop", "--keep-data")
+
+    def start_broker(self) -> str:
+        """Start the broker stopped by :meth:`stop_broker`, on the same port with the same data."""
+        address = self._run("start").stdout.strip().splitlines()[-1]
+        if self.bootstrap_servers is not None and address != self.bootstrap_servers:
+            raise RuntimeError(f"broker came back at {address}, not {self.bootstrap_servers}")
+        self.bootstrap_servers = address
+        return address
+
+    def restart_broker(self) -> str:
+        self.stop_broker()
+        return self.start_broker()
+
+
+class _Broker:
+    def __init__(self) -> None:
+        self.bootstrap_servers: str | None = None
+        self.source = ""
+        self.local: KafkaLocal | None = None
+        self.container = None
+        self.failure: str | None = None
+
+    def get(self) -> str:
+        if self.bootstrap_servers is None and self.failure is None:
+            self._acquire()
+        if self.failure is not None:
+            pytest.fail(self.failure, pytrace=False)
+        assert self.bootstrap_servers is not None
+        return self.bootstrap_servers
+
+    def _acquire(self) -> None:
+        env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+        if env:
+            self.bootstrap_servers, self.source = env, "KAFKA_BOOTSTRAP_SERVERS"
+            return
+        notes = []
+        if docker_available():
+            try:
+                from testcontainers.kafka import KafkaContainer  # lazy: only with Docker
+
+                image = os.environ.get("CDC_KAFKA_IMAGE", "confluentinc/cp-kafka:7.6.1")
+                container = KafkaContainer(image).with_kraft()
+                container.start()
+                self.container = container
+                self.bootstrap_servers, self.source = container.get_bootstrap_server(), "testcontainers"
+                return
+            except Exception as exc:  # noqa: BLE001 - fall back to the local broker
+                notes.append(f"testcontainers Kafka failed: {exc!r}")
+        else:
+            notes.append("no Docker engine answered")
+        local = KafkaLocal()
+        try:
+            self.bootstrap_servers = local.start()
+            self.local, self.source = local, "scripts/kafka-local"
+        except Exception as exc:  # noqa: BLE001
+            notes.append(str(exc))
+            self.failure = (
+                "integration tests need a real Kafka broker and none could be had:\n"
+                "  KAFKA_BOOTSTRAP_SERVERS is not set;\n  "
+                + "\n  ".join(notes)
+                + "\nSet KAFKA_BOOTSTRAP_SERVERS, start Docker, or fix scripts/kafka-local "
+                "(needs Java 17+ and Maven with access to Maven Central)."
+            )
+
+    def close(self) -> None:
+        if self.container is not None:
+            try:
+                self.container.stop()
+            except Exception:  # noqa: BLE001
+                pass
+        if self.local is not None and self.local.started_here:
+            self.local.stop()
+
+
+@pytest.fixture(scope="session")
+def _kafka_broker():
+    broker = _Broker()
+    yield broker
+    broker.close()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(_kafka_broker: _Broker) -> str:
+    """``HOST:PORT`` of a real Kafka broker for this session (see the module docstring)."""
+    address = _kafka_broker.get()
+    print(f"\nKafka broker for this session: {address} ({_kafka_broker.source})", file=sys.stderr)
+    return address
+
+
+@pytest.fixture(scope="session")
+def kafka_local(_kafka_broker: _Broker, tmp_path_factory: pytest.TempPathFactory):
+    """A :class:`KafkaLocal` whose broker tests may stop and start (same port, same data).
+
+    It is the session's broker when that one comes from scripts/kafka-local; otherwise (external
+    cluster or testcontainers) a private kafka-local broker is started for these tests and
+    stopped at the end. Use ``kafka_local.bootstrap_servers`` as its address.
+    """
+    if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip() and not docker_available():
+        _kafka_broker.get()  # the session broker will be (or is) the kafka-local one: share it
+    if _kafka_broker.local is not None:
+        yield _kafka_broker.local
+        return
+    home = tempfile.mkdtemp(prefix="cdc-emitter-kafka-restart-")
+    local = KafkaLocal(home=home)
+    try:
+        local.start()
+    except Exception as exc:  # noqa: BLE001
+        pytest.fail(f"cannot start a private kafka-local broker for restart tests: {exc}", pytrace=False)
+    try:
+        yield local
+    finally:
+        local.stop()
+
+
+# --- topics ------------------------------------------------------------------------------------
+
+
+def _admin(bootstrap_servers: str):
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap_servers})
+
+
+def _wait_for_topic(admin, topic: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        md = admin.list_topics(topic=topic, timeout=5)
+        tmd = md.topics.get(topic)
+        if tmd is not None and tmd.error is None and tmd.partitions and all(
+            p.leader >= 0 for p in tmd.partitions.values()
+        ):
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"topic {topic!r} did not become available within {timeout}s")
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def topic_factory(request: pytest.FixtureRequest, kafka_bootstrap: str):
+    """``make(partitions=1, *, config=None, bootstrap_servers=None) -> topic name``.
+
+    Each call creates a new topic named after the test plus a uuid (replication 1, optional
+    topic ``config`` such as ``{"max.message.bytes": "2000"}``); all are deleted afterwards
+    (best effort).
+    """
+    created: list[tuple[str, str]] = []
+    base = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:120] or "test"
+
+    def make(partitions: int = 1, *, config=None, bootstrap_servers: str | None = None) -> str:
+        from confluent_kafka.admin import NewTopic
+
+        servers = bootstrap_servers or kafka_bootstrap
+        name = f"{base}-{uuid.uuid4().hex[:10]}"
+        admin = _admin(servers)
+        topic = NewTopic(name, num_partitions=partitions, replication_factor=1,
+                         config={k: str(v) for k, v in (config or {}).items()})
+        admin.create_topics([topic], operation_timeout=15)[name].result(timeout=30)
+        created.append((servers, name))
+        _wait_for_topic(admin, name)
+        return name
+
+    yield make
+    for servers, name in created:
+        try:
+            _admin(servers).delete_topics([name], operation_timeout=10)[name].result(timeout=15)
+        except Exception:  # noqa: BLE001 - best effort
+            pass
+
+
+@pytest.fixture
+def make_topic(topic_factory):
+    """Alias of :func:`topic_factory`."""
+    return topic_factory
