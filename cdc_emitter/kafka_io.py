@@ -432,7 +432,10 @@ def _consume(
                     f"offsets {[ends[p] for p in sorted(pending)]} within {timeout:g}s"
                 )
             wait = min(wait, left)
-        batch = consumer.consume(num_messages=1000, timeout=wait)
+        # Drain what is buffered without waiting; when nothing is, block for the next message
+        # or event only (a 1000-message batch with a timeout would wait out the timeout at the
+        # end of every topic).
+        batch = consumer.consume(num_messages=1000, timeout=0) or consumer.consume(1, timeout=wait)
         for msg in batch:
             err = msg.error()
             p = msg.partition()
