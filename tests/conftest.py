@@ -5,8 +5,9 @@ asks for ``kafka_bootstrap``:
 
 1. ``KAFKA_BOOTSTRAP_SERVERS`` is set: that cluster.
 2. A Docker engine answers: testcontainers' Kafka module.
-3. ``scripts/kafka-local start`` (Apache Kafka jars from Maven Central, Java 17); stopped at the
-   end of the session only if this session started it.
+3. ``scripts/kafka-local``: a broker that already runs in its default state dir is shared (and
+   left running); otherwise this session starts its own in a private state dir (or in
+   ``CDC_KAFKA_HOME`` if set) and stops it at the end.
 
 No broker at all is a test failure with an explanation, never a skip. Unit tests need none:
 nothing here touches Kafka until a fixture is requested.
@@ -161,8 +162,13 @@ class _Broker:
                 notes.append(f"testcontainers Kafka failed: {exc!r}")
         else:
             notes.append("no Docker engine answered")
+        # A kafka-local broker that already runs (e.g. started by hand) is shared and left running.
+        # Otherwise this session starts its own in a private state dir (unless CDC_KAFKA_HOME
+        # names one), so parallel sessions and broker-restart tests never disturb each other.
         local = KafkaLocal()
         try:
+            if not local.running() and not os.environ.get("CDC_KAFKA_HOME"):
+                local = KafkaLocal(home=tempfile.mkdtemp(prefix="cdc-emitter-kafka-"))
             self.bootstrap_servers = local.start()
             self.local, self.source = local, "scripts/kafka-local"
         except Exception as exc:  # noqa: BLE001
@@ -201,16 +207,17 @@ def kafka_bootstrap(_kafka_broker: _Broker) -> str:
 
 
 @pytest.fixture(scope="session")
-def kafka_local(_kafka_broker: _Broker, tmp_path_factory: pytest.TempPathFactory):
+def kafka_local(_kafka_broker: _Broker):
     """A :class:`KafkaLocal` whose broker tests may stop and start (same port, same data).
 
-    It is the session's broker when that one comes from scripts/kafka-local; otherwise (external
-    cluster or testcontainers) a private kafka-local broker is started for these tests and
-    stopped at the end. Use ``kafka_local.bootstrap_servers`` as its address.
+    It is the session's broker when this session started it with scripts/kafka-local; otherwise
+    (external cluster, testcontainers, or a kafka-local broker someone else started) a private
+    kafka-local broker is started for these tests and stopped at the end. Use
+    ``kafka_local.bootstrap_servers`` as its address.
     """
     if not os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip() and not docker_available():
-        _kafka_broker.get()  # the session broker will be (or is) the kafka-local one: share it
-    if _kafka_broker.local is not None:
+        _kafka_broker.get()  # the session broker will be (or is) a kafka-local one
+    if _kafka_broker.local is not None and _kafka_broker.local.started_here:
         yield _kafka_broker.local
         return
     home = tempfile.mkdtemp(prefix="cdc-emitter-kafka-restart-")

@@ -123,6 +123,7 @@ def test_broker_restart_loses_nothing(kafka_local):
     assert len(sent) > 100
 
     got = collections.Counter(r.value for r in read_topic(servers, topic, timeout=60))
+    AdminClient({"bootstrap.servers": servers}).delete_topics([topic])
     missing = [v for v in sent if v not in got]
     assert not missing, f"{len(missing)} of {len(sent)} messages lost, e.g. {missing[:5]}"
 
