@@ -173,6 +173,8 @@ class _Broker:
             self.local, self.source = local, "scripts/kafka-local"
         except Exception as exc:  # noqa: BLE001
             notes.append(str(exc))
+            if local.env.get("CDC_KAFKA_HOME", "").startswith(tempfile.gettempdir()):
+                local._run("stop", check=False)  # clean up the private state dir
             self.failure = (
                 "integration tests need a real Kafka broker and none could be had:\n"
                 "  KAFKA_BOOTSTRAP_SERVERS is not set;\n  "
