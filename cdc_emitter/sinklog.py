@@ -1,0 +1,139 @@
+"""The sink log: the interval each batch was given, kept beside the Spark checkpoint.
+
+One small JSON file per batch id under ``<checkpoint>/cdc-emitter-sink/``::
+
+    {"version": 1, "batch_id": 7, "lower": 12, "upper": 15, "time": 14, "writer": "…", "topic": "…"}
+
+(``upper`` is null when the batch closed the history; ``time`` is the batch's time in the
+default time mode, null in column mode.)
+
+All file access goes through Hadoop's FileSystem API via the Spark JVM gateway, so the log
+lives wherever the checkpoint lives (local disk, HDFS, S3, ABFS…). A record is written to a
+temporary file and renamed into place, so a reader never sees half a record; a record that is
+already there is never overwritten (the first decision for a batch id wins, which is the point).
+Old records are pruned, keeping the newest :data:`KEEP` batch ids.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import Any, NamedTuple
+
+from .errors import CdcError
+
+__all__ = ["SinkLog", "SinkLogEntry", "KEEP"]
+
+log = logging.getLogger(__name__)
+
+#: How many batch records to keep (Spark re-runs at most the last uncommitted batch).
+KEEP = 100
+DIRNAME = "cdc-emitter-sink"
+
+
+class SinkLogEntry(NamedTuple):
+    batch_id: int
+    lower: int
+    upper: int | None  # None: the batch closed the history
+    time: int | None = None
+    writer: str | None = None
+    topic: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({"version": 1, **self._asdict()}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> SinkLogEntry:
+        obj = json.loads(text)
+        return cls(
+            int(obj["batch_id"]), int(obj["lower"]),
+            None if obj.get("upper") is None else int(obj["upper"]),
+            None if obj.get("time") is None else int(obj["time"]),
+            obj.get("writer"), obj.get("topic"),
+        )
+
+
+class SinkLog:
+    """Batch intervals under ``<checkpoint_location>/cdc-emitter-sink`` (Hadoop FileSystem)."""
+
+    def __init__(self, spark: Any, checkpoint_location: str, keep: int = KEEP) -> None:
+        self.location = str(checkpoint_location).rstrip("/") + "/" + DIRNAME
+        self.keep = keep
+        jvm = spark._jvm
+        self._Path = jvm.org.apache.hadoop.fs.Path
+        self._dir = self._Path(self.location)
+        self._fs = self._dir.getFileSystem(spark._jsc.hadoopConfiguration())
+        self._jvm = jvm
+
+    def _path(self, batch_id: int):
+        return self._Path(self._dir, str(int(batch_id)))
+
+    def get(self, batch_id: int) -> SinkLogEntry | None:
+        """The recorded interval of ``batch_id``, or None if none was recorded."""
+        path = self._path(batch_id)
+        if not self._fs.exists(path):
+            return None
+        stream = self._fs.open(path)
+        try:
+            reader = self._jvm.java.io.BufferedReader(
+                self._jvm.java.io.InputStreamReader(stream, "UTF-8")
+            )
+            lines = []
+            while True:
+                line = reader.readLine()
+                if line is None:
+                    break
+                lines.append(line)
+        finally:
+            stream.close()
+        try:
+            return SinkLogEntry.from_json("\n".join(lines))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CdcError(f"sink log record {self.location}/{batch_id} is unreadable: {exc}") from exc
+
+    def put(self, entry: SinkLogEntry) -> SinkLogEntry:
+        """Record ``entry`` atomically unless a record for its batch id exists; returns the record kept."""
+        existing = self.get(entry.batch_id)
+        if existing is not None:
+            return existing
+        self._fs.mkdirs(self._dir)
+        tmp = self._Path(self._dir, f".{entry.batch_id}.{uuid.uuid4().hex}.tmp")
+        out = self._fs.create(tmp, True)
+        try:
+            out.write(bytearray(entry.to_json().encode("utf-8")))
+            out.hflush()
+        finally:
+            out.close()
+        if not self._fs.rename(tmp, self._path(entry.batch_id)):
+            # rename refuses to replace: someone recorded this batch first — theirs wins
+            self._fs.delete(tmp, False)
+            existing = self.get(entry.batch_id)
+            if existing is None:
+                raise CdcError(f"cannot write sink log record {self.location}/{entry.batch_id}")
+            return existing
+        self.prune(entry.batch_id)
+        return entry
+
+    def batch_ids(self) -> list[int]:
+        if not self._fs.exists(self._dir):
+            return []
+        ids = []
+        for status in self._fs.listStatus(self._dir):
+            name = status.getPath().getName()
+            if name.isdigit():
+                ids.append(int(name))
+        return sorted(ids)
+
+    def latest(self) -> SinkLogEntry | None:
+        ids = self.batch_ids()
+        return self.get(ids[-1]) if ids else None
+
+    def prune(self, newest: int | None = None) -> None:
+        """Delete records older than the newest ``keep`` batch ids (and stray temp files)."""
+        ids = self.batch_ids()
+        if len(ids) <= self.keep:
+            return
+        for batch_id in ids[: len(ids) - self.keep]:
+            self._fs.delete(self._path(batch_id), False)
+        log.debug("sink log %s pruned to %d records", self.location, self.keep)

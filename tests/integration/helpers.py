@@ -1,0 +1,42 @@
+"""Helpers for integration tests: read a CDC topic back through the codec and the reader."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cdc_emitter.core import CdcReader, Update, consolidate
+from cdc_emitter.errors import DecodeError
+from cdc_emitter.kafka_io import read_topic
+
+
+def read_history(bootstrap: str, topic: str, codec: Any, *, start: int = 0, timeout: float = 60.0):
+    """Read every message of ``topic`` and reconstruct its history.
+
+    Returns ``(updates, frontier, violations, reader)``: the consolidated updates the reader
+    reported (sorted by time, then data repr, for stable comparisons), its frontier, its
+    violations (undecodable messages included) and the reader itself (for counters).
+    """
+    reader = CdcReader(start)
+    finished: list[Update] = []
+    for record in read_topic(bootstrap, topic, timeout=timeout):
+        try:
+            message = codec.decode(record.value)
+        except DecodeError as exc:
+            reader.violate("undecodable", None, str(exc), record.partition, record.offset)
+            continue
+        for updates, _frontier in reader.push(message, partition=record.partition, offset=record.offset):
+            finished.extend(updates)
+    history = sorted(consolidate(finished), key=lambda u: (u.time, repr(u.data), u.diff))
+    return history, reader.frontier, list(reader.violations), reader
+
+
+def as_history(triples) -> list[Update]:
+    """Expected history from ``(data, time, diff)`` triples, consolidated and sorted like read_history."""
+    return sorted(consolidate(Update(*t) for t in triples), key=lambda u: (u.time, repr(u.data), u.diff))
+
+
+def count_messages(bootstrap: str, topic: str) -> int:
+    """How many messages the topic holds (sum of high - low watermarks)."""
+    from cdc_emitter.kafka_io import end_offsets
+
+    return sum(high - low for low, high in end_offsets(bootstrap, topic).values())
