@@ -27,8 +27,6 @@ ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
 
 EXIT_OK, EXIT_VIOLATIONS, EXIT_ERROR, EXIT_NOT_REACHED = 0, 1, 2, 3
 
-_SECRET = re.compile(r"password|secret|token|credential|private|sasl\.jaas|basic\.auth", re.I)
-
 
 # --- shared option machinery --------------------------------------------------------------------
 
@@ -40,7 +38,7 @@ def _parse_settings(ctx: click.Context, param: click.Parameter, values: tuple[st
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            shown = item if not _SECRET.search(item) else key + ("=***" if sep else "")
+            shown = f"{key}=***" if sep else item  # never echo a value
             raise click.BadParameter(f"{shown!r} is not of the form key=value", ctx=ctx, param=param)
         out[key] = value
     return out
@@ -51,7 +49,7 @@ def kafka_options(func: Callable) -> Callable:
     func = click.option(
         "-X", "kafka_settings", multiple=True, metavar="KEY=VALUE", callback=_parse_settings,
         help="A librdkafka setting, e.g. -X security.protocol=SASL_SSL (repeatable). "
-        "Values are never echoed for secret keys.",
+        "Values are never echoed in messages.",
     )(func)
     func = click.option(
         "--bootstrap-servers", envvar=ENV_BOOTSTRAP, metavar="HOST:PORT", show_envvar=True,
@@ -380,14 +378,9 @@ def _spark(app: str) -> Any:
 
 
 def _spark_to_avro(struct: Any) -> dict:
-    from . import spark_schema
+    from .spark_schema import data_schema
 
-    for name in ("data_schema_from_spark", "avro_data_schema", "spark_to_avro", "to_avro_schema",
-                 "data_schema"):
-        fn = getattr(spark_schema, name, None)
-        if callable(fn):
-            return fn(struct)
-    raise CdcError("cdc_emitter.spark_schema has no Spark-to-Avro schema function")
+    return data_schema(struct)
 
 
 def _read_table(spark: Any, source: str, fmt: str, options: dict) -> Any:

@@ -1,0 +1,300 @@
+"""The ``cdc-emitter`` command line: exact output and exit codes, errors included.
+
+Tests without a marker need neither Kafka nor Spark. Those marked ``kafka`` use the session's
+real broker; the unreachable-broker test needs none but waits for the metadata timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from cdc_emitter.cli import create_source_sql, main
+
+PRODUCTS = {
+    "type": "record",
+    "name": "data",
+    "fields": [{"name": "id", "type": "long"}, {"name": "price", "type": ["null", "int"]}],
+}
+
+
+def union(data_schema):
+    from cdc_emitter.codec import union_schema
+
+    return union_schema(data_schema)
+
+
+def run(*args, env=None):
+    env = {"KAFKA_BOOTSTRAP_SERVERS": None, **(env or {})}
+    result = CliRunner(env=env).invoke(main, list(args), prog_name="cdc-emitter")
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def usage_error(command: str, message: str) -> str:
+    return (
+        f"Usage: cdc-emitter {command} [OPTIONS]{' SOURCE' if command == 'export' else ''}\n"
+        f"Try 'cdc-emitter {command} --help' for help.\n\nError: {message}\n"
+    )
+
+
+@pytest.fixture
+def schema_file(tmp_path):
+    path = tmp_path / "products.avsc"
+    path.write_text(json.dumps(union(PRODUCTS), indent=2))
+    return str(path)
+
+
+@pytest.fixture
+def data_schema_file(tmp_path):
+    path = tmp_path / "data.avsc"
+    path.write_text(json.dumps(PRODUCTS))
+    return str(path)
+
+
+# --- help and version ---------------------------------------------------------------------------
+
+
+def test_group_help_lists_the_commands():
+    result = run("--help")
+    assert result.exit_code == 0
+    for command in ("export", "schema", "tail", "verify"):
+        assert f"\n  {command} " in result.stdout
+
+
+@pytest.mark.parametrize("command", ["verify", "tail", "schema", "export"])
+def test_command_help_has_an_example(command):
+    result = run(command, "--help")
+    assert result.exit_code == 0
+    assert result.stdout.startswith(f"Usage: cdc-emitter {command} [OPTIONS]")
+    assert "Example" in result.stdout
+    assert f"cdc-emitter {command} " in result.stdout.split("Example", 1)[1]
+
+
+def test_version():
+    result = run("--version")
+    assert (result.exit_code, result.stdout) == (0, "cdc-emitter, version 0.1.0\n")
+
+
+def test_verify_and_tail_do_not_import_pyspark(tmp_path):
+    import subprocess
+
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from cdc_emitter.cli import main\n"
+        "for cmd in ('verify', 'tail'):\n"
+        "    CliRunner().invoke(main, [cmd, '--topic', 't', '--schema', sys.argv[1]])\n"
+        "print(any(m == 'pyspark' or m.startswith('pyspark.') for m in sys.modules))\n"
+    )
+    schema = tmp_path / "s.avsc"
+    schema.write_text(json.dumps(PRODUCTS))
+    out = subprocess.run([sys.executable, "-c", code, str(schema)], capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin"}, timeout=60)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+# --- usage errors (exit 2) ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["verify", "tail"])
+def test_bad_x_setting_is_a_usage_error(command, schema_file):
+    result = run(command, "--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--schema",
+                 schema_file, "-X", "acks=all", "-X", "linger.ms")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr == usage_error(
+        command, "Invalid value for '-X': 'linger.ms' is not of the form key=value")
+
+
+def test_bad_x_setting_never_echoes_a_value(schema_file):
+    result = run("verify", "--topic", "t", "--schema", schema_file, "-X", "=hunter2")
+    assert result.exit_code == 2
+    assert "hunter2" not in result.output
+    assert result.stderr == usage_error(
+        "verify", "Invalid value for '-X': '=***' is not of the form key=value")
+
+
+def test_missing_schema_file(tmp_path):
+    missing = tmp_path / "nope.avsc"
+    result = run("verify", "--topic", "t", "--schema", str(missing))
+    assert result.exit_code == 2
+    assert result.stderr == usage_error(
+        "verify", f"Invalid value for '--schema': File '{missing}' does not exist.")
+
+
+def test_missing_topic_option(schema_file):
+    result = run("verify", "--schema", schema_file)
+    assert result.exit_code == 2
+    assert result.stderr == usage_error("verify", "Missing option '--topic'.")
+
+
+def test_until_frontier_and_until_closed_exclude_each_other(schema_file):
+    result = run("verify", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--schema",
+                 schema_file, "--until-frontier", "3", "--until-closed")
+    assert result.exit_code == 2
+    assert result.stderr == usage_error(
+        "verify", "--until-frontier and --until-closed exclude each other")
+
+
+def test_negative_until_frontier(schema_file):
+    result = run("verify", "--topic", "t", "--schema", schema_file, "--until-frontier", "-1")
+    assert result.exit_code == 2
+    assert result.stderr == usage_error(
+        "verify", "Invalid value for '--until-frontier': -1 is not in the range x>=0.")
+
+
+def test_bad_framing(schema_file):
+    result = run("tail", "--topic", "t", "--schema", schema_file, "--framing", "json")
+    assert result.exit_code == 2
+    assert result.stderr == usage_error(
+        "tail", "Invalid value for '--framing': 'json' is not one of 'confluent', 'raw'.")
+
+
+@pytest.mark.parametrize("command", ["verify", "tail"])
+def test_no_bootstrap_servers(command, schema_file):
+    result = run(command, "--topic", "t", "--schema", schema_file)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr == (
+        "error: no Kafka bootstrap servers given: pass --bootstrap-servers HOST:PORT "
+        "or set KAFKA_BOOTSTRAP_SERVERS\n"
+    )
+
+
+# --- schema errors (exit 2) ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", ["not json at all", '{"type": "string"}', "[1, 2]", ""])
+def test_bad_schema_text(tmp_path, text):
+    path = tmp_path / "bad.avsc"
+    path.write_text(text)
+    result = run("verify", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t",
+                 "--schema", str(path))
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"error: schema file {path}: ")
+    assert result.stderr.count("\n") == 1  # one line, no traceback
+
+
+def test_schema_from_data_schema_file(data_schema_file):
+    result = run("schema", "--data-schema", data_schema_file)
+    assert result.exit_code == 0
+    assert result.stdout == json.dumps(union(PRODUCTS), indent=2) + "\n"
+
+
+def test_schema_accepts_the_full_union_schema(schema_file):
+    result = run("schema", "--data-schema", schema_file)
+    assert (result.exit_code, result.stdout) == (0, json.dumps(union(PRODUCTS), indent=2) + "\n")
+
+
+def test_schema_sql(data_schema_file):
+    result = run("schema", "--data-schema", data_schema_file, "--sql", "--topic", "shop.products",
+                 "--bootstrap-servers", "kafka:9092")
+    assert result.exit_code == 0
+    schema_json = json.dumps(union(PRODUCTS), separators=(",", ":"))
+    assert result.stdout == (
+        "CREATE SOURCE shop_products\n"
+        "FROM KAFKA BROKER 'kafka:9092' TOPIC 'shop.products'\n"
+        f"FORMAT AVRO USING SCHEMA '{schema_json}'\n"
+        "ENVELOPE MATERIALIZE;\n"
+    )
+
+
+def test_schema_sql_name_from_environment_and_quotes(data_schema_file):
+    result = run("schema", "--data-schema", data_schema_file, "--sql", "--topic", "t",
+                 "--name", "My Source", env={"KAFKA_BOOTSTRAP_SERVERS": "b:1"})
+    assert result.exit_code == 0
+    assert result.stdout.startswith('CREATE SOURCE "My Source"\nFROM KAFKA BROKER \'b:1\' TOPIC \'t\'\n')
+
+
+def test_create_source_sql_escapes_single_quotes():
+    schema = [{"type": "record", "name": "x", "doc": "it's", "fields": []}]
+    sql = create_source_sql("s", "b:1", "o'topic", schema)
+    assert "TOPIC 'o''topic'" in sql
+    assert '"doc":"it\'\'s"' in sql
+
+
+@pytest.mark.parametrize("args", [[], ["--columns", "id long", "--data-schema", "x.avsc"]])
+def test_schema_needs_exactly_one_input(args, tmp_path):
+    (tmp_path / "x.avsc").write_text(json.dumps(PRODUCTS))
+    args = [a if a != "x.avsc" else str(tmp_path / "x.avsc") for a in args]
+    result = run("schema", *args)
+    assert result.exit_code == 2
+    assert result.stderr == usage_error("schema", "give exactly one of --columns, --from or --data-schema")
+
+
+def test_schema_sql_needs_topic(data_schema_file):
+    result = run("schema", "--data-schema", data_schema_file, "--sql")
+    assert result.exit_code == 2
+    assert result.stderr == usage_error("schema", "--sql needs --topic")
+
+
+def test_schema_sql_needs_bootstrap(data_schema_file):
+    result = run("schema", "--data-schema", data_schema_file, "--sql", "--topic", "t")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: no Kafka bootstrap servers given")
+
+
+def test_export_bad_reader_option():
+    result = run("export", "x.parquet", "--topic", "t", "-O", "header")
+    assert result.exit_code == 2
+    assert result.stderr == usage_error(
+        "export", "Invalid value for '-O': 'header' is not of the form key=value")
+
+
+def test_export_needs_source():
+    result = run("export", "--topic", "t")
+    assert result.exit_code == 2
+    assert result.stderr == usage_error("export", "Missing argument 'SOURCE'.")
+
+
+# --- connection errors (exit 2) -----------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_unreachable_broker_names_the_servers(schema_file):
+    result = run("verify", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t",
+                 "--schema", schema_file, "--json")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: cannot reach Kafka at 127.0.0.1:1 (asking for topic 't'")
+    assert result.stderr.count("\n") == 1
+
+
+@pytest.mark.kafka
+@pytest.mark.parametrize("command", ["verify", "tail"])
+def test_missing_topic(command, kafka_bootstrap, schema_file):
+    result = run(command, "--bootstrap-servers", kafka_bootstrap, "--topic", "no-such-topic-cli",
+                 "--schema", schema_file)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr == (
+        f"error: topic 'no-such-topic-cli' does not exist on broker {kafka_bootstrap}; "
+        "create it or pass create=True / --create-topic\n"
+    )
+
+
+@pytest.mark.kafka
+def test_bad_librdkafka_setting_hides_secrets(kafka_bootstrap, schema_file):
+    result = run("verify", "--bootstrap-servers", kafka_bootstrap, "--topic", "t",
+                 "--schema", schema_file, "-X", "sasl.password=hunter2",
+                 "-X", "no.such.setting=1")
+    assert result.exit_code == 2
+    assert "hunter2" not in result.output
+    assert result.stderr.startswith("error: invalid Kafka client configuration: ")
+    assert "'sasl.password': '***'" in result.stderr
+
+
+@pytest.mark.kafka
+def test_verify_reads_servers_from_environment(kafka_bootstrap, topic_factory, schema_file):
+    topic = topic_factory()
+    result = run("verify", "--topic", topic, "--schema", schema_file, "--json",
+                 env={"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap})
+    assert result.exit_code == 0
+    assert json.loads(result.stdout) == {"frontier": [0], "messages": 0, "updates": 0,
+                                         "duplicates": 0, "violations": []}

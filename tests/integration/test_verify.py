@@ -1,0 +1,381 @@
+"""The verifying consumer and the CLI against a real Kafka broker.
+
+Topics are written by hand through the codec and CdcProducer, so every scenario (duplicates,
+reordering over partitions, each kind of violation, a corrupt message) is exactly controlled.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from click.testing import CliRunner
+
+from cdc_emitter.cli import main
+from cdc_emitter.codec import CdcCodec, union_schema
+from cdc_emitter.core import Progress, Update, consolidate, progress_for
+from cdc_emitter.kafka_io import CdcProducer
+from cdc_emitter.verify import verify_topic
+
+pytestmark = pytest.mark.kafka
+
+PRODUCTS = {
+    "type": "record",
+    "name": "data",
+    "fields": [{"name": "id", "type": "long"}, {"name": "price", "type": ["null", "int"]}],
+}
+
+REFERENCE_UPDATES = [
+    [Update((5, 10), 5, 1)],
+    [Update((5, 12), 4, 1)],
+    [Update((5, 12), 5, -1)],
+    [Update((5, 10), 6, -1)],
+]
+REFERENCE_PROGRESS = [
+    Progress((0,), (3,), ()),
+    Progress((3,), (10,), ((4, 1), (5, 2), (6, 1))),
+]
+#: The reference example's changefeed in canonical compact notation, one line per message.
+REFERENCE_TAIL = (
+    '{"array":[{"data":{"id":5,"price":{"int":10}},"time":5,"diff":1}]}\n'
+    '{"array":[{"data":{"id":5,"price":{"int":12}},"time":4,"diff":1}]}\n'
+    '{"array":[{"data":{"id":5,"price":{"int":12}},"time":5,"diff":-1}]}\n'
+    '{"array":[{"data":{"id":5,"price":{"int":10}},"time":6,"diff":-1}]}\n'
+    '{"com.materialize.cdc.progress":{"lower":[0],"upper":[3],"counts":[]}}\n'
+    '{"com.materialize.cdc.progress":{"lower":[3],"upper":[10],"counts":'
+    '[{"time":4,"count":1},{"time":5,"count":2},{"time":6,"count":1}]}}\n'
+)
+
+
+@pytest.fixture
+def codec():
+    return CdcCodec(PRODUCTS)
+
+
+@pytest.fixture
+def schema_file(tmp_path):
+    path = tmp_path / "products.avsc"
+    path.write_text(json.dumps(union_schema(PRODUCTS), indent=2))
+    return str(path)
+
+
+def produce(bootstrap, topic, messages):
+    """messages: (value_bytes, partition or None) pairs, written in this order."""
+    with CdcProducer(bootstrap, topic) as producer:
+        for value, partition in messages:
+            producer.produce(value, partition=partition)
+
+
+def encode(codec, message):
+    if isinstance(message, Progress):
+        return codec.encode_progress(message)
+    (value,) = codec.encode_updates(message)
+    return value
+
+
+def write_messages(bootstrap, topic, codec, messages, partition=0):
+    produce(bootstrap, topic, [(encode(codec, m), partition) for m in messages])
+
+
+def cli(*args):
+    result = CliRunner().invoke(main, list(args), prog_name="cdc-emitter")
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def verify_json(bootstrap, topic, schema_file, *extra):
+    result = cli("verify", "--bootstrap-servers", bootstrap, "--topic", topic,
+                 "--schema", schema_file, "--json", *extra)
+    lines = result.stdout.splitlines()
+    assert len(lines) == 1, result.stdout + result.stderr
+    return result.exit_code, json.loads(lines[0]), result
+
+
+# --- the reference example ------------------------------------------------------------------------
+
+
+def test_reference_example_verifies(kafka_bootstrap, topic_factory, codec, schema_file, tmp_path):
+    topic = topic_factory()
+    write_messages(kafka_bootstrap, topic, codec, REFERENCE_UPDATES + REFERENCE_PROGRESS)
+    out = tmp_path / "out.jsonl"
+    hist = tmp_path / "hist.jsonl"
+    code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file, "--until-frontier", "10",
+                                   "--timeout", "30", "--output", str(out), "--history", str(hist))
+    assert code == 0
+    assert summary == {"frontier": [10], "messages": 6, "updates": 4, "duplicates": 0,
+                       "violations": []}
+    assert out.read_text() == ""
+    assert hist.read_text() == (
+        '{"data":{"id":5,"price":12},"time":4,"diff":1}\n'
+        '{"data":{"id":5,"price":10},"time":5,"diff":1}\n'
+        '{"data":{"id":5,"price":12},"time":5,"diff":-1}\n'
+        '{"data":{"id":5,"price":10},"time":6,"diff":-1}\n'
+    )
+
+
+def test_reference_example_human_summary(kafka_bootstrap, topic_factory, codec, schema_file):
+    topic = topic_factory()
+    write_messages(kafka_bootstrap, topic, codec, REFERENCE_UPDATES + REFERENCE_PROGRESS)
+    result = cli("verify", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+                 "--schema", schema_file)
+    assert result.exit_code == 0
+    assert result.stdout == (
+        f"topic {topic}: frontier [10], end of topic read\n"
+        "6 messages, 4 updates, 0 duplicates dropped\n"
+        "verified: no violations\n"
+    )
+    assert result.stderr == ""
+
+
+def test_tail_reference_example_is_the_documented_notation(
+    kafka_bootstrap, topic_factory, codec, schema_file
+):
+    topic = topic_factory()
+    write_messages(kafka_bootstrap, topic, codec, REFERENCE_UPDATES + REFERENCE_PROGRESS)
+    result = cli("tail", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+                 "--schema", schema_file)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == REFERENCE_TAIL
+    assert result.stderr == ""
+    limited = cli("tail", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+                  "--schema", schema_file, "--max-messages", "2")
+    assert limited.exit_code == 0
+    assert limited.stdout == "".join(REFERENCE_TAIL.splitlines(keepends=True)[:2])
+
+
+def test_tail_raw_framing(kafka_bootstrap, topic_factory, schema_file):
+    raw = CdcCodec(PRODUCTS, framing="raw")
+    topic = topic_factory()
+    write_messages(kafka_bootstrap, topic, raw, REFERENCE_UPDATES + REFERENCE_PROGRESS)
+    result = cli("tail", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+                 "--schema", schema_file, "--framing", "raw")
+    assert (result.exit_code, result.stdout) == (0, REFERENCE_TAIL)
+    code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file, "--framing", "raw")
+    assert (code, summary["frontier"], summary["violations"]) == (0, [10], [])
+
+
+# --- duplicates and reordering across partitions --------------------------------------------------
+
+
+def _products_history():
+    """Inserts, updates and deletes of a small table over times 0..5 (consolidated)."""
+    rng = random.Random(7)
+    raw = []
+    current = {}
+    for time in range(6):
+        for pid in range(1, 21):
+            action = rng.random()
+            if pid not in current and action < 0.5:
+                current[pid] = rng.choice([None, rng.randrange(1, 100)])
+                raw.append(Update((pid, current[pid]), time, 1))
+            elif pid in current and action < 0.3:
+                raw.append(Update((pid, current.pop(pid)), time, -1))
+            elif pid in current and action < 0.6:
+                raw.append(Update((pid, current[pid]), time, -1))
+                current[pid] = rng.randrange(1, 100)
+                raw.append(Update((pid, current[pid]), time, 1))
+    # a row with multiplicity 2
+    raw.append(Update((99, 1), 3, 2))
+    current_multiset = {(pid, price): 1 for pid, price in current.items()}
+    current_multiset[(99, 1)] = 2
+    return consolidate(raw), current_multiset
+
+
+def test_duplicates_and_reordering_across_partitions(
+    kafka_bootstrap, topic_factory, codec, schema_file, tmp_path
+):
+    history, table = _products_history()
+    rng = random.Random(11)
+    messages = []
+    # every update in a random batch, some batches sent twice (re-batched differently)
+    shuffled = list(history)
+    rng.shuffle(shuffled)
+    i = 0
+    while i < len(shuffled):
+        n = rng.randrange(1, 6)
+        messages.append(shuffled[i:i + n])
+        i += n
+    for _ in range(10):  # duplicates re-batched into other messages
+        start = rng.randrange(len(shuffled))
+        messages.append(shuffled[start:start + rng.randrange(1, 4)])
+    progress = [progress_for([u for u in history if lo <= u.time < hi], lo, hi)
+                for lo, hi in ((0, 2), (2, 3), (3, 6))]
+    messages += progress + progress[1:2]  # a duplicated progress statement
+    rng.shuffle(messages)
+    topic = topic_factory(3)
+    produce(kafka_bootstrap, topic, [(encode(codec, m), rng.randrange(3)) for m in messages])
+
+    sent = sum(len(m) for m in messages if not isinstance(m, Progress))
+    out, hist = tmp_path / "out.jsonl", tmp_path / "hist.jsonl"
+    code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file, "--until-frontier", "6",
+                                   "--timeout", "30", "--output", str(out), "--history", str(hist))
+    assert code == 0, summary
+    assert summary == {"frontier": [6], "messages": len(messages), "updates": sent,
+                       "duplicates": sent - len(history), "violations": []}
+
+    def key(data):
+        return codec.sort_key(data)
+
+    expected_out = "".join(
+        json.dumps({"data": {"id": d[0], "price": d[1]}, "count": c}, separators=(",", ":")) + "\n"
+        for d, c in sorted(table.items(), key=lambda kv: key(kv[0]))
+    )
+    assert out.read_text() == expected_out
+    expected_hist = "".join(
+        json.dumps({"data": {"id": u.data[0], "price": u.data[1]}, "time": u.time, "diff": u.diff},
+                   separators=(",", ":")) + "\n"
+        for u in sorted(history, key=lambda u: (u.time, key(u.data)))
+    )
+    assert hist.read_text() == expected_hist
+
+    # the library call agrees
+    result = verify_topic(kafka_bootstrap, topic, codec, until_frontier=6, timeout=30,
+                          keep_history=True)
+    assert result.reached and result.frontier == (6,) and not result.violations
+    assert result.collection == table
+    assert sorted(result.history, key=lambda u: (u.time, key(u.data))) == result.history
+    assert result.history == sorted(history, key=lambda u: (u.time, key(u.data)))
+
+
+# --- violations -----------------------------------------------------------------------------------
+
+VIOLATION_CASES = {
+    "conflicting_diff": (
+        [[Update((1, 1), 1, 1)], [Update((1, 1), 1, 2)], Progress((0,), (2,), ((1, 1),))],
+        [2], [("conflicting_diff", 1, 0, 1)],
+    ),
+    "over_count": (
+        [[Update((1, 1), 1, 1), Update((2, 1), 1, 1)], Progress((0,), (2,), ((1, 1),))],
+        [2], [("over_count", 1, 0, 1)],
+    ),
+    "count_mismatch": (
+        [Progress((0,), (5,), ((1, 1),)), Progress((0,), (5,), ((1, 2),)), [Update((1, 1), 1, 1)]],
+        [5], [("count_mismatch", 1, 0, 1)],
+    ),
+    "count_outside_interval": (
+        [Progress((0,), (5,), ((7, 1),))],
+        [5], [("count_outside_interval", 7, 0, 0)],
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(VIOLATION_CASES))
+def test_violations_exit_1(kafka_bootstrap, topic_factory, codec, schema_file, kind):
+    messages, frontier, expected = VIOLATION_CASES[kind]
+    topic = topic_factory()
+    write_messages(kafka_bootstrap, topic, codec, messages)
+    code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file)
+    assert code == 1
+    assert summary["frontier"] == frontier
+    got = [(v["kind"], v["time"], v.get("partition"), v.get("offset")) for v in summary["violations"]]
+    assert got == expected
+    assert all(isinstance(v["detail"], str) and v["detail"] for v in summary["violations"])
+
+
+def test_corrupt_message_is_reported_with_partition_and_offset(
+    kafka_bootstrap, topic_factory, codec, schema_file
+):
+    topic = topic_factory(3)
+    produce(kafka_bootstrap, topic, [
+        (encode(codec, REFERENCE_UPDATES[0]), 0),
+        (encode(codec, REFERENCE_UPDATES[1]), 2),
+        (b"\x00\x00\x00\x00\x00\x05garbage", 2),  # partition 2, offset 1
+        (encode(codec, REFERENCE_UPDATES[2]), 1),
+        (encode(codec, REFERENCE_UPDATES[3]), 1),
+        (encode(codec, REFERENCE_PROGRESS[0]), 0),
+        (encode(codec, REFERENCE_PROGRESS[1]), 2),
+    ])
+    code, summary, result = verify_json(kafka_bootstrap, topic, schema_file,
+                                        "--until-frontier", "10", "--timeout", "30")
+    assert code == 1
+    assert summary["frontier"] == [10]
+    assert summary["messages"] == 7 and summary["updates"] == 4
+    (violation,) = summary["violations"]
+    assert (violation["kind"], violation["time"], violation["partition"], violation["offset"]) == (
+        "undecodable", None, 2, 1)
+
+    human = cli("verify", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+                "--schema", schema_file)
+    assert human.exit_code == 1
+    lines = human.stdout.splitlines()
+    assert lines[0] == f"topic {topic}: frontier [10], end of topic read"
+    assert lines[2] == "1 violations:"
+    assert lines[3].startswith("  undecodable (partition 2, offset 1): partition 2 offset 1: ")
+    assert lines[-1] == "FAILED: protocol violations"
+
+    tailed = cli("tail", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+                 "--schema", schema_file)
+    assert tailed.exit_code == 1
+    assert len(tailed.stdout.splitlines()) == 6
+    assert tailed.stderr.startswith("undecodable message at partition 2 offset 1: ")
+
+
+def test_violation_takes_precedence_over_not_reached(
+    kafka_bootstrap, topic_factory, codec, schema_file
+):
+    topic = topic_factory()
+    write_messages(kafka_bootstrap, topic, codec, VIOLATION_CASES["conflicting_diff"][0])
+    code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file,
+                                   "--until-frontier", "100", "--timeout", "2")
+    assert code == 1
+    assert summary["frontier"] == [2]
+    assert [v["kind"] for v in summary["violations"]] == ["conflicting_diff"]
+
+
+# --- targets and timeouts -------------------------------------------------------------------------
+
+
+def test_frontier_not_reached_in_time_exits_3(kafka_bootstrap, topic_factory, codec, schema_file):
+    topic = topic_factory()
+    write_messages(kafka_bootstrap, topic, codec, REFERENCE_UPDATES + REFERENCE_PROGRESS[:1])
+    code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file,
+                                   "--until-frontier", "10", "--timeout", "2")
+    assert code == 3
+    assert summary == {"frontier": [3], "messages": 5, "updates": 4, "duplicates": 0,
+                       "violations": []}
+    human = cli("verify", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+                "--schema", schema_file, "--until-closed", "--timeout", "1.5")
+    assert human.exit_code == 3
+    assert human.stdout == (
+        f"topic {topic}: frontier [3], target [] (closed) NOT reached within 1.5s\n"
+        "5 messages, 4 updates, 0 duplicates dropped\n"
+        "NOT VERIFIED: the target was not reached in time\n"
+    )
+
+
+def test_until_closed_follows_new_messages(kafka_bootstrap, topic_factory, codec, schema_file):
+    import threading
+    import time
+
+    topic = topic_factory()
+    write_messages(kafka_bootstrap, topic, codec, REFERENCE_UPDATES + REFERENCE_PROGRESS)
+
+    def later():
+        time.sleep(1.5)
+        write_messages(kafka_bootstrap, topic, codec, [Progress((10,), (), ())])
+
+    writer = threading.Thread(target=later)
+    writer.start()
+    try:
+        code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file, "--until-closed",
+                                       "--timeout", "30")
+    finally:
+        writer.join()
+    assert code == 0
+    assert summary["frontier"] == [] and summary["messages"] == 7
+
+
+def test_empty_topic(kafka_bootstrap, topic_factory, codec, schema_file):
+    topic = topic_factory(2)
+    code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file)
+    assert code == 0
+    assert summary == {"frontier": [0], "messages": 0, "updates": 0, "duplicates": 0,
+                       "violations": []}
+    code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file,
+                                   "--until-frontier", "0")
+    assert code == 0
+    code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file,
+                                   "--until-frontier", "1", "--timeout", "1")
+    assert code == 3
