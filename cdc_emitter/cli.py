@@ -367,14 +367,22 @@ def create_source_sql(name: str, bootstrap_servers: str, topic: str, union: list
 
 
 def _spark(app: str) -> Any:
+    import os
+
+    # executors run Python (the sink encodes there): the interpreter this CLI runs in
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    return (
+    spark = (
         SparkSession.builder.appName(app)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "true" if sys.stderr.isatty() else "false")
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
     )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
 
 
 def _spark_to_avro(struct: Any) -> dict:
@@ -507,11 +515,8 @@ def export(source, bootstrap_servers, kafka_settings, topic, fmt, read_options, 
       cdc-emitter export data/products_v2.parquet --previous data/products_v1.parquet \\
           --topic products --time 2 --close --json
     """
-    import time as _time
-
     servers = _servers(bootstrap_servers)
     status = _Progress()
-    began = _time.monotonic()
     status.show(f"starting Spark to read {source}")
     try:
         spark = _spark("cdc-emitter export")
@@ -540,44 +545,34 @@ def export(source, bootstrap_servers, kafka_settings, topic, fmt, read_options, 
         written = sink.write(df, time=at_time, close=close)
     finally:
         status.done()
-    summary = _export_summary(source, previous, topic, at_time, close, written,
-                              _time.monotonic() - began)
+    summary = export_summary(source, previous, topic, at_time, written)
     if as_json:
         click.echo(_dumps(summary))
     else:
-        parts = [f"exported {source}"]
-        if previous is not None:
-            parts.append(f"(difference from {previous})")
-        parts.append(f"to topic {topic}")
-        if summary.get("time") is not None:
-            parts.append(f"at time {summary['time']}")
-        if summary.get("updates") is not None:
-            parts.append(f": {summary['updates']} updates")
-        if summary.get("frontier") is not None:
-            parts.append(f", frontier {_frontier_text(tuple(summary['frontier']))}")
-        click.echo(" ".join(parts).replace(" :", ":").replace(" ,", ","))
+        what = f"{source} (difference from {previous})" if previous is not None else source
+        click.echo(
+            f"exported {what} to topic {topic} at time {summary['time']}: "
+            f"{summary['updates']} updates in {summary['messages']} messages, "
+            f"frontier {_frontier_text(tuple(summary['frontier']))}"
+        )
     sys.exit(EXIT_OK)
 
 
-def _export_summary(source, previous, topic, at_time, close, written, seconds) -> dict:
-    """A JSON-able summary from whatever CdcSink.write returned (a mapping, object or None)."""
-    summary: dict[str, Any] = {"source": source, "previous": previous, "topic": topic,
-                               "time": at_time, "closed": bool(close)}
-    info: dict[str, Any] = {}
-    if isinstance(written, dict):
-        info = dict(written)
-    elif written is not None and hasattr(written, "_asdict"):
-        info = dict(written._asdict())
-    elif written is not None and hasattr(written, "__dict__"):
-        info = {k: v for k, v in vars(written).items() if not k.startswith("_")}
-    for key in ("time", "updates", "messages", "lower", "upper", "frontier"):
-        if key in info and info[key] is not None:
-            value = info[key]
-            summary[key] = list(value) if isinstance(value, tuple) else value
-    if "frontier" not in summary and "upper" in summary:
-        summary["frontier"] = summary["upper"]
-    summary["seconds"] = round(seconds, 3)
-    return summary
+def export_summary(source: str, previous: str | None, topic: str, at_time: int | None,
+                   written: Any) -> dict:
+    """The JSON summary of ``export`` from the sink's BatchResult."""
+    lower, upper = written.lower, written.upper
+    return {
+        "source": source,
+        "previous": previous,
+        "topic": topic,
+        "time": lower if at_time is None else at_time,
+        "lower": [lower],
+        "upper": [] if upper is None else [upper],
+        "frontier": [] if upper is None else [upper],
+        "updates": written.updates,
+        "messages": written.messages,
+    }
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -379,3 +379,112 @@ def test_empty_topic(kafka_bootstrap, topic_factory, codec, schema_file):
     code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file,
                                    "--until-frontier", "1", "--timeout", "1")
     assert code == 3
+
+
+# --- export (Spark) -------------------------------------------------------------------------------
+
+
+def _write_parquet(path, rows):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({
+        "id": pa.array([r[0] for r in rows], pa.int64()),
+        "name": pa.array([r[1] for r in rows], pa.string()),
+        "price": pa.array([r[2] for r in rows], pa.int32()),
+    })
+    pq.write_table(table, str(path))
+    return str(path)
+
+
+def _lines(path):
+    return [json.loads(line) for line in open(path, encoding="utf-8")]
+
+
+V1 = [(1, "apple", 10), (2, "pear", None), (3, "plum", 7), (3, "plum", 7), (4, "fig", 3)]
+V2 = [(1, "apple", 12), (2, "pear", None), (3, "plum", 7), (5, "kiwi", 4), (5, "kiwi", 4)]
+
+
+@pytest.mark.spark
+def test_export_parquet_then_verify(kafka_bootstrap, topic_factory, spark, tmp_path):
+    source = _write_parquet(tmp_path / "v1.parquet", V1)
+    topic = f"{topic_factory()}-export"  # a fresh name: export creates it
+    exported = cli("export", source, "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+                   "--time", "1", "--create-topic", "--json")
+    assert exported.exit_code == 0, exported.stderr
+    summary = json.loads(exported.stdout)
+    assert summary == {"source": source, "previous": None, "topic": topic, "time": 1,
+                       "lower": [0], "upper": [2], "frontier": [2], "updates": 4,
+                       "messages": summary["messages"]}
+    assert summary["messages"] >= 1
+
+    schema = cli("schema", "--from", source)
+    assert schema.exit_code == 0, schema.stderr
+    schema_file = tmp_path / "v1.avsc"
+    schema_file.write_text(schema.stdout)
+
+    out = tmp_path / "out.jsonl"
+    code, result, _ = verify_json(kafka_bootstrap, topic, str(schema_file), "--until-frontier", "2",
+                                  "--timeout", "30", "--output", str(out))
+    assert code == 0
+    assert result["frontier"] == [2] and result["violations"] == []
+    assert _lines(out) == [
+        {"data": {"id": 1, "name": "apple", "price": 10}, "count": 1},
+        {"data": {"id": 2, "name": "pear", "price": None}, "count": 1},
+        {"data": {"id": 3, "name": "plum", "price": 7}, "count": 2},
+        {"data": {"id": 4, "name": "fig", "price": 3}, "count": 1},
+    ]
+
+
+@pytest.mark.spark
+def test_export_previous_writes_the_difference_and_close(
+    kafka_bootstrap, topic_factory, spark, tmp_path
+):
+    v1 = _write_parquet(tmp_path / "v1.parquet", V1)
+    v2 = _write_parquet(tmp_path / "v2.parquet", V2)
+    topic = topic_factory()
+    base = ["--bootstrap-servers", kafka_bootstrap, "--topic", topic]
+    first = cli("export", v1, *base, "--time", "1")
+    assert first.exit_code == 0, first.stderr
+    assert first.stdout == (f"exported {v1} to topic {topic} at time 1: 4 updates in "
+                            f"{first.stdout.split(' in ')[1].split()[0]} messages, frontier [2]\n")
+    second = cli("export", v2, "--previous", v1, *base, "--time", "3", "--close", "--json")
+    assert second.exit_code == 0, second.stderr
+    summary = json.loads(second.stdout)
+    assert (summary["lower"], summary["upper"], summary["frontier"], summary["updates"]) == (
+        [2], [], [], 5)
+
+    schema = cli("schema", "--from", v1)
+    schema_file = tmp_path / "s.avsc"
+    schema_file.write_text(schema.stdout)
+    hist, out = tmp_path / "hist.jsonl", tmp_path / "out.jsonl"
+    code, result, _ = verify_json(kafka_bootstrap, topic, str(schema_file), "--until-closed",
+                                  "--timeout", "30", "--history", str(hist), "--output", str(out))
+    assert code == 0
+    assert result["frontier"] == [] and result["violations"] == []
+    history = _lines(hist)
+    at3 = [h for h in history if h["time"] == 3]
+    assert at3 == [
+        {"data": {"id": 1, "name": "apple", "price": 10}, "time": 3, "diff": -1},
+        {"data": {"id": 1, "name": "apple", "price": 12}, "time": 3, "diff": 1},
+        {"data": {"id": 3, "name": "plum", "price": 7}, "time": 3, "diff": -1},
+        {"data": {"id": 4, "name": "fig", "price": 3}, "time": 3, "diff": -1},
+        {"data": {"id": 5, "name": "kiwi", "price": 4}, "time": 3, "diff": 2},
+    ]
+    assert [h["time"] for h in history] == [1] * 4 + [3] * 5
+    assert _lines(out) == [
+        {"data": {"id": 1, "name": "apple", "price": 12}, "count": 1},
+        {"data": {"id": 2, "name": "pear", "price": None}, "count": 1},
+        {"data": {"id": 3, "name": "plum", "price": 7}, "count": 1},
+        {"data": {"id": 5, "name": "kiwi", "price": 4}, "count": 2},
+    ]
+
+
+@pytest.mark.spark
+def test_export_missing_source_is_an_error(kafka_bootstrap, topic_factory, spark, tmp_path):
+    topic = topic_factory()
+    result = cli("export", str(tmp_path / "nope.parquet"), "--bootstrap-servers", kafka_bootstrap,
+                 "--topic", topic)
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith(f"error: cannot read parquet source '{tmp_path / 'nope.parquet'}': ")
