@@ -1,0 +1,332 @@
+"""CdcSink against a real Kafka broker and a local Spark session.
+
+Every test reads the topic back with the project's codec and reader and checks the exact
+reconstructed history, the frontier and that there are no violations.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import os
+import time
+import uuid
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from cdc_emitter import CdcSink
+from cdc_emitter.codec import CdcCodec
+from cdc_emitter.errors import BadInputError, BrokerError, LateUpdateError, SchemaError
+from cdc_emitter.spark_schema import data_schema
+
+from helpers import as_history, count_messages, read_history
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+KV = "k long, v string, diff long"
+KV_ARROW = pa.schema([("k", pa.int64()), ("v", pa.string()), ("diff", pa.int64())])
+
+
+def codec_for(df, *, drop=("diff",), **kw) -> CdcCodec:
+    from pyspark.sql import types as T
+
+    fields = [f for f in df.schema.fields if f.name not in drop]
+    return CdcCodec(data_schema(T.StructType(fields)), **kw)
+
+
+def kv_codec(spark) -> CdcCodec:
+    return codec_for(spark.createDataFrame([], KV))
+
+
+def check(bootstrap, topic, codec, expected, frontier):
+    history, got_frontier, violations, reader = read_history(bootstrap, topic, codec)
+    assert violations == []
+    assert history == as_history(expected)
+    assert got_frontier == frontier
+    return reader
+
+
+class FileStream:
+    """A directory of parquet files, one per micro-batch (maxFilesPerTrigger=1)."""
+
+    def __init__(self, root, schema=KV_ARROW):
+        self.dir = root / "in"
+        self.dir.mkdir()
+        self.checkpoint = str(root / "checkpoint")
+        self.schema = schema
+        self.n = 0
+
+    def add(self, rows):
+        cols = list(zip(*rows)) if rows else [[] for _ in self.schema]
+        table = pa.Table.from_arrays([pa.array(list(c), t.type) for c, t in zip(cols, self.schema)],
+                                     schema=self.schema)
+        path = self.dir / f"batch-{self.n:04d}.parquet"
+        pq.write_table(table, path)
+        stamp = 1_700_000_000 + self.n  # file source orders by modification time
+        os.utime(path, (stamp, stamp))
+        self.n += 1
+
+    def start(self, spark, fn, *, trigger=None, ddl=KV):
+        reader = spark.readStream.schema(ddl).option("maxFilesPerTrigger", 1).parquet(str(self.dir))
+        writer = reader.writeStream.foreachBatch(fn).option("checkpointLocation", self.checkpoint)
+        writer = writer.trigger(**(trigger or {"availableNow": True}))
+        return writer.start()
+
+    def run(self, spark, fn, **kw):
+        query = self.start(spark, fn, **kw)
+        query.awaitTermination(120)
+        return query
+
+
+BATCHES = [
+    # duplicates (summed) and a row that cancels inside the batch
+    [(1, "a", 1), (1, "a", 1), (2, "b", 1), (3, "c", 1), (3, "c", -1)],
+    [(1, "a", -2), (4, "d", 1), (4, "d", 1), (4, "d", -1), (5, None, 3)],
+    [(2, "b", -1), (6, "e", 1), (6, "e", -1)],
+]
+
+
+def expected_kv(batches, times):
+    return [((k, v), t, d) for rows, t in zip(batches, times) for (k, v, d) in rows]
+
+
+def test_streaming_query_exact_history_multi_partition(spark, kafka_bootstrap, topic_factory, tmp_path):
+    topic = topic_factory(3)
+    stream = FileStream(tmp_path)
+    for rows in BATCHES:
+        stream.add(rows)
+    sink = CdcSink(kafka_bootstrap, topic, checkpoint_location=stream.checkpoint, time_offset=10,
+                   max_message_bytes=64)  # tiny messages: many of them, over all 3 partitions
+    stream.run(spark, sink)
+    reader = check(kafka_bootstrap, topic, kv_codec(spark), expected_kv(BATCHES, [10, 11, 12]), (13,))
+    assert reader.duplicates == 0
+    assert sink.last_result.counts == {12: 1}
+    partitions = {r.partition for r in __import__("cdc_emitter").kafka_io.read_topic(kafka_bootstrap, topic)}
+    assert len(partitions) > 1
+
+
+def test_task_retry_after_partial_produce_only_duplicates(spark, kafka_bootstrap, topic_factory):
+    topic = topic_factory(2)
+    rows = [(i % 300, f"v{i % 300}", 1) for i in range(900)] + [(7, "v7", -3)]
+    df = spark.createDataFrame(rows, KV)
+    sink = CdcSink(kafka_bootstrap, topic, max_message_bytes=120)
+    sink._test_fail_after_messages = 3  # attempt 0 of partition 0 dies after 3 acknowledged messages
+    result = sink.write(df, time=4)
+    assert result.updates == 299
+    expected = [((k, v), 4, d) for k, v, d in rows]
+    reader = check(kafka_bootstrap, topic, kv_codec(spark), expected, (5,))
+    assert reader.duplicates >= 3  # the failed attempt's messages, written again by the retry
+
+
+@pytest.mark.parametrize("with_log", [True, False], ids=["sink-log", "progress-headers"])
+def test_crash_after_write_before_commit_restart(spark, kafka_bootstrap, topic_factory, tmp_path, with_log):
+    topic = topic_factory(1)
+    stream = FileStream(tmp_path)
+    for rows in BATCHES[:2]:
+        stream.add(rows)
+    sink = CdcSink(kafka_bootstrap, topic, checkpoint_location=stream.checkpoint if with_log else None)
+    crashed = []
+    results = []
+
+    def crash_once(df, batch_id):
+        results.append(sink(df, batch_id))
+        if batch_id == 1 and not crashed:
+            crashed.append(batch_id)
+            raise RuntimeError("simulated driver crash after the write, before the commit")
+
+    with pytest.raises(Exception, match="simulated driver crash"):
+        stream.run(spark, crash_once)
+    stream.add(BATCHES[2])
+    sink2 = CdcSink(kafka_bootstrap, topic, checkpoint_location=stream.checkpoint if with_log else None)
+    sink = sink2  # a new sink object, as after a driver restart
+    stream.run(spark, crash_once)
+    assert [(r.batch_id, r.lower, r.upper, r.reused) for r in results] == [
+        (0, 0, 1, False), (1, 1, 2, False), (1, 1, 2, True), (2, 2, 3, False)]
+    reader = check(kafka_bootstrap, topic, kv_codec(spark), expected_kv(BATCHES, [0, 1, 2]), (3,))
+    assert reader.duplicates > 0  # batch 1 was written twice, identically
+
+
+TKV = "k long, v string, t long, diff long"
+TKV_ARROW = pa.schema([("k", pa.int64()), ("v", pa.string()), ("t", pa.int64()), ("diff", pa.int64())])
+
+
+def test_column_mode_restart_reemits_recorded_interval(spark, kafka_bootstrap, topic_factory, tmp_path):
+    topic = topic_factory(1)
+    stream = FileStream(tmp_path, TKV_ARROW)
+    b0 = [(1, "a", 0, 1), (2, "b", 3, 1), (2, "b", 3, 1), (3, "c", 2, 1), (3, "c", 2, -1)]
+    b1 = [(1, "a", 7, -1), (4, "d", 5, 1)]
+    b2 = [(5, "e", 9, 1)]
+    stream.add(b0)
+    stream.add(b1)
+    sink = CdcSink(kafka_bootstrap, topic, checkpoint_location=stream.checkpoint, time_column="t")
+    crashed, results = [], []
+
+    def crash_once(df, batch_id):
+        results.append(sink(df, batch_id))
+        if batch_id == 1 and not crashed:
+            crashed.append(1)
+            raise RuntimeError("simulated crash before commit")
+
+    with pytest.raises(Exception, match="simulated crash"):
+        stream.run(spark, crash_once, ddl=TKV)
+    stream.add(b2)
+    sink = CdcSink(kafka_bootstrap, topic, checkpoint_location=stream.checkpoint, time_column="t")
+    stream.run(spark, crash_once, ddl=TKV)
+    assert [(r.batch_id, r.lower, r.upper, r.reused) for r in results] == [
+        (0, 0, 4, False), (1, 4, 8, False), (1, 4, 8, True), (2, 8, 10, False)]
+    expected = [((k, v), t, d) for k, v, t, d in b0 + b1 + b2]
+    check(kafka_bootstrap, topic, codec_for(spark.createDataFrame([], TKV), drop=("diff", "t")),
+          expected, (10,))
+
+
+def test_late_updates_error_and_advance(spark, kafka_bootstrap, topic_factory):
+    topic = topic_factory(1)
+    codec = codec_for(spark.createDataFrame([], TKV), drop=("diff", "t"))
+    first = [(1, "a", 0, 1), (2, "b", 3, 1)]
+    CdcSink(kafka_bootstrap, topic, time_column="t").write(spark.createDataFrame(first, TKV))
+    before = count_messages(kafka_bootstrap, topic)
+
+    late = [(3, "c", 2, 1), (4, "d", 6, 1), (5, "e", 4, 1)]
+    with pytest.raises(LateUpdateError, match=r"time 2 .*frontier 4"):
+        CdcSink(kafka_bootstrap, topic, time_column="t").write(spark.createDataFrame(late, TKV))
+    assert count_messages(kafka_bootstrap, topic) == before  # nothing written
+
+    # advance: (3, c) moves from 2 to 4 and cancels with a -1 at 4; (5, e) stays at 4
+    late_adv = late + [(3, "c", 4, -1)]
+    result = CdcSink(kafka_bootstrap, topic, time_column="t", late="advance").write(
+        spark.createDataFrame(late_adv, TKV))
+    assert (result.lower, result.upper, result.counts) == (4, 7, {4: 1, 6: 1})
+    expected = [((1, "a"), 0, 1), ((2, "b"), 3, 1), ((4, "d"), 6, 1), ((5, "e"), 4, 1)]
+    check(kafka_bootstrap, topic, codec, expected, (7,))
+
+    # a new default-mode sink (another writer) starts at the topic's frontier, not at batch 0
+    other = CdcSink(kafka_bootstrap, topic)
+    r = other(spark.createDataFrame([(9, "z", 99, 1)], TKV).drop("t"), 0)
+    assert (r.lower, r.upper) == (7, 8)
+    # closing the history, after which nothing more can be written
+    CdcSink(kafka_bootstrap, topic).write(spark.createDataFrame([(8, "y", 1)], KV), close=True)
+    with pytest.raises(LateUpdateError, match="closed"):
+        CdcSink(kafka_bootstrap, topic).write(spark.createDataFrame([(8, "y", 1)], KV))
+    check(kafka_bootstrap, topic, codec, expected + [((9, "z"), 7, 1), ((8, "y"), 8, 1)], ())
+
+
+def test_broker_restart_during_streaming_query(spark, kafka_local, tmp_path):
+    from cdc_emitter.kafka_io import ensure_topic
+
+    bootstrap = kafka_local.bootstrap_servers
+    topic = f"sink-broker-restart-{uuid.uuid4().hex[:8]}"
+    ensure_topic(bootstrap, topic, create=True, partitions=2)
+    stream = FileStream(tmp_path)
+    sink = CdcSink(bootstrap, topic, checkpoint_location=stream.checkpoint)
+    done = []
+    stream.add(BATCHES[0])
+    query = stream.start(spark, lambda df, b: done.append(sink(df, b)),
+                         trigger={"processingTime": "500 milliseconds"})
+    try:
+        deadline = time.monotonic() + 60
+        while not done and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert done, "first batch not written"
+        kafka_local.stop_broker()
+        try:
+            stream.add(BATCHES[1])  # processed while the broker is down: the sink waits
+            time.sleep(3)
+        finally:
+            kafka_local.start_broker()
+        stream.add(BATCHES[2])
+        while len(done) < 3 and time.monotonic() < deadline + 60:
+            assert query.exception() is None, query.exception()
+            time.sleep(0.3)
+        assert len(done) == 3
+    finally:
+        query.stop()
+    check(bootstrap, topic, kv_codec(spark), expected_kv(BATCHES, [0, 1, 2]), (3,))
+
+
+def test_spark_types_round_trip(spark, kafka_bootstrap, topic_factory):
+    from pyspark.sql import types as T
+
+    topic = topic_factory(3)
+    schema = T.StructType([
+        T.StructField("id", T.LongType(), False),
+        T.StructField("i", T.IntegerType()),
+        T.StructField("sh", T.ShortType()),
+        T.StructField("by", T.ByteType()),
+        T.StructField("d", T.DoubleType()),
+        T.StructField("f", T.FloatType()),
+        T.StructField("b", T.BooleanType()),
+        T.StructField("s", T.StringType()),
+        T.StructField("bin", T.BinaryType()),
+        T.StructField("dec", T.DecimalType(20, 4)),
+        T.StructField("dt", T.DateType()),
+        T.StructField("ts", T.TimestampType()),
+        T.StructField("ntz", T.TimestampNTZType()),
+        T.StructField("arr", T.ArrayType(T.LongType(), True)),
+        T.StructField("m", T.MapType(T.StringType(), T.StringType(), True)),
+        T.StructField("st", T.StructType([
+            T.StructField("x", T.LongType()),
+            T.StructField("tags", T.ArrayType(T.StringType(), False)),
+            T.StructField("inner", T.StructType([T.StructField("y", T.DoubleType())])),
+        ])),
+        T.StructField("diff", T.LongType(), False),
+    ])
+    utc = datetime.timezone.utc
+    full = (1, 2, 3, 4, 1.5, 0.25, True, "ünïcode", b"\x00\xff",
+            decimal.Decimal("12345.6789"), datetime.date(2024, 2, 29),
+            datetime.datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=utc),
+            datetime.datetime(2024, 1, 2, 3, 4, 5, 6),
+            [1, None, 3], {"a": "x", "b": None}, (7, ["p", "q"], (2.5,)))
+    empty = (2,) + (None,) * 15
+    map_order = full[:14] + ({"b": None, "a": "x"},) + full[15:]  # same map, other order
+    rows = [full + (1,), empty + (1,), map_order + (1,), (3,) + full[1:] + (-1,)]
+    df = spark.createDataFrame(rows, schema)
+    result = CdcSink(kafka_bootstrap, topic).write(df, time=2)
+    assert result.counts == {2: 3}
+    decoded = (1, 2, 3, 4, 1.5, 0.25, True, "ünïcode", b"\x00\xff",
+               decimal.Decimal("12345.6789"), datetime.date(2024, 2, 29),
+               datetime.datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=utc),
+               datetime.datetime(2024, 1, 2, 3, 4, 5, 6),
+               (1, None, 3), (("a", "x"), ("b", None)), (7, ("p", "q"), (2.5,)))
+    expected = [(decoded, 2, 2), (empty, 2, 1), ((3,) + decoded[1:], 2, -1)]
+    check(kafka_bootstrap, topic, codec_for(df), expected, (3,))
+
+
+BAD = {
+    "null-time": ("k long, t long", [(1, 0), (2, None)], {"time_column": "t"},
+                  BadInputError, r"null time in column 't'"),
+    "negative-time": ("k long, t long", [(1, 0), (2, -5)], {"time_column": "t"},
+                      BadInputError, r"negative time -5 in column 't'"),
+    "diff-overflow": ("k long, diff long", [(1, 2**62), (1, 2**62), (2, 1)], {},
+                      BadInputError, r'row \{"k":1\}.*overflows'),
+    "unsupported-type": ("k long, span interval day to second", None, {},
+                         SchemaError, r"column 'span' has type interval day"),
+    "oversized-row": ("k long, v string", [(1, "x"), (2, "y" * 5000)], {"max_message_bytes": 2000},
+                      BadInputError, r"over the message limit of 2000"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_fails_before_the_first_message(spark, kafka_bootstrap, topic_factory, case):
+    ddl, rows, options, error, pattern = BAD[case]
+    topic = topic_factory(1)
+    if rows is None:
+        df = spark.sql("SELECT 1L AS k, INTERVAL '1' DAY AS span")
+    else:
+        df = spark.createDataFrame(rows, ddl)
+    with pytest.raises(error, match=pattern):
+        CdcSink(kafka_bootstrap, topic, **options).write(df)
+    assert count_messages(kafka_bootstrap, topic) == 0
+
+
+def test_missing_topic_is_a_clear_error_unless_created(spark, kafka_bootstrap):
+    topic = f"sink-missing-{uuid.uuid4().hex[:8]}"
+    df = spark.createDataFrame([(1, "a", 1)], KV)
+    with pytest.raises(BrokerError, match="does not exist"):
+        CdcSink(kafka_bootstrap, topic).write(df)
+    config = {"client.id": "cdc-sink-test"}
+    sink = CdcSink(kafka_bootstrap, topic, create_topic=True, topic_partitions=2, producer_config=config)
+    sink.write(df, time=0, close=True)
+    assert config == {"client.id": "cdc-sink-test"}
+    check(kafka_bootstrap, topic, kv_codec(spark), [((1, "a"), 0, 1)], ())
