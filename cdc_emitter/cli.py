@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import re
 import sys
 from collections.abc import Callable
@@ -164,6 +165,9 @@ def main() -> None:
     repeated -X key=value. Exit codes: 0 ok, 1 violations (verify) or undecodable messages
     (tail), 2 usage/schema/connection error, 3 target frontier not reached in time (verify).
     """
+    # librdkafka's transient complaints (retries, coordinator loading) are not the user's
+    # concern: lasting problems surface as `error: ...` with the servers named.
+    logging.getLogger("cdc_emitter.kafka_io.librdkafka").setLevel(logging.ERROR)
 
 
 # --- verify ---------------------------------------------------------------------------------------
