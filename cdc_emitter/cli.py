@@ -410,6 +410,151 @@ def _read_table(spark: Any, source: str, fmt: str, options: dict) -> Any:
         raise ConfigError(f"cannot read {fmt} source {source!r}: {first}") from exc
 
 
+# A pure parser for the Spark DDL column lists `schema --columns` takes, so that the common case
+# needs no JVM; anything it does not know falls back to Spark's own parser.
+
+_DDL_TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)*`)|([A-Za-z_][A-Za-z0-9_]*)|(\d+)|('(?:[^'\\]|\\.)*')|(.))")
+_SIMPLE_TYPES = {
+    "boolean": "BooleanType", "tinyint": "ByteType", "byte": "ByteType",
+    "smallint": "ShortType", "short": "ShortType", "int": "IntegerType", "integer": "IntegerType",
+    "bigint": "LongType", "long": "LongType", "float": "FloatType", "real": "FloatType",
+    "double": "DoubleType", "string": "StringType", "binary": "BinaryType", "date": "DateType",
+    "timestamp": "TimestampType", "timestamp_ltz": "TimestampType",
+    "timestamp_ntz": "TimestampNTZType",
+}
+
+
+class _DdlUnknown(Exception):
+    """Syntax the pure parser does not handle: let Spark parse it."""
+
+
+def _ddl_tokens(text: str) -> list[str]:
+    out, pos = [], 0
+    text = text.strip()
+    while pos < len(text):
+        m = _DDL_TOKEN.match(text, pos)
+        if m is None or m.end() == pos:
+            raise _DdlUnknown(text[pos:])
+        pos = m.end()
+        out.append(m.group(0).strip())
+    return [t for t in out if t]
+
+
+def parse_ddl_columns(text: str) -> Any:
+    """``"id long not null, price int"`` → a pyspark StructType, without starting Spark.
+
+    Raises _DdlUnknown for syntax it does not know (the caller then asks Spark).
+    """
+    from pyspark.sql import types as T
+
+    toks = _ddl_tokens(text)
+    pos = 0
+
+    def peek(k: int = 0) -> str | None:
+        return toks[pos + k] if pos + k < len(toks) else None
+
+    def take(expected: str | None = None) -> str:
+        nonlocal pos
+        tok = peek()
+        if tok is None or (expected is not None and tok.lower() != expected):
+            raise _DdlUnknown(f"expected {expected or 'more'} at {tok!r}")
+        pos += 1
+        return tok
+
+    def name() -> str:
+        tok = take()
+        if tok.startswith("`"):
+            return tok[1:-1].replace("``", "`")
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", tok):
+            raise _DdlUnknown(tok)
+        return tok
+
+    def dtype() -> Any:
+        word = take().lower()
+        if word in _SIMPLE_TYPES:
+            return getattr(T, _SIMPLE_TYPES[word])()
+        if word in ("varchar", "char"):
+            take("(")
+            length = int(take())
+            take(")")
+            kind = getattr(T, "VarcharType" if word == "varchar" else "CharType", None)
+            return T.StringType() if kind is None else kind(length)
+        if word in ("decimal", "dec", "numeric"):
+            precision, scale = 10, 0
+            if peek() == "(":
+                take("(")
+                precision = int(take())
+                if peek() == ",":
+                    take(",")
+                    scale = int(take())
+                take(")")
+            return T.DecimalType(precision, scale)
+        if word == "array":
+            take("<")
+            element = dtype()
+            take(">")
+            return T.ArrayType(element, True)
+        if word == "map":
+            take("<")
+            key = dtype()
+            take(",")
+            value = dtype()
+            take(">")
+            return T.MapType(key, value, True)
+        if word == "struct":
+            take("<")
+            fields = []
+            while peek() != ">":
+                fname = name()
+                if peek() == ":":
+                    take(":")
+                fields.append(field(fname))
+                if peek() == ",":
+                    take(",")
+            take(">")
+            return T.StructType(fields)
+        raise _DdlUnknown(word)
+
+    def field(fname: str) -> Any:
+        ftype = dtype()
+        nullable = True
+        while peek() is not None and peek().lower() in ("not", "comment"):
+            if take().lower() == "not":
+                take("null")
+                nullable = False
+            else:
+                take()  # the comment string
+        return T.StructField(fname, ftype, nullable)
+
+    fields = []
+    while pos < len(toks):
+        fields.append(field(name()))
+        if peek() is not None:
+            take(",")
+    if not fields:
+        raise _DdlUnknown("no columns")
+    return T.StructType(fields)
+
+
+def _columns_struct(columns: str) -> Any:
+    """The StructType of a DDL column list: the pure parser, else Spark's parser."""
+    try:
+        return parse_ddl_columns(columns)
+    except (_DdlUnknown, ValueError):
+        pass
+    _spark("cdc-emitter schema")
+    from pyspark.sql.types import StructType
+
+    try:
+        struct = StructType.fromDDL(columns)
+    except Exception as exc:  # noqa: BLE001 - Spark's parse errors
+        first = str(exc).strip().splitlines()[0]
+        raise SchemaError(f"cannot parse --columns {columns!r}: {first}") from exc
+    if not isinstance(struct, StructType):
+        raise SchemaError(f"--columns {columns!r} is not a list of columns")
+    return struct
+
+
 FORMATS = ["parquet", "csv", "json", "orc", "delta", "jdbc", "table", "avro", "text"]
 
 
@@ -458,21 +603,11 @@ def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, sou
 
     if data_schema_file is not None:
         data_schema = load_data_schema(data_schema_file)
+    elif columns is not None:
+        data_schema = _spark_to_avro(_columns_struct(columns))
     else:
         spark = _spark("cdc-emitter schema")
-        if columns is not None:
-            from pyspark.sql.types import StructType
-
-            try:
-                struct = StructType.fromDDL(columns)
-            except Exception as exc:  # noqa: BLE001 - Spark's parse errors
-                first = str(exc).strip().splitlines()[0]
-                raise SchemaError(f"cannot parse --columns {columns!r}: {first}") from exc
-            if not isinstance(struct, StructType):
-                raise SchemaError(f"--columns {columns!r} is not a list of columns")
-        else:
-            struct = _read_table(spark, source, fmt, read_options).schema
-        data_schema = _spark_to_avro(struct)
+        data_schema = _spark_to_avro(_read_table(spark, source, fmt, read_options).schema)
     union = union_schema(data_schema)
     if sql:
         click.echo(create_source_sql(source_name or _source_name(topic), servers, topic, union))

@@ -298,3 +298,34 @@ def test_verify_reads_servers_from_environment(kafka_bootstrap, topic_factory, s
     assert result.exit_code == 0
     assert json.loads(result.stdout) == {"frontier": [0], "messages": 0, "updates": 0,
                                          "duplicates": 0, "violations": []}
+
+
+# --- schema --columns (a pure DDL parser; Spark only for syntax it does not know) ---------------
+
+
+def test_schema_columns_gives_the_reference_schema():
+    result = run("schema", "--columns", "id long not null, price int")
+    assert result.exit_code == 0
+    assert result.stdout == json.dumps(union(PRODUCTS), indent=2) + "\n"
+
+
+def test_schema_columns_nested_types():
+    from cdc_emitter.cli import parse_ddl_columns
+
+    struct = parse_ddl_columns(
+        "`a b` STRUCT<x: INT NOT NULL, y: array<map<string, decimal(10,2)>>> COMMENT 'hi', "
+        "d date, ts timestamp, c varchar(3), n decimal"
+    )
+    assert struct.simpleString() == (
+        "struct<a b:struct<x:int,y:array<map<string,decimal(10,2)>>>,d:date,ts:timestamp,"
+        "c:varchar(3),n:decimal(10,0)>"
+    )
+    assert [f.nullable for f in struct.fields] == [True] * 5
+    assert struct.fields[0].dataType.fields[0].nullable is False
+
+
+def test_schema_columns_unsupported_type_names_the_column():
+    result = run("schema", "--columns", "id long, m map<int, string>")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith("error: column 'm' ")

@@ -488,3 +488,25 @@ def test_export_missing_source_is_an_error(kafka_bootstrap, topic_factory, spark
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr.startswith(f"error: cannot read parquet source '{tmp_path / 'nope.parquet'}': ")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("ddl", [
+    "id long not null, price int",
+    "a tinyint, b smallint, c bigint, d float, e double, f boolean, g string, h binary",
+    "d date, ts timestamp, tn timestamp_ntz, n decimal(12, 3), v varchar(5)",
+    "s struct<x: int not null, y: array<map<string, double>>>, `odd name` string",
+])
+def test_pure_ddl_parser_agrees_with_spark(spark, ddl):
+    from pyspark.sql.types import StructType
+
+    from cdc_emitter.cli import parse_ddl_columns
+
+    assert parse_ddl_columns(ddl) == StructType.fromDDL(ddl)
+
+
+@pytest.mark.spark
+def test_schema_columns_falls_back_to_spark(spark):
+    result = cli("schema", "--columns", "id long, d interval day")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: column 'd' has type interval day")
