@@ -230,6 +230,10 @@ def verify(bootstrap_servers, kafka_settings, topic, schema_file, framing, schem
             on_progress=on_progress if status.enabled else None,
             keep_collection=output is not None, keep_history=history_file is not None,
         )
+    except KeyboardInterrupt:
+        status.done()
+        click.echo("interrupted", err=True)
+        sys.exit(130)
     finally:
         status.done()
 
@@ -258,12 +262,12 @@ def verify(bootstrap_servers, kafka_settings, topic, schema_file, framing, schem
 def _human_summary(topic: str, result: Any, timeout: float | None) -> str:
     lines = []
     frontier = _frontier_text(result.frontier)
+    within = "in time" if timeout is None else f"within {timeout:g}s"
     if result.target is None:
-        where = "end of topic read" if result.reached else f"end of topic NOT read within {timeout:g}s"
+        where = "end of topic read" if result.reached else f"end of topic NOT read {within}"
     else:
         target = _frontier_text(result.target)
-        where = (f"target {target} reached" if result.reached
-                 else f"target {target} NOT reached within {timeout:g}s")
+        where = f"target {target} reached" if result.reached else f"target {target} NOT reached {within}"
     lines.append(f"topic {topic}: frontier {frontier}, {where}")
     lines.append(f"{result.messages} messages, {result.updates} updates, "
                  f"{result.duplicates} duplicates dropped")
