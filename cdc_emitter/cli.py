@@ -62,17 +62,23 @@ def kafka_options(func: Callable) -> Callable:
 def codec_options(func: Callable) -> Callable:
     """--schema FILE, --framing, --schema-id."""
     func = click.option(
-        "--schema-id", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
-        help="Schema id in the Confluent header (confluent framing).",
+        "--schema-id", type=click.IntRange(0, 2**31 - 1), default=None,
+        help="Schema id in the Confluent header (confluent framing; default 0, or with "
+        "--schema-registry the id found in the topic).",
     )(func)
     func = click.option(
         "--framing", type=click.Choice(["confluent", "raw"]), default="confluent", show_default=True,
         help="confluent: a 0x00 byte and a 4-byte schema id before the Avro body; raw: none.",
     )(func)
     func = click.option(
-        "--schema", "schema_file", required=True,
-        type=click.Path(exists=True, dir_okay=False, readable=True),
-        help="Avro schema file: the full CDC union schema or just the `data` record schema.",
+        "--schema-registry", metavar="URL",
+        help="Take the writer schema from this Confluent schema registry, by --schema-id "
+        "(default: the id in the header of the topic's first message), instead of --schema.",
+    )(func)
+    func = click.option(
+        "--schema", "schema_file", type=click.Path(exists=True, dir_okay=False, readable=True),
+        help="Avro schema file: the full CDC union schema or just the `data` record schema "
+        "(required unless --schema-registry).",
     )(func)
     return func
 
@@ -120,10 +126,62 @@ def load_data_schema(path: str) -> dict:
         raise SchemaError(f"schema file {path}: not a usable Avro schema: {exc}") from exc
 
 
-def load_codec(path: str, framing: str, schema_id: int) -> Any:
-    from .codec import CdcCodec
+def fetch_registry_schema(url: str, schema_id: int, timeout: float = 10.0) -> str:
+    """The schema text registered under ``schema_id`` in a Confluent schema registry."""
+    import urllib.error
+    import urllib.request
 
-    return CdcCodec(load_data_schema(path), framing=framing, schema_id=schema_id)
+    endpoint = f"{url.rstrip('/')}/schemas/ids/{schema_id}"
+    try:
+        with urllib.request.urlopen(endpoint, timeout=timeout) as resp:
+            body = json.loads(resp.read().decode("utf-8"))
+    except urllib.error.HTTPError as exc:
+        raise SchemaError(f"schema registry {url} has no schema id {schema_id} (HTTP {exc.code})") from None
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ConfigError(f"cannot reach the schema registry at {url}: {reason}") from None
+    except ValueError as exc:
+        raise SchemaError(f"schema registry {url}: schema id {schema_id}: not JSON: {exc}") from None
+    if not isinstance(body, dict) or not isinstance(body.get("schema"), str):
+        raise SchemaError(f"schema registry {url}: schema id {schema_id}: no 'schema' in the answer")
+    return body["schema"]
+
+
+def _topic_schema_id(servers: str, topic: str, settings: dict) -> int:
+    """The schema id in the Confluent header of the first message found in ``topic``."""
+    from .kafka_io import last_messages
+
+    for record in last_messages(servers, topic, 1, config=settings):
+        value = record.value or b""
+        if len(value) >= 5 and value[0] == 0:
+            return int.from_bytes(value[1:5], "big")
+    raise SchemaError(
+        f"topic {topic!r} has no message with a Confluent header to take a schema id from; "
+        "pass --schema-id"
+    )
+
+
+def load_codec(path: str | None, framing: str, schema_id: int | None, registry: str | None = None,
+               servers: str | None = None, topic: str | None = None,
+               settings: dict | None = None) -> Any:
+    """The codec from --schema FILE, or from --schema-registry URL (by id)."""
+    from .codec import CdcCodec, data_schema_from_text
+
+    if (path is None) == (registry is None):
+        raise click.UsageError("give exactly one of --schema FILE or --schema-registry URL")
+    if registry is not None:
+        if schema_id is None:
+            if framing != "confluent":
+                raise click.UsageError("--schema-registry with --framing raw needs --schema-id")
+            schema_id = _topic_schema_id(servers, topic, settings or {})
+        text = fetch_registry_schema(registry, schema_id)
+        try:
+            data_schema = data_schema_from_text(text)
+        except SchemaError as exc:
+            raise SchemaError(f"schema registry {registry}: schema id {schema_id}: {exc}") from None
+    else:
+        data_schema = load_data_schema(path)
+    return CdcCodec(data_schema, framing=framing, schema_id=schema_id or 0)
 
 
 def _frontier_text(frontier: tuple[int, ...]) -> str:
@@ -190,8 +248,8 @@ def main() -> None:
               help="Write the reconstructed updates in time order as JSON lines "
               "{\"data\": ..., \"time\": t, \"diff\": d}.")
 @handle_errors
-def verify(bootstrap_servers, kafka_settings, topic, schema_file, framing, schema_id,
-           until_frontier, until_closed, timeout, as_json, output, history_file):
+def verify(bootstrap_servers, kafka_settings, topic, schema_file, schema_registry, framing,
+           schema_id, until_frontier, until_closed, timeout, as_json, output, history_file):
     """Read a CDC topic from the beginning and prove it exact.
 
     Reads every partition from offset 0 (no consumer group, nothing committed), removes
@@ -216,7 +274,8 @@ def verify(bootstrap_servers, kafka_settings, topic, schema_file, framing, schem
     from .verify import verify_topic
 
     servers = _servers(bootstrap_servers)
-    codec = load_codec(schema_file, framing, schema_id)
+    codec = load_codec(schema_file, framing, schema_id, schema_registry, servers, topic,
+                       kafka_settings)
     status = _Progress()
 
     def on_progress(p) -> None:
@@ -299,8 +358,8 @@ def _human_summary(topic: str, result: Any, timeout: float | None) -> str:
 @click.option("--timeout", type=click.FloatRange(min=0), metavar="S",
               help="Stop after S seconds (with --follow; without it, give up reading).")
 @handle_errors
-def tail(bootstrap_servers, kafka_settings, topic, schema_file, framing, schema_id, follow,
-         max_messages, timeout):
+def tail(bootstrap_servers, kafka_settings, topic, schema_file, schema_registry, framing, schema_id,
+         follow, max_messages, timeout):
     """Print a CDC topic's messages as Avro-JSON lines, from the beginning.
 
     One line per message in the notation of the Materialize documentation:
@@ -318,7 +377,8 @@ def tail(bootstrap_servers, kafka_settings, topic, schema_file, framing, schema_
     from .kafka_io import read_topic
 
     servers = _servers(bootstrap_servers)
-    codec = load_codec(schema_file, framing, schema_id)
+    codec = load_codec(schema_file, framing, schema_id, schema_registry, servers, topic,
+                       kafka_settings)
     if max_messages == 0:
         sys.exit(EXIT_OK)
     printed = bad = 0

@@ -329,3 +329,90 @@ def test_schema_columns_unsupported_type_names_the_column():
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr.startswith("error: column 'm' ")
+
+
+# --- --schema-registry --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def registry():
+    """A minimal Confluent schema registry: GET /schemas/ids/<id> for the ids in `schemas`."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    schemas: dict[int, str] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            prefix = "/schemas/ids/"
+            sid = self.path[len(prefix):] if self.path.startswith(prefix) else ""
+            if sid.isdigit() and int(sid) in schemas:
+                body = json.dumps({"schema": schemas[int(sid)]}).encode()
+                self.send_response(200)
+            else:
+                body = b'{"error_code":40403,"message":"Schema not found"}'
+                self.send_response(404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_port}", schemas
+    server.shutdown()
+
+
+def test_schema_and_schema_registry_exclude_each_other(schema_file):
+    result = run("verify", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t",
+                 "--schema", schema_file, "--schema-registry", "http://127.0.0.1:1")
+    assert result.exit_code == 2
+    assert result.stderr == usage_error(
+        "verify", "give exactly one of --schema FILE or --schema-registry URL")
+    result = run("tail", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t")
+    assert result.exit_code == 2
+    assert result.stderr == usage_error(
+        "tail", "give exactly one of --schema FILE or --schema-registry URL")
+
+
+def test_schema_registry_unknown_id(registry):
+    url, _schemas = registry
+    result = run("verify", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t",
+                 "--schema-registry", url, "--schema-id", "9")
+    assert result.exit_code == 2
+    assert result.stderr == f"error: schema registry {url} has no schema id 9 (HTTP 404)\n"
+
+
+def test_schema_registry_unreachable():
+    result = run("tail", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t",
+                 "--schema-registry", "http://127.0.0.1:1", "--schema-id", "3")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: cannot reach the schema registry at http://127.0.0.1:1: ")
+
+
+@pytest.mark.kafka
+def test_schema_registry_id_from_the_topic(kafka_bootstrap, topic_factory, registry):
+    from cdc_emitter.codec import CdcCodec
+    from cdc_emitter.core import Progress, Update
+    from cdc_emitter.kafka_io import CdcProducer
+
+    url, schemas = registry
+    schemas[7] = json.dumps(union(PRODUCTS))
+    codec = CdcCodec(PRODUCTS, schema_id=7)
+    topic = topic_factory()
+    with CdcProducer(kafka_bootstrap, topic) as producer:
+        producer.produce(codec.encode_updates([Update((5, 10), 1, 1)])[0])
+        producer.produce(codec.encode_progress(Progress((0,), (2,), ((1, 1),))))
+    result = run("verify", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+                 "--schema-registry", url, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["frontier"] == [2]
+    tailed = run("tail", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+                 "--schema-registry", url, "--schema-id", "7")
+    assert tailed.stdout == (
+        '{"array":[{"data":{"id":5,"price":{"int":10}},"time":1,"diff":1}]}\n'
+        '{"com.materialize.cdc.progress":{"lower":[0],"upper":[2],"counts":[{"time":1,"count":1}]}}\n'
+    )

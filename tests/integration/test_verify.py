@@ -510,3 +510,24 @@ def test_schema_columns_falls_back_to_spark(spark):
     result = cli("schema", "--columns", "id long, d interval day")
     assert result.exit_code == 2
     assert result.stderr.startswith("error: column 'd' has type interval day")
+
+
+def test_tail_follow_prints_new_messages(kafka_bootstrap, topic_factory, codec, schema_file):
+    import threading
+    import time
+
+    topic = topic_factory()
+    write_messages(kafka_bootstrap, topic, codec, REFERENCE_UPDATES)
+
+    def later():
+        time.sleep(1.5)
+        write_messages(kafka_bootstrap, topic, codec, REFERENCE_PROGRESS)
+
+    writer = threading.Thread(target=later)
+    writer.start()
+    try:
+        result = cli("tail", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+                     "--schema", schema_file, "--follow", "--max-messages", "6", "--timeout", "30")
+    finally:
+        writer.join()
+    assert (result.exit_code, result.stdout) == (0, REFERENCE_TAIL)
