@@ -37,7 +37,7 @@ import logging
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from .core import MAX_LONG, MIN_LONG, Progress, Update, progress_from_counts
@@ -57,8 +57,7 @@ HEADER_UPPER = "cdc-emitter-upper"  # empty value: the history is closed
 
 DEFAULT_MAX_MESSAGE_BYTES = 900_000
 _TIME = "__cdc_time"
-_SUM = "__cdc_sum"
-_NULLDIFF = "__cdc_null_diff"
+_DIFF = "__cdc_diff"
 _INTEGRAL = ("bigint", "int", "smallint", "tinyint")
 
 
@@ -80,6 +79,13 @@ class TopicFrontier:
     lower: int | None = None
     upper: int | None = None
     found: bool = False
+    #: ``{(writer, batch): (lower, upper)}`` of every progress statement with our headers seen
+    #: in the tail that was read (a re-run batch finds its interval here even if another
+    #: statement came after it)
+    batches: dict = field(default_factory=dict)
+
+    def recorded(self, writer: str, batch: int) -> tuple[int, int | None] | None:
+        return self.batches.get((writer, batch))
 
 
 def _headers(record: Any) -> dict[str, bytes]:
@@ -147,6 +153,7 @@ def topic_frontier(
     n = first_chunk
     while True:
         best: tuple[int, int | None, dict] | None = None
+        batches: dict = {}
         found_p0 = False
         tail = _retrying(lambda: kafka_io.last_messages(bootstrap_servers, topic, n, config=config))
         for record in tail:
@@ -154,6 +161,8 @@ def topic_frontier(
             if p is None:
                 continue
             found_p0 = found_p0 or record.partition == 0
+            if HEADER_WRITER in p[2] and p[2].get(HEADER_BATCH):
+                batches[(p[2][HEADER_WRITER].decode(), int(p[2][HEADER_BATCH]))] = p[:2]
             if best is None or best[1] is not None and (p[1] is None or p[1] > best[1]):
                 best = p
         if found_p0 or n >= longest or (n >= p0[1] - p0[0] and best is not None):
@@ -165,7 +174,7 @@ def topic_frontier(
     batch = h.get(HEADER_BATCH)
     return TopicFrontier(
         upper, (h.get(HEADER_WRITER) or b"").decode() or None,
-        int(batch) if batch else None, lower, upper, True,
+        int(batch) if batch else None, lower, upper, True, batches,
     )
 
 
@@ -288,6 +297,35 @@ class BatchResult:
     messages: int
     counts: dict
     reused: bool  # True when the interval was found recorded (a re-run batch)
+
+
+def _size_estimate(struct: Any) -> Any:
+    """A cheap JVM-side bound related to a row's Avro size, to find rows that might not fit.
+
+    Strings and binaries count their bytes (Avro adds a length varint); fixed-size values count
+    16 bytes (Avro needs at most 10, 1 for a null); nested values count the length of their JSON
+    text, which can be up to ~2x smaller than Avro (arrays of doubles) — so rows estimated above
+    a quarter of the message limit are encoded exactly to check them.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    parts = []
+    fixed = 32  # time, diff, array overhead
+    for field in struct.fields:
+        c = F.col(field.name)
+        if isinstance(field.dataType, (T.StringType, T.BinaryType)):
+            parts.append(F.coalesce(F.octet_length(c), F.lit(0)))
+            fixed += 10
+        elif isinstance(field.dataType, (T.ArrayType, T.MapType, T.StructType)):
+            parts.append(F.coalesce(F.octet_length(F.to_json(F.struct(c))), F.lit(0)))
+            fixed += 10
+        else:
+            fixed += 16
+    total = F.lit(fixed)
+    for part in parts:
+        total = total + part
+    return total
 
 
 def _canonical(c: Any, dtype: Any) -> Any:
@@ -479,9 +517,8 @@ class CdcSink:
     def _write(self, df: Any, batch_id: int | None, *, fixed_time: int | None, close: bool) -> BatchResult:
         from pyspark.sql import functions as F
         from pyspark.sql import types as T
-        from pyspark.storagelevel import StorageLevel
 
-        from .codec import CdcCodec, union_schema
+        from .codec import CdcCodec
 
         spark = df.sparkSession
         schema = df.schema
@@ -510,15 +547,19 @@ class CdcSink:
         recorded = None
         if sinklog is not None:
             entry = sinklog.get(batch_id)
-            if entry is not None:
+            if entry is not None and entry.topic not in (None, self.topic):
+                log.warning("sink log %s records batch %d for topic %r, not %r: ignored",
+                            sinklog.location, batch_id, entry.topic, self.topic)
+            elif entry is not None:
                 recorded = (entry.lower, entry.upper, entry.time)
         state = None
         if recorded is None:
             state = self.frontier()
-            if (batch_id is not None and state.found and state.writer == writer
-                    and state.batch == batch_id):
-                recorded = (state.lower, state.upper, None if self.time_column else
-                            (None if state.upper is None else state.upper - 1))
+            found = state.recorded(writer, batch_id) if batch_id is not None else None
+            if found is not None:
+                f_lower, f_upper = found
+                recorded = (f_lower, f_upper, None if self.time_column else
+                            (None if f_upper is None else f_upper - 1))
         if recorded is not None:
             lower = recorded[0]
         else:
@@ -550,30 +591,13 @@ class CdcSink:
             if self.late == "advance":
                 time_expr = F.when((time_expr >= 0) & (time_expr < lower), F.lit(lower).cast("long")).otherwise(time_expr)
 
-        # 2. consolidation in Spark
-        diff_expr = F.col(diff_col) if diff_col else F.lit(1)
-        keys, firsts = [], []
-        for i, c in enumerate(data_cols):
-            dtype = schema[c].dataType
-            if contains_map(dtype):
-                keys.append(_canonical(F.col(c), dtype).alias(f"__cdc_key{i}"))
-                firsts.append(F.first(F.col(c)).alias(c))
-            else:
-                keys.append(F.col(c))
-        grouped = (
-            df.groupBy(*keys, time_expr.alias(_TIME))
-            .agg(F.sum(diff_expr.cast("decimal(38,0)")).alias(_SUM),
-                 F.count(F.when(diff_expr.isNull(), 1)).alias(_NULLDIFF), *firsts)
-            .select(*[F.col(c) for c in data_cols], _TIME, _SUM, _NULLDIFF)
+        # 2. the rows with their times and diffs (nothing is computed yet)
+        diff_expr = F.col(diff_col).cast("long") if diff_col else F.lit(1).cast("long")
+        prepared = df.select(*[F.col(c) for c in data_cols], time_expr.alias(_TIME), diff_expr.alias(_DIFF))
+        result = self._validate_and_produce(
+            prepared, schema, data_cols, data_struct, avro_data, codec, batch_id, writer,
+            lower, recorded, batch_time, close, sinklog, spark,
         )
-        grouped = grouped.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            result = self._validate_and_produce(
-                spark, grouped, data_cols, data_struct, avro_data, codec, batch_id, writer,
-                lower, recorded, batch_time, close, sinklog,
-            )
-        finally:
-            grouped.unpersist()
         self.last_result = result
         log.info(
             "cdc sink topic=%s batch=%s interval=[%d, %s) updates=%d messages=%d%s",
@@ -582,89 +606,80 @@ class CdcSink:
         )
         return result
 
-    def _validate_and_produce(self, spark, grouped, data_cols, data_struct, avro_data, codec, batch_id,
-                              writer, lower, recorded, batch_time, close, sinklog) -> BatchResult:
+    def _validate_and_produce(self, prepared, schema, data_cols, data_struct, avro_data, codec, batch_id,
+                              writer, lower, recorded, batch_time, close, sinklog, spark) -> BatchResult:
+        import time as _time
+
         from pyspark.sql import functions as F
 
         data_json = F.to_json(F.struct(*[F.col(c) for c in data_cols]))
-        s = F.col(_SUM)
-        overflow = (s > F.lit(MAX_LONG)) | (s < F.lit(MIN_LONG))
-        size_estimate = F.octet_length(data_json)
+        t, d = F.col(_TIME), F.col(_DIFF)
+        size_estimate = _size_estimate(data_struct)
         what = f"topic {self.topic!r}" + ("" if batch_id is None else f" batch {batch_id}")
         tcol = self.time_column or "time"
 
-        # 3. validation: one small aggregation (one row per distinct time)
-        stats = grouped.groupBy(_TIME).agg(
-            F.sum(F.when(s != 0, 1).otherwise(0)).alias("n"),
-            F.count(F.lit(1)).alias("groups"),
-            F.sum(_NULLDIFF).alias("null_diffs"),
-            F.count(F.when(overflow, 1)).alias("overflows"),
-            F.first(F.when(overflow, F.concat(data_json, F.lit(" sums to "), s.cast("string"))),
-                    ignorenulls=True).alias("overflow_example"),
-            F.first(F.when(F.col(_NULLDIFF) > 0, data_json), ignorenulls=True).alias("null_diff_example"),
-            F.first(data_json, ignorenulls=True).alias("example"),
-            F.max(F.when(s != 0, size_estimate)).alias("max_estimate"),
-        ).collect()
-        counts: dict[int, int] = {}
-        max_estimate = 0
-        for row in stats:
-            t = row[_TIME]
-            if t is None:
-                raise BadInputError(
-                    f"{what}: null time in column {tcol!r} (e.g. row {row['example']}); "
-                    "every row needs a non-negative integer time"
-                )
-            if t < 0:
-                raise BadInputError(
-                    f"{what}: negative time {t} in column {tcol!r} (e.g. row {row['example']}); "
-                    "times must be non-negative"
-                )
-            if row["null_diffs"]:
-                raise BadInputError(
-                    f"{what}: null diff in column {self.diff_column!r} at time {t} "
-                    f"(e.g. row {row['null_diff_example']})"
-                )
-            if row["overflows"]:
-                raise BadInputError(
-                    f"{what}: the consolidated diff of row {row['overflow_example']} at time {t} "
-                    "overflows a 64-bit long"
-                )
-            if row["n"]:
-                counts[t] = int(row["n"])
-                max_estimate = max(max_estimate, row["max_estimate"] or 0)
-        times = sorted(counts)
-
-        # late updates (column mode; default mode times are >= lower by construction)
-        if times and times[0] < lower:
-            raise LateUpdateError(
-                f"{what}: update at time {times[0]} in column {tcol!r} is late: the topic is "
-                f"complete up to frontier {lower}; pass late='advance' to move late updates to {lower}"
+        # 3. validation before the first message: one narrow scan of the input (no shuffle).
+        # Examples are built only for bad rows (when() does not evaluate its value otherwise).
+        started = _time.perf_counter()
+        st = prepared.agg(
+            F.count(F.lit(1)).alias("rows"),
+            F.count(F.when(t.isNull(), 1)).alias("null_times"),
+            F.first(F.when(t.isNull(), data_json), ignorenulls=True).alias("null_time_example"),
+            F.min(t).alias("min_time"),
+            F.max(t).alias("max_time"),
+            F.first(F.when(t < 0, data_json), ignorenulls=True).alias("negative_example"),
+            F.first(F.when(t < F.lit(lower), data_json), ignorenulls=True).alias("late_example"),
+            F.count(F.when(d.isNull(), 1)).alias("null_diffs"),
+            F.first(F.when(d.isNull(), data_json), ignorenulls=True).alias("null_diff_example"),
+            F.sum(F.abs(d.cast("double"))).alias("abs_sum"),
+            F.max(size_estimate).alias("max_estimate"),
+        ).collect()[0]
+        if st["null_times"]:
+            raise BadInputError(
+                f"{what}: null time in column {tcol!r} ({st['null_times']} rows, e.g. row "
+                f"{st['null_time_example']}); every row needs a non-negative integer time"
             )
+        if st["min_time"] is not None and st["min_time"] < 0:
+            raise BadInputError(
+                f"{what}: negative time {st['min_time']} in column {tcol!r} "
+                f"(e.g. row {st['negative_example']}); times must be non-negative"
+            )
+        if st["null_diffs"]:
+            raise BadInputError(
+                f"{what}: null diff in column {self.diff_column!r} ({st['null_diffs']} rows, "
+                f"e.g. row {st['null_diff_example']})"
+            )
+        if st["min_time"] is not None and st["min_time"] < lower:
+            raise LateUpdateError(
+                f"{what}: update at time {st['min_time']} in column {tcol!r} is late (e.g. row "
+                f"{st['late_example']}): the topic is complete up to frontier {lower}; pass "
+                f"late='advance' to move late updates to {lower}"
+            )
+        rows = st["rows"]
+        max_time = st["max_time"]
 
-        # the upper bound
-        if recorded is not None:
-            upper = recorded[1]
-            if upper is not None and times and times[-1] >= upper:
+        # diff sums: |sum| <= sum |diff|, so only a batch whose absolute total might reach 2^63
+        # needs the exact (decimal) consolidation to find the overflowing row
+        if (st["abs_sum"] or 0) >= 2.0**62:
+            s = F.sum(d.cast("decimal(38,0)"))
+            keys, firsts = self._group_keys(schema, data_cols)
+            over = (prepared.groupBy(*keys, t).agg(s.alias("s"), *firsts)
+                    .filter((F.col("s") > F.lit(MAX_LONG)) | (F.col("s") < F.lit(MIN_LONG)))
+                    .select(data_json.alias("row"), t.alias("time"), F.col("s").cast("string").alias("s"))
+                    .limit(1).collect())
+            if over:
                 raise BadInputError(
-                    f"{what} is a re-run whose recorded interval is [{lower}, {upper}), but now has "
-                    f"an update at time {times[-1]}: the batch's input changed between attempts "
-                    "(a streaming source must replay the same data)"
+                    f"{what}: the consolidated diff of row {over[0]['row']} at time {over[0]['time']} "
+                    f"is {over[0]['s']}, which overflows a 64-bit long"
                 )
-        elif close:
-            upper = None
-        elif self.time_column is None:
-            upper = batch_time + 1
-        else:
-            upper = max(times[-1] + 1 if times else lower, lower)
-        progress = progress_from_counts(lower, upper, counts)  # raises if a count lies outside
 
-        # oversized rows: only rows whose JSON size makes it possible are encoded to check
+        # oversized rows: only rows whose estimate makes it possible are encoded to check
         threshold = self.max_message_bytes // 4
-        spec = self._spec(avro_data, data_struct, writer, batch_id, "python")
-        if max_estimate > threshold:
-            big = (grouped.filter((s != 0) & (size_estimate > threshold))
-                   .select(*[F.col(c) for c in data_cols], _TIME, s.cast("long").alias("diff"),
-                           data_json.alias("__cdc_json"))
+        if (st["max_estimate"] or 0) > threshold:
+            spec = self._spec(avro_data, data_struct, writer, batch_id, "python")
+            big = (prepared.filter(size_estimate > threshold)
+                   .select(*[F.col(c) for c in data_cols], t, F.lit(MIN_LONG).alias("diff"),
+                           data_json.alias("__cdc_json"))  # the longest diff: a bound
                    .mapInArrow(lambda it, spec=spec: _check_sizes(spec, it),
                                "size long, time long, example string")
                    .limit(1).collect())
@@ -676,7 +691,24 @@ class CdcSink:
                     f"the message limit of {self.max_message_bytes} bytes (max_message_bytes)"
                 )
 
-        # 4. record the interval (decided once), then produce the updates on the executors
+        # the upper bound
+        if recorded is not None:
+            upper = recorded[1]
+            if upper is not None and max_time is not None and max_time >= upper:
+                raise BadInputError(
+                    f"{what} is a re-run whose recorded interval is [{lower}, {upper}), but now has "
+                    f"an update at time {max_time}: the batch's input changed between attempts "
+                    "(a streaming source must replay the same data)"
+                )
+        elif close:
+            upper = None
+        elif self.time_column is None:
+            upper = batch_time + 1
+        else:
+            upper = max(max_time + 1 if max_time is not None else lower, lower)
+        validated = _time.perf_counter()
+
+        # 4. record the interval (decided once), then consolidate and produce on the executors
         if sinklog is not None and recorded is None:
             from .sinklog import SinkLogEntry
 
@@ -684,22 +716,25 @@ class CdcSink:
             if (kept.lower, kept.upper) != (lower, upper):  # someone else decided first
                 raise CdcError(f"{what}: the sink log already records interval "
                                f"[{kept.lower}, {kept.upper}) for this batch; retry the batch")
-        total = sum(counts.values())
+        counts: dict[int, int] = {}
         messages = 0
-        if total:
+        if rows:
             encoder = self._encoder(spark)
             spec = self._spec(avro_data, data_struct, writer, batch_id, encoder)
-            out = grouped.filter(s != 0).select(*[F.col(c) for c in data_cols], _TIME,
-                                                s.cast("long").alias("__cdc_diff"))
+            keys, firsts = self._group_keys(schema, data_cols)
+            s = F.col("__cdc_sum")
+            out = (prepared.groupBy(*keys, t).agg(F.sum(d).alias("__cdc_sum"), *firsts)
+                   .filter(s != 0).select(*[F.col(c) for c in data_cols], t, s.alias(_DIFF)))
             if encoder == "avro":
                 from pyspark.sql.avro.functions import to_avro
 
+                from .codec import union_schema
+
                 update_schema = union_schema(avro_data)[0]["items"]
-                out = out.withColumn("__cdc_item", to_avro(
-                    F.struct(F.struct(*[F.col(c) for c in data_cols]).alias("data"),
-                             F.col(_TIME).alias("time"), F.col("__cdc_diff").alias("diff")),
-                    json.dumps(update_schema)))
-                out = out.select(_TIME, "__cdc_diff", "__cdc_item")
+                item = to_avro(F.struct(F.struct(*[F.col(c) for c in data_cols]).alias("data"),
+                                        t.alias("time"), F.col(_DIFF).alias("diff")),
+                               json.dumps(update_schema))
+                out = out.select(t, F.col(_DIFF), item.alias("__cdc_item"))
                 spec.data_types = []  # the task sees only (time, diff, item)
             produced = out.mapInArrow(lambda it, spec=spec: _produce_partition(spec, it),
                                       "time long, n long, messages long").collect()
@@ -708,13 +743,14 @@ class CdcSink:
                 if row["time"] >= 0:
                     seen[row["time"]] += row["n"]
                 messages += row["messages"]
-            if dict(seen) != counts:
-                raise CdcError(
-                    f"{what}: the executors produced per-time counts {dict(sorted(seen.items()))} "
-                    f"but validation counted {counts}; no progress statement was written"
-                )
+            counts = dict(seen)
+        total = sum(counts.values())
+        produced_at = _time.perf_counter()
+        log.debug("%s: validation %.2fs, consolidate+produce %.2fs", what, validated - started,
+                  produced_at - validated)
 
-        # 5. every update is acknowledged: now the progress statement
+        # 5. every update is acknowledged (the Spark job succeeded): now the progress statement
+        progress = progress_from_counts(lower, upper, counts)  # counts lie inside: validated
         from .kafka_io import CdcProducer
 
         headers = [(HEADER_KIND, b"progress"), (HEADER_WRITER, writer.encode()),
@@ -726,6 +762,21 @@ class CdcSink:
             producer.produce(codec.encode_progress(progress), headers=headers, partition=0)
             producer.flush(self.flush_timeout)
         return BatchResult(batch_id, lower, upper, total, messages + 1, counts, recorded is not None)
+
+    def _group_keys(self, schema, data_cols):
+        """Grouping expressions for the data columns (maps canonicalised) and the ``first`` aggregates
+        that bring back the original map-holding columns."""
+        from pyspark.sql import functions as F
+
+        keys, firsts = [], []
+        for i, c in enumerate(data_cols):
+            dtype = schema[c].dataType
+            if contains_map(dtype):
+                keys.append(_canonical(F.col(c), dtype).alias(f"__cdc_key{i}"))
+                firsts.append(F.first(F.col(c)).alias(c))
+            else:
+                keys.append(F.col(c))
+        return keys, firsts
 
     def _spec(self, avro_data, data_struct, writer, batch_id, encoder) -> _TaskSpec:
         headers = [(HEADER_KIND, b"updates"), (HEADER_WRITER, writer.encode())]

@@ -1,0 +1,203 @@
+#!/usr/bin/env python
+"""Benchmark: CdcSink against Spark's built-in Kafka sink, same cached input, same run.
+
+Pipelines, each writing to its own new topic on the same broker:
+
+1. ``cdc-sink (python)``: ``CdcSink.write`` with the pure-Python encoder (Arrow → fastavro).
+2. ``cdc-sink (to_avro)``: ``CdcSink.write`` with Spark's ``to_avro`` per update, joined into
+   arrays in Python (needs spark-avro; skipped with ``--no-avro-encoder``).
+3. ``diy kafka sink``: the do-it-yourself pipeline — the same consolidation, then ``to_avro``
+   per update, framed as a one-update CDC array message (Confluent header + union branch 0 +
+   count 1 + item + 0), one Kafka record per update through Spark's ``kafka`` sink. No progress
+   statements (it could not write correct ones anyway).
+4. ``raw kafka sink``: Spark's ``kafka`` sink on the unconsolidated rows, ``to_avro`` per row
+   (a ceiling for reference: no consolidation, no arrays, no progress).
+
+Input: ``--rows`` narrow rows ``(k long, v string, diff long)``, all distinct ``(k, v)`` pairs
+(so every pipeline writes the same number of updates), cached and counted before timing.
+spark-avro and spark-sql-kafka-0-10 come from Maven Central through ``spark.jars.packages``,
+at the installed Spark version if Maven Central has it, else the newest release of the same
+major version below it (``--packages-version`` to choose).
+
+Usage::
+
+    KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 .venv/bin/python scripts/bench_sink.py --rows 4000000
+    # or without KAFKA_BOOTSTRAP_SERVERS: starts scripts/kafka-local
+
+Prints updates/s for each pipeline and the ratios; ``--json`` prints one JSON object too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+CENTRAL = "https://repo1.maven.org/maven2/org/apache/spark"
+
+
+def _version_key(v: str) -> tuple:
+    return tuple(int(x) for x in re.findall(r"\d+", v)[:3])
+
+
+def packages_version(installed: str) -> str:
+    """The installed Spark version if Maven Central has spark-avro for it, else the newest below it."""
+    try:
+        url = f"{CENTRAL}/spark-avro_2.13/maven-metadata.xml"
+        with urllib.request.urlopen(url, timeout=20) as resp:
+            text = resp.read().decode()
+    except OSError as exc:
+        print(f"cannot reach Maven Central ({exc}); trying version {installed}", file=sys.stderr)
+        return installed
+    versions = [v for v in re.findall(r"<version>([^<]+)</version>", text) if re.fullmatch(r"[\d.]+", v)]
+    if installed in versions:
+        return installed
+    same_major = [v for v in versions if v.split(".")[0] == installed.split(".")[0]
+                  and _version_key(v) <= _version_key(installed)]
+    chosen = max(same_major or versions, key=_version_key)
+    print(f"Maven Central has no spark-avro {installed}; using {chosen}", file=sys.stderr)
+    return chosen
+
+
+def broker() -> str:
+    env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    if env:
+        return env
+    out = subprocess.run([str(ROOT / "scripts" / "kafka-local"), "start"], check=True,
+                         capture_output=True, text=True).stdout
+    return out.strip().splitlines()[-1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=4_000_000)
+    ap.add_argument("--partitions", type=int, default=2, help="topic partitions")
+    ap.add_argument("--packages-version", default=None)
+    ap.add_argument("--no-avro-encoder", action="store_true")
+    ap.add_argument("--only", default=None, help="comma list: python,avro,diy,raw")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1, help="time each pipeline this many times (best kept)")
+    args = ap.parse_args()
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    import pyspark
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import to_avro
+
+    from cdc_emitter import CdcSink
+    from cdc_emitter.codec import union_schema
+    from cdc_emitter.kafka_io import ensure_topic, end_offsets
+    from cdc_emitter.spark_schema import data_schema
+
+    bootstrap = broker()
+    version = args.packages_version or packages_version(pyspark.__version__)
+    packages = f"org.apache.spark:spark-avro_2.13:{version},org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
+    spark = (
+        SparkSession.builder.master("local[2]").appName("cdc-emitter-bench")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.driver.memory", "4g")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.jars.packages", packages)
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    n = args.rows
+    df = spark.range(n).select(
+        F.col("id").alias("k"),
+        F.concat(F.lit("value-"), (F.col("id") % 1000).cast("string")).alias("v"),
+        F.lit(1).cast("long").alias("diff"),
+    ).repartition(4).cache()
+    df.count()
+    data_cols = ["k", "v"]
+    avro_data = data_schema(df.select(*data_cols).schema)
+    update_schema = json.dumps(union_schema(avro_data)[0]["items"])
+    header = bytes([0, 0, 0, 0, 0, 0, 2])  # confluent framing (id 0) + union branch 0 + count 1
+    kafka_opts = {"kafka.bootstrap.servers": bootstrap, "kafka.compression.type": "lz4",
+                  "kafka.linger.ms": "20", "kafka.acks": "all", "kafka.enable.idempotence": "true"}
+
+    def new_topic(name: str) -> str:
+        topic = f"bench-{name}-{uuid.uuid4().hex[:8]}"
+        ensure_topic(bootstrap, topic, create=True, partitions=args.partitions)
+        return topic
+
+    def messages(topic: str) -> int:
+        return sum(high - low for low, high in end_offsets(bootstrap, topic).values())
+
+    def update_struct(time_col, diff_col):
+        return F.struct(F.struct(*[F.col(c) for c in data_cols]).alias("data"),
+                        time_col.alias("time"), diff_col.alias("diff"))
+
+    def run_sink(encoder: str, df):
+        topic = new_topic(f"cdcsink-{encoder}")
+        sink = CdcSink(bootstrap, topic, encoder=encoder)
+        t0 = time.perf_counter()
+        result = sink.write(df, time=0)
+        return time.perf_counter() - t0, result.updates, messages(topic)
+
+    def run_diy(df):
+        topic = new_topic("diy")
+        t0 = time.perf_counter()
+        consolidated = df.groupBy(*data_cols).agg(F.sum("diff").alias("diff")).filter("diff != 0")
+        value = F.concat(F.lit(header), to_avro(update_struct(F.lit(0).cast("long"), F.col("diff")),
+                                                update_schema), F.lit(b"\x00"))
+        consolidated.select(value.alias("value")).write.format("kafka").options(**kafka_opts) \
+            .option("topic", topic).save()
+        elapsed = time.perf_counter() - t0
+        m = messages(topic)
+        return elapsed, m, m
+
+    def run_raw(df):
+        topic = new_topic("raw")
+        t0 = time.perf_counter()
+        value = to_avro(update_struct(F.lit(0).cast("long"), F.col("diff")), update_schema)
+        df.select(value.alias("value")).write.format("kafka").options(**kafka_opts) \
+            .option("topic", topic).save()
+        elapsed = time.perf_counter() - t0
+        m = messages(topic)
+        return elapsed, m, m
+
+    plan = {"python": ("cdc-sink (python encoder)", lambda d: run_sink("python", d)),
+            "avro": ("cdc-sink (to_avro encoder)", lambda d: run_sink("avro", d)),
+            "diy": ("diy: consolidate + to_avro + kafka sink", run_diy),
+            "raw": ("raw kafka sink, unconsolidated", run_raw)}
+    chosen = args.only.split(",") if args.only else list(plan)
+    if args.no_avro_encoder and "avro" in chosen:
+        chosen.remove("avro")
+    rates = {}
+    print(f"rows={n} spark={pyspark.__version__} packages={version} broker={bootstrap} "
+          f"topic partitions={args.partitions}")
+    # warm-up: every pipeline once on a small input (JIT, Python workers, producers, metadata)
+    small = df.limit(50_000).cache()
+    small.count()
+    for key in chosen:
+        plan[key][1](small)
+    for key in chosen:
+        label, fn = plan[key]
+        elapsed, updates, msgs = min(fn(df) for _ in range(max(1, args.repeat)))
+        rates[key] = updates / elapsed
+        print(f"{label:45s} {updates:>10d} updates {msgs:>9d} messages {elapsed:8.2f}s "
+              f"{rates[key]:>12,.0f} updates/s", flush=True)
+    for ours in ("python", "avro"):
+        for peer in ("diy", "raw"):
+            if ours in rates and peer in rates:
+                print(f"ratio {ours}/{peer}: {rates[ours] / rates[peer]:.2f}x")
+    if args.json:
+        print(json.dumps({"rows": n, "updates_per_second": rates}))
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
