@@ -12,7 +12,7 @@ batch ``b`` becomes CDC time ``b``:
 It writes the topic's Avro schema to ``<work>/products.avsc`` (for ``cdc-emitter verify``) and
 prints the table it expects ``verify --output`` to reconstruct.
 
-    python scripts/demo_job.py --bootstrap-servers 127.0.0.1:9092 --topic products --work /tmp/demo
+    python scripts/demo_job.py --bootstrap-servers 127.0.0.1:9092 --topic products --work ./demo-work
 """
 
 from __future__ import annotations
