@@ -147,15 +147,13 @@ def topic_frontier(
     """
     from . import kafka_io
 
-    marks = _retrying(lambda: kafka_io.end_offsets(bootstrap_servers, topic, config=config))
-    longest = max((high - low for low, high in marks.values()), default=0)
-    p0 = marks.get(0, (0, 0))
     n = first_chunk
     while True:
         best: tuple[int, int | None, dict] | None = None
         batches: dict = {}
         found_p0 = False
         tail = _retrying(lambda: kafka_io.last_messages(bootstrap_servers, topic, n, config=config))
+        per_partition: Counter = Counter(r.partition for r in tail)
         for record in tail:
             p = _progress_of(record, decode)
             if p is None:
@@ -165,7 +163,11 @@ def topic_frontier(
                 batches[(p[2][HEADER_WRITER].decode(), int(p[2][HEADER_BATCH]))] = p[:2]
             if best is None or best[1] is not None and (p[1] is None or p[1] > best[1]):
                 best = p
-        if found_p0 or n >= longest or (n >= p0[1] - p0[0] and best is not None):
+        # done when partition 0 shows a statement, or every partition was read to its start
+        # (a partition with fewer than n records in the window has no more)
+        if found_p0 or all(k < n for k in per_partition.values()):
+            break
+        if best is not None and per_partition.get(0, 0) < n:
             break
         n *= 8
     if best is None:
@@ -393,7 +395,7 @@ class CdcSink:
         create_topic: bool = False,
         topic_partitions: int = 1,
         writer_id: str | None = None,
-        encoder: str = "python",
+        encoder: str = "auto",
         flush_timeout: float | None = None,
     ) -> None:
         if late not in ("error", "advance"):
@@ -425,6 +427,7 @@ class CdcSink:
         self.flush_timeout = flush_timeout
         self._topic_checked = False
         self._sinklog = None
+        self._resolved_encoder: str | None = None
         self._test_fail_after_messages: int | None = None  # test hook (see _produce_partition)
         self.last_result: BatchResult | None = None
 
@@ -503,6 +506,14 @@ class CdcSink:
     def _encoder(self, spark: Any) -> str:
         if self.encoder != "auto":
             return self.encoder
+        if self._resolved_encoder is not None:
+            return self._resolved_encoder
+        self._resolved_encoder = self._probe_avro(spark)
+        log.info("cdc sink topic=%s: encoder %s", self.topic, self._resolved_encoder)
+        return self._resolved_encoder
+
+    @staticmethod
+    def _probe_avro(spark: Any) -> str:
         try:
             from pyspark.sql.avro.functions import to_avro
             from pyspark.sql import functions as F

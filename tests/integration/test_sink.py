@@ -245,8 +245,18 @@ def test_broker_restart_during_streaming_query(spark, kafka_local, tmp_path):
     check(bootstrap, topic, kv_codec(spark), expected_kv(BATCHES, [0, 1, 2]), (3,))
 
 
-def test_spark_types_round_trip(spark, kafka_bootstrap, topic_factory):
+def has_spark_avro(spark) -> bool:
+    from cdc_emitter.sink import CdcSink as Sink
+
+    return Sink._probe_avro(spark) == "avro"
+
+
+@pytest.mark.parametrize("encoder", ["python", "avro"])
+def test_spark_types_round_trip(spark, kafka_bootstrap, topic_factory, encoder):
     from pyspark.sql import types as T
+
+    if encoder == "avro" and not has_spark_avro(spark):
+        pytest.skip("spark-avro is not on this machine (see CDC_SPARK_AVRO_JAR in conftest)")
 
     topic = topic_factory(3)
     schema = T.StructType([
@@ -282,7 +292,7 @@ def test_spark_types_round_trip(spark, kafka_bootstrap, topic_factory):
     map_order = full[:14] + ({"b": None, "a": "x"},) + full[15:]  # same map, other order
     rows = [full + (1,), empty + (1,), map_order + (1,), (3,) + full[1:] + (-1,)]
     df = spark.createDataFrame(rows, schema)
-    result = CdcSink(kafka_bootstrap, topic).write(df, time=2)
+    result = CdcSink(kafka_bootstrap, topic, encoder=encoder, max_message_bytes=400).write(df, time=2)
     assert result.counts == {2: 3}
     decoded = (1, 2, 3, 4, 1.5, 0.25, True, "ünïcode", b"\x00\xff",
                decimal.Decimal("12345.6789"), datetime.date(2024, 2, 29),
@@ -330,3 +340,28 @@ def test_missing_topic_is_a_clear_error_unless_created(spark, kafka_bootstrap):
     sink.write(df, time=0, close=True)
     assert config == {"client.id": "cdc-sink-test"}
     check(kafka_bootstrap, topic, kv_codec(spark), [((1, "a"), 0, 1)], ())
+
+
+def test_frontier_found_behind_many_update_messages(kafka_bootstrap, topic_factory):
+    """The tail is read backwards in growing chunks; foreign (header-less) progress decodes too."""
+    from cdc_emitter.core import Progress
+    from cdc_emitter.kafka_io import CdcProducer
+    from cdc_emitter.sink import HEADER_BATCH, HEADER_KIND, HEADER_LOWER, HEADER_UPPER, HEADER_WRITER
+    from cdc_emitter.sink import topic_frontier
+
+    codec = CdcCodec({"type": "record", "name": "data", "fields": [{"name": "k", "type": "long"}]})
+    topic = topic_factory(2)
+    with CdcProducer(kafka_bootstrap, topic) as producer:
+        producer.produce(codec.encode_progress(Progress((0,), (3,), ())), partition=0)  # no headers
+    assert topic_frontier(kafka_bootstrap, topic, decode=codec.decode).frontier == 3
+    assert topic_frontier(kafka_bootstrap, topic).frontier == 0  # not recognisable without decode
+    ours = [(HEADER_KIND, b"progress"), (HEADER_WRITER, b"w"), (HEADER_BATCH, b"7"),
+            (HEADER_LOWER, b"3"), (HEADER_UPPER, b"9")]
+    update = codec.encode_updates([((1,), 3, 1)])[0]
+    with CdcProducer(kafka_bootstrap, topic) as producer:
+        producer.produce(codec.encode_progress(Progress((3,), (9,), ((3, 1),))), headers=ours, partition=0)
+        for i in range(700):
+            producer.produce(update, headers=[(HEADER_KIND, b"updates")], partition=i % 2)
+    state = topic_frontier(kafka_bootstrap, topic, decode=codec.decode)
+    assert (state.frontier, state.writer, state.batch) == (9, "w", 7)
+    assert state.recorded("w", 7) == (3, 9)
