@@ -419,6 +419,15 @@ class CdcSink:
         self.schema_id = schema_id
         self.producer_config = dict(producer_config or {})  # a copy: the caller's dict is theirs
         self.max_message_bytes = int(max_message_bytes)
+        from .kafka_io import PRODUCER_DEFAULTS
+
+        client_limit = int(self.producer_config.get("message.max.bytes", PRODUCER_DEFAULTS["message.max.bytes"]))
+        if self.max_message_bytes + 1024 > client_limit:
+            raise ConfigError(
+                f"max_message_bytes={self.max_message_bytes} does not fit the producer's "
+                f"message.max.bytes={client_limit} (with 1 KiB for record overhead): lower it, or raise "
+                "message.max.bytes in producer_config (and the topic's max.message.bytes)"
+            )
         self.create_topic = create_topic
         self.topic_partitions = topic_partitions
         self.writer_id = writer_id

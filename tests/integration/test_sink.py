@@ -365,3 +365,19 @@ def test_frontier_found_behind_many_update_messages(kafka_bootstrap, topic_facto
     state = topic_frontier(kafka_bootstrap, topic, decode=codec.decode)
     assert (state.frontier, state.writer, state.batch) == (9, "w", 7)
     assert state.recorded("w", 7) == (3, 9)
+
+
+def test_sink_log_put_get_prune(spark, tmp_path):
+    from cdc_emitter.sinklog import SinkLog, SinkLogEntry
+
+    log = SinkLog(spark, f"file://{tmp_path}/checkpoint", keep=3)
+    assert log.get(0) is None and log.latest() is None
+    for b in range(5):
+        assert log.put(SinkLogEntry(b, b * 2, b * 2 + 2, b * 2 + 1, "w", "t")).lower == b * 2
+    # the first decision for a batch wins
+    assert log.put(SinkLogEntry(4, 100, 200, None, "w", "t")) == SinkLogEntry(4, 8, 10, 9, "w", "t")
+    assert log.batch_ids() == [2, 3, 4]
+    assert log.get(1) is None and log.get(3) == SinkLogEntry(3, 6, 8, 7, "w", "t")
+    assert log.latest().batch_id == 4
+    closed = log.put(SinkLogEntry(5, 10, None, None, "w", "t"))
+    assert SinkLog(spark, f"file://{tmp_path}/checkpoint").get(5) == closed
