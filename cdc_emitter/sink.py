@@ -240,6 +240,13 @@ def _map_fixer(dtype: Any) -> Callable[[Any], Any] | None:
     return None
 
 
+def _flat(dtype: Any) -> bool:
+    from pyspark.sql import types as T
+
+    return isinstance(dtype, (T.LongType, T.IntegerType, T.ShortType, T.ByteType, T.BooleanType,
+                              T.DoubleType, T.FloatType, T.StringType, T.BinaryType))
+
+
 class _ArrayEncoder:
     """Update-array messages from Arrow batches, encoding a whole array per fastavro call.
 
@@ -265,6 +272,30 @@ class _ArrayEncoder:
         self.names = [f["name"] for f in spec.avro_data["fields"]]
         self.fixers = [_map_fixer(t) for t in spec.data_types]
         self.per_message = 256  # updates per message, adapted to the observed sizes
+        # flat primitive columns: encode whole Arrow batches with numpy (no per-row Python)
+        self.nullable = [isinstance(f["type"], list) for f in spec.avro_data["fields"]]
+        self.vector = all(_flat(t) for t in spec.data_types)
+
+    def _encode_vector(self, batch: Any) -> Iterator[bytes]:
+        import numpy as np
+
+        from . import _vector_avro
+        from .codec import encode_zigzag_long
+
+        ncols = len(self.names)
+        columns = [batch.column(i) for i in range(ncols + 2)]
+        buf, ends = _vector_avro.encode_records(columns, self.nullable + [False, False])
+        budget = self.limit - len(self.head) - 10 - 1  # head, count varint (bound), final 0
+        n, i, base = len(ends), 0, 0
+        while i < n:
+            j = int(np.searchsorted(ends, base + budget, side="right"))
+            if j <= i:
+                raise BadInputError(
+                    f"an update encodes to {int(ends[i]) - base} bytes, over the message limit of {self.limit}"
+                )
+            end = int(ends[j - 1])
+            yield b"".join((self.head, encode_zigzag_long(j - i), buf[base:end].tobytes(), b"\x00"))
+            i, base = j, end
 
     def _encode(self, records: list) -> list[bytes]:
         import io
@@ -284,6 +315,9 @@ class _ArrayEncoder:
         return self._encode(records[:half]) + self._encode(records[half:])
 
     def encode(self, batch: Any) -> Iterator[bytes]:
+        if self.vector:
+            yield from self._encode_vector(batch)
+            return
         ncols = len(self.names)
         cols = []
         for i in range(ncols):

@@ -1,0 +1,137 @@
+"""Vectorised Avro encoding of flat update records from Arrow columns (numpy; no per-row Python).
+
+Used by the sink's pure-Python encoder when every data column is a flat primitive: long, int,
+short, byte, boolean, double, float, string or binary, nullable or not (Avro ``["null", T]``).
+Each update record is ``data fields..., time, diff`` in Avro's binary encoding (zig-zag varints,
+length-prefixed bytes, little-endian floats, one branch byte for a nullable column); the
+records of a batch are laid out back to back in one buffer, so update-array messages are slices
+of it. The bytes are exactly what fastavro writes (the unit tests compare them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_LONGS = (pa.int64(), pa.int32(), pa.int16(), pa.int8())
+
+
+def supported(arrow_type: Any) -> bool:
+    return (arrow_type in _LONGS or arrow_type == pa.bool_() or arrow_type in (pa.float64(), pa.float32())
+            or pa.types.is_string(arrow_type) or pa.types.is_binary(arrow_type)
+            or pa.types.is_large_string(arrow_type) or pa.types.is_large_binary(arrow_type))
+
+
+def _varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Zig-zag varints of int64 ``values``: (bytes matrix n×10, lengths n)."""
+    x = values.astype(np.int64, copy=False)
+    z = ((x << 1) ^ (x >> 63)).view(np.uint64)
+    n = len(z)
+    lengths = np.ones(n, dtype=np.int64)
+    for k in range(1, 10):
+        lengths += z >= np.uint64(1 << (7 * k))
+    shifts = np.arange(0, 70, 7, dtype=np.uint64)
+    groups = ((z[:, None] >> shifts[None, :]) & np.uint64(0x7F)).astype(np.uint8)
+    cont = np.arange(10)[None, :] < (lengths[:, None] - 1)
+    groups |= (cont * 0x80).astype(np.uint8)
+    return groups, lengths
+
+
+class _Field:
+    """One field's per-row encoding: a fixed-width matrix with per-row lengths, plus raw bytes."""
+
+    def __init__(self, matrix: np.ndarray, lengths: np.ndarray,
+                 data: np.ndarray | None = None, data_offsets: np.ndarray | None = None,
+                 data_lengths: np.ndarray | None = None) -> None:
+        self.matrix = matrix  # n × w head bytes (varint, branch byte, fixed value)
+        self.head_lengths = lengths  # bytes used of each row of matrix
+        self.data = data  # string/binary bytes (uint8), or None
+        self.data_offsets = data_offsets  # start of each row's bytes in data
+        self.data_lengths = data_lengths  # length of each row's bytes (0 for null)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        if self.data_lengths is None:
+            return self.head_lengths
+        return self.head_lengths + self.data_lengths
+
+
+def _field(column: pa.Array, nullable: bool) -> _Field:
+    n = len(column)
+    t = column.type
+    valid = None
+    if nullable:
+        valid = ~np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool) \
+            if column.null_count else np.ones(n, dtype=bool)
+    if t in _LONGS or t == pa.bool_() or t in (pa.float64(), pa.float32()):
+        if t in _LONGS:
+            values = column.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+            matrix, lengths = _varints(values)
+        elif t == pa.bool_():
+            values = column.fill_null(False).to_numpy(zero_copy_only=False).astype(np.uint8)
+            matrix, lengths = values[:, None], np.ones(n, dtype=np.int64)
+        else:
+            dtype = np.float64 if t == pa.float64() else np.float32
+            values = np.ascontiguousarray(column.fill_null(0).to_numpy(zero_copy_only=False),
+                                          dtype=np.dtype(dtype).newbyteorder("<"))
+            width = values.dtype.itemsize
+            matrix = values.view(np.uint8).reshape(n, width)
+            lengths = np.full(n, width, dtype=np.int64)
+        if valid is not None:
+            lengths = np.where(valid, lengths, 0)
+            matrix = np.concatenate([np.where(valid, 2, 0).astype(np.uint8)[:, None], matrix], axis=1)
+            lengths = lengths + 1
+        return _Field(matrix, lengths)
+    # string / binary: varint length, then the bytes
+    if pa.types.is_large_string(t) or pa.types.is_large_binary(t):
+        column = column.cast(pa.large_binary())
+        offset_type = np.int64
+    else:
+        column = column.cast(pa.binary())
+        offset_type = np.int32
+    if column.null_count:
+        column = pc.if_else(column.is_null(), pa.scalar(b"", column.type), column)
+    buffers = column.buffers()
+    offsets = np.frombuffer(buffers[1], dtype=offset_type)[column.offset:column.offset + n + 1].astype(np.int64)
+    data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.zeros(0, np.uint8)
+    byte_lengths = np.diff(offsets)
+    matrix, lengths = _varints(byte_lengths)
+    if valid is not None:
+        lengths = np.where(valid, lengths, 0)
+        byte_lengths = np.where(valid, byte_lengths, 0)
+        matrix = np.concatenate([np.where(valid, 2, 0).astype(np.uint8)[:, None], matrix], axis=1)
+        lengths = lengths + 1
+    return _Field(matrix, lengths, data, offsets[:-1], byte_lengths)
+
+
+def encode_records(columns: list[pa.Array], nullable: list[bool]) -> tuple[np.ndarray, np.ndarray]:
+    """Records made of ``columns`` (data fields, then time and diff as non-null int64).
+
+    Returns ``(buffer, ends)``: record i is ``buffer[ends[i-1]:ends[i]]`` (``ends[-1]`` = size).
+    """
+    fields = [_field(c, nb) for c, nb in zip(columns, nullable)]
+    n = len(columns[0])
+    sizes = np.zeros(n, dtype=np.int64)
+    for f in fields:
+        sizes += f.lengths
+    ends = np.cumsum(sizes)
+    out = np.zeros(int(ends[-1]) if n else 0, dtype=np.uint8)
+    pos = ends - sizes  # where the next field of each row goes
+    for f in fields:
+        width = f.matrix.shape[1]
+        mask = np.arange(width)[None, :] < f.head_lengths[:, None]
+        targets = pos[:, None] + np.arange(width)[None, :]
+        out[targets[mask]] = f.matrix[mask]
+        pos = pos + f.head_lengths
+        if f.data is not None:
+            total = int(f.data_lengths.sum())
+            if total:
+                rows = np.repeat(np.arange(n), f.data_lengths)
+                starts = np.cumsum(f.data_lengths) - f.data_lengths
+                within = np.arange(total) - starts[rows]
+                out[pos[rows] + within] = f.data[f.data_offsets[rows] + within]
+            pos = pos + f.data_lengths
+    return out, ends
