@@ -768,36 +768,37 @@ class CdcSink:
         st = prepared.agg(
             F.count(F.lit(1)).alias("rows"),
             F.count(F.when(t.isNull(), 1)).alias("null_times"),
-            F.first(F.when(t.isNull(), data_json), ignorenulls=True).alias("null_time_example"),
             F.min(t).alias("min_time"),
             F.max(t).alias("max_time"),
-            F.first(F.when(t < 0, data_json), ignorenulls=True).alias("negative_example"),
-            F.first(F.when(t < F.lit(lower), data_json), ignorenulls=True).alias("late_example"),
             F.count(F.when(d.isNull(), 1)).alias("null_diffs"),
-            F.first(F.when(d.isNull(), data_json), ignorenulls=True).alias("null_diff_example"),
             F.sum(F.abs(d.cast("double"))).alias("abs_sum"),
             F.max(size_estimate).alias("max_estimate"),
         ).collect()[0]
+
+        def example(condition: Any) -> str:  # a second, short job only when something is wrong
+            rows = prepared.filter(condition).select(data_json.alias("row")).limit(1).collect()
+            return rows[0]["row"] if rows else "?"
+
         if st["null_times"]:
             raise BadInputError(
                 f"{what}: null time in column {tcol!r} ({st['null_times']} rows, e.g. row "
-                f"{st['null_time_example']}); every row needs a non-negative integer time"
+                f"{example(t.isNull())}); every row needs a non-negative integer time"
             )
         if st["min_time"] is not None and st["min_time"] < 0:
             raise BadInputError(
                 f"{what}: negative time {st['min_time']} in column {tcol!r} "
-                f"(e.g. row {st['negative_example']}); times must be non-negative"
+                f"(e.g. row {example(t == F.lit(st['min_time']))}); times must be non-negative"
             )
         if st["null_diffs"]:
             raise BadInputError(
                 f"{what}: null diff in column {self.diff_column!r} ({st['null_diffs']} rows, "
-                f"e.g. row {st['null_diff_example']})"
+                f"e.g. row {example(d.isNull())})"
             )
         if st["min_time"] is not None and st["min_time"] < lower:
             raise LateUpdateError(
                 f"{what}: update at time {st['min_time']} in column {tcol!r} is late (e.g. row "
-                f"{st['late_example']}): the topic is complete up to frontier {lower}; pass "
-                f"late='advance' to move late updates to {lower}"
+                f"{example(t == F.lit(st['min_time']))}): the topic is complete up to frontier "
+                f"{lower}; pass late='advance' to move late updates to {lower}"
             )
         rows = st["rows"]
         max_time = st["max_time"]
