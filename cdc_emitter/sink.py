@@ -11,18 +11,21 @@ Attach it to a streaming query with ``writeStream.foreachBatch(CdcSink(...))``, 
    its lower bound is the topic's current frontier ``F``, learnt from the tail of the topic
    (never by scanning all of it). Default time mode: ``t = max(time_offset + batch_id, F)`` and
    the interval is ``[F, t + 1)``. Column mode: ``[F, max_time + 1)``; a time below ``F`` is late.
-3. **Consolidation in Spark**: group by all data columns and the time, sum the diffs (as
-   ``decimal(38,0)``, so an overflow of 64 bits is detected, never wrapped), drop zero sums.
-4. **Validation before the first message** (one aggregation job): null, negative and late times,
-   null diffs, diff sums outside 64 bits, rows too big for one message — each a
+3. **Validation before the first message**, one narrow scan of the input (no shuffle): null,
+   negative and late times, null diffs, rows possibly too big for one message (those few are
+   encoded exactly), and whether any diff sum could overflow 64 bits (only then an exact
+   ``decimal(38,0)`` consolidation finds the row) — each a
    :class:`~cdc_emitter.errors.BadInputError` naming the column, time and an example row.
-   The per-time counts of the progress statement come from the same job.
-5. The interval is recorded in the sink log (when there is a checkpoint location).
-6. **Updates are produced on the executors**, partition by partition, as Avro arrays of at most
-   ``max_message_bytes``, by an idempotent ``acks=all`` producer that is flushed before the task
-   ends: a delivery error fails the task and Spark retries it, and the retry writes the same
-   updates. Each task returns its per-time counts; the driver checks them against step 4.
-7. Only after the Spark job has succeeded — every update acknowledged — the driver writes the
+   Column mode: the interval's upper is the largest time + 1.
+4. The interval is recorded in the sink log (when there is a checkpoint location).
+5. **Consolidation and production in one Spark job**: group by all data columns and the time,
+   sum the diffs, drop zero sums; each partition is encoded **on the executors** as Avro arrays
+   of at most ``max_message_bytes`` — by Spark's ``to_avro`` per update joined in Python
+   (``encoder="avro"``), or by numpy / fastavro from Arrow batches (``encoder="python"``) — and
+   produced by an idempotent ``acks=all`` producer flushed before the task ends: a delivery
+   error fails the task and Spark retries it, and the retry writes the same updates. Each task
+   returns its per-time counts (only the successful attempt's count).
+6. Only after that job has succeeded — every update acknowledged — the driver writes the
    progress statement for the interval (to partition 0, with headers naming the writer, the
    batch and the interval) and flushes it.
 
@@ -495,7 +498,7 @@ class CdcSink:
         create_topic, topic_partitions: create a missing topic instead of failing.
         writer_id: identifies this writer in progress headers; default: the streaming query's
             id (stable across restarts from a checkpoint), else a random id per sink object.
-        encoder: ``"python"`` (Arrow → fastavro on the executors; needs nothing more),
+        encoder: ``"python"`` (Arrow → numpy for flat columns, fastavro otherwise; needs nothing more),
             ``"avro"`` (Spark's ``to_avro`` per update, joined into arrays in Python; needs the
             spark-avro package) or ``"auto"`` (``avro`` when spark-avro is loaded).
         flush_timeout: seconds a task waits for acknowledgements (None: librdkafka's
