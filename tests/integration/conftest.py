@@ -38,8 +38,12 @@ def spark(tmp_path_factory):
     from pyspark.sql import SparkSession
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    builder = SparkSession.builder
+    jar = spark_avro_jar()
+    if jar:
+        builder = builder.config("spark.jars", jar)
     session = (
-        SparkSession.builder.master("local[2,2]")
+        builder.master("local[2,2]")
         .appName("cdc-emitter-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
@@ -50,7 +54,6 @@ def spark(tmp_path_factory):
         .config("spark.sql.warehouse.dir", str(warehouse))
         .config("spark.sql.streaming.minBatchesToRetain", "5")
         .config("spark.sql.adaptive.enabled", "false")
-        .config("spark.jars", spark_avro_jar() or "")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
