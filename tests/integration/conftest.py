@@ -14,21 +14,20 @@ import sys
 import pytest
 
 
-def spark_avro_jar() -> str | None:
-    """A spark-avro jar already on this machine (``CDC_SPARK_AVRO_JAR``, or Spark's ivy cache).
+def spark_avro_package() -> str:
+    """Maven coordinates of spark-avro at exactly the installed Spark and Scala versions.
 
-    Loaded into the test session when found, so the sink's ``to_avro`` encoder is tested too;
-    nothing is downloaded. Without one, the tests of that encoder are skipped.
+    The session loads it through ``spark.jars.packages`` (fetched from Maven Central once, then
+    from Ivy's cache), so the sink's ``to_avro`` encoder is tested on every run, never skipped.
+    ``CDC_SPARK_AVRO_JAR`` names a local jar instead (for machines without Maven Central).
     """
-    env = os.environ.get("CDC_SPARK_AVRO_JAR", "").strip()
-    if env:
-        return env
-    for pattern in ("~/.ivy2*/jars/org.apache.spark_spark-avro_2.13-*.jar",
-                    "~/.m2/repository/org/apache/spark/spark-avro_2.13/*/spark-avro_2.13-*.jar"):
-        found = sorted(glob.glob(os.path.expanduser(pattern)))
-        if found:
-            return found[-1]
-    return None
+    import pyspark
+
+    jars = glob.glob(os.path.join(os.path.dirname(pyspark.__file__), "jars", "scala-library-*.jar"))
+    scala = "2.13"
+    if jars:
+        scala = ".".join(os.path.basename(jars[0])[len("scala-library-"):].split(".")[:2])
+    return f"org.apache.spark:spark-avro_{scala}:{pyspark.__version__}"
 
 
 @pytest.fixture(scope="session")
@@ -39,9 +38,11 @@ def spark(tmp_path_factory):
 
     warehouse = tmp_path_factory.mktemp("spark-warehouse")
     builder = SparkSession.builder
-    jar = spark_avro_jar()
+    jar = os.environ.get("CDC_SPARK_AVRO_JAR", "").strip()
     if jar:
         builder = builder.config("spark.jars", jar)
+    else:
+        builder = builder.config("spark.jars.packages", spark_avro_package())
     session = (
         builder.master("local[2,2]")
         .appName("cdc-emitter-tests")

@@ -107,11 +107,12 @@ def test_streaming_query_exact_history_multi_partition(spark, kafka_bootstrap, t
     assert len(partitions) > 1
 
 
-def test_task_retry_after_partial_produce_only_duplicates(spark, kafka_bootstrap, topic_factory):
+@pytest.mark.parametrize("encoder", ["python", "avro"])
+def test_task_retry_after_partial_produce_only_duplicates(spark, kafka_bootstrap, topic_factory, encoder):
     topic = topic_factory(2)
     rows = [(i % 300, f"v{i % 300}", 1) for i in range(900)] + [(7, "v7", -3)]
     df = spark.createDataFrame(rows, KV)
-    sink = CdcSink(kafka_bootstrap, topic, max_message_bytes=120)
+    sink = CdcSink(kafka_bootstrap, topic, max_message_bytes=120, encoder=encoder)
     sink._test_fail_after_messages = 3  # attempt 0 of partition 0 dies after 3 acknowledged messages
     result = sink.write(df, time=4)
     assert result.updates == 299
@@ -255,8 +256,8 @@ def has_spark_avro(spark) -> bool:
 def test_spark_types_round_trip(spark, kafka_bootstrap, topic_factory, encoder):
     from pyspark.sql import types as T
 
-    if encoder == "avro" and not has_spark_avro(spark):
-        pytest.skip("spark-avro is not on this machine (see CDC_SPARK_AVRO_JAR in conftest)")
+    if encoder == "avro":
+        assert has_spark_avro(spark), "the test session loads spark-avro (see conftest)"
 
     topic = topic_factory(3)
     schema = T.StructType([
