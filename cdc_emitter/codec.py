@@ -214,7 +214,6 @@ def _build(schema: Any, named: dict, kind: str, memo: dict) -> Conv:
 
 
 _KEY0 = itemgetter(0)
-_UPDATE_FIELDS = itemgetter("data", "time", "diff")
 
 
 def _pairs(v):
@@ -470,9 +469,9 @@ class CdcCodec:
                 raise DecodeError(f"malformed progress record: {exc}") from None
         new = tuple.__new__  # Update(...) without the NamedTuple __new__ call overhead
         if self._flat:
-            return [new(Update, (tuple(d.values()), t, df)) for d, t, df in map(_UPDATE_FIELDS, datum)]
+            return [new(Update, (tuple(r["data"].values()), r["time"], r["diff"])) for r in datum]
         conv = self._to_hashable
-        return [new(Update, (conv(d), t, df)) for d, t, df in map(_UPDATE_FIELDS, datum)]
+        return [new(Update, (conv(r["data"]), r["time"], r["diff"])) for r in datum]
 
     # -- presentation ---------------------------------------------------------------------
 

@@ -179,7 +179,9 @@ class CdcReader:
     def __init__(self, start: int = 0):
         self._reported: int | None = start  # None: closed
         self._progress: int | None = start  # frontier of grafted progress; None: closed
-        self._pending: dict[int, dict[Any, int]] = {}  # time -> data -> diff, times >= reported
+        # time -> data -> the Update itself (times >= reported): reporting a time hands these
+        # objects out as they are, with no per-update construction
+        self._pending: dict[int, dict[Any, Update]] = {}
         self._times: list[int] = []  # heap of every time that holds state in the dicts here
         self._outstanding: dict[int, int] = {}  # time -> announced count - distinct received
         self._blocking: list[int] = []  # heap of times whose outstanding may be > 0
@@ -226,11 +228,13 @@ class CdcReader:
     # -- updates --------------------------------------------------------------------------
 
     def _receive_updates(self, updates: Iterable[Update], where: dict) -> None:
-        reported, progress = self._reported, self._progress
-        pending, outstanding = self._pending, self._outstanding
+        reported = self._reported
+        pending = self._pending
         received = duplicates = 0
         at_time: dict | None = None
         at_time_of = None  # the time whose dict `at_time` is: batches are mostly one time
+        fresh = 0  # distinct new updates in the current run of `at_time_of`, settled per run
+        new = tuple.__new__
         for update in updates:
             received += 1
             data, time, diff = update
@@ -241,6 +245,9 @@ class CdcReader:
                 duplicates += 1  # time already reported: a duplicate (or undetectable)
                 continue
             if time != at_time_of:
+                if fresh:
+                    self._settle(at_time_of, fresh, where)
+                    fresh = 0
                 at_time = pending.get(time)
                 if at_time is None:
                     self._track(time)
@@ -248,25 +255,36 @@ class CdcReader:
                 at_time_of = time
             known = at_time.get(data)
             if known is not None:
-                if known == diff:
+                if known[2] == diff:
                     duplicates += 1
                 else:
                     self.violate(
                         "conflicting_diff", time,
-                        f"data {data!r} at time {time} has diffs {known} and {diff}", **where,
+                        f"data {data!r} at time {time} has diffs {known[2]} and {diff}", **where,
                     )
                 continue
-            at_time[data] = diff
-            left = outstanding.get(time, 0) - 1
-            outstanding[time] = left
-            if left < 0 and (progress is None or time < progress):
+            at_time[data] = update if update.__class__ is Update else new(Update, (data, time, diff))
+            fresh += 1
+        if fresh:
+            self._settle(at_time_of, fresh, where)
+        self.updates_received += received
+        self.duplicates += duplicates
+
+    def _settle(self, time: int, fresh: int, where: dict) -> None:
+        """Count ``fresh`` new distinct updates at ``time`` against its announced count.
+
+        One over_count violation per update beyond a grafted count, as if counted one by one.
+        """
+        before = self._outstanding.get(time, 0)
+        left = self._outstanding[time] = before - fresh
+        progress = self._progress
+        if left < 0 and (progress is None or time < progress):
+            for _ in range(min(fresh, -left)):
                 self.violate(
                     "over_count", time,
                     f"time {time} has more distinct updates than its count "
                     f"{self._announced.get(time, 0)}", **where,
                 )
-        self.updates_received += received
-        self.duplicates += duplicates
 
     def _bad_update(self, data: Any, time: Any, diff: Any, where: dict) -> None:
         if not isinstance(time, int) or isinstance(time, bool) or not isinstance(diff, int) or isinstance(diff, bool):
@@ -380,7 +398,8 @@ class CdcReader:
             time = heapq.heappop(times)
             self._outstanding.pop(time, None)
             self._announced.pop(time, None)
-            for data, diff in self._pending.pop(time, {}).items():
-                finished.append(Update(data, time, diff))
+            at_time = self._pending.pop(time, None)
+            if at_time:
+                finished.extend(at_time.values())
         self._reported = frontier
         return [(finished, self.frontier)]

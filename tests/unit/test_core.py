@@ -185,6 +185,25 @@ def test_over_count_is_reported_and_the_time_still_finishes():
     assert out == [([Update("a", 1, 1), Update("b", 1, 1)], (3,))]
 
 
+def test_over_count_reports_each_extra_update_across_interleaved_times():
+    reader = CdcReader()
+    reader.push(Progress((0,), (3,), ((1, 1), (2, 2))))
+    out = reader.push([Update("a", 1, 1), Update("x", 2, 1), Update("b", 1, 1), Update("c", 1, 1),
+                       Update("y", 2, 1), Update("a", 1, 1)])
+    assert kinds(reader) == ["over_count", "over_count"]  # b and c; the repeated a is a duplicate
+    assert {v.time for v in reader.violations} == {1}
+    assert out == [([Update("a", 1, 1), Update("b", 1, 1), Update("c", 1, 1),
+                     Update("x", 2, 1), Update("y", 2, 1)], (3,))]
+    assert reader.duplicates == 1
+
+
+def test_pushed_plain_tuples_come_back_as_updates():
+    reader = CdcReader()
+    out = reader.push([("a", 0, 2)]) + reader.push(Progress((0,), (1,), ((0, 1),)))
+    assert out == [([Update("a", 0, 2)], (1,))]
+    assert type(out[0][0][0]) is Update
+
+
 def test_extra_update_after_its_time_was_reported_looks_like_a_duplicate():
     # Bounded memory: nothing is kept about reported times (documented limitation).
     reader = CdcReader()
