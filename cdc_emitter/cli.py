@@ -434,7 +434,21 @@ def create_source_sql(name: str, bootstrap_servers: str, topic: str, union: list
     )
 
 
-def _spark(app: str) -> Any:
+def spark_options(func: Callable) -> Callable:
+    """--packages and --conf: what the Spark session of export / schema --from loads."""
+    func = click.option(
+        "--conf", "spark_conf", multiple=True, metavar="KEY=VALUE", callback=_parse_settings,
+        help="A Spark setting (repeatable), e.g. --conf spark.driver.memory=4g.",
+    )(func)
+    func = click.option(
+        "--packages", "spark_packages", multiple=True, metavar="COORDS",
+        help="Maven coordinates of jars Spark should load (repeatable or comma-separated), e.g. "
+        "the Delta Lake package for --format delta or a JDBC driver for --format jdbc.",
+    )(func)
+    return func
+
+
+def _spark(app: str, packages: tuple[str, ...] = (), conf: dict | None = None) -> Any:
     import os
 
     # executors run Python (the sink encodes there): the interpreter this CLI runs in
@@ -442,15 +456,61 @@ def _spark(app: str) -> Any:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    spark = (
+    builder = (
         SparkSession.builder.appName(app)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "true" if sys.stderr.isatty() else "false")
         .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
     )
+    coords = [c.strip() for item in packages for c in item.split(",") if c.strip()]
+    if coords:
+        builder = builder.config("spark.jars.packages", ",".join(coords))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:  # noqa: BLE001 - e.g. a package Maven Central does not have
+        raise ConfigError(f"cannot start Spark: {_spark_error_text(exc)}") from exc
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def _spark_error_text(exc: BaseException) -> str:
+    """The first line of what Spark says: the Java exception behind a Py4J error, if any."""
+    java = getattr(exc, "java_exception", None)
+    text = ""
+    if java is not None:
+        try:
+            text = str(java.toString())
+        except Exception:  # noqa: BLE001 - the JVM may be gone
+            text = ""
+    text = (text or str(exc)).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+_DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+
+def _reader_conf(fmt: str, packages: tuple[str, ...], conf: dict) -> dict:
+    """Spark settings for reading ``fmt``: Delta's extension and catalog when its package is
+    loaded (Delta refuses to read without them); the user's --conf wins."""
+    out = dict(conf or {})
+    if fmt == "delta" and any(c.strip().startswith("io.delta:") for p in packages for c in p.split(",")):
+        for key, value in _DELTA_CONF.items():
+            out.setdefault(key, value)
+    return out
+
+
+_SOURCE_HINTS = {
+    "delta": "Spark has no Delta Lake reader loaded: add --packages io.delta:delta-spark_2.13:VERSION "
+             "(the Delta release built for your Spark version)",
+    "jdbc": "Spark needs the database's JDBC driver: add --packages with the driver's Maven "
+            "coordinates (e.g. org.postgresql:postgresql:42.7.4), -O driver=CLASS (e.g. "
+            "org.postgresql.Driver) and -O url=jdbc:...",
+}
 
 
 def _spark_to_avro(struct: Any) -> dict:
@@ -470,8 +530,11 @@ def _read_table(spark: Any, source: str, fmt: str, options: dict) -> Any:
             return spark.read.format("jdbc").options(**opts).load()
         return spark.read.format(fmt).options(**options).load(source)
     except Exception as exc:  # noqa: BLE001 - Spark raises many types; all mean "cannot read"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ConfigError(f"cannot read {fmt} source {source!r}: {first}") from exc
+        text = _spark_error_text(exc)
+        missing = ("DATA_SOURCE_NOT_FOUND", "No suitable driver", "ClassNotFoundException")
+        hint = _SOURCE_HINTS.get(fmt) if any(m in text for m in missing) else None
+        raise ConfigError(f"cannot read {fmt} source {source!r}: {text}"
+                          + (f"\n{hint}" if hint else "")) from exc
 
 
 # A pure parser for the Spark DDL column lists `schema --columns` takes, so that the common case
@@ -639,9 +702,10 @@ FORMATS = ["parquet", "csv", "json", "orc", "delta", "jdbc", "table", "avro", "t
               help="The Materialize source name, for --sql (default: the topic name).")
 @click.option("--bootstrap-servers", envvar=ENV_BOOTSTRAP, metavar="HOST:PORT", show_envvar=True,
               help="The broker Materialize connects to, for --sql.")
+@spark_options
 @handle_errors
 def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, source_name,
-           bootstrap_servers):
+           bootstrap_servers, spark_packages, spark_conf):
     """Print the CDC Avro schema for a table, or the Materialize statement reading its topic.
 
     Give the table's columns in exactly one way: --columns (a Spark DDL string), --from
@@ -670,7 +734,7 @@ def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, sou
     elif columns is not None:
         data_schema = _spark_to_avro(_columns_struct(columns))
     else:
-        spark = _spark("cdc-emitter schema")
+        spark = _spark("cdc-emitter schema", spark_packages, _reader_conf(fmt, spark_packages, spark_conf))
         data_schema = _spark_to_avro(_read_table(spark, source, fmt, read_options).schema)
     union = union_schema(data_schema)
     if sql:
@@ -701,9 +765,10 @@ def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, sou
 @click.option("--schema-id", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
               help="Schema id in the Confluent header.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object.")
+@spark_options
 @handle_errors
 def export(source, bootstrap_servers, kafka_settings, topic, fmt, read_options, at_time, previous,
-           close, create_topic, framing, schema_id, as_json):
+           close, create_topic, framing, schema_id, as_json, spark_packages, spark_conf):
     """Write a table read by Spark to a topic as one CDC snapshot (or the difference of two).
 
     Every row of SOURCE becomes an update with diff +1 at time N (equal rows add up to a
@@ -717,12 +782,15 @@ def export(source, bootstrap_servers, kafka_settings, topic, fmt, read_options, 
       cdc-emitter export data/products_v1.parquet --topic products --time 1 --create-topic
       cdc-emitter export data/products_v2.parquet --previous data/products_v1.parquet \\
           --topic products --time 2 --close --json
+      cdc-emitter export orders --format jdbc -O url=jdbc:postgresql://db/shop \\
+          -O driver=org.postgresql.Driver -O user=reader -O password=... \\
+          --packages org.postgresql:postgresql:42.7.4 --topic orders
     """
     servers = _servers(bootstrap_servers)
     status = _Progress()
     status.show(f"starting Spark to read {source}")
     try:
-        spark = _spark("cdc-emitter export")
+        spark = _spark("cdc-emitter export", spark_packages, _reader_conf(fmt, spark_packages, spark_conf))
         from pyspark.sql import functions as F
 
         current = _read_table(spark, source, fmt, read_options)

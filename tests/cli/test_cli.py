@@ -416,3 +416,26 @@ def test_schema_registry_id_from_the_topic(kafka_bootstrap, topic_factory, regis
         '{"array":[{"data":{"id":5,"price":{"int":10}},"time":1,"diff":1}]}\n'
         '{"com.materialize.cdc.progress":{"lower":[0],"upper":[2],"counts":[{"time":1,"count":1}]}}\n'
     )
+
+
+def test_delta_session_settings_only_with_a_delta_package_and_user_conf_wins():
+    from cdc_emitter.cli import _reader_conf
+
+    delta = ("io.delta:delta-spark_4.1_2.13:4.4.0",)
+    assert _reader_conf("delta", delta, {}) == {
+        "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    }
+    mine = {"spark.sql.extensions": "my.Ext", "spark.driver.memory": "2g"}
+    assert _reader_conf("delta", ("a:b:1," + delta[0],), mine) == {
+        "spark.sql.extensions": "my.Ext", "spark.driver.memory": "2g",
+        "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+    }
+    assert _reader_conf("delta", (), {}) == {}  # no Delta jar: the extension would fail Spark's start
+    assert _reader_conf("parquet", delta, {}) == {}
+
+
+def test_export_bad_conf_is_a_usage_error_naming_it():
+    result = run("export", "t.parquet", "--topic", "t", "--bootstrap-servers", "x:1", "--conf", "nokey")
+    assert result.exit_code == 2
+    assert "Invalid value for '--conf': 'nokey' is not of the form key=value" in result.stderr

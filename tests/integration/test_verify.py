@@ -7,6 +7,7 @@ reordering over partitions, each kind of violation, a corrupt message) is exactl
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import pytest
@@ -17,6 +18,8 @@ from cdc_emitter.codec import CdcCodec, union_schema
 from cdc_emitter.core import Progress, Update, consolidate, progress_for
 from cdc_emitter.kafka_io import CdcProducer
 from cdc_emitter.verify import verify_topic
+
+from helpers import read_history
 
 pytestmark = pytest.mark.kafka
 
@@ -488,6 +491,123 @@ def test_export_missing_source_is_an_error(kafka_bootstrap, topic_factory, spark
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr.startswith(f"error: cannot read parquet source '{tmp_path / 'nope.parquet'}': ")
+
+
+# Connector packages for export's --packages, by the installed Spark's major.minor version
+# (constraints.txt pins the Spark the suite runs on).
+DELTA_PACKAGE = {"4.1": "io.delta:delta-spark_4.1_2.13:4.4.0", "4.0": "io.delta:delta-spark_2.13:4.0.0"}
+SQLITE_JDBC_PACKAGE = "org.xerial:sqlite-jdbc:3.46.1.3"
+
+
+def export_in_new_process(*args):
+    """The real `cdc-emitter export` in its own process: --packages only applies to a new JVM
+    (inside this test process getOrCreate() would return the running test session)."""
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "cdc_emitter.cli", "export", *args],
+                          capture_output=True, text=True, timeout=600)
+
+
+def _write_delta(path, rows):
+    """A one-commit Delta table: a parquet file and its _delta_log entry (Delta protocol 1/2)."""
+    import uuid
+
+    os.makedirs(path / "_delta_log")
+    data = _write_parquet(path / "part-00000.parquet", rows)
+    fields = [{"name": n, "type": t, "nullable": True, "metadata": {}}
+              for n, t in (("id", "long"), ("name", "string"), ("price", "integer"))]
+    actions = [
+        {"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}},
+        {"metaData": {"id": str(uuid.uuid4()), "format": {"provider": "parquet", "options": {}},
+                      "schemaString": json.dumps({"type": "struct", "fields": fields}),
+                      "partitionColumns": [], "configuration": {}, "createdTime": 1700000000000}},
+        {"add": {"path": "part-00000.parquet", "partitionValues": {}, "size": os.path.getsize(data),
+                 "modificationTime": 1700000000000, "dataChange": True}},
+    ]
+    (path / "_delta_log" / "00000000000000000000.json").write_text(
+        "".join(json.dumps(a) + "\n" for a in actions))
+    return str(path)
+
+
+def _verify_table(bootstrap, topic, source, tmp_path, frontier):
+    schema = cli("schema", "--from", source)
+    assert schema.exit_code == 0, schema.stderr
+    schema_file = tmp_path / "t.avsc"
+    schema_file.write_text(schema.stdout)
+    out = tmp_path / "out.jsonl"
+    code, result, _ = verify_json(bootstrap, topic, str(schema_file), "--until-frontier",
+                                  str(frontier), "--timeout", "30", "--output", str(out))
+    assert (code, result["violations"]) == (0, [])
+    return _lines(out)
+
+
+V1_TABLE = [
+    {"data": {"id": 1, "name": "apple", "price": 10}, "count": 1},
+    {"data": {"id": 2, "name": "pear", "price": None}, "count": 1},
+    {"data": {"id": 3, "name": "plum", "price": 7}, "count": 2},
+    {"data": {"id": 4, "name": "fig", "price": 3}, "count": 1},
+]
+
+
+@pytest.mark.spark
+def test_export_delta_with_packages(kafka_bootstrap, topic_factory, spark, tmp_path):
+    import pyspark
+
+    source = _write_delta(tmp_path / "products", V1)
+    topic = topic_factory()
+    base = [source, "--format", "delta", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+            "--time", "1"]
+    without = export_in_new_process(*base)
+    assert without.returncode == 2
+    assert without.stdout == ""
+    assert f"error: cannot read delta source '{source}': " in without.stderr
+    assert "[DATA_SOURCE_NOT_FOUND]" in without.stderr
+    assert "add --packages io.delta:delta-spark_2.13:VERSION" in without.stderr
+
+    package = DELTA_PACKAGE[".".join(pyspark.__version__.split(".")[:2])]
+    exported = export_in_new_process(*base, "--packages", package)
+    assert exported.returncode == 0, exported.stderr
+    assert exported.stdout.startswith(f"exported {source} to topic {topic} at time 1: 4 updates in ")
+    assert _verify_table(kafka_bootstrap, topic, _write_parquet(tmp_path / "same.parquet", V1),
+                         tmp_path, 2) == V1_TABLE
+
+
+@pytest.mark.spark
+def test_export_jdbc_with_a_driver_package(kafka_bootstrap, topic_factory, spark, tmp_path):
+    import sqlite3
+
+    db = tmp_path / "shop.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE products (id INTEGER NOT NULL, name TEXT, price INTEGER)")
+        conn.executemany("INSERT INTO products VALUES (?, ?, ?)", V1)
+    topic = topic_factory()
+    base = ["products", "--format", "jdbc", "-O", f"url=jdbc:sqlite:{db}", "-O", "driver=org.sqlite.JDBC",
+            "--bootstrap-servers", kafka_bootstrap, "--topic", topic, "--time", "1"]
+    without = export_in_new_process(*base)
+    assert without.returncode == 2
+    assert "error: cannot read jdbc source 'products': " in without.stderr
+    assert "ClassNotFoundException: org.sqlite.JDBC" in without.stderr
+    assert "add --packages with the driver's Maven coordinates" in without.stderr
+    exported = export_in_new_process(
+        "products", "--format", "jdbc", "-O", f"url=jdbc:sqlite:{db}", "-O", "driver=org.sqlite.JDBC",
+        "--packages", SQLITE_JDBC_PACKAGE, "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+        "--time", "1", "--json")
+    assert exported.returncode == 0, exported.stderr
+    summary = json.loads(exported.stdout)
+    assert (summary["source"], summary["updates"], summary["frontier"]) == ("products", 4, [2])
+    history, frontier, violations, _ = read_history(kafka_bootstrap, topic, _jdbc_codec())
+    assert (frontier, violations) == ((2,), [])
+    assert sorted((d, t, n) for d, t, n in history) == [
+        ((1, "apple", 10), 1, 1), ((2, "pear", None), 1, 1), ((3, "plum", 7), 1, 2),
+        ((4, "fig", 3), 1, 1)]
+
+
+def _jdbc_codec():
+    # Spark's JDBC reader maps SQLite's INTEGER/TEXT to int/string, all nullable
+    return CdcCodec({"type": "record", "name": "data", "fields": [
+        {"name": "id", "type": ["null", "int"]}, {"name": "name", "type": ["null", "string"]},
+        {"name": "price", "type": ["null", "int"]}]})
 
 
 @pytest.mark.spark
