@@ -504,9 +504,15 @@ def _reader_conf(fmt: str, packages: tuple[str, ...], conf: dict) -> dict:
     return out
 
 
+#: The Delta Lake package built for each Spark major.minor version (the one --format delta needs).
+DELTA_PACKAGES = {
+    "3.5": "io.delta:delta-spark_2.12:3.3.2",
+    "4.0": "io.delta:delta-spark_2.13:4.0.0",
+    "4.1": "io.delta:delta-spark_4.1_2.13:4.4.0",
+}
+
 _SOURCE_HINTS = {
-    "delta": "Spark has no Delta Lake reader loaded: add --packages io.delta:delta-spark_2.13:VERSION "
-             "(the Delta release built for your Spark version)",
+    "delta": "Spark has no Delta Lake reader loaded: add --packages {delta}",
     "jdbc": "Spark needs the database's JDBC driver: add --packages with the driver's Maven "
             "coordinates (e.g. org.postgresql:postgresql:42.7.4), -O driver=CLASS (e.g. "
             "org.postgresql.Driver) and -O url=jdbc:...",
@@ -533,6 +539,10 @@ def _read_table(spark: Any, source: str, fmt: str, options: dict) -> Any:
         text = _spark_error_text(exc)
         missing = ("DATA_SOURCE_NOT_FOUND", "No suitable driver", "ClassNotFoundException")
         hint = _SOURCE_HINTS.get(fmt) if any(m in text for m in missing) else None
+        if hint is not None:
+            version = ".".join(str(getattr(spark, "version", "")).split(".")[:2])
+            hint = hint.format(delta=DELTA_PACKAGES.get(
+                version, f"with the Delta Lake package built for Spark {spark.version}"))
         raise ConfigError(f"cannot read {fmt} source {source!r}: {text}"
                           + (f"\n{hint}" if hint else "")) from exc
 

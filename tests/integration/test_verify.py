@@ -13,7 +13,7 @@ import random
 import pytest
 from click.testing import CliRunner
 
-from cdc_emitter.cli import main
+from cdc_emitter.cli import DELTA_PACKAGES, main
 from cdc_emitter.codec import CdcCodec, union_schema
 from cdc_emitter.core import Progress, Update, consolidate, progress_for
 from cdc_emitter.kafka_io import CdcProducer
@@ -406,6 +406,25 @@ def _lines(path):
 
 V1 = [(1, "apple", 10), (2, "pear", None), (3, "plum", 7), (3, "plum", 7), (4, "fig", 3)]
 V2 = [(1, "apple", 12), (2, "pear", None), (3, "plum", 7), (5, "kiwi", 4), (5, "kiwi", 4)]
+V1_TABLE = [  # V1 as the collection verify --output writes
+    {"data": {"id": 1, "name": "apple", "price": 10}, "count": 1},
+    {"data": {"id": 2, "name": "pear", "price": None}, "count": 1},
+    {"data": {"id": 3, "name": "plum", "price": 7}, "count": 2},
+    {"data": {"id": 4, "name": "fig", "price": 3}, "count": 1},
+]
+
+
+def _verify_table(bootstrap, topic, source, tmp_path, frontier):
+    """verify --output of ``topic`` with the schema of ``source`` (schema --from): its lines."""
+    schema = cli("schema", "--from", source)
+    assert schema.exit_code == 0, schema.stderr
+    schema_file = tmp_path / "t.avsc"
+    schema_file.write_text(schema.stdout)
+    out = tmp_path / "out.jsonl"
+    code, result, _ = verify_json(bootstrap, topic, str(schema_file), "--until-frontier",
+                                  str(frontier), "--timeout", "30", "--output", str(out))
+    assert (code, result["frontier"], result["violations"]) == (0, [frontier], [])
+    return _lines(out)
 
 
 @pytest.mark.spark
@@ -420,23 +439,7 @@ def test_export_parquet_then_verify(kafka_bootstrap, topic_factory, spark, tmp_p
                        "lower": [0], "upper": [2], "frontier": [2], "updates": 4,
                        "messages": summary["messages"]}
     assert summary["messages"] >= 1
-
-    schema = cli("schema", "--from", source)
-    assert schema.exit_code == 0, schema.stderr
-    schema_file = tmp_path / "v1.avsc"
-    schema_file.write_text(schema.stdout)
-
-    out = tmp_path / "out.jsonl"
-    code, result, _ = verify_json(kafka_bootstrap, topic, str(schema_file), "--until-frontier", "2",
-                                  "--timeout", "30", "--output", str(out))
-    assert code == 0
-    assert result["frontier"] == [2] and result["violations"] == []
-    assert _lines(out) == [
-        {"data": {"id": 1, "name": "apple", "price": 10}, "count": 1},
-        {"data": {"id": 2, "name": "pear", "price": None}, "count": 1},
-        {"data": {"id": 3, "name": "plum", "price": 7}, "count": 2},
-        {"data": {"id": 4, "name": "fig", "price": 3}, "count": 1},
-    ]
+    assert _verify_table(kafka_bootstrap, topic, source, tmp_path, 2) == V1_TABLE
 
 
 @pytest.mark.spark
@@ -493,9 +496,6 @@ def test_export_missing_source_is_an_error(kafka_bootstrap, topic_factory, spark
     assert result.stderr.startswith(f"error: cannot read parquet source '{tmp_path / 'nope.parquet'}': ")
 
 
-# Connector packages for export's --packages, by the installed Spark's major.minor version
-# (constraints.txt pins the Spark the suite runs on).
-DELTA_PACKAGE = {"4.1": "io.delta:delta-spark_4.1_2.13:4.4.0", "4.0": "io.delta:delta-spark_2.13:4.0.0"}
 SQLITE_JDBC_PACKAGE = "org.xerial:sqlite-jdbc:3.46.1.3"
 
 
@@ -530,26 +530,6 @@ def _write_delta(path, rows):
     return str(path)
 
 
-def _verify_table(bootstrap, topic, source, tmp_path, frontier):
-    schema = cli("schema", "--from", source)
-    assert schema.exit_code == 0, schema.stderr
-    schema_file = tmp_path / "t.avsc"
-    schema_file.write_text(schema.stdout)
-    out = tmp_path / "out.jsonl"
-    code, result, _ = verify_json(bootstrap, topic, str(schema_file), "--until-frontier",
-                                  str(frontier), "--timeout", "30", "--output", str(out))
-    assert (code, result["violations"]) == (0, [])
-    return _lines(out)
-
-
-V1_TABLE = [
-    {"data": {"id": 1, "name": "apple", "price": 10}, "count": 1},
-    {"data": {"id": 2, "name": "pear", "price": None}, "count": 1},
-    {"data": {"id": 3, "name": "plum", "price": 7}, "count": 2},
-    {"data": {"id": 4, "name": "fig", "price": 3}, "count": 1},
-]
-
-
 @pytest.mark.spark
 def test_export_delta_with_packages(kafka_bootstrap, topic_factory, spark, tmp_path):
     import pyspark
@@ -563,9 +543,9 @@ def test_export_delta_with_packages(kafka_bootstrap, topic_factory, spark, tmp_p
     assert without.stdout == ""
     assert f"error: cannot read delta source '{source}': " in without.stderr
     assert "[DATA_SOURCE_NOT_FOUND]" in without.stderr
-    assert "add --packages io.delta:delta-spark_2.13:VERSION" in without.stderr
+    package = DELTA_PACKAGES[".".join(pyspark.__version__.split(".")[:2])]
+    assert f"Spark has no Delta Lake reader loaded: add --packages {package}\n" in without.stderr
 
-    package = DELTA_PACKAGE[".".join(pyspark.__version__.split(".")[:2])]
     exported = export_in_new_process(*base, "--packages", package)
     assert exported.returncode == 0, exported.stderr
     assert exported.stdout.startswith(f"exported {source} to topic {topic} at time 1: 4 updates in ")
