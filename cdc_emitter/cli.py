@@ -16,7 +16,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -441,14 +441,20 @@ def spark_options(func: Callable) -> Callable:
         help="A Spark setting (repeatable), e.g. --conf spark.driver.memory=4g.",
     )(func)
     func = click.option(
-        "--packages", "spark_packages", multiple=True, metavar="COORDS",
+        "--packages", "spark_packages", multiple=True, metavar="COORDS", callback=_split_packages,
         help="Maven coordinates of jars Spark should load (repeatable or comma-separated), e.g. "
         "the Delta Lake package for --format delta or a JDBC driver for --format jdbc.",
     )(func)
     return func
 
 
-def _spark(app: str, packages: tuple[str, ...] = (), conf: dict | None = None) -> Any:
+def _split_packages(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[str]:
+    """Repeated and comma-separated --packages as one list of Maven coordinates."""
+    return [c.strip() for item in values for c in item.split(",") if c.strip()]
+
+
+def _spark(app: str, packages: Sequence[str] = (), conf: dict | None = None, fmt: str | None = None) -> Any:
+    """A Spark session loading ``packages``, with ``conf`` and the settings reading ``fmt`` needs."""
     import os
 
     # executors run Python (the sink encodes there): the interpreter this CLI runs in
@@ -462,10 +468,9 @@ def _spark(app: str, packages: tuple[str, ...] = (), conf: dict | None = None) -
         .config("spark.ui.showConsoleProgress", "true" if sys.stderr.isatty() else "false")
         .config("spark.sql.session.timeZone", "UTC")
     )
-    coords = [c.strip() for item in packages for c in item.split(",") if c.strip()]
-    if coords:
-        builder = builder.config("spark.jars.packages", ",".join(coords))
-    for key, value in (conf or {}).items():
+    if packages:
+        builder = builder.config("spark.jars.packages", ",".join(packages))
+    for key, value in _reader_conf(fmt, packages, conf).items():
         builder = builder.config(key, value)
     try:
         spark = builder.getOrCreate()
@@ -494,11 +499,11 @@ _DELTA_CONF = {
 }
 
 
-def _reader_conf(fmt: str, packages: tuple[str, ...], conf: dict) -> dict:
+def _reader_conf(fmt: str | None, packages: Sequence[str], conf: dict | None) -> dict:
     """Spark settings for reading ``fmt``: Delta's extension and catalog when its package is
     loaded (Delta refuses to read without them); the user's --conf wins."""
     out = dict(conf or {})
-    if fmt == "delta" and any(c.strip().startswith("io.delta:") for p in packages for c in p.split(",")):
+    if fmt == "delta" and any(c.startswith("io.delta:") for c in packages):
         for key, value in _DELTA_CONF.items():
             out.setdefault(key, value)
     return out
@@ -540,7 +545,7 @@ def _read_table(spark: Any, source: str, fmt: str, options: dict) -> Any:
         missing = ("DATA_SOURCE_NOT_FOUND", "No suitable driver", "ClassNotFoundException")
         hint = _SOURCE_HINTS.get(fmt) if any(m in text for m in missing) else None
         if hint is not None:
-            version = ".".join(str(getattr(spark, "version", "")).split(".")[:2])
+            version = ".".join(spark.version.split(".")[:2])
             hint = hint.format(delta=DELTA_PACKAGES.get(
                 version, f"with the Delta Lake package built for Spark {spark.version}"))
         raise ConfigError(f"cannot read {fmt} source {source!r}: {text}"
@@ -744,7 +749,7 @@ def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, sou
     elif columns is not None:
         data_schema = _spark_to_avro(_columns_struct(columns))
     else:
-        spark = _spark("cdc-emitter schema", spark_packages, _reader_conf(fmt, spark_packages, spark_conf))
+        spark = _spark("cdc-emitter schema", spark_packages, spark_conf, fmt)
         data_schema = _spark_to_avro(_read_table(spark, source, fmt, read_options).schema)
     union = union_schema(data_schema)
     if sql:
@@ -800,7 +805,7 @@ def export(source, bootstrap_servers, kafka_settings, topic, fmt, read_options, 
     status = _Progress()
     status.show(f"starting Spark to read {source}")
     try:
-        spark = _spark("cdc-emitter export", spark_packages, _reader_conf(fmt, spark_packages, spark_conf))
+        spark = _spark("cdc-emitter export", spark_packages, spark_conf, fmt)
         from pyspark.sql import functions as F
 
         current = _read_table(spark, source, fmt, read_options)

@@ -421,18 +421,19 @@ def test_schema_registry_id_from_the_topic(kafka_bootstrap, topic_factory, regis
 def test_delta_session_settings_only_with_a_delta_package_and_user_conf_wins():
     from cdc_emitter.cli import _reader_conf
 
-    delta = ("io.delta:delta-spark_4.1_2.13:4.4.0",)
+    delta = ["io.delta:delta-spark_4.1_2.13:4.4.0"]
     assert _reader_conf("delta", delta, {}) == {
         "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     }
     mine = {"spark.sql.extensions": "my.Ext", "spark.driver.memory": "2g"}
-    assert _reader_conf("delta", ("a:b:1," + delta[0],), mine) == {
+    assert _reader_conf("delta", ["a:b:1", *delta], mine) == {
         "spark.sql.extensions": "my.Ext", "spark.driver.memory": "2g",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     }
-    assert _reader_conf("delta", (), {}) == {}  # no Delta jar: the extension would fail Spark's start
+    assert _reader_conf("delta", [], {}) == {}  # no Delta jar: the extension would fail Spark's start
     assert _reader_conf("parquet", delta, {}) == {}
+    assert _reader_conf(None, delta, None) == {}
 
 
 def test_export_bad_conf_is_a_usage_error_naming_it():
