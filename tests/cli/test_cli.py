@@ -12,7 +12,8 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from cdc_emitter.cli import create_source_sql, main
+from cdc_emitter.cli import main
+from cdc_emitter.materialize import create_source_sql
 
 PRODUCTS = {
     "type": "record",
@@ -310,7 +311,7 @@ def test_schema_columns_gives_the_reference_schema():
 
 
 def test_schema_columns_nested_types():
-    from cdc_emitter.cli import parse_ddl_columns
+    from cdc_emitter.spark_schema import parse_ddl_columns
 
     struct = parse_ddl_columns(
         "`a b` STRUCT<x: INT NOT NULL, y: array<map<string, decimal(10,2)>>> COMMENT 'hi', "
@@ -419,7 +420,7 @@ def test_schema_registry_id_from_the_topic(kafka_bootstrap, topic_factory, regis
 
 
 def test_delta_session_settings_only_with_a_delta_package_and_user_conf_wins():
-    from cdc_emitter.cli import _reader_conf
+    from cdc_emitter.sources import reader_conf as _reader_conf
 
     delta = ["io.delta:delta-spark_4.1_2.13:4.4.0"]
     assert _reader_conf("delta", delta, {}) == {

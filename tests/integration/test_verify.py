@@ -13,7 +13,8 @@ import random
 import pytest
 from click.testing import CliRunner
 
-from cdc_emitter.cli import DELTA_PACKAGES, main
+from cdc_emitter.cli import main
+from cdc_emitter.sources import DELTA_PACKAGES
 from cdc_emitter.codec import CdcCodec, union_schema
 from cdc_emitter.core import Progress, Update, consolidate, progress_for
 from cdc_emitter.kafka_io import CdcProducer
@@ -600,7 +601,7 @@ def _jdbc_codec():
 def test_pure_ddl_parser_agrees_with_spark(spark, ddl):
     from pyspark.sql.types import StructType
 
-    from cdc_emitter.cli import parse_ddl_columns
+    from cdc_emitter.spark_schema import parse_ddl_columns
 
     assert parse_ddl_columns(ddl) == StructType.fromDDL(ddl)
 

@@ -1,4 +1,4 @@
-"""The ``cdc-emitter`` command line: verify, tail, schema, export.
+"""The ``cdc-emitter`` commands: verify, tail, schema, export (thin: library calls + output).
 
 Exit codes (every command): 0 success; 2 usage, schema, configuration or connection error
 (printed as ``error: ...`` on stderr, never a traceback). ``verify`` adds 1 (protocol violations,
@@ -14,15 +14,19 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import click
 
-from . import __version__
-from .errors import CdcError, ConfigError, SchemaError
+from .. import __version__
+from ..errors import CdcError, ConfigError, SchemaError
+from ..materialize import create_source_sql
+from ..materialize import source_name as default_source_name
+from ..registry import fetch_registry_schema
+from ..sources import FORMATS, columns_struct, read_table, spark_session
+from .output import StatusLine, dumps, export_summary, frontier_text, verify_summary_text
 
 ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
 
@@ -114,7 +118,7 @@ def _servers(bootstrap_servers: str | None) -> str:
 
 def load_data_schema(path: str) -> dict:
     """The data record schema from a schema file (full union schema or data record schema)."""
-    from .codec import data_schema_from_text
+    from ..codec import data_schema_from_text
 
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
@@ -126,30 +130,9 @@ def load_data_schema(path: str) -> dict:
         raise SchemaError(f"schema file {path}: not a usable Avro schema: {exc}") from exc
 
 
-def fetch_registry_schema(url: str, schema_id: int, timeout: float = 10.0) -> str:
-    """The schema text registered under ``schema_id`` in a Confluent schema registry."""
-    import urllib.error
-    import urllib.request
-
-    endpoint = f"{url.rstrip('/')}/schemas/ids/{schema_id}"
-    try:
-        with urllib.request.urlopen(endpoint, timeout=timeout) as resp:
-            body = json.loads(resp.read().decode("utf-8"))
-    except urllib.error.HTTPError as exc:
-        raise SchemaError(f"schema registry {url} has no schema id {schema_id} (HTTP {exc.code})") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise ConfigError(f"cannot reach the schema registry at {url}: {reason}") from None
-    except ValueError as exc:
-        raise SchemaError(f"schema registry {url}: schema id {schema_id}: not JSON: {exc}") from None
-    if not isinstance(body, dict) or not isinstance(body.get("schema"), str):
-        raise SchemaError(f"schema registry {url}: schema id {schema_id}: no 'schema' in the answer")
-    return body["schema"]
-
-
 def _topic_schema_id(servers: str, topic: str, settings: dict) -> int:
     """The schema id in the Confluent header of the first message found in ``topic``."""
-    from .kafka_io import last_messages
+    from ..kafka_io import last_messages
 
     for record in last_messages(servers, topic, 1, config=settings):
         value = record.value or b""
@@ -165,7 +148,7 @@ def load_codec(path: str | None, framing: str, schema_id: int | None, registry: 
                servers: str | None = None, topic: str | None = None,
                settings: dict | None = None) -> Any:
     """The codec from --schema FILE, or from --schema-registry URL (by id)."""
-    from .codec import CdcCodec, data_schema_from_text
+    from ..codec import CdcCodec, data_schema_from_text
 
     if (path is None) == (registry is None):
         raise click.UsageError("give exactly one of --schema FILE or --schema-registry URL")
@@ -182,32 +165,6 @@ def load_codec(path: str | None, framing: str, schema_id: int | None, registry: 
     else:
         data_schema = load_data_schema(path)
     return CdcCodec(data_schema, framing=framing, schema_id=schema_id or 0)
-
-
-def _frontier_text(frontier: tuple[int, ...]) -> str:
-    return "[] (closed)" if frontier == () else f"[{frontier[0]}]"
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-
-
-class _Progress:
-    """One rewritten status line on stderr, only when stderr is a terminal."""
-
-    def __init__(self) -> None:
-        self.enabled = sys.stderr.isatty()
-        self.shown = False
-
-    def show(self, text: str) -> None:
-        if self.enabled:
-            click.echo(f"\r\x1b[K{text}", err=True, nl=False)
-            self.shown = True
-
-    def done(self) -> None:
-        if self.shown:
-            click.echo("", err=True)
-            self.shown = False
 
 
 # --- the group ------------------------------------------------------------------------------------
@@ -271,16 +228,16 @@ def verify(bootstrap_servers, kafka_settings, topic, schema_file, schema_registr
     """
     if until_frontier is not None and until_closed:
         raise click.UsageError("--until-frontier and --until-closed exclude each other")
-    from .verify import verify_topic
+    from ..verify import verify_topic
 
     servers = _servers(bootstrap_servers)
     codec = load_codec(schema_file, framing, schema_id, schema_registry, servers, topic,
                        kafka_settings)
-    status = _Progress()
+    status = StatusLine()
 
     def on_progress(p) -> None:
         status.show(f"{p.messages} messages, {p.updates} updates, frontier "
-                    f"{_frontier_text(p.frontier)}, lag {p.lag} messages")
+                    f"{frontier_text(p.frontier)}, lag {p.lag} messages")
 
     try:
         result = verify_topic(
@@ -299,11 +256,11 @@ def verify(bootstrap_servers, kafka_settings, topic, schema_file, schema_registr
     if output is not None:
         with click.open_file(output, "w", encoding="utf-8") as fh:
             for data, count in sorted(result.collection.items(), key=lambda kv: codec.sort_key(kv[0])):
-                fh.write(_dumps({"data": codec.data_to_json(data), "count": count}) + "\n")
+                fh.write(dumps({"data": codec.data_to_json(data), "count": count}) + "\n")
     if history_file is not None:
         with click.open_file(history_file, "w", encoding="utf-8") as fh:
             for data, time, diff in result.history:
-                fh.write(_dumps({"data": codec.data_to_json(data), "time": time, "diff": diff}) + "\n")
+                fh.write(dumps({"data": codec.data_to_json(data), "time": time, "diff": diff}) + "\n")
 
     if result.violations:
         code = EXIT_VIOLATIONS
@@ -312,37 +269,10 @@ def verify(bootstrap_servers, kafka_settings, topic, schema_file, schema_registr
     else:
         code = EXIT_OK
     if as_json:
-        click.echo(_dumps(result.summary()))
+        click.echo(dumps(result.summary()))
     else:
-        click.echo(_human_summary(topic, result, timeout))
+        click.echo(verify_summary_text(topic, result, timeout))
     sys.exit(code)
-
-
-def _human_summary(topic: str, result: Any, timeout: float | None) -> str:
-    lines = []
-    frontier = _frontier_text(result.frontier)
-    within = "in time" if timeout is None else f"within {timeout:g}s"
-    if result.target is None:
-        where = "end of topic read" if result.reached else f"end of topic NOT read {within}"
-    else:
-        target = _frontier_text(result.target)
-        where = f"target {target} reached" if result.reached else f"target {target} NOT reached {within}"
-    lines.append(f"topic {topic}: frontier {frontier}, {where}")
-    lines.append(f"{result.messages} messages, {result.updates} updates, "
-                 f"{result.duplicates} duplicates dropped")
-    if result.violations:
-        lines.append(f"{len(result.violations)} violations:")
-        for v in result.violations:
-            at = [] if v.time is None else [f"at time {v.time}"]
-            if v.partition is not None:
-                at.append(f"(partition {v.partition}, offset {v.offset})")
-            lines.append("  " + " ".join([v.kind, *at]) + f": {v.detail}")
-        lines.append("FAILED: protocol violations")
-    elif not result.reached:
-        lines.append("NOT VERIFIED: the target was not reached in time")
-    else:
-        lines.append("verified: no violations")
-    return "\n".join(lines)
 
 
 # --- tail -----------------------------------------------------------------------------------------
@@ -373,8 +303,8 @@ def tail(bootstrap_servers, kafka_settings, topic, schema_file, schema_registry,
       {"array":[{"data":{"id":5,"price":{"int":10}},"time":5,"diff":1}]}
       {"com.materialize.cdc.progress":{"lower":[0],"upper":[3],"counts":[]}}
     """
-    from .errors import DecodeError
-    from .kafka_io import read_topic
+    from ..errors import DecodeError
+    from ..kafka_io import read_topic
 
     servers = _servers(bootstrap_servers)
     codec = load_codec(schema_file, framing, schema_id, schema_registry, servers, topic,
@@ -408,32 +338,6 @@ def tail(bootstrap_servers, kafka_settings, topic, schema_file, schema_registry,
 # --- schema ---------------------------------------------------------------------------------------
 
 
-def _source_name(topic: str) -> str:
-    name = re.sub(r"[^A-Za-z0-9_]", "_", topic)
-    return name if re.match(r"[A-Za-z_]", name) else f"_{name}"
-
-
-def _sql_identifier(name: str) -> str:
-    if re.fullmatch(r"[a-z_][a-z0-9_]*", name):
-        return name
-    return '"' + name.replace('"', '""') + '"'
-
-
-def _sql_string(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def create_source_sql(name: str, bootstrap_servers: str, topic: str, union: list) -> str:
-    """The Materialize statement that reads ``topic`` with the CDC ``union`` schema."""
-    schema = json.dumps(union, separators=(",", ":"), ensure_ascii=False)
-    return (
-        f"CREATE SOURCE {_sql_identifier(name)}\n"
-        f"FROM KAFKA BROKER {_sql_string(bootstrap_servers)} TOPIC {_sql_string(topic)}\n"
-        f"FORMAT AVRO USING SCHEMA {_sql_string(schema)}\n"
-        f"ENVELOPE MATERIALIZE;"
-    )
-
-
 def spark_options(func: Callable) -> Callable:
     """--packages and --conf: what the Spark session of export / schema --from loads."""
     func = click.option(
@@ -451,253 +355,6 @@ def spark_options(func: Callable) -> Callable:
 def _split_packages(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[str]:
     """Repeated and comma-separated --packages as one list of Maven coordinates."""
     return [c.strip() for item in values for c in item.split(",") if c.strip()]
-
-
-def _spark(app: str, packages: Sequence[str] = (), conf: dict | None = None, fmt: str | None = None) -> Any:
-    """A Spark session loading ``packages``, with ``conf`` and the settings reading ``fmt`` needs."""
-    import os
-
-    # executors run Python (the sink encodes there): the interpreter this CLI runs in
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    builder = (
-        SparkSession.builder.appName(app)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "true" if sys.stderr.isatty() else "false")
-        .config("spark.sql.session.timeZone", "UTC")
-    )
-    if packages:
-        builder = builder.config("spark.jars.packages", ",".join(packages))
-    for key, value in _reader_conf(fmt, packages, conf).items():
-        builder = builder.config(key, value)
-    try:
-        spark = builder.getOrCreate()
-    except Exception as exc:  # noqa: BLE001 - e.g. a package Maven Central does not have
-        raise ConfigError(f"cannot start Spark: {_spark_error_text(exc)}") from exc
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
-def _spark_error_text(exc: BaseException) -> str:
-    """The first line of what Spark says: the Java exception behind a Py4J error, if any."""
-    java = getattr(exc, "java_exception", None)
-    text = ""
-    if java is not None:
-        try:
-            text = str(java.toString())
-        except Exception:  # noqa: BLE001 - the JVM may be gone
-            text = ""
-    text = (text or str(exc)).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-_DELTA_CONF = {
-    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
-    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
-}
-
-
-def _reader_conf(fmt: str | None, packages: Sequence[str], conf: dict | None) -> dict:
-    """Spark settings for reading ``fmt``: Delta's extension and catalog when its package is
-    loaded (Delta refuses to read without them); the user's --conf wins."""
-    out = dict(conf or {})
-    if fmt == "delta" and any(c.startswith("io.delta:") for c in packages):
-        for key, value in _DELTA_CONF.items():
-            out.setdefault(key, value)
-    return out
-
-
-#: The Delta Lake package built for each Spark major.minor version (the one --format delta needs).
-DELTA_PACKAGES = {
-    "3.5": "io.delta:delta-spark_2.12:3.3.2",
-    "4.0": "io.delta:delta-spark_2.13:4.0.0",
-    "4.1": "io.delta:delta-spark_4.1_2.13:4.4.0",
-}
-
-_SOURCE_HINTS = {
-    "delta": "Spark has no Delta Lake reader loaded: add --packages {delta}",
-    "jdbc": "Spark needs the database's JDBC driver: add --packages with the driver's Maven "
-            "coordinates (e.g. org.postgresql:postgresql:42.7.4), -O driver=CLASS (e.g. "
-            "org.postgresql.Driver) and -O url=jdbc:...",
-}
-
-
-def _spark_to_avro(struct: Any) -> dict:
-    from .spark_schema import data_schema
-
-    return data_schema(struct)
-
-
-def _read_table(spark: Any, source: str, fmt: str, options: dict) -> Any:
-    """A DataFrame for SOURCE; errors reading it become CdcError (exit 2, no traceback)."""
-    try:
-        if fmt == "table":
-            return spark.read.options(**options).table(source)
-        if fmt == "jdbc":
-            opts = dict(options)
-            opts.setdefault("dbtable", source)
-            return spark.read.format("jdbc").options(**opts).load()
-        return spark.read.format(fmt).options(**options).load(source)
-    except Exception as exc:  # noqa: BLE001 - Spark raises many types; all mean "cannot read"
-        text = _spark_error_text(exc)
-        missing = ("DATA_SOURCE_NOT_FOUND", "No suitable driver", "ClassNotFoundException")
-        hint = _SOURCE_HINTS.get(fmt) if any(m in text for m in missing) else None
-        if hint is not None:
-            version = ".".join(spark.version.split(".")[:2])
-            hint = hint.format(delta=DELTA_PACKAGES.get(
-                version, f"with the Delta Lake package built for Spark {spark.version}"))
-        raise ConfigError(f"cannot read {fmt} source {source!r}: {text}"
-                          + (f"\n{hint}" if hint else "")) from exc
-
-
-# A pure parser for the Spark DDL column lists `schema --columns` takes, so that the common case
-# needs no JVM; anything it does not know falls back to Spark's own parser.
-
-_DDL_TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)*`)|([A-Za-z_][A-Za-z0-9_]*)|(\d+)|('(?:[^'\\]|\\.)*')|(.))")
-_SIMPLE_TYPES = {
-    "boolean": "BooleanType", "tinyint": "ByteType", "byte": "ByteType",
-    "smallint": "ShortType", "short": "ShortType", "int": "IntegerType", "integer": "IntegerType",
-    "bigint": "LongType", "long": "LongType", "float": "FloatType", "real": "FloatType",
-    "double": "DoubleType", "string": "StringType", "binary": "BinaryType", "date": "DateType",
-    "timestamp": "TimestampType", "timestamp_ltz": "TimestampType",
-    "timestamp_ntz": "TimestampNTZType",
-}
-
-
-class _DdlUnknown(Exception):
-    """Syntax the pure parser does not handle: let Spark parse it."""
-
-
-def _ddl_tokens(text: str) -> list[str]:
-    out, pos = [], 0
-    text = text.strip()
-    while pos < len(text):
-        m = _DDL_TOKEN.match(text, pos)
-        if m is None or m.end() == pos:
-            raise _DdlUnknown(text[pos:])
-        pos = m.end()
-        out.append(m.group(0).strip())
-    return [t for t in out if t]
-
-
-def parse_ddl_columns(text: str) -> Any:
-    """``"id long not null, price int"`` → a pyspark StructType, without starting Spark.
-
-    Raises _DdlUnknown for syntax it does not know (the caller then asks Spark).
-    """
-    from pyspark.sql import types as T
-
-    toks = _ddl_tokens(text)
-    pos = 0
-
-    def peek(k: int = 0) -> str | None:
-        return toks[pos + k] if pos + k < len(toks) else None
-
-    def take(expected: str | None = None) -> str:
-        nonlocal pos
-        tok = peek()
-        if tok is None or (expected is not None and tok.lower() != expected):
-            raise _DdlUnknown(f"expected {expected or 'more'} at {tok!r}")
-        pos += 1
-        return tok
-
-    def name() -> str:
-        tok = take()
-        if tok.startswith("`"):
-            return tok[1:-1].replace("``", "`")
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", tok):
-            raise _DdlUnknown(tok)
-        return tok
-
-    def dtype() -> Any:
-        word = take().lower()
-        if word in _SIMPLE_TYPES:
-            return getattr(T, _SIMPLE_TYPES[word])()
-        if word in ("varchar", "char"):
-            take("(")
-            length = int(take())
-            take(")")
-            kind = getattr(T, "VarcharType" if word == "varchar" else "CharType", None)
-            return T.StringType() if kind is None else kind(length)
-        if word in ("decimal", "dec", "numeric"):
-            precision, scale = 10, 0
-            if peek() == "(":
-                take("(")
-                precision = int(take())
-                if peek() == ",":
-                    take(",")
-                    scale = int(take())
-                take(")")
-            return T.DecimalType(precision, scale)
-        if word == "array":
-            take("<")
-            element = dtype()
-            take(">")
-            return T.ArrayType(element, True)
-        if word == "map":
-            take("<")
-            key = dtype()
-            take(",")
-            value = dtype()
-            take(">")
-            return T.MapType(key, value, True)
-        if word == "struct":
-            take("<")
-            fields = []
-            while peek() != ">":
-                fname = name()
-                if peek() == ":":
-                    take(":")
-                fields.append(field(fname))
-                if peek() == ",":
-                    take(",")
-            take(">")
-            return T.StructType(fields)
-        raise _DdlUnknown(word)
-
-    def field(fname: str) -> Any:
-        ftype = dtype()
-        nullable = True
-        while peek() is not None and peek().lower() in ("not", "comment"):
-            if take().lower() == "not":
-                take("null")
-                nullable = False
-            else:
-                take()  # the comment string
-        return T.StructField(fname, ftype, nullable)
-
-    fields = []
-    while pos < len(toks):
-        fields.append(field(name()))
-        if peek() is not None:
-            take(",")
-    if not fields:
-        raise _DdlUnknown("no columns")
-    return T.StructType(fields)
-
-
-def _columns_struct(columns: str) -> Any:
-    """The StructType of a DDL column list: the pure parser, else Spark's parser."""
-    try:
-        return parse_ddl_columns(columns)
-    except (_DdlUnknown, ValueError):
-        pass
-    _spark("cdc-emitter schema")
-    from pyspark.sql.types import StructType
-
-    try:
-        struct = StructType.fromDDL(columns)
-    except Exception as exc:  # noqa: BLE001 - Spark's parse errors
-        first = str(exc).strip().splitlines()[0]
-        raise SchemaError(f"cannot parse --columns {columns!r}: {first}") from exc
-    if not isinstance(struct, StructType):
-        raise SchemaError(f"--columns {columns!r} is not a list of columns")
-    return struct
-
-
-FORMATS = ["parquet", "csv", "json", "orc", "delta", "jdbc", "table", "avro", "text"]
 
 
 @main.command()
@@ -742,18 +399,19 @@ def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, sou
         raise click.UsageError("--sql needs --topic")
     if sql:
         servers = _servers(bootstrap_servers)
-    from .codec import union_schema
+    from ..codec import union_schema
+    from ..spark_schema import data_schema as spark_to_avro
 
     if data_schema_file is not None:
         data_schema = load_data_schema(data_schema_file)
     elif columns is not None:
-        data_schema = _spark_to_avro(_columns_struct(columns))
+        data_schema = spark_to_avro(columns_struct(columns))
     else:
-        spark = _spark("cdc-emitter schema", spark_packages, spark_conf, fmt)
-        data_schema = _spark_to_avro(_read_table(spark, source, fmt, read_options).schema)
+        spark = spark_session("cdc-emitter schema", spark_packages, spark_conf, fmt)
+        data_schema = spark_to_avro(read_table(spark, source, fmt, read_options).schema)
     union = union_schema(data_schema)
     if sql:
-        click.echo(create_source_sql(source_name or _source_name(topic), servers, topic, union))
+        click.echo(create_source_sql(source_name or default_source_name(topic), servers, topic, union))
     else:
         click.echo(json.dumps(union, indent=2, ensure_ascii=False))
 
@@ -802,19 +460,19 @@ def export(source, bootstrap_servers, kafka_settings, topic, fmt, read_options, 
           --packages org.postgresql:postgresql:42.7.4 --topic orders
     """
     servers = _servers(bootstrap_servers)
-    status = _Progress()
+    status = StatusLine()
     status.show(f"starting Spark to read {source}")
     try:
-        spark = _spark("cdc-emitter export", spark_packages, spark_conf, fmt)
+        spark = spark_session("cdc-emitter export", spark_packages, spark_conf, fmt)
         from pyspark.sql import functions as F
 
-        current = _read_table(spark, source, fmt, read_options)
+        current = read_table(spark, source, fmt, read_options)
         diff_col = "diff"
         if diff_col in current.columns:
             raise SchemaError(f"source {source!r} has a column named {diff_col!r}; rename it")
         df = current.withColumn(diff_col, F.lit(1).cast("long"))
         if previous is not None:
-            before = _read_table(spark, previous, fmt, read_options)
+            before = read_table(spark, previous, fmt, read_options)
             if [f.name for f in before.schema.fields] != [f.name for f in current.schema.fields]:
                 raise SchemaError(
                     f"--previous {previous!r} has columns {before.columns}, "
@@ -822,7 +480,7 @@ def export(source, bootstrap_servers, kafka_settings, topic, fmt, read_options, 
                 )
             df = df.unionByName(before.withColumn(diff_col, F.lit(-1).cast("long")))
         status.show(f"writing {source} to topic {topic}")
-        from .sink import CdcSink
+        from ..sink import CdcSink
 
         sink = CdcSink(
             servers, topic, framing=framing, schema_id=schema_id,
@@ -833,33 +491,14 @@ def export(source, bootstrap_servers, kafka_settings, topic, fmt, read_options, 
         status.done()
     summary = export_summary(source, previous, topic, at_time, written)
     if as_json:
-        click.echo(_dumps(summary))
+        click.echo(dumps(summary))
     else:
         what = f"{source} (difference from {previous})" if previous is not None else source
         click.echo(
             f"exported {what} to topic {topic} at time {summary['time']}: "
             f"{summary['updates']} updates in {summary['messages']} messages, "
-            f"frontier {_frontier_text(tuple(summary['frontier']))}"
+            f"frontier {frontier_text(tuple(summary['frontier']))}"
         )
     sys.exit(EXIT_OK)
 
 
-def export_summary(source: str, previous: str | None, topic: str, at_time: int | None,
-                   written: Any) -> dict:
-    """The JSON summary of ``export`` from the sink's BatchResult."""
-    lower, upper = written.lower, written.upper
-    return {
-        "source": source,
-        "previous": previous,
-        "topic": topic,
-        "time": lower if at_time is None else at_time,
-        "lower": [lower],
-        "upper": [] if upper is None else [upper],
-        "frontier": [] if upper is None else [upper],
-        "updates": written.updates,
-        "messages": written.messages,
-    }
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

@@ -1,0 +1,131 @@
+"""Spark sessions and table reading for the CLI's Spark-backed commands (``export``, ``schema``).
+
+Guarantees:
+  * a session or a read that fails raises :class:`~cdc_emitter.errors.ConfigError` whose first
+    line is Spark's own cause (the Java exception behind a Py4J error), plus the package to add
+    when a reader is missing (Delta at the running Spark version, a JDBC driver);
+  * the session's executors run the interpreter this process runs (the sink encodes there).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .errors import ConfigError, SchemaError
+
+#: The formats ``export`` and ``schema --from`` read.
+FORMATS = ["parquet", "csv", "json", "orc", "delta", "jdbc", "table", "avro", "text"]
+
+#: The Delta Lake package built for each Spark major.minor version (the one --format delta needs).
+DELTA_PACKAGES = {
+    "3.5": "io.delta:delta-spark_2.12:3.3.2",
+    "4.0": "io.delta:delta-spark_2.13:4.0.0",
+    "4.1": "io.delta:delta-spark_4.1_2.13:4.4.0",
+}
+
+_DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+
+_SOURCE_HINTS = {
+    "delta": "Spark has no Delta Lake reader loaded: add --packages {delta}",
+    "jdbc": "Spark needs the database's JDBC driver: add --packages with the driver's Maven "
+            "coordinates (e.g. org.postgresql:postgresql:42.7.4), -O driver=CLASS (e.g. "
+            "org.postgresql.Driver) and -O url=jdbc:...",
+}
+
+
+def spark_session(app: str, packages: Sequence[str] = (), conf: dict | None = None,
+                  fmt: str | None = None) -> Any:
+    """A Spark session loading ``packages``, with ``conf`` and the settings reading ``fmt`` needs."""
+    # executors run Python (the sink encodes there): the interpreter this process runs in
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.appName(app)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "true" if sys.stderr.isatty() else "false")
+        .config("spark.sql.session.timeZone", "UTC")
+    )
+    if packages:
+        builder = builder.config("spark.jars.packages", ",".join(packages))
+    for key, value in reader_conf(fmt, packages, conf).items():
+        builder = builder.config(key, value)
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:  # noqa: BLE001 - e.g. a package Maven Central does not have
+        raise ConfigError(f"cannot start Spark: {spark_error_text(exc)}") from exc
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def spark_error_text(exc: BaseException) -> str:
+    """The first line of what Spark says: the Java exception behind a Py4J error, if any."""
+    java = getattr(exc, "java_exception", None)
+    text = ""
+    if java is not None:
+        try:
+            text = str(java.toString())
+        except Exception:  # noqa: BLE001 - the JVM may be gone
+            text = ""
+    text = (text or str(exc)).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def reader_conf(fmt: str | None, packages: Sequence[str], conf: dict | None) -> dict:
+    """Spark settings for reading ``fmt``: Delta's extension and catalog when its package is
+    loaded (Delta refuses to read without them); the user's --conf wins."""
+    out = dict(conf or {})
+    if fmt == "delta" and any(c.startswith("io.delta:") for c in packages):
+        for key, value in _DELTA_CONF.items():
+            out.setdefault(key, value)
+    return out
+
+
+def read_table(spark: Any, source: str, fmt: str, options: dict) -> Any:
+    """A DataFrame for SOURCE; errors reading it become ConfigError (exit 2, no traceback)."""
+    try:
+        if fmt == "table":
+            return spark.read.options(**options).table(source)
+        if fmt == "jdbc":
+            opts = dict(options)
+            opts.setdefault("dbtable", source)
+            return spark.read.format("jdbc").options(**opts).load()
+        return spark.read.format(fmt).options(**options).load(source)
+    except Exception as exc:  # noqa: BLE001 - Spark raises many types; all mean "cannot read"
+        text = spark_error_text(exc)
+        missing = ("DATA_SOURCE_NOT_FOUND", "No suitable driver", "ClassNotFoundException")
+        hint = _SOURCE_HINTS.get(fmt) if any(m in text for m in missing) else None
+        if hint is not None:
+            version = ".".join(spark.version.split(".")[:2])
+            hint = hint.format(delta=DELTA_PACKAGES.get(
+                version, f"with the Delta Lake package built for Spark {spark.version}"))
+        raise ConfigError(f"cannot read {fmt} source {source!r}: {text}"
+                          + (f"\n{hint}" if hint else "")) from exc
+
+
+def columns_struct(columns: str) -> Any:
+    """The StructType of a DDL column list: the pure parser, else Spark's parser."""
+    from .spark_schema import DdlUnknown, parse_ddl_columns
+
+    try:
+        return parse_ddl_columns(columns)
+    except (DdlUnknown, ValueError):
+        pass
+    spark_session("cdc-emitter schema")
+    from pyspark.sql.types import StructType
+
+    try:
+        struct = StructType.fromDDL(columns)
+    except Exception as exc:  # noqa: BLE001 - Spark's parse errors
+        first = str(exc).strip().splitlines()[0]
+        raise SchemaError(f"cannot parse --columns {columns!r}: {first}") from exc
+    if not isinstance(struct, StructType):
+        raise SchemaError(f"--columns {columns!r} is not a list of columns")
+    return struct
