@@ -7,12 +7,20 @@ The reader follows differential dataflow's ``capture`` reader (see the CDCv2 wri
 deduplicates updates, queues progress statements until they graft onto the progress frontier
 without a gap, and reports a time only once both the progress chain covers it and every update
 its count announces has arrived. Beyond that it *reports* protocol violations instead of raising
-or stalling, and keeps only state about times beyond its reported frontier.
+or stalling: every progress statement is checked against every earlier one (a small ledger of
+what the statements said, which grows with the statements, never with the updates), and a strict
+mode remembers what it reported, so a late update that is not an exact duplicate is caught too.
+
+Data values compare with Python equality. NaN is the one value not equal to itself: decoders
+hand the reader :data:`NAN` (one shared object, equal to itself by identity) for every NaN, as
+Spark's grouping treats all NaNs as one value; :func:`canonical_nan` does it for other callers.
 """
 
 from __future__ import annotations
 
 import heapq
+from array import array
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -20,6 +28,21 @@ from .errors import BadInputError
 
 MAX_LONG = 2**63 - 1
 MIN_LONG = -(2**63)
+_NEVER = 2**63  # an upper bound beyond every time: "the interval never ends"
+
+#: The one NaN object decoders put into data, so that NaN == NaN inside tuples (by identity).
+NAN = float("nan")
+
+
+def canonical_nan(value: Any) -> Any:
+    """``value`` with every NaN float (in tuples, lists, at any depth) replaced by :data:`NAN`."""
+    if value.__class__ is float:
+        return NAN if value != value else value
+    if isinstance(value, tuple):
+        return tuple(map(canonical_nan, value))
+    if isinstance(value, list):
+        return list(map(canonical_nan, value))
+    return value
 
 
 class Update(NamedTuple):
@@ -60,6 +83,31 @@ class Violation(NamedTuple):
         return out
 
 
+class Pending(NamedTuple):
+    """What keeps a reader's frontier where it is (see :meth:`CdcReader.pending`)."""
+
+    updates: int  # distinct updates held beyond the frontier
+    times: tuple[int, ...]  # the times those updates are at (sorted; at most 20 listed)
+    stalled: tuple[tuple[int, int, int], ...]  # (time, announced count, distinct received) < progress
+    progress: tuple[int, ...]  # how far the gapless chain of progress statements reaches
+    gap: tuple[int, int] | None  # statements wait beyond a missing interval [a, b)
+    statements: int  # well-formed progress statements received
+
+    @property
+    def empty(self) -> bool:
+        return not self.updates and not self.stalled and self.gap is None
+
+    def to_dict(self) -> dict:
+        return {
+            "updates": self.updates,
+            "times": list(self.times),
+            "stalled": [{"time": t, "count": c, "received": r} for t, c, r in self.stalled],
+            "progress": list(self.progress),
+            "gap": None if self.gap is None else list(self.gap),
+            "statements": self.statements,
+        }
+
+
 VIOLATION_KINDS = (
     "conflicting_diff",  # two different diffs for one (data, time)
     "over_count",  # more distinct updates at a time than its announced count
@@ -72,6 +120,107 @@ VIOLATION_KINDS = (
     "malformed_update",  # an update whose time or diff is not an integer
     "undecodable",  # a message that could not be decoded (reported by the consumer)
 )
+
+
+class StatementLedger:
+    """What every progress statement seen so far said, merged, so each new one can be checked.
+
+    Holds the union of the statements' intervals (merged into disjoint intervals) and the count
+    of every time listed in them (non-zero counts only, in two sorted arrays). Memory: 16 bytes
+    per counted time plus a few per disjoint interval: it grows with the statements (one or a
+    few counted times per batch a sink writes), never with the updates.
+    """
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []  # disjoint covered intervals [start, end), sorted
+        self._ends: list[int] = []
+        self._times = array("q")  # sorted counted times
+        self._counts = array("q")  # their counts
+
+    def __len__(self) -> int:
+        return len(self._times)
+
+    def covers(self, time: int) -> bool:
+        i = bisect_right(self._starts, time) - 1
+        return i >= 0 and time < self._ends[i]
+
+    def count(self, time: int) -> int | None:
+        """The recorded count at ``time``: 0 when covered and unlisted, None when uncovered."""
+        if not self.covers(time):
+            return None
+        i = bisect_left(self._times, time)
+        return self._counts[i] if i < len(self._times) and self._times[i] == time else 0
+
+    def record(self, lower: int, upper: int | None, counts: Mapping[int, int]) -> list[tuple[int, int, int]]:
+        """Check the statement ``[lower, upper)`` with ``counts`` (all inside it), then add it.
+
+        Returns ``(time, recorded, stated)`` for every time of the overlap where the statement
+        disagrees with what earlier statements said (an unlisted time counts 0). The first
+        recorded count stays; the statement's counts at times nobody covered yet are added.
+        """
+        end = _NEVER if upper is None else upper
+        times, recorded = self._times, self._counts
+        disagree = []
+        fresh = []
+        for time, count in counts.items():
+            known = self.count(time)
+            if known is None:
+                if count:
+                    fresh.append((time, count))
+            elif known != count:
+                disagree.append((time, known, count))
+        for k in range(bisect_left(times, lower), bisect_left(times, end)):
+            if times[k] not in counts:
+                disagree.append((times[k], recorded[k], 0))
+        for time, count in fresh:
+            k = bisect_left(times, time)
+            times.insert(k, time)
+            recorded.insert(k, count)
+        self._cover(lower, end)
+        disagree.sort()
+        return disagree
+
+    def _cover(self, lower: int, end: int) -> None:
+        if end <= lower:
+            return
+        starts, ends = self._starts, self._ends
+        i = bisect_left(ends, lower)  # first interval ending at or after lower: touches or overlaps
+        j = bisect_right(starts, end)  # intervals starting at or before end
+        if i < j:
+            lower, end = min(lower, starts[i]), max(end, ends[j - 1])
+        starts[i:j] = [lower]
+        ends[i:j] = [end]
+
+
+class ExactMemory:
+    """Strict mode's exact memory of reported updates: the reader's own per-time dicts, kept.
+
+    Costs what holding the updates costs (the reported ``Update`` objects stay alive).
+    """
+
+    def __init__(self) -> None:
+        self._by_time: dict[int, dict[Any, Update]] = {}
+        self._extra: dict[tuple, set[int]] = {}  # (data, time) -> diffs of late updates reported
+
+    def remember(self, time: int, at_time: dict[Any, Update]) -> None:
+        self._by_time[time] = at_time
+
+    def check(self, data: Any, time: int, diff: int) -> int:
+        """0: an exact duplicate of a remembered update; 1: same (data, time), other diff; 2: new."""
+        at_time = self._by_time.get(time)
+        known = None if at_time is None else at_time.get(data)
+        if known is not None and known[2] == diff:
+            return 0
+        extra = self._extra.get((data, time))
+        if extra is not None and diff in extra:
+            return 0
+        return 1 if known is not None or extra is not None else 2
+
+    def add(self, data: Any, time: int, diff: int) -> None:
+        self._extra.setdefault((data, time), set()).add(diff)
+
+
+STRICT_MODES = ("exact", "bloom")
 
 
 def _check_time(time: Any, what: str) -> int:
@@ -170,23 +319,45 @@ class CdcReader:
       * a time is reported only when the progress chain from the start frontier covers it and
         as many distinct updates as its announced count have arrived;
       * duplicates (same data, time and diff) are dropped;
+      * every progress statement is checked against every earlier one, whenever it arrives
+        (also after the times it speaks of were reported): a disagreement on a count is a
+        ``count_mismatch``; the first statement's count is the one used;
       * never raises on bad input: violations are appended to :attr:`violations` and the reader
         goes on (an over-counted time is still reported, with all its distinct updates);
-      * memory is bounded by the state beyond the reported frontier: everything about reported
-        times is dropped, so a late bad update at a reported time looks like a duplicate.
+      * memory: the state beyond the reported frontier, plus the statement ledger (16 bytes per
+        counted time). By default nothing is kept about reported updates, so a late update at a
+        reported time looks like a duplicate. ``strict="exact"`` keeps every reported update
+        (the memory of holding them) and ``strict="bloom"`` a Bloom filter of them (about
+        3.4 MiB per million updates at ``bloom_error_rate=0.001``): a late update that is not
+        an exact duplicate is then an ``over_count`` (new data at that time) or a
+        ``conflicting_diff`` (same data, other diff). The Bloom filter never reports a false
+        violation; it misses a late non-duplicate with probability at most ``bloom_error_rate``.
     """
 
-    def __init__(self, start: int = 0):
+    def __init__(self, start: int = 0, *, strict: str | None = None, bloom_error_rate: float = 0.001):
+        if strict is not None and strict not in STRICT_MODES:
+            raise ValueError(f"strict must be None or one of {', '.join(STRICT_MODES)}, got {strict!r}")
+        self._start = start
         self._reported: int | None = start  # None: closed
         self._progress: int | None = start  # frontier of grafted progress; None: closed
         # time -> data -> the Update itself (times >= reported): reporting a time hands these
         # objects out as they are, with no per-update construction
         self._pending: dict[int, dict[Any, Update]] = {}
+        self._held = 0  # distinct updates in _pending
         self._times: list[int] = []  # heap of every time that holds state in the dicts here
         self._outstanding: dict[int, int] = {}  # time -> announced count - distinct received
         self._blocking: list[int] = []  # heap of times whose outstanding may be > 0
         self._announced: dict[int, int] = {}  # grafted counts for times in [reported, progress)
         self._queue: list[Progress] = []  # statements not yet graftable (lower > progress)
+        self._ledger = StatementLedger()
+        self._statements = 0
+        if strict == "bloom":
+            from .bloom import BloomMemory
+
+            self._memory: Any = BloomMemory(bloom_error_rate)
+        else:
+            self._memory = ExactMemory() if strict == "exact" else None
+        self.strict = strict
         self.violations: list[Violation] = []
         self.messages = 0
         self.updates_received = 0
@@ -210,6 +381,36 @@ class CdcReader:
             + len(self._queue)
         )
 
+    @property
+    def held(self) -> int:
+        """Distinct updates held beyond the frontier, waiting for progress or for their count."""
+        return self._held
+
+    def pending(self) -> Pending:
+        """What keeps the frontier where it is: held updates, stalled counts, a gap in the chain.
+
+        ``Pending.empty`` is true when nothing received is waiting: every update is reported and
+        every statement grafted. Costs a pass over the open times (not over the updates).
+        """
+        progress = self._progress
+        stalled = tuple(sorted(
+            (t, self._announced.get(t, 0), self._announced.get(t, 0) - left)
+            for t, left in self._outstanding.items()
+            if left > 0 and (progress is None or t < progress)
+        ))
+        gap = None
+        if self._queue and progress is not None:
+            gap = (progress, min(p.lower[0] for p in self._queue))
+        times = sorted(t for t, at_time in self._pending.items() if at_time)
+        return Pending(
+            updates=self._held,
+            times=tuple(times[:20]),
+            stalled=stalled,
+            progress=() if progress is None else (progress,),
+            gap=gap,
+            statements=self._statements,
+        )
+
     def violate(self, kind: str, time: int | None, detail: str, partition=None, offset=None):
         """Record a violation (also used by consumers for undecodable messages)."""
         self.violations.append(Violation(kind, time, detail, partition, offset))
@@ -230,6 +431,7 @@ class CdcReader:
     def _receive_updates(self, updates: Iterable[Update], where: dict) -> None:
         reported = self._reported
         pending = self._pending
+        memory, start = self._memory, self._start
         received = duplicates = 0
         at_time: dict | None = None
         at_time_of = None  # the time whose dict `at_time` is: batches are mostly one time
@@ -242,7 +444,9 @@ class CdcReader:
                 self._bad_update(data, time, diff, where)
                 continue
             if reported is None or time < reported:
-                duplicates += 1  # time already reported: a duplicate (or undetectable)
+                # time already reported: a duplicate, or (strict) checked against what was
+                if memory is None or time < start or self._late(data, time, diff, where):
+                    duplicates += 1
                 continue
             if time != at_time_of:
                 if fresh:
@@ -275,6 +479,7 @@ class CdcReader:
 
         One over_count violation per update beyond a grafted count, as if counted one by one.
         """
+        self._held += fresh
         before = self._outstanding.get(time, 0)
         left = self._outstanding[time] = before - fresh
         progress = self._progress
@@ -285,6 +490,28 @@ class CdcReader:
                     f"time {time} has more distinct updates than its count "
                     f"{self._announced.get(time, 0)}", **where,
                 )
+
+    def _late(self, data: Any, time: int, diff: int, where: dict) -> bool:
+        """Strict mode: an update at a reported time. True when it duplicates a reported one."""
+        seen = self._memory.check(data, time, diff)
+        if seen == 0:
+            return True
+        self._memory.add(data, time, diff)
+        if seen == 1:
+            self.violate(
+                "conflicting_diff", time,
+                f"data {data!r} at time {time} arrived with diff {diff} after the time was "
+                "reported with another diff", **where,
+            )
+        else:
+            count = self._ledger.count(time)
+            self.violate(
+                "over_count", time,
+                f"data {data!r} at time {time} (diff {diff}) arrived after the time was reported "
+                f"complete with count {count or 0}, and is no duplicate of a reported update",
+                **where,
+            )
+        return False
 
     def _bad_update(self, data: Any, time: Any, diff: Any, where: dict) -> None:
         if not isinstance(time, int) or isinstance(time, bool) or not isinstance(diff, int) or isinstance(diff, bool):
@@ -322,6 +549,14 @@ class CdcReader:
                 )
             else:
                 good[time] = count
+        self._statements += 1
+        for time, recorded, stated in self._ledger.record(lower, upper, good):
+            self.violate(
+                "count_mismatch", time,
+                f"progress statements disagree on the count at time {time}: {recorded} and "
+                f"{stated} (this statement: [{lower}, {'∞' if upper is None else upper}))",
+                **where,
+            )
         upper_bound = () if upper is None else (upper,)
         self._queue.append(Progress((lower,), upper_bound, tuple(good.items())))
 
@@ -339,23 +574,9 @@ class CdcReader:
                 self._graft(p, where)
 
     def _graft(self, p: Progress, where: dict) -> None:
-        reported, progress = self._reported, self._progress
-        lower, upper = p.lower[0], (p.upper[0] if p.upper else None)
+        progress = self._progress
+        upper = p.upper[0] if p.upper else None
         listed = dict(p.counts)
-        if reported is not None:
-            # Times grafted before but not yet reported: this statement must agree with what
-            # was grafted (an unlisted time in an interval has count 0).
-            lo = max(lower, reported)
-            hi = progress if upper is None else (upper if progress is None else min(upper, progress))
-            in_overlap = lambda t: lo <= t and (hi is None or t < hi)  # noqa: E731
-            for time in {t for t in listed if in_overlap(t)} | {t for t in self._announced if in_overlap(t)}:
-                before, now = self._announced.get(time, 0), listed.get(time, 0)
-                if before != now:
-                    self.violate(
-                        "count_mismatch", time,
-                        f"progress statements disagree on the count at time {time}: {before} and {now}",
-                        **where,
-                    )
         if progress is None:
             return
         for time, count in listed.items():
@@ -401,5 +622,8 @@ class CdcReader:
             at_time = self._pending.pop(time, None)
             if at_time:
                 finished.extend(at_time.values())
+                self._held -= len(at_time)
+                if self._memory is not None:
+                    self._memory.remember(time, at_time)
         self._reported = frontier
         return [(finished, self.frontier)]

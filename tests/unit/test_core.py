@@ -291,3 +291,105 @@ def test_memory_stays_bounded_over_a_million_updates():
     assert reader.violations == []
     assert peak <= per_time + 5  # one open time's updates, never the history
     assert reader.retained() == 0
+
+
+# -- the statement ledger: every statement against every other -------------------------------
+
+
+def test_a_disagreeing_statement_after_its_time_was_reported_is_a_count_mismatch():
+    reader = CdcReader()
+    reader.push(Progress((0,), (2,), ((1, 1),)))
+    assert reader.push([Update("a", 1, 1)]) == [([Update("a", 1, 1)], (2,))]
+    reader.push(Progress((0,), (2,), ((1, 2),)))  # what a re-run with other data leaves behind
+    assert [(v.kind, v.time) for v in reader.violations] == [("count_mismatch", 1)]
+    assert "1 and 2" in reader.violations[0].detail
+
+
+def test_a_statement_claiming_an_empty_time_the_chain_counted_is_a_count_mismatch():
+    reader = CdcReader()
+    run(reader, [Progress((0,), (3,), ((0, 1),)), [Update("a", 0, 1)]])
+    reader.push(Progress((0,), (5,), ((4, 1),)))  # says time 0 is empty
+    assert [(v.kind, v.time) for v in reader.violations] == [("count_mismatch", 0)]
+
+
+def test_a_queued_statement_is_checked_when_it_arrives_not_when_it_grafts():
+    reader = CdcReader()
+    reader.push(Progress((5,), (7,), ((6, 1),)))  # cannot graft yet (gap [0, 5))
+    reader.push(Progress((5,), (7,), ((6, 2),)))
+    assert [(v.kind, v.time) for v in reader.violations] == [("count_mismatch", 6)]
+    assert reader.pending().gap == (0, 5)
+
+
+def test_statement_ledger_merges_intervals_and_keeps_the_first_count():
+    from cdc_emitter.core import StatementLedger
+
+    ledger = StatementLedger()
+    assert ledger.record(0, 3, {1: 2}) == []
+    assert ledger.record(5, 8, {6: 1}) == []
+    assert ledger.covers(2) and not ledger.covers(3) and not ledger.covers(4)
+    assert ledger.record(2, 6, {}) == []  # agrees: nothing counted in [2, 6)
+    assert ledger.covers(4) and ledger.record(0, 10, {1: 2, 6: 1}) == []
+    assert ledger.record(0, None, {1: 3}) == [(1, 2, 3), (6, 1, 0)]
+    assert ledger.count(1) == 2 and ledger.count(9) == 0 and ledger.count(10**9) == 0
+    assert len(ledger) == 2 and ledger._starts == [0] and ledger._ends == [2**63]
+
+
+# -- strict mode ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("strict", ["exact", "bloom"])
+def test_strict_sees_late_updates_that_are_no_duplicates(strict):
+    reader = CdcReader(strict=strict)
+    run(reader, [Progress((0,), (2,), ((1, 1),)), [Update("a", 1, 1)]])
+    reader.push([Update("a", 1, 1), Update("b", 1, 1), Update("a", 1, -1), Update("b", 1, 1)])
+    assert [(v.kind, v.time) for v in reader.violations] == [("over_count", 1), ("conflicting_diff", 1)]
+    assert reader.duplicates == 2  # the exact duplicate, and the second copy of the bad update
+
+
+def test_strict_ignores_times_below_its_start_frontier():
+    reader = CdcReader(5, strict="exact")
+    reader.push([Update("a", 3, 1)])
+    assert reader.violations == [] and reader.duplicates == 1
+
+
+def test_strict_rejects_an_unknown_mode():
+    with pytest.raises(ValueError, match="strict must be None or one of exact, bloom, got 'yes'"):
+        CdcReader(strict="yes")
+
+
+def test_bloom_memory_grows_by_chained_filters():
+    from cdc_emitter.bloom import BloomMemory
+
+    memory = BloomMemory(0.01, first_capacity=100)
+    memory.remember(0, {i: Update(i, 0, 1) for i in range(400)})
+    assert memory.keys == 800 and len(memory._filters) == 4  # capacities 100, 200, 400, 800
+    assert all(memory.check(i, 0, 1) == 0 for i in range(400))
+    assert memory.check(5, 0, 2) == 1
+
+
+# -- pending: what keeps the frontier where it is ----------------------------------------------
+
+
+def test_pending_names_stalled_counts_gaps_and_held_updates():
+    reader = CdcReader()
+    reader.push(Progress((0,), (3,), ((1, 3),)))
+    reader.push([Update("a", 1, 1), Update("b", 1, 1), Update("z", 4, 1)])
+    reader.push(Progress((6,), (8,), ()))
+    pending = reader.pending()
+    assert reader.frontier == (1,)
+    assert pending.stalled == ((1, 3, 2),)
+    assert pending.updates == 3 and pending.times == (1, 4) and reader.held == 3
+    assert pending.progress == (3,) and pending.gap == (3, 6) and pending.statements == 2
+    assert not pending.empty
+    run(reader, [[Update("c", 1, 1)], Progress((3,), (6,), ((4, 1),))])
+    assert reader.frontier == (8,) and reader.pending().empty and reader.held == 0
+
+
+def test_canonical_nan_makes_nan_rows_equal():
+    from cdc_emitter.core import NAN, canonical_nan
+
+    a, b = canonical_nan((1, float("nan"), (float("nan"),))), canonical_nan((1, float("nan"), (float("nan"),)))
+    assert a == b and hash(a) == hash(b) and a[1] is NAN
+    reader = CdcReader()
+    run(reader, [[Update(a, 0, 1)], [Update(b, 0, 1)], [Update(b, 0, -1)]])
+    assert [v.kind for v in reader.violations] == ["conflicting_diff"] and reader.duplicates == 1
