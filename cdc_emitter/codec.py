@@ -13,7 +13,10 @@ Guarantees:
     in order, and never produce a message above ``max_message_bytes`` (framing included); an
     update that cannot fit alone raises :class:`BadInputError` before any message is returned;
   * :meth:`CdcCodec.decode` returns hashable data (tuples in field order) and raises only
-    :class:`DecodeError` on bad input.
+    :class:`DecodeError` on bad input; every NaN in a float or double field is the one
+    :data:`~cdc_emitter.core.NAN` object and -0.0 is 0.0, so equal values are equal data (as in
+    Spark's grouping); :meth:`CdcCodec.diagnose` names the likely cause of a failure (framing,
+    data schema) once, for a caller that sees many.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import datetime
 import decimal
 import io
 import json
+import math
 import struct
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
@@ -32,7 +36,7 @@ from typing import Any
 
 import fastavro
 
-from .core import Progress, Update
+from .core import NAN, Progress, Update
 from .errors import BadInputError, ConfigError, DecodeError, SchemaError
 
 NAMESPACE = "com.materialize.cdc"
@@ -170,9 +174,15 @@ class _Lazy:
         return self.fn(v)
 
 
+def _canonical_float(v: float) -> float:
+    return NAN if v != v else v + 0.0  # one NaN object; -0.0 + 0.0 is 0.0
+
+
 def _build(schema: Any, named: dict, kind: str, memo: dict) -> Conv:
     """Converter of ``kind``: "hash" (fastavro value → hashable) or "write" (→ fastavro value)."""
     if isinstance(schema, str):
+        if kind == "hash" and schema in ("float", "double"):
+            return _canonical_float
         if schema in PRIMITIVES:
             return None
         if schema in memo:
@@ -209,7 +219,7 @@ def _build(schema: Any, named: dict, kind: str, memo: dict) -> Conv:
             return lambda v: v if isinstance(v, dict) else dict(v)
         return lambda v: {k: c(x) for k, x in _pairs(v)}
     if t in PRIMITIVES:  # {"type": "long", "logicalType": ...} etc.
-        return None
+        return _canonical_float if kind == "hash" and t in ("float", "double") else None
     return None  # enum, fixed
 
 
@@ -303,6 +313,9 @@ class CdcCodec:
         self._plain = all(
             isinstance(f["type"], str) and f["type"] in comparable for f in data_parsed["fields"]
         )
+        #: Whether data can hold floats (NaN must then be made the one NAN object again after
+        #: data crossed a process boundary).
+        self.has_floats = any(t in json.dumps(self.data_schema) for t in ('"float"', '"double"'))
 
     # -- encoding -------------------------------------------------------------------------
 
@@ -429,7 +442,9 @@ class CdcCodec:
 
     # -- decoding -------------------------------------------------------------------------
 
-    def _body(self, value: bytes, array_schema, progress_schema):
+    def _body(self, value: bytes | None, array_schema, progress_schema):
+        if value is None:
+            raise DecodeError("the message has no value (a tombstone)")
         skip = self._skip
         if skip:
             if len(value) < 6:
@@ -447,16 +462,32 @@ class CdcCodec:
             raise DecodeError(f"bad union index byte {branch} (expected 0 or 2)")
         buf = io.BytesIO(value)
         buf.seek(skip + 1)
+        what = "update array" if branch == 0 else "progress record"
         try:
             datum = fastavro.schemaless_reader(buf, schema, None)
         except Exception as exc:
-            raise DecodeError(f"truncated or corrupt message: {type(exc).__name__}: {exc}") from None
+            reason = str(exc) or ("ran past the end of the message" if isinstance(exc, EOFError) else "")
+            raise DecodeError(
+                f"the {what} does not decode with the schema ({type(exc).__name__}"
+                f"{': ' + reason if reason else ''}; at byte {buf.tell()} of {len(value)})"
+            ) from None
         if buf.tell() != len(value):
-            raise DecodeError(f"{len(value) - buf.tell()} bytes of trailing garbage")
+            raise DecodeError(
+                f"the {what} decodes with the schema but leaves {len(value) - buf.tell()} of "
+                f"{len(value)} bytes unread"
+            )
         return branch, datum
 
     def decode(self, value: bytes) -> list[Update] | Progress:
         """The updates (data as tuples in field order) or the :class:`Progress` of one message."""
+        return self._decode(value, Update)
+
+    def decode_rows(self, value: bytes) -> list[tuple] | Progress:
+        """As :meth:`decode`, with plain ``(data, time, diff)`` tuples (they marshal and pickle
+        as plain tuples, for decoding in another process)."""
+        return self._decode(value, tuple)
+
+    def _decode(self, value: bytes, row: type) -> list | Progress:
         branch, datum = self._body(value, self._array, self._progress)
         if branch == 2:
             try:
@@ -469,9 +500,43 @@ class CdcCodec:
                 raise DecodeError(f"malformed progress record: {exc}") from None
         new = tuple.__new__  # Update(...) without the NamedTuple __new__ call overhead
         if self._flat:
-            return [new(Update, (tuple(r["data"].values()), r["time"], r["diff"])) for r in datum]
+            return [new(row, (tuple(r["data"].values()), r["time"], r["diff"])) for r in datum]
         conv = self._to_hashable
-        return [new(Update, (conv(r["data"]), r["time"], r["diff"])) for r in datum]
+        return [new(row, (conv(r["data"]), r["time"], r["diff"])) for r in datum]
+
+    def diagnose(self, value: bytes) -> str | None:
+        """The likely cause when ``value`` does not decode: the framing, or the data schema.
+
+        None when it decodes or nothing better than the decode error itself can be said.
+        """
+        if value is None:
+            return None
+        try:
+            self._body(value, self._array, self._progress)
+            return None
+        except DecodeError:
+            pass
+        other = "raw" if self.framing == "confluent" else "confluent"
+        try:
+            CdcCodec(self.data_schema, framing=other)._body(value, self._array, self._progress)
+        except (DecodeError, IndexError):
+            pass
+        else:
+            found = "no Confluent header" if other == "raw" else "a Confluent header"
+            return f"the messages carry {found}: read them with framing {other!r} (--framing {other})"
+        header = ""
+        if self.framing == "confluent" and len(value) >= 6 and value[0] == 0 and value[5] in (0, 2):
+            header = f"; the messages name schema id {int.from_bytes(value[1:5], 'big')}"
+        if len(value) > self._skip and value[self._skip] == 0:
+            fields = ", ".join(
+                f"{f['name']} {_type_text(f['type'])}" for f in self.data_schema["fields"]
+            )
+            return (
+                f"update arrays do not decode with the data schema ({fields}): the topic was "
+                f"probably written with another data schema{header}; read it with the schema "
+                "its writer used"
+            )
+        return None
 
     # -- presentation ---------------------------------------------------------------------
 
@@ -586,11 +651,28 @@ def _plain_json(schema: Any, value: Any, named: dict) -> Any:
     return _plain_value(value)
 
 
+def _type_text(schema: Any) -> str:
+    """A short text for an Avro field type: ``long``, ``long?`` (nullable), ``record``..."""
+    if isinstance(schema, list):
+        live = [b for b in schema if b != "null"]
+        text = _type_text(live[0]) if len(live) == 1 else "union"
+        return text + "?" if "null" in schema else text
+    if isinstance(schema, dict):
+        return schema.get("logicalType") or schema["type"]
+    return schema.rsplit(".", 1)[-1]
+
+
 def _plain_value(v: Any) -> Any:
+    if v.__class__ is float:
+        if v != v:
+            return "NaN"  # JSON has no NaN or infinities: the names Spark and JavaScript print
+        if v in (math.inf, -math.inf):
+            return "Infinity" if v > 0 else "-Infinity"
+        return v
     if isinstance(v, (bytes, bytearray)):
         return base64.b64encode(v).decode("ascii")
     if isinstance(v, decimal.Decimal):
-        return str(v)
+        return format(v, "f")  # plain notation: 0E-10 prints 0.0000000000
     if isinstance(v, (datetime.date, datetime.time)):
         return v.isoformat()
     if isinstance(v, (tuple, list)):

@@ -9,8 +9,8 @@ It moves bytes and nothing else: no Avro, no protocol, no Spark. What it guarant
   error) if any message was not acknowledged, or if messages were still undelivered when the
   flush timed out. A flush that returns normally means every message produced so far is durable
   in Kafka (``acks=all``).
-* :func:`read_topic` reads every partition from the beginning without touching consumer-group
-  offsets, and by default stops at the end offsets it saw when it started.
+* :func:`read_topic` and :class:`TopicScan` read every partition from the beginning without
+  touching consumer-group offsets; both know the end offsets they saw when they started.
 * Errors name the topic, partition and bootstrap servers involved; configuration shown in any
   message goes through :func:`redact_config`.
 """
@@ -36,6 +36,7 @@ __all__ = [
     "redact_config",
     "ensure_topic",
     "read_topic",
+    "TopicScan",
     "end_offsets",
     "last_messages",
 ]
@@ -319,7 +320,12 @@ def _partitions(client: Any, bootstrap_servers: str, topic: str, timeout: float)
     return sorted(tmd.partitions)
 
 
-def _missing(topic: str, bootstrap_servers: str) -> BrokerError:
+def _missing(topic: str, bootstrap_servers: str, *, reading: bool = False) -> BrokerError:
+    if reading:
+        return BrokerError(
+            f"topic {topic!r} does not exist on broker {bootstrap_servers}: nothing to read "
+            "(check the topic name and the bootstrap servers)"
+        )
     return BrokerError(
         f"topic {topic!r} does not exist on broker {bootstrap_servers}; "
         "create it or pass create=True / --create-topic"
@@ -474,11 +480,99 @@ def _open_reader(
     try:
         parts = _partitions(consumer, bootstrap_servers, topic, METADATA_TIMEOUT)
         if parts is None:
-            raise _missing(topic, bootstrap_servers)
+            raise _missing(topic, bootstrap_servers, reading=True)
     except BaseException:
         consumer.close()
         raise
     return consumer, parts
+
+
+class TopicScan:
+    """Every partition of a topic read from its first offset, in batches of raw records.
+
+    Partitions are *assigned* (no consumer group, nothing committed). ``ends`` holds the end
+    offsets seen at the start, ``pending`` the partitions not yet read up to them; reading goes
+    on past them for a caller that follows the topic. Use it as a context manager.
+
+    Guarantees: a broker unreachable for more than ``BROKER_DOWN_TIMEOUT`` seconds in a row, and
+    any other consumer error, raise :class:`~cdc_emitter.errors.BrokerError` naming the topic,
+    the partition and the servers; a missing topic raises it at construction.
+    """
+
+    def __init__(self, bootstrap_servers: str, topic: str, config: Mapping[str, Any] | None = None):
+        self.topic, self.servers = topic, bootstrap_servers
+        self._consumer, self.partitions = _open_reader(bootstrap_servers, topic, config)
+        try:
+            marks = _watermarks(self._consumer, bootstrap_servers, topic, self.partitions, METADATA_TIMEOUT)
+            self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in self.partitions])
+        except BaseException:
+            self._consumer.close()
+            raise
+        self.ends = {p: high for p, (_low, high) in marks.items()}
+        self.next_offset = {p: low for p, (low, _high) in marks.items()}
+        self.pending = {p for p, (low, high) in marks.items() if high > low}
+        self.messages_at_start = sum(high - low for low, high in marks.values())
+        self._down_since: float | None = None
+
+    def poll(self, wait: float, max_records: int = 500) -> list[tuple[int, int, bytes | None]]:
+        """Up to ``max_records`` ``(partition, offset, value)``: what is buffered, or else the next
+        one within ``wait`` seconds (an empty list when none came)."""
+        consumer = self._consumer
+        batch = consumer.consume(num_messages=max_records, timeout=0) or consumer.consume(1, wait)
+        out = []
+        pending, ends, next_offset = self.pending, self.ends, self.next_offset
+        for msg in batch:
+            err = msg.error()
+            p = msg.partition()
+            if err is not None:
+                code = err.code()
+                if code == KafkaError._PARTITION_EOF:
+                    if msg.offset() >= ends.get(p, 0):
+                        pending.discard(p)
+                    continue
+                if code in _TRANSIENT and not err.fatal():
+                    self._down_since = self._down_since or time.monotonic()
+                    if time.monotonic() - self._down_since > BROKER_DOWN_TIMEOUT:
+                        raise BrokerError(
+                            f"reading topic {self.topic!r} on {self.servers}: broker unreachable "
+                            f"for more than {BROKER_DOWN_TIMEOUT:g}s: {err.str()}"
+                        )
+                    continue
+                where = f"partition {p}" if p is not None and p >= 0 else "(no partition)"
+                raise BrokerError(
+                    f"error reading topic {self.topic!r} {where} on {self.servers}: "
+                    f"{err.str()} [{err.name()}]"
+                )
+            off = msg.offset()
+            next_offset[p] = off + 1
+            if p in pending and off >= ends[p] - 1:
+                pending.discard(p)
+            out.append((p, off, msg.value()))
+        if out:
+            self._down_since = None
+        return out
+
+    def lag(self) -> int:
+        """Messages known to be in the topic and not read yet."""
+        lag = 0
+        for p in self.partitions:
+            try:
+                _low, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(self.topic, p), timeout=0.1, cached=True
+                )
+            except KafkaException:
+                high = -1
+            lag += max(0, max(high, self.ends.get(p, 0)) - self.next_offset[p])
+        return lag
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> TopicScan:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def read_topic(

@@ -1,12 +1,14 @@
 """The verifying consumer: reads a CDCv2 topic back and proves it exact, or says what is wrong.
 
-:func:`verify_topic` reads every partition of a topic from its first offset (partitions are
-*assigned*: no consumer group, no commits, no side effect on the cluster), decodes each message
-with a :class:`~cdc_emitter.codec.CdcCodec`, and feeds a :class:`~cdc_emitter.core.CdcReader`
-with the message's partition and offset. The reader removes duplicates, restores order and
-advances its frontier only over times the progress chain proves complete; everything it finds
-wrong is a violation in the result, never an exception. A message that cannot be decoded is a
-violation of kind ``undecodable`` naming its partition and offset, and reading goes on.
+:func:`verify_topic` reads every partition of a topic from its first offset (a
+:class:`~cdc_emitter.kafka_io.TopicScan`: no consumer group, no commits, no side effect on the
+cluster), decodes each message with a :class:`~cdc_emitter.codec.CdcCodec`, and feeds a
+:class:`~cdc_emitter.core.CdcReader` with the message's partition and offset. The reader removes
+duplicates, restores order, checks every progress statement against every other, and advances
+its frontier only over times the progress chain proves complete; everything it finds wrong is a
+violation in the result, never an exception. A message that cannot be decoded is a violation of
+kind ``undecodable`` naming its partition and offset, and reading goes on; the likely cause (the
+framing, the data schema) is said once, in ``hints``.
 
 When it stops:
 
@@ -17,34 +19,57 @@ When it stops:
 * no target: it reads what is in the topic now (the end offsets seen at the start) and stops
   there, or when ``timeout`` expires first.
 
-``VerifyResult.reached`` says whether the target (or, without one, the end of the topic) was
-reached. Memory: the reader's state beyond its frontier, plus the collection at the frontier
-(``keep_collection``) and the history (``keep_history``) when asked for.
+"Verified" means proven (``VerifyResult.verdict``): without a target, the end of the topic must
+leave nothing unproven — an empty topic, updates no progress statement covers, a count the topic
+does not hold or a gap in the progress chain each make the verdict ``"empty"`` or
+``"incomplete"``, with ``pending`` saying what waits.
 
-No Spark here: this module imports confluent-kafka and the pure protocol modules only.
+Speed: decoding is most of the work and needs no shared state, so on a machine with two cores or
+more, once the topic proves large (``PARALLEL_MIN_BYTES`` still to read), messages are decoded in
+worker processes (:mod:`cdc_emitter.decode_pool`) while this process reads Kafka and runs the
+reader, which sees the messages in the same order either way.
+
+Memory: the reader's state beyond its frontier and its statement ledger, the collection at the
+frontier (``keep_collection``) and the history (``keep_history``) when asked for, and what
+``strict`` remembers. Updates held beyond a frontier that does not move are reported through
+``on_warning`` at ``warn_held`` updates and at every doubling after it.
+
+No Spark here, and no Kafka client either: this module reads through :mod:`cdc_emitter.kafka_io`.
 """
 
 from __future__ import annotations
 
 import gc
+import logging
 import time as _time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
+from .core import CdcReader, Pending, Progress, Update, Violation
+from .decode_pool import PROGRESS, ROWS, DecodePool, default_workers
+from .errors import DecodeError
+from .kafka_io import TopicScan
 
-from .core import CdcReader, Update, Violation
-from .errors import BrokerError, DecodeError
-from .kafka_io import BROKER_DOWN_TIMEOUT, _open_reader, _watermarks, METADATA_TIMEOUT
+__all__ = ["VerifyResult", "VerifyProgress", "verify_topic", "reached_target", "VERDICTS"]
 
-__all__ = ["VerifyResult", "VerifyProgress", "verify_topic", "reached_target"]
+log = logging.getLogger(__name__)
 
-_TRANSIENT = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT}
 #: Seconds between two ``on_progress`` calls.
 PROGRESS_INTERVAL = 0.5
 #: Allocations between two young-generation garbage collections while verifying.
 GC_THRESHOLD = 200_000
+#: Bytes still to read (estimated) that make starting decode workers worth their start-up.
+PARALLEL_MIN_BYTES = 16 << 20
+#: Bytes of message values per chunk a decode worker takes.
+CHUNK_BYTES = 1 << 20
+#: Held updates (beyond the frontier) at which the first memory warning is given.
+WARN_HELD = 1_000_000
+#: Undecodable messages whose likely cause is looked for (the cause is said once per kind).
+DIAGNOSED = 10
+
+#: ``VerifyResult.verdict`` values, best first.
+VERDICTS = ("verified", "violations", "incomplete", "empty", "not_reached")
 
 
 class VerifyProgress(NamedTuple):
@@ -64,7 +89,9 @@ class VerifyResult:
     ``collection`` maps data (a tuple in field order) to its multiplicity at the frontier (zero
     counts dropped); ``history`` holds every reported update in time order (data sorted within a
     time) when ``keep_history`` was asked for. ``updates`` counts the updates received (with
-    duplicates); ``duplicates`` those dropped as duplicates.
+    duplicates); ``duplicates`` those dropped as duplicates. ``pending`` says what keeps the
+    frontier where it is; ``hints`` the likely causes of undecodable messages; ``warnings``
+    what was said through ``on_warning``.
     """
 
     frontier: tuple[int, ...]
@@ -76,20 +103,48 @@ class VerifyResult:
     history: list[Update] | None = None
     reached: bool = False
     target: tuple[int, ...] | None = None  # (N,), () for closed, None: the end of the topic
+    pending: Pending | None = None
+    hints: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    workers: int = 0  # decode worker processes used (0: decoded in this process)
+
+    @property
+    def verdict(self) -> str:
+        """One of :data:`VERDICTS`.
+
+        ``violations`` wins over everything else; ``not_reached``: the target, or without one the
+        end of the topic, was not reached in time; ``empty``: the topic holds no message;
+        ``incomplete``: without a target, the end of the topic leaves something unproven
+        (see ``pending``); ``verified``: none of these.
+        """
+        if self.violations:
+            return "violations"
+        if not self.reached:
+            return "not_reached"
+        if self.target is None:
+            if self.messages == 0:
+                return "empty"
+            if self.pending is not None and not self.pending.empty:
+                return "incomplete"
+        return "verified"
 
     @property
     def ok(self) -> bool:
-        """True when there is no violation and the target was reached."""
-        return self.reached and not self.violations
+        """True when the history read is proven: no violation, nothing left unproven."""
+        return self.verdict == "verified"
 
     def summary(self) -> dict:
-        """The JSON summary of the CLI: frontier, messages, updates, duplicates, violations."""
+        """The JSON summary of the CLI: frontier, messages, updates, duplicates, violations, and
+        the verdict with what is pending and the hints."""
         return {
             "frontier": list(self.frontier),
             "messages": self.messages,
             "updates": self.updates,
             "duplicates": self.duplicates,
             "violations": [v.to_dict() for v in self.violations],
+            "verdict": self.verdict,
+            "pending": None if self.pending is None else self.pending.to_dict(),
+            "hints": list(self.hints),
         }
 
 
@@ -112,12 +167,20 @@ def verify_topic(
     timeout: float | None = None,
     config: Mapping[str, Any] | None = None,
     on_progress: Callable[[VerifyProgress], None] | None = None,
+    on_warning: Callable[[str], None] | None = None,
     keep_collection: bool = True,
     keep_history: bool = False,
     start: int = 0,
+    strict: str | None = None,
+    bloom_error_rate: float = 0.001,
+    workers: int | None = None,
+    warn_held: int = WARN_HELD,
 ) -> VerifyResult:
     """Read ``topic`` from the beginning of every partition and verify it (see the module doc).
 
+    ``strict``: ``"exact"`` or ``"bloom"`` (see :class:`~cdc_emitter.core.CdcReader`).
+    ``workers``: decode processes (None: one per core once the topic proves large; 0: none;
+    N: N from the start).
     Raises :class:`~cdc_emitter.errors.BrokerError` when the cluster cannot be reached or the
     topic does not exist, :class:`~cdc_emitter.errors.ConfigError` for an unusable client
     configuration. Protocol problems are never raised: they are ``result.violations``.
@@ -131,11 +194,18 @@ def verify_topic(
     )
     began = _time.monotonic()
     deadline = None if timeout is None else began + timeout
+    max_workers = default_workers() if workers is None else workers
+    if max_workers < 0:
+        raise ValueError(f"workers must be >= 0 or None, got {workers}")
 
-    reader = CdcReader(start)
+    reader = CdcReader(start, strict=strict, bloom_error_rate=bloom_error_rate)
     collection: dict[Any, int] | None = {} if keep_collection else None
     history: list[Update] | None = [] if keep_history else None
+    hints: list[str] = []
+    warnings: list[str] = []
     sort_key = codec.sort_key
+    push = reader.push
+    next_warning = warn_held
 
     def take(finished: list[Update]) -> None:
         if history is not None:
@@ -149,106 +219,136 @@ def verify_topic(
                 else:
                     del collection[data]
 
-    decode = codec.decode
-    push = reader.push
+    def feed(partition: int, offset: int, message: Any) -> None:
+        for finished, _frontier in push(message, partition=partition, offset=offset):
+            if finished:
+                take(finished)
 
-    consumer, parts = _open_reader(bootstrap_servers, topic, config)
+    undecodable_seen = 0
+
+    def undecodable(partition: int, offset: int, value: bytes | None, error: str) -> None:
+        nonlocal undecodable_seen
+        reader.messages += 1
+        reader.violate("undecodable", None, f"partition {partition} offset {offset}: {error}",
+                       partition=partition, offset=offset)
+        undecodable_seen += 1
+        if value is not None and undecodable_seen <= DIAGNOSED:
+            hint = codec.diagnose(value)
+            if hint is not None and hint not in hints:
+                hints.append(hint)
+
+    def decode_here(partition: int, offset: int, value: bytes | None) -> None:
+        try:
+            message = codec.decode(value)
+        except DecodeError as exc:
+            undecodable(partition, offset, value, str(exc))
+            return
+        feed(partition, offset, message)
+
+    def warn_if_held() -> None:
+        nonlocal next_warning
+        held = reader.held
+        if held < next_warning:
+            return
+        next_warning = max(next_warning * 2, held + 1)
+        p = reader.pending()
+        times = ", ".join(map(str, p.times)) + (", ..." if len(p.times) == 20 else "")
+        text = (
+            f"{held:,} updates are held beyond frontier {list(reader.frontier)} (at times "
+            f"{times}): no progress statement proves them complete yet, and memory grows with "
+            "them until one does"
+        )
+        warnings.append(text)
+        if on_warning is not None:
+            on_warning(text)
+        else:
+            log.warning("%s", text)
+
     # Millions of small tuples and dicts, no reference cycles: the cyclic garbage collector's
     # frequent passes over the growing state cost more than decoding (measured: up to 40%).
     # Collect rarely while verifying; the previous thresholds come back afterwards.
     thresholds = gc.get_threshold()
     gc.set_threshold(max(thresholds[0], GC_THRESHOLD), max(thresholds[1], 50), max(thresholds[2], 100))
+    pool: DecodePool | None = None
+    used_workers = 0
     try:
-        marks = _watermarks(consumer, bootstrap_servers, topic, parts, METADATA_TIMEOUT)
-        ends = {p: high for p, (_low, high) in marks.items()}
-        next_offset = {p: low for p, (low, _high) in marks.items()}
-        pending = {p for p, (low, high) in marks.items() if high > low}  # not yet read to the end
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        down_since: float | None = None
-        last_report = began
+        with TopicScan(bootstrap_servers, topic, config) as scan:
+            if workers:  # asked for: no size estimate first
+                pool = DecodePool(codec, workers)
+                used_workers = workers
+            last_report = began
+            read_bytes = read_messages = 0
+            chunk: list[tuple[int, int, bytes | None]] = []
+            chunk_bytes = 0
 
-        def report(now: float) -> None:
-            lag = 0
-            for p in parts:
-                try:
-                    _low, high = consumer.get_watermark_offsets(
-                        TopicPartition(topic, p), timeout=0.1, cached=True
-                    )
-                except KafkaException:
-                    high = -1
-                high = max(high, ends.get(p, 0))
-                lag += max(0, high - next_offset[p])
-            on_progress(VerifyProgress(reader.messages, reader.updates_received, reader.frontier,
-                                       lag, now - began))
+            def handle(entries: list[tuple]) -> None:
+                for kind, p, off, payload in entries:
+                    if kind == ROWS:
+                        feed(p, off, payload)
+                    elif kind == PROGRESS:
+                        feed(p, off, Progress(*payload))
+                    else:
+                        undecodable(p, off, payload[1], payload[0])
+                warn_if_held()
 
-        reached = False
-        while True:
-            if target is not None and reached_target(reader.frontier, target):
-                reached = True
-                break
-            if target is None and not pending:
-                reached = True
-                break
-            wait = 0.5
-            now = _time.monotonic()
-            if deadline is not None:
-                left = deadline - now
-                if left <= 0:
+            reached = False
+            while True:
+                if target is not None and reached_target(reader.frontier, target):
+                    reached = True
                     break
-                wait = min(wait, left)
-            if on_progress is not None and now - last_report >= PROGRESS_INTERVAL:
-                last_report = now
-                report(now)
-            # drain what is buffered without waiting; block (up to `wait`) only when nothing is
-            batch = consumer.consume(num_messages=500, timeout=0) or consumer.consume(1, wait)
-            for msg in batch:
-                err = msg.error()
-                if err is not None:
-                    p = msg.partition()
-                    code = err.code()
-                    if code == KafkaError._PARTITION_EOF:
-                        if msg.offset() >= ends.get(p, 0):
-                            pending.discard(p)
-                        continue
-                    if code in _TRANSIENT and not err.fatal():
-                        down_since = down_since or _time.monotonic()
-                        if _time.monotonic() - down_since > BROKER_DOWN_TIMEOUT:
-                            raise BrokerError(
-                                f"reading topic {topic!r} on {bootstrap_servers}: broker "
-                                f"unreachable for more than {BROKER_DOWN_TIMEOUT:g}s: {err.str()}"
-                            )
-                        continue
-                    where = f"partition {p}" if p is not None and p >= 0 else "(no partition)"
-                    raise BrokerError(
-                        f"error reading topic {topic!r} {where} on {bootstrap_servers}: "
-                        f"{err.str()} [{err.name()}]"
-                    )
-                down_since = None
-                p = msg.partition()
-                off = msg.offset()
-                next_offset[p] = off + 1
-                if p in pending and off >= ends[p] - 1:
-                    pending.discard(p)
-                value = msg.value()
-                try:
-                    if value is None:
-                        raise DecodeError("the message has no value (a tombstone)")
-                    message = decode(value)
-                except DecodeError as exc:
-                    reader.messages += 1
-                    reader.violate("undecodable", None, f"partition {p} offset {off}: {exc}",
-                                   partition=p, offset=off)
+                idle = not scan.pending and not chunk and (pool is None or not pool.in_flight)
+                if target is None and idle:
+                    reached = True
+                    break
+                now = _time.monotonic()
+                wait = 0.5
+                if deadline is not None:
+                    left = deadline - now
+                    if left <= 0:
+                        break
+                    wait = min(wait, left)
+                if on_progress is not None and now - last_report >= PROGRESS_INTERVAL:
+                    last_report = now
+                    on_progress(VerifyProgress(reader.messages, reader.updates_received,
+                                               reader.frontier, scan.lag(), now - began))
+                if pool is not None and (pool.in_flight >= pool.max_in_flight
+                                         or (target is None and not scan.pending and not chunk)):
+                    handle(pool.next_result())  # workers are behind: wait for the oldest chunk
                     continue
-                for finished, _frontier in push(message, partition=p, offset=off):
-                    if finished:
-                        take(finished)
-            if target is None and not pending:
-                continue  # loop head stops
-        if on_progress is not None:
-            report(_time.monotonic())
+                records = scan.poll(0 if pool is not None and pool.in_flight else wait)
+                if pool is None:
+                    for p, off, value in records:
+                        decode_here(p, off, value)
+                        read_bytes += len(value or b"")
+                    read_messages += len(records)
+                    warn_if_held()
+                    if (max_workers and records and read_bytes
+                            and (scan.messages_at_start - read_messages) * read_bytes / read_messages
+                            >= PARALLEL_MIN_BYTES):
+                        pool = DecodePool(codec, max_workers)
+                        used_workers = max_workers
+                    continue
+                for record in records:
+                    chunk.append(record)
+                    chunk_bytes += len(record[2] or b"")
+                    if chunk_bytes >= CHUNK_BYTES:
+                        pool.submit(chunk)
+                        chunk, chunk_bytes = [], 0
+                if chunk and len(records) < 500:  # nothing more buffered: do not sit on it
+                    pool.submit(chunk)
+                    chunk, chunk_bytes = [], 0
+                if not records and pool.in_flight:
+                    handle(pool.next_result())  # nothing to read: wait for the workers instead
+                while pool.ready():
+                    handle(pool.next_result())
+            if on_progress is not None:
+                now = _time.monotonic()
+                on_progress(VerifyProgress(reader.messages, reader.updates_received,
+                                           reader.frontier, scan.lag(), now - began))
     finally:
+        if pool is not None:
+            pool.close()
         gc.set_threshold(*thresholds)
-        consumer.close()
 
     return VerifyResult(
         frontier=reader.frontier,
@@ -260,4 +360,8 @@ def verify_topic(
         history=history,
         reached=reached,
         target=target,
+        pending=reader.pending(),
+        hints=hints,
+        warnings=warnings,
+        workers=used_workers,
     )

@@ -2,7 +2,8 @@
 
 Exit codes (every command): 0 success; 2 usage, schema, configuration or connection error
 (printed as ``error: ...`` on stderr, never a traceback). ``verify`` adds 1 (protocol violations,
-takes precedence) and 3 (the target frontier was not reached in time); ``tail`` exits 1 when a
+takes precedence) and 3 (not proven: the target frontier was not reached in time, or without a
+target the topic is empty or ends with part of its history unproven); ``tail`` exits 1 when a
 message could not be decoded.
 
 Spark is imported only by the commands that need it (``export``, ``schema --columns/--from``),
@@ -26,7 +27,15 @@ from ..materialize import create_source_sql
 from ..materialize import source_name as default_source_name
 from ..registry import fetch_registry_schema
 from ..sources import FORMATS, columns_struct, read_table, spark_session
-from .output import StatusLine, dumps, export_summary, frontier_text, verify_summary_text
+from .output import (
+    StatusLine,
+    dumps,
+    export_summary,
+    frontier_text,
+    verify_summary_text,
+    write_collection,
+    write_history,
+)
 
 ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
 
@@ -178,7 +187,8 @@ def main() -> None:
     \b
     Kafka: --bootstrap-servers HOST:PORT (or KAFKA_BOOTSTRAP_SERVERS), librdkafka settings as
     repeated -X key=value. Exit codes: 0 ok, 1 violations (verify) or undecodable messages
-    (tail), 2 usage/schema/connection error, 3 target frontier not reached in time (verify).
+    (tail), 2 usage/schema/connection error, 3 not proven (verify: target not reached in time,
+    or an empty or incomplete topic).
     """
     # librdkafka's transient complaints (retries, coordinator loading) are not the user's
     # concern: lasting problems surface as `error: ...` with the servers named.
@@ -204,22 +214,37 @@ def main() -> None:
               metavar="FILE",
               help="Write the reconstructed updates in time order as JSON lines "
               "{\"data\": ..., \"time\": t, \"diff\": d}.")
+@click.option("--strict", type=click.Choice(["exact", "bloom"]), is_flag=False, flag_value="exact",
+              default=None, metavar="[exact|bloom]",
+              help="Remember what was reported, so a late update that is no exact duplicate is a "
+              "violation. exact (the default of --strict): keeps every update, as much memory "
+              "as holding them; bloom: a Bloom filter, about 3.4 MiB per million updates, "
+              "misses such an update with probability 0.001.")
+@click.option("--workers", type=click.IntRange(min=0), metavar="N",
+              help="Processes that decode messages (default: one per core once the topic "
+              "proves large; 0: decode in this process).")
 @handle_errors
 def verify(bootstrap_servers, kafka_settings, topic, schema_file, schema_registry, framing,
-           schema_id, until_frontier, until_closed, timeout, as_json, output, history_file):
+           schema_id, until_frontier, until_closed, timeout, as_json, output, history_file,
+           strict, workers):
     """Read a CDC topic from the beginning and prove it exact.
 
     Reads every partition from offset 0 (no consumer group, nothing committed), removes
-    duplicates, restores order, checks every progress statement and reports each protocol
-    violation (conflicting diffs, over-counts, disagreeing progress, counts outside their
-    interval, negative times or counts, undecodable messages with partition and offset).
+    duplicates, restores order, checks every progress statement against every other and
+    reports each protocol violation (conflicting diffs, over-counts, disagreeing progress,
+    counts outside their interval, negative times or counts, undecodable messages with
+    partition and offset, and the likely cause of those once).
 
-    Without --until-frontier/--until-closed it verifies what the topic holds now; with one it
-    follows the topic until the target frontier is reached (or --timeout expires).
+    Without --until-frontier/--until-closed it verifies what the topic holds now, and says
+    "verified" only when the end of the topic leaves nothing unproven: an empty topic, updates
+    no progress statement covers, a count the topic does not hold, or a gap in the progress
+    chain are named and exit 3. With a target it follows the topic until the frontier reaches
+    it (or --timeout expires).
 
     \b
     Exit codes: 0 verified, 1 violations found (takes precedence), 2 usage, schema or
-    connection error, 3 the target frontier was not reached within --timeout.
+    connection error, 3 not proven: the target was not reached within --timeout, or (without a
+    target) the topic is empty or ends with part of its history unproven.
 
     \b
     Example:
@@ -239,12 +264,17 @@ def verify(bootstrap_servers, kafka_settings, topic, schema_file, schema_registr
         status.show(f"{p.messages} messages, {p.updates} updates, frontier "
                     f"{frontier_text(p.frontier)}, lag {p.lag} messages")
 
+    def on_warning(text: str) -> None:
+        status.done()
+        click.echo(f"warning: {text}", err=True)
+
     try:
         result = verify_topic(
             servers, topic, codec, until_frontier=until_frontier, until_closed=until_closed,
             timeout=timeout, config=kafka_settings,
-            on_progress=on_progress if status.enabled else None,
+            on_progress=on_progress if status.enabled else None, on_warning=on_warning,
             keep_collection=output is not None, keep_history=history_file is not None,
+            strict=strict, workers=workers,
         )
     except KeyboardInterrupt:
         status.done()
@@ -255,19 +285,12 @@ def verify(bootstrap_servers, kafka_settings, topic, schema_file, schema_registr
 
     if output is not None:
         with click.open_file(output, "w", encoding="utf-8") as fh:
-            for data, count in sorted(result.collection.items(), key=lambda kv: codec.sort_key(kv[0])):
-                fh.write(dumps({"data": codec.data_to_json(data), "count": count}) + "\n")
+            write_collection(fh, result.collection, codec)
     if history_file is not None:
         with click.open_file(history_file, "w", encoding="utf-8") as fh:
-            for data, time, diff in result.history:
-                fh.write(dumps({"data": codec.data_to_json(data), "time": time, "diff": diff}) + "\n")
+            write_history(fh, result.history, codec)
 
-    if result.violations:
-        code = EXIT_VIOLATIONS
-    elif not result.reached:
-        code = EXIT_NOT_REACHED
-    else:
-        code = EXIT_OK
+    code = {"verified": EXIT_OK, "violations": EXIT_VIOLATIONS}.get(result.verdict, EXIT_NOT_REACHED)
     if as_json:
         click.echo(dumps(result.summary()))
     else:

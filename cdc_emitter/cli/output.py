@@ -18,8 +18,22 @@ def frontier_text(frontier: tuple[int, ...]) -> str:
 
 
 def dumps(obj: Any) -> str:
-    """One compact JSON line."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    """One compact JSON line; strict JSON (a NaN or an infinity raises, never prints bare)."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def write_collection(fh: Any, collection: dict, codec: Any) -> None:
+    """``verify --output``: ``{"data": {...}, "count": n}`` lines sorted by data."""
+    to_json, key = codec.data_to_json, codec.sort_key
+    for data, count in sorted(collection.items(), key=lambda kv: key(kv[0])):
+        fh.write(dumps({"data": to_json(data), "count": count}) + "\n")
+
+
+def write_history(fh: Any, history: list, codec: Any) -> None:
+    """``verify --history``: ``{"data": {...}, "time": t, "diff": d}`` lines in time order."""
+    to_json = codec.data_to_json
+    for data, time, diff in history:
+        fh.write(dumps({"data": to_json(data), "time": time, "diff": diff}) + "\n")
 
 
 class StatusLine:
@@ -40,7 +54,13 @@ class StatusLine:
             self.shown = False
 
 
+#: Violations of one kind listed one per line in the text summary (``--json`` has them all).
+LISTED_PER_KIND = 20
+
+
 def verify_summary_text(topic: str, result: Any, timeout: float | None) -> str:
+    """The text ``verify`` prints: where it stopped, the counts, each violation (the first
+    ``LISTED_PER_KIND`` of each kind), the likely causes, what is pending, and the verdict."""
     lines = []
     frontier = frontier_text(result.frontier)
     within = "in time" if timeout is None else f"within {timeout:g}s"
@@ -52,19 +72,59 @@ def verify_summary_text(topic: str, result: Any, timeout: float | None) -> str:
     lines.append(f"topic {topic}: frontier {frontier}, {where}")
     lines.append(f"{result.messages} messages, {result.updates} updates, "
                  f"{result.duplicates} duplicates dropped")
+    verdict = result.verdict
     if result.violations:
         lines.append(f"{len(result.violations)} violations:")
+        listed: dict[str, int] = {}
         for v in result.violations:
+            listed[v.kind] = listed.get(v.kind, 0) + 1
+            if listed[v.kind] > LISTED_PER_KIND:
+                continue
             at = [] if v.time is None else [f"at time {v.time}"]
             if v.partition is not None:
                 at.append(f"(partition {v.partition}, offset {v.offset})")
             lines.append("  " + " ".join([v.kind, *at]) + f": {v.detail}")
+        for kind, n in listed.items():
+            if n > LISTED_PER_KIND:
+                lines.append(f"  ... and {n - LISTED_PER_KIND} more {kind} (--json lists them all)")
+    lines.extend(f"hint: {hint}" for hint in result.hints)
+    if verdict in ("incomplete", "violations") and result.target is None and result.pending is not None:
+        lines.extend(pending_lines(result.pending, result.frontier))
+    if verdict == "violations":
         lines.append("FAILED: protocol violations")
-    elif not result.reached:
-        lines.append("NOT VERIFIED: the target was not reached in time")
+    elif verdict == "not_reached":
+        lines.append("NOT VERIFIED: the target was not reached in time" if result.target is not None
+                     else "NOT VERIFIED: the end of the topic was not read in time")
+    elif verdict == "empty":
+        lines.append("NOT VERIFIED: the topic holds no messages, so nothing is proven")
+    elif verdict == "incomplete":
+        lines.append(f"NOT VERIFIED: the topic ends before it proves what it holds beyond "
+                     f"frontier {frontier}")
     else:
         lines.append("verified: no violations")
     return "\n".join(lines)
+
+
+def pending_lines(pending: Any, frontier: tuple[int, ...]) -> list[str]:
+    """What keeps ``frontier`` where it is, one line per cause."""
+    out = []
+    for time, count, received in pending.stalled[:LISTED_PER_KIND]:
+        out.append(f"pending: time {time} is announced with {count} updates, "
+                   f"{received} arrived")
+    if len(pending.stalled) > LISTED_PER_KIND:
+        out.append(f"pending: ... and {len(pending.stalled) - LISTED_PER_KIND} more stalled times")
+    if pending.gap is not None:
+        a, b = pending.gap
+        out.append(f"pending: no progress statement covers [{a}, {b}); statements beyond it wait")
+    if pending.updates:
+        times = ", ".join(map(str, pending.times)) + (", ..." if len(pending.times) >= 20 else "")
+        if pending.statements == 0:
+            out.append(f"pending: {pending.updates} updates (at times {times}) and no progress "
+                       "statement at all")
+        else:
+            out.append(f"pending: {pending.updates} updates held at times {times}, beyond "
+                       f"frontier {frontier_text(frontier)}")
+    return out
 
 
 def export_summary(source: str, previous: str | None, topic: str, at_time: int | None,

@@ -275,8 +275,8 @@ def test_missing_topic(command, kafka_bootstrap, schema_file):
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr == (
-        f"error: topic 'no-such-topic-cli' does not exist on broker {kafka_bootstrap}; "
-        "create it or pass create=True / --create-topic\n"
+        f"error: topic 'no-such-topic-cli' does not exist on broker {kafka_bootstrap}: nothing "
+        "to read (check the topic name and the bootstrap servers)\n"
     )
 
 
@@ -292,13 +292,26 @@ def test_bad_librdkafka_setting_hides_secrets(kafka_bootstrap, schema_file):
 
 
 @pytest.mark.kafka
-def test_verify_reads_servers_from_environment(kafka_bootstrap, topic_factory, schema_file):
+def test_verify_reads_servers_from_environment_and_an_empty_topic_is_not_verified(
+        kafka_bootstrap, topic_factory, schema_file):
     topic = topic_factory()
     result = run("verify", "--topic", topic, "--schema", schema_file, "--json",
                  env={"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap})
-    assert result.exit_code == 0
-    assert json.loads(result.stdout) == {"frontier": [0], "messages": 0, "updates": 0,
-                                         "duplicates": 0, "violations": []}
+    assert result.exit_code == 3
+    assert json.loads(result.stdout) == {
+        "frontier": [0], "messages": 0, "updates": 0, "duplicates": 0, "violations": [],
+        "verdict": "empty", "hints": [],
+        "pending": {"updates": 0, "times": [], "stalled": [], "progress": [0], "gap": None,
+                    "statements": 0},
+    }
+    text = run("verify", "--topic", topic, "--schema", schema_file,
+               env={"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap})
+    assert text.exit_code == 3
+    assert text.stdout == (
+        f"topic {topic}: frontier [0], end of topic read\n"
+        "0 messages, 0 updates, 0 duplicates dropped\n"
+        "NOT VERIFIED: the topic holds no messages, so nothing is proven\n"
+    )
 
 
 # --- schema --columns (a pure DDL parser; Spark only for syntax it does not know) ---------------

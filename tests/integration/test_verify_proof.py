@@ -1,0 +1,268 @@
+"""`verify` on the real broker: every disagreement it can see, "verified" only when proven,
+values that compare and print right, and the parallel decode path agreeing with the serial one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from click.testing import CliRunner
+
+from cdc_emitter.cli import main
+from cdc_emitter.codec import CdcCodec, union_schema
+from cdc_emitter.core import Progress, Update
+from cdc_emitter.kafka_io import CdcProducer
+from cdc_emitter.verify import verify_topic
+
+pytestmark = pytest.mark.kafka
+
+KV = {"type": "record", "name": "data",
+      "fields": [{"name": "k", "type": "long"}, {"name": "v", "type": "string"}]}
+WIDE = {"type": "record", "name": "data", "fields": [
+    {"name": "k", "type": "long"},
+    {"name": "x", "type": ["null", "double"]},
+    {"name": "d", "type": ["null", {"type": "bytes", "logicalType": "decimal", "precision": 20,
+                                    "scale": 10}]},
+]}
+
+
+def schema_path(tmp_path, data, name="s.avsc"):
+    path = tmp_path / name
+    path.write_text(json.dumps(union_schema(data)))
+    return str(path)
+
+
+def write(bootstrap, topic, codec, messages, partitions=1):
+    with CdcProducer(bootstrap, topic) as producer:
+        for i, message in enumerate(messages):
+            values = ([codec.encode_progress(message)] if isinstance(message, Progress)
+                      else codec.encode_updates(message))
+            for value in values:
+                producer.produce(value, partition=i % partitions)
+
+
+def cli(*args):
+    result = CliRunner().invoke(main, list(args), prog_name="cdc-emitter")
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+def verify(bootstrap, topic, schema, *extra):
+    return cli("verify", "--bootstrap-servers", bootstrap, "--topic", topic, "--schema", schema,
+               *extra)
+
+
+# --- every statement against every other -------------------------------------------------------
+
+
+def test_a_disagreeing_statement_after_the_report_fails_verify(kafka_bootstrap, topic_factory, tmp_path):
+    topic = topic_factory()
+    codec = CdcCodec(KV)
+    write(kafka_bootstrap, topic, codec, [
+        [Update((1, "a"), 1, 1)], Progress((0,), (2,), ((1, 1),)),
+        [Update((1, "a"), 1, 1), Update((2, "b"), 1, 1)], Progress((0,), (2,), ((1, 2),)),
+    ])
+    result = verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), "--json")
+    assert result.exit_code == 1
+    summary = json.loads(result.stdout)
+    assert [(v["kind"], v["time"], v["partition"], v["offset"]) for v in summary["violations"]] == [
+        ("count_mismatch", 1, 0, 3)]
+    assert summary["verdict"] == "violations"
+
+
+# --- "verified" means proven ---------------------------------------------------------------------
+
+
+def test_a_count_the_topic_does_not_hold_is_incomplete(kafka_bootstrap, topic_factory, tmp_path):
+    topic = topic_factory()
+    codec = CdcCodec(KV)
+    write(kafka_bootstrap, topic, codec, [
+        [Update((1, "a"), 0, 1)], Progress((0,), (1,), ((0, 1),)),
+        [Update((2, "b"), 1, 1), Update((3, "c"), 1, 1)], Progress((1,), (3,), ((1, 3),)),
+    ])
+    result = verify(kafka_bootstrap, topic, schema_path(tmp_path, KV))
+    assert result.exit_code == 3
+    assert result.stdout == (
+        f"topic {topic}: frontier [1], end of topic read\n"
+        "4 messages, 3 updates, 0 duplicates dropped\n"
+        "pending: time 1 is announced with 3 updates, 2 arrived\n"
+        "pending: 2 updates held at times 1, beyond frontier [1]\n"
+        "NOT VERIFIED: the topic ends before it proves what it holds beyond frontier [1]\n"
+    )
+    summary = json.loads(verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), "--json").stdout)
+    assert summary["verdict"] == "incomplete"
+    assert summary["pending"] == {"updates": 2, "times": [1], "progress": [3], "gap": None,
+                                  "statements": 2,
+                                  "stalled": [{"time": 1, "count": 3, "received": 2}]}
+
+
+def test_updates_without_any_progress_and_a_gap_are_incomplete(kafka_bootstrap, topic_factory, tmp_path):
+    topic = topic_factory()
+    codec = CdcCodec(KV)
+    write(kafka_bootstrap, topic, codec, [[Update((k, "x"), k % 3, 1) for k in range(30)]])
+    result = verify(kafka_bootstrap, topic, schema_path(tmp_path, KV))
+    assert result.exit_code == 3
+    assert result.stdout.splitlines()[2:] == [
+        "pending: 30 updates (at times 0, 1, 2) and no progress statement at all",
+        "NOT VERIFIED: the topic ends before it proves what it holds beyond frontier [0]",
+    ]
+    gap = topic_factory()
+    write(kafka_bootstrap, gap, codec, [Progress((0,), (2,), ()), Progress((5,), (9,), ())])
+    result = verify(kafka_bootstrap, gap, schema_path(tmp_path, KV))
+    assert result.exit_code == 3
+    assert "pending: no progress statement covers [2, 5); statements beyond it wait" in result.stdout
+
+
+def test_held_updates_beyond_a_still_frontier_warn(kafka_bootstrap, topic_factory):
+    topic = topic_factory()
+    codec = CdcCodec(KV)
+    write(kafka_bootstrap, topic, codec, [[Update((k, "x"), 4, 1) for k in range(250)]] * 2)
+    warnings = []
+    result = verify_topic(kafka_bootstrap, topic, codec, warn_held=100, on_warning=warnings.append,
+                          workers=0)
+    assert result.verdict == "incomplete"
+    assert warnings == result.warnings == [
+        "250 updates are held beyond frontier [0] (at times 4): no progress statement proves "
+        "them complete yet, and memory grows with them until one does"
+    ]
+
+
+# --- values ---------------------------------------------------------------------------------------
+
+
+def test_nan_rows_cancel_and_output_is_strict_json(kafka_bootstrap, topic_factory, tmp_path):
+    import decimal
+
+    topic = topic_factory()
+    codec = CdcCodec(WIDE)
+    nan, zero = float("nan"), decimal.Decimal("0E-10")
+    write(kafka_bootstrap, topic, codec, [
+        [Update((1, nan, zero), 0, 1), Update((2, math.inf, None), 0, 1),
+         Update((3, -math.inf, decimal.Decimal("12.5")), 0, 1), Update((4, -0.0, None), 0, 1)],
+        [Update((1, float("nan"), zero), 0, 1)],  # a duplicate of the NaN row: not an over-count
+        Progress((0,), (1,), ((0, 4),)),
+        [Update((1, float("nan"), zero), 1, -1), Update((4, 0.0, None), 1, -1)],  # retractions
+        Progress((1,), (2,), ((1, 2),)),
+    ])
+    out = tmp_path / "out.jsonl"
+    result = verify(kafka_bootstrap, topic, schema_path(tmp_path, WIDE), "--json", "--output", str(out))
+    assert result.exit_code == 0, result.stdout
+    summary = json.loads(result.stdout)
+    assert (summary["duplicates"], summary["violations"], summary["frontier"]) == (1, [], [2])
+    lines = out.read_text().splitlines()
+    assert lines == [
+        '{"data":{"k":2,"x":"Infinity","d":null},"count":1}',
+        '{"data":{"k":3,"x":"-Infinity","d":"12.5000000000"},"count":1}',
+    ]
+    for line in lines:
+        json.loads(line, parse_constant=lambda c: pytest.fail(f"bare {c} in --output"))
+    hist = tmp_path / "hist.jsonl"
+    verify(kafka_bootstrap, topic, schema_path(tmp_path, WIDE), "--history", str(hist))
+    assert hist.read_text().splitlines() == [
+        '{"data":{"k":1,"x":"NaN","d":"0.0000000000"},"time":0,"diff":1}',
+        '{"data":{"k":2,"x":"Infinity","d":null},"time":0,"diff":1}',
+        '{"data":{"k":3,"x":"-Infinity","d":"12.5000000000"},"time":0,"diff":1}',
+        '{"data":{"k":4,"x":0.0,"d":null},"time":0,"diff":1}',
+        '{"data":{"k":1,"x":"NaN","d":"0.0000000000"},"time":1,"diff":-1}',
+        '{"data":{"k":4,"x":0.0,"d":null},"time":1,"diff":-1}',
+    ]
+
+
+# --- undecodable: the likely cause, once ---------------------------------------------------------
+
+
+def test_a_wrong_data_schema_is_named_once(kafka_bootstrap, topic_factory, tmp_path):
+    topic = topic_factory()
+    write(kafka_bootstrap, topic, CdcCodec(WIDE), [
+        [Update((k, 0.5, None), t, 1)] for t in range(30) for k in range(2)
+    ] + [Progress((0,), (30,), tuple((t, 2) for t in range(30)))])
+    result = verify(kafka_bootstrap, topic, schema_path(tmp_path, KV))
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert lines[2] == "60 violations:"
+    assert lines[3] == ("  undecodable (partition 0, offset 0): partition 0 offset 0: the update "
+                        "array decodes with the schema but leaves 8 of 21 bytes unread")
+    assert lines[23] == "  ... and 40 more undecodable (--json lists them all)"
+    assert [line for line in lines if line.startswith("hint: ")] == [
+        "hint: update arrays do not decode with the data schema (k long, v string): the topic "
+        "was probably written with another data schema; the messages name schema id 0; read it "
+        "with the schema its writer used"
+    ]
+    assert lines[-1] == "FAILED: protocol violations"
+
+
+def test_raw_messages_read_as_confluent_name_the_framing(kafka_bootstrap, topic_factory, tmp_path):
+    topic = topic_factory()
+    write(kafka_bootstrap, topic, CdcCodec(KV, framing="raw"),
+          [[Update((1, "a"), 0, 1)], Progress((0,), (1,), ((0, 1),))])
+    summary = json.loads(verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), "--json").stdout)
+    assert [v["kind"] for v in summary["violations"]] == ["undecodable", "undecodable"]
+    assert summary["hints"] == [
+        "the messages carry no Confluent header: read them with framing 'raw' (--framing raw)"]
+
+
+# --- the parallel decode path ---------------------------------------------------------------------
+
+
+def test_decode_workers_give_exactly_what_one_process_gives(kafka_bootstrap, topic_factory, tmp_path):
+    topic = topic_factory(1)  # one partition: the same message order in both reads
+    codec = CdcCodec(WIDE)
+    messages = []
+    for t in range(6):
+        rows = [Update((k, float("nan") if k % 7 == 0 else k / 3, None), t, 1 + k % 2)
+                for k in range(t * 50, t * 50 + 400)]
+        messages += [rows[:200], rows[150:], rows[:10]]  # overlaps are duplicates
+        messages.append(Progress((t,), (t + 1,), ((t, 400),)))
+    messages.append([Update((100, 100 / 3, None), 2, 5)])  # a conflicting diff at a reported time
+    messages.append(Progress((0,), (6,), ((2, 401),)))  # a disagreeing statement
+    write(kafka_bootstrap, topic, codec, messages)
+    serial = verify_topic(kafka_bootstrap, topic, codec, workers=0, strict="exact")
+    parallel = verify_topic(kafka_bootstrap, topic, codec, workers=2, strict="exact")
+    assert parallel.workers == 2 and serial.workers == 0
+    assert parallel.summary() == serial.summary()
+    assert parallel.collection == serial.collection and len(serial.collection) == 650
+    assert [v.kind for v in serial.violations] == ["conflicting_diff"] + ["count_mismatch"] * 6
+
+
+# --- strict: re-run batches of different data, written by the real sink --------------------------
+
+
+@pytest.mark.spark
+def test_strict_catches_a_rerun_batch_with_other_rows_of_the_same_count(
+        spark, kafka_bootstrap, topic_factory, tmp_path):
+    from cdc_emitter import CdcSink
+
+    # one partition: the re-run's rows come after the first attempt's statement reported time 1
+    # (read while the time is open, as across partitions, they are an over_count by default)
+    topic = topic_factory(1)
+    checkpoint = str(tmp_path / "checkpoint")
+    ddl = "k long, v string"
+    first = spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], ddl)
+    sink = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint)
+    assert (sink(first, 0).lower, sink(spark.createDataFrame([(4, "d")], ddl), 1).upper) == (0, 2)
+    # batch 1 again after a driver crash, from a source that replays other rows (same count)
+    rerun = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint)
+    result = rerun(spark.createDataFrame([(5, "e")], ddl), 1)
+    assert (result.lower, result.upper, result.reused) == (1, 2, True)
+    from cdc_emitter.spark_schema import data_schema
+
+    schema = schema_path(tmp_path, data_schema(first.schema))
+
+    plain = json.loads(verify(kafka_bootstrap, topic, schema, "--json").stdout)
+    assert (plain["verdict"], plain["frontier"]) == ("verified", [2]), plain  # counts agree
+    for mode in ("exact", "bloom"):
+        strict = verify(kafka_bootstrap, topic, schema, "--json", "--strict", mode)
+        assert strict.exit_code == 1
+        summary = json.loads(strict.stdout)
+        assert [(v["kind"], v["time"]) for v in summary["violations"]] == [("over_count", 1)]
+        assert "(5, 'e')" in summary["violations"][0]["detail"]
+    assert verify(kafka_bootstrap, topic, schema, "--strict").exit_code == 1  # --strict alone: exact
+
+    # a re-run with a different number of rows leaves a statement that disagrees: seen by default
+    again = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint)
+    again(spark.createDataFrame([(6, "f"), (7, "g")], ddl), 1)
+    plain = json.loads(verify(kafka_bootstrap, topic, schema, "--json").stdout)
+    assert ("count_mismatch", 1) in [(v["kind"], v["time"]) for v in plain["violations"]]
