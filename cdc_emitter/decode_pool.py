@@ -39,18 +39,20 @@ _LENGTH = struct.Struct("<Q")
 ROWS, PROGRESS, UNDECODABLE = 0, 1, 2
 
 
-def decode_chunk(codec: Any, chunk: list[tuple[int, int, bytes | None]]) -> list[tuple]:
+def decode_chunk(codec: Any, chunk: list[tuple[int, int, bytes | None]], *, rows: bool = True) -> list[tuple]:
     """Entries ``(kind, partition, offset, payload)`` for each ``(partition, offset, value)``.
 
-    ``payload``: plain ``(data, time, diff)`` rows, ``(lower, upper, counts)``, or the text of
-    the decode error with the value (for a caller that diagnoses it).
+    ``payload``: plain ``(data, time, diff)`` rows (``rows=False``: ``Update`` objects, for a
+    caller in this process), ``(lower, upper, counts)``, or the text of the decode error with
+    the value (for a caller that diagnoses it).
     """
+    decode = codec.decode_rows if rows else codec.decode
     from .errors import DecodeError
 
     out = []
     for partition, offset, value in chunk:
         try:
-            decoded = codec.decode_rows(value)
+            decoded = decode(value)
         except DecodeError as exc:
             out.append((UNDECODABLE, partition, offset, (str(exc), value)))
             continue

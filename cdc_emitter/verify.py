@@ -47,8 +47,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .core import CdcReader, Pending, Progress, Update, Violation
-from .decode_pool import PROGRESS, ROWS, DecodePool, default_workers
-from .errors import DecodeError
+from .decode_pool import PROGRESS, ROWS, DecodePool, decode_chunk, default_workers
 from .kafka_io import TopicScan
 
 __all__ = ["VerifyResult", "VerifyProgress", "verify_topic", "reached_target", "VERDICTS"]
@@ -237,14 +236,6 @@ def verify_topic(
             if hint is not None and hint not in hints:
                 hints.append(hint)
 
-    def decode_here(partition: int, offset: int, value: bytes | None) -> None:
-        try:
-            message = codec.decode(value)
-        except DecodeError as exc:
-            undecodable(partition, offset, value, str(exc))
-            return
-        feed(partition, offset, message)
-
     def warn_if_held() -> None:
         nonlocal next_warning
         held = reader.held
@@ -277,9 +268,26 @@ def verify_topic(
                 pool = DecodePool(codec, workers)
                 used_workers = workers
             last_report = began
-            read_bytes = read_messages = 0
+            done_bytes = done_messages = 0  # decoded in this process
             chunk: list[tuple[int, int, bytes | None]] = []
             chunk_bytes = 0
+
+            def dispatch(pool: DecodePool | None) -> DecodePool | None:
+                """Hand the chunk to the workers, or decode it here; returns the pool, which is
+                started once what is still to read makes it worth its start-up."""
+                nonlocal chunk, chunk_bytes, done_bytes, done_messages, used_workers
+                if pool is not None:
+                    pool.submit(chunk)
+                else:
+                    handle(decode_chunk(codec, chunk, rows=False))
+                    done_bytes += chunk_bytes
+                    done_messages += len(chunk)
+                    left = scan.messages_at_start - done_messages
+                    if max_workers and left * done_bytes / done_messages >= PARALLEL_MIN_BYTES:
+                        pool = DecodePool(codec, max_workers)
+                        used_workers = max_workers
+                chunk, chunk_bytes = [], 0
+                return pool
 
             def handle(entries: list[tuple]) -> None:
                 for kind, p, off, payload in entries:
@@ -316,31 +324,18 @@ def verify_topic(
                     handle(pool.next_result())  # workers are behind: wait for the oldest chunk
                     continue
                 records = scan.poll(0 if pool is not None and pool.in_flight else wait)
-                if pool is None:
-                    for p, off, value in records:
-                        decode_here(p, off, value)
-                        read_bytes += len(value or b"")
-                    read_messages += len(records)
-                    warn_if_held()
-                    if (max_workers and records and read_bytes
-                            and (scan.messages_at_start - read_messages) * read_bytes / read_messages
-                            >= PARALLEL_MIN_BYTES):
-                        pool = DecodePool(codec, max_workers)
-                        used_workers = max_workers
-                    continue
                 for record in records:
                     chunk.append(record)
                     chunk_bytes += len(record[2] or b"")
                     if chunk_bytes >= CHUNK_BYTES:
-                        pool.submit(chunk)
-                        chunk, chunk_bytes = [], 0
+                        pool = dispatch(pool)
                 if chunk and len(records) < 500:  # nothing more buffered: do not sit on it
-                    pool.submit(chunk)
-                    chunk, chunk_bytes = [], 0
-                if not records and pool.in_flight:
-                    handle(pool.next_result())  # nothing to read: wait for the workers instead
-                while pool.ready():
-                    handle(pool.next_result())
+                    pool = dispatch(pool)
+                if pool is not None:
+                    if not records and pool.in_flight:
+                        handle(pool.next_result())  # nothing to read: wait for the workers
+                    while pool.ready():
+                        handle(pool.next_result())
             if on_progress is not None:
                 now = _time.monotonic()
                 on_progress(VerifyProgress(reader.messages, reader.updates_received,

@@ -1,24 +1,28 @@
 #!/usr/bin/env python3
 """Benchmark of the verifying consumer.
 
-1. Throughput: writes one topic of ``--updates`` updates (``--batch`` updates per message, one
-   time per ``--per-time`` updates, a progress statement per time) with CdcProducer and the codec,
-   then reads it back twice on the same machine:
+1. Throughput: one topic of ``--updates`` updates over ``--partitions`` partitions, written by
+   ``CdcSink`` from a local Spark session (``--batches`` batches, one CDC time each; or, with
+   ``--writer producer``, hand-made messages of ``--batch`` updates through CdcProducer). It is
+   then read back ``--runs`` times, the readers interleaved in each run:
 
-   * **plain**: a consume-and-decode loop (confluent-kafka + fastavro, no dedup, no reader) —
-     the floor any consumer pays;
-   * **verify**: :func:`cdc_emitter.verify.verify_topic` to the final frontier (dedup, progress
-     chain, counts, collection at the frontier).
+   * **plain**: a single-process consume-and-decode loop (confluent-kafka + fastavro, no dedup,
+     no reader) — the floor any consumer pays;
+   * **verify**: :func:`cdc_emitter.verify.verify_topic` with its defaults (decode workers on a
+     machine with two cores or more), no collection (``cdc-emitter verify``);
+   * **verify --output**: the same, keeping the collection at the frontier.
 
-   It prints both rates in updates/s and their ratio (goal: verify >= 0.8 x plain).
+   It prints each rate in updates/s and the ratios to plain, per run and as min / median / max
+   (goals: verify >= 1.0x, verify --output >= 0.8x).
 2. Memory: the reader's peak traced memory (tracemalloc) for ``--memory`` update totals pushed
-   directly to :class:`~cdc_emitter.core.CdcReader` with an advancing frontier (goal: flat).
+   directly to :class:`~cdc_emitter.core.CdcReader` with an advancing frontier (goal: flat),
+   and what strict mode keeps per million updates (exact: traced; bloom: the filters' bytes).
 
 Kafka: ``KAFKA_BOOTSTRAP_SERVERS``, or a broker started here with ``scripts/kafka-local`` (its
 own state dir, stopped at the end). ``--profile`` prints where verify spends its time.
 
-    .venv/bin/python scripts/bench_verify.py                       # 2M updates, memory 1M and 10M
-    .venv/bin/python scripts/bench_verify.py --updates 500000 --memory 1000000 --profile
+    .venv/bin/python scripts/bench_verify.py                  # 2M updates by CdcSink, 3 runs
+    .venv/bin/python scripts/bench_verify.py --updates 500000 --runs 1 --memory 1000000 --profile
 """
 
 from __future__ import annotations
@@ -91,6 +95,35 @@ def write_topic(bootstrap: str, topic: str, codec: CdcCodec, updates: int, batch
     return n_time
 
 
+def write_topic_with_sink(bootstrap: str, topic: str, updates: int, batches: int,
+                          partitions: int) -> tuple[int, dict]:
+    """Write the topic with CdcSink (one ``write`` per batch); returns (frontier, data schema)."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from cdc_emitter import CdcSink
+    from cdc_emitter.spark_schema import data_schema
+
+    spark = (SparkSession.builder.master("local[2]").appName("bench-verify")
+             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    ensure_topic(bootstrap, topic, create=True, partitions=partitions)
+    sink = CdcSink(bootstrap, topic)
+    per = -(-updates // batches)
+    t0 = time.perf_counter()
+    schema = None
+    for b in range(batches):
+        lo, hi = b * per, min(updates, (b + 1) * per)
+        df = spark.range(lo, hi).selectExpr("id AS k", "concat('value-', id) AS v")
+        schema = schema or data_schema(df.schema)
+        sink.write(df, time=b)
+    print(f"CdcSink wrote {updates:,} updates in {batches} batches to {topic} "
+          f"({partitions} partitions) in {time.perf_counter() - t0:.1f}s", flush=True)
+    spark.stop()
+    return batches, schema
+
+
 def plain_loop(bootstrap: str, topic: str, codec: CdcCodec) -> tuple[int, float]:
     """Consume every message and decode it with fastavro; no dedup. Returns (updates, seconds)."""
     import fastavro
@@ -122,12 +155,13 @@ def plain_loop(bootstrap: str, topic: str, codec: CdcCodec) -> tuple[int, float]
     return updates, time.perf_counter() - t0
 
 
-def run_verify(bootstrap: str, topic: str, codec: CdcCodec, frontier: int, keep_collection: bool):
+def run_verify(bootstrap: str, topic: str, codec: CdcCodec, frontier: int, keep_collection: bool,
+               workers: int | None = None):
     t0 = time.perf_counter()
-    result = verify_topic(bootstrap, topic, codec, until_frontier=frontier, timeout=600,
-                          keep_collection=keep_collection)
+    result = verify_topic(bootstrap, topic, codec, timeout=600, keep_collection=keep_collection,
+                          workers=workers)
     seconds = time.perf_counter() - t0
-    assert result.reached and not result.violations, (result.frontier, result.violations[:3])
+    assert result.ok and result.frontier == (frontier,), (result.verdict, result.violations[:3])
     return result, seconds
 
 
@@ -160,55 +194,82 @@ def reader_memory(total: int, batch: int = 1000, per_time: int = 10_000) -> tupl
     return peak, reader.retained(), seconds
 
 
+def strict_memory(total: int, mode: str) -> float:
+    """Bytes strict mode keeps per reported update (exact: traced; bloom: the filters' bits)."""
+    gc.collect()
+    tracemalloc.start()
+    reader = CdcReader(strict=mode)
+    per_time = 10_000
+    for at in range(total // per_time):
+        reader.push([Update((at * per_time + i, f"value-{at * per_time + i}"), at, 1)
+                     for i in range(per_time)])
+        reader.push(Progress((at,), (at + 1,), ((at, per_time),)))
+    current, _peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    if mode == "bloom":
+        current += reader._memory.nbytes  # Rust allocations: not traced
+    return current / total
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--updates", type=int, default=2_000_000)
-    ap.add_argument("--batch", type=int, default=1000, help="updates per message")
-    ap.add_argument("--per-time", type=int, default=100_000, help="updates per CDC time")
-    ap.add_argument("--partitions", type=int, default=1)
+    ap.add_argument("--writer", choices=["sink", "producer"], default="sink")
+    ap.add_argument("--batches", type=int, default=20, help="CdcSink batches (CDC times)")
+    ap.add_argument("--batch", type=int, default=1000, help="updates per message (producer)")
+    ap.add_argument("--per-time", type=int, default=100_000, help="updates per CDC time (producer)")
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--workers", type=int, default=None, help="verify's decode workers (default: auto)")
     ap.add_argument("--memory", type=int, nargs="*", default=[1_000_000, 10_000_000])
+    ap.add_argument("--strict-memory", type=int, default=1_000_000,
+                    help="updates for the strict-mode memory figures (0: skip)")
     ap.add_argument("--profile", action="store_true", help="cProfile one verify run")
-    ap.add_argument("--skip-kafka", action="store_true", help="only the memory measurement")
+    ap.add_argument("--skip-kafka", action="store_true", help="only the memory measurements")
     args = ap.parse_args()
 
     if not args.skip_kafka:
         bootstrap, benv = start_broker()
         try:
-            codec = CdcCodec(DATA)
             topic = f"bench-verify-{uuid.uuid4().hex[:8]}"
-            frontier = write_topic(bootstrap, topic, codec, args.updates, args.batch,
-                                   args.per_time, args.partitions)
+            if args.writer == "sink":
+                frontier, schema = write_topic_with_sink(bootstrap, topic, args.updates,
+                                                         args.batches, args.partitions)
+                codec = CdcCodec(schema)
+            else:
+                codec = CdcCodec(DATA)
+                frontier = write_topic(bootstrap, topic, codec, args.updates, args.batch,
+                                       args.per_time, args.partitions)
             plain_loop(bootstrap, topic, codec)  # warm the broker's page cache
-            n, plain_s = plain_loop(bootstrap, topic, codec)
-            assert n == args.updates, n
-            res, verify_s = run_verify(bootstrap, topic, codec, frontier, keep_collection=False)
-            res_c, verify_c_s = run_verify(bootstrap, topic, codec, frontier, keep_collection=True)
-            assert len(res_c.collection) == args.updates
-            del res_c
-            plain_rate = n / plain_s
-            v_rate = res.updates / verify_s
-            vc_rate = args.updates / verify_c_s
-            print(f"plain consume+decode (confluent-kafka + fastavro): {plain_rate:12,.0f} updates/s"
-                  f"  ({plain_s:.2f}s)")
-            print(f"verify_topic (CLI verify, no --output):           {v_rate:12,.0f} updates/s"
-                  f"  ({verify_s:.2f}s)  ratio {v_rate / plain_rate:.2f}")
-            print(f"verify_topic + collection (--output):             {vc_rate:12,.0f} updates/s"
-                  f"  ({verify_c_s:.2f}s)  ratio {vc_rate / plain_rate:.2f}")
+            ratios: dict[str, list[float]] = {"verify": [], "verify --output": []}
+            for run in range(1, args.runs + 1):
+                n, plain_s = plain_loop(bootstrap, topic, codec)
+                assert n == args.updates, n
+                res, verify_s = run_verify(bootstrap, topic, codec, frontier, False, args.workers)
+                res_c, verify_c_s = run_verify(bootstrap, topic, codec, frontier, True, args.workers)
+                assert len(res_c.collection) == args.updates
+                del res_c
+                plain_rate = n / plain_s
+                v_rate, vc_rate = res.updates / verify_s, args.updates / verify_c_s
+                ratios["verify"].append(v_rate / plain_rate)
+                ratios["verify --output"].append(vc_rate / plain_rate)
+                print(f"run {run}: plain consume+decode {plain_rate:12,.0f} updates/s ({plain_s:.2f}s)"
+                      f" | verify {v_rate:12,.0f} ({verify_s:.2f}s, {res.workers} workers) "
+                      f"{v_rate / plain_rate:.2f}x | verify --output {vc_rate:12,.0f} "
+                      f"({verify_c_s:.2f}s) {vc_rate / plain_rate:.2f}x", flush=True)
+            for name, values in ratios.items():
+                values.sort()
+                print(f"{name:>16} / plain: min {values[0]:.2f}x  median "
+                      f"{values[len(values) // 2]:.2f}x  max {values[-1]:.2f}x  ({len(values)} runs)")
             if args.profile:
                 import cProfile
                 import pstats
 
                 prof = cProfile.Profile()
                 prof.enable()
-                run_verify(bootstrap, topic, codec, frontier, keep_collection=False)
+                run_verify(bootstrap, topic, codec, frontier, False, args.workers)
                 prof.disable()
                 pstats.Stats(prof).sort_stats("tottime").print_stats(12)
-                print("plain loop profile:")
-                prof = cProfile.Profile()
-                prof.enable()
-                plain_loop(bootstrap, topic, codec)
-                prof.disable()
-                pstats.Stats(prof).sort_stats("tottime").print_stats(6)
         finally:
             if benv is not None:
                 subprocess.run([str(ROOT / "scripts" / "kafka-local"), "stop"], env=benv,
@@ -219,6 +280,11 @@ def main() -> int:
         print(f"CdcReader, {total:>11,} updates, advancing frontier: peak {peak / 2**20:7.1f} MiB"
               f" traced, {retained} items retained at the end ({seconds:.1f}s under tracemalloc)",
               flush=True)
+    if args.strict_memory:
+        for mode in ("exact", "bloom"):
+            per = strict_memory(args.strict_memory, mode)
+            print(f"strict={mode}: {per * 1e6 / 2**20:7.1f} MiB per million reported updates "
+                  f"(measured over {args.strict_memory:,})", flush=True)
     return 0
 
 

@@ -1,0 +1,37 @@
+"""The layers point one way: the pure modules import neither Kafka nor Spark, and only kafka_io
+talks to Kafka. Checked on the source (every import statement, also those inside functions)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "cdc_emitter"
+PURE = ["core.py", "codec.py", "bloom.py", "materialize.py", "decode_pool.py", "_decode_worker.py"]
+NO_SPARK = [*PURE, "kafka_io.py", "verify.py", "registry.py"]
+
+
+def imported(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+@pytest.mark.parametrize("module", PURE)
+def test_pure_modules_import_neither_kafka_nor_spark(module):
+    assert imported(PACKAGE / module) & {"confluent_kafka", "pyspark"} == set()
+
+
+@pytest.mark.parametrize("module", NO_SPARK)
+def test_reading_modules_import_no_spark(module):
+    assert "pyspark" not in imported(PACKAGE / module)
+
+
+def test_only_kafka_io_imports_confluent_kafka():
+    users = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
+                   if "confluent_kafka" in imported(p))
+    assert users == ["kafka_io.py"]
