@@ -441,12 +441,12 @@ def _size_estimate(struct: Any) -> Any:
 
     parts = []
     fixed = 32  # time, diff, array overhead
-    for field in struct.fields:
-        c = F.col(field.name)
-        if isinstance(field.dataType, (T.StringType, T.BinaryType)):
+    for column in struct.fields:
+        c = F.col(column.name)
+        if isinstance(column.dataType, (T.StringType, T.BinaryType)):
             parts.append(F.coalesce(F.octet_length(c), F.lit(0)))
             fixed += 10
-        elif isinstance(field.dataType, (T.ArrayType, T.MapType, T.StructType)):
+        elif isinstance(column.dataType, (T.ArrayType, T.MapType, T.StructType)):
             parts.append(F.coalesce(F.octet_length(F.to_json(F.struct(c))), F.lit(0)))
             fixed += 10
         else:
