@@ -347,8 +347,8 @@ def test_frontier_found_behind_many_update_messages(kafka_bootstrap, topic_facto
     """The tail is read backwards in growing chunks; foreign (header-less) progress decodes too."""
     from cdc_emitter.core import Progress
     from cdc_emitter.kafka_io import CdcProducer
-    from cdc_emitter.sink import HEADER_BATCH, HEADER_KIND, HEADER_LOWER, HEADER_UPPER, HEADER_WRITER
-    from cdc_emitter.sink import topic_frontier
+    from cdc_emitter.frontier import HEADER_BATCH, HEADER_KIND, HEADER_LOWER, HEADER_UPPER, HEADER_WRITER
+    from cdc_emitter.frontier import topic_frontier
 
     codec = CdcCodec({"type": "record", "name": "data", "fields": [{"name": "k", "type": "long"}]})
     topic = topic_factory(2)

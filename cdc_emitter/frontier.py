@@ -1,0 +1,151 @@
+"""Our message headers, and the topic's frontier read from the tail of its partitions.
+
+A sink must learn where the topic's history stands before it writes (the lower bound of a new
+batch's interval) and whether a batch it is about to write was written before (a re-run): both
+come from the progress statements at the end of the topic, found by reading the last messages of
+each partition backwards in growing chunks — never by scanning the whole topic.
+
+Guarantees: :func:`topic_frontier` reads at most what it needs to find a progress statement on
+partition 0 (where the sink writes every statement); a message it cannot decode is not judged here
+(the verifier reports it); transient broker errors are retried with back-off.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .core import Progress
+
+__all__ = ["TopicFrontier", "topic_frontier", "HEADER_KIND", "HEADER_WRITER", "HEADER_BATCH",
+           "HEADER_LOWER", "HEADER_UPPER"]
+
+log = logging.getLogger(__name__)
+
+HEADER_KIND = "cdc-emitter-kind"  # b"updates" or b"progress", on every message
+HEADER_WRITER = "cdc-emitter-writer"  # the writer (streaming query) id
+HEADER_BATCH = "cdc-emitter-batch"  # the batch id (absent for one-off writes)
+HEADER_LOWER = "cdc-emitter-lower"  # progress messages: the interval
+HEADER_UPPER = "cdc-emitter-upper"  # empty value: the history is closed
+
+
+# --- reading the topic's frontier ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TopicFrontier:
+    """What the tail of a topic says: its frontier and the latest progress statement's origin.
+
+    ``frontier`` is the largest progress upper found (None: the history is closed; 0 for a
+    topic without any progress statement). ``writer``/``batch``/``lower``/``upper`` describe
+    the progress statement that set it (``batch`` None when unknown).
+    """
+
+    frontier: int | None
+    writer: str | None = None
+    batch: int | None = None
+    lower: int | None = None
+    upper: int | None = None
+    found: bool = False
+    #: ``{(writer, batch): (lower, upper)}`` of every progress statement with our headers seen
+    #: in the tail that was read (a re-run batch finds its interval here even if another
+    #: statement came after it)
+    batches: dict = field(default_factory=dict)
+
+    def recorded(self, writer: str, batch: int) -> tuple[int, int | None] | None:
+        return self.batches.get((writer, batch))
+
+
+def _headers(record: Any) -> dict[str, bytes]:
+    return {k: (v or b"") for k, v in (record.headers or [])}
+
+
+def _progress_of(record: Any, decode: Callable[[bytes], Any] | None) -> tuple[int, int | None, dict] | None:
+    """``(lower, upper, headers)`` if ``record`` is a progress statement, else None."""
+    h = _headers(record)
+    kind = h.get(HEADER_KIND)
+    if kind == b"updates":
+        return None
+    if kind == b"progress" and HEADER_LOWER in h:
+        upper = h.get(HEADER_UPPER, b"")
+        return int(h[HEADER_LOWER]), (int(upper) if upper else None), h
+    if decode is None or record.value is None:
+        return None
+    try:  # a message from another writer: look at its value
+        message = decode(record.value)
+    except Exception:  # noqa: BLE001 - not ours to judge here; the verifier reports it
+        return None
+    if isinstance(message, Progress) and len(message.lower) == 1:
+        return message.lower[0], (message.upper[0] if message.upper else None), h
+    return None
+
+
+def _retrying(fn: Callable[[], Any], attempts: int = 8) -> Any:
+    """``fn()``, retried on BrokerError with back-off: a just-created topic (or a restarted
+    broker) briefly answers "not leader for partition"; a lasting problem is still raised."""
+    import time
+
+    from .errors import BrokerError
+
+    for i in range(attempts):
+        try:
+            return fn()
+        except BrokerError as exc:
+            if i == attempts - 1 or "does not exist" in str(exc):
+                raise
+            log.debug("retrying after %s", exc)
+            time.sleep(min(0.2 * 2**i, 5.0))
+
+
+def topic_frontier(
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    config: Mapping[str, Any] | None = None,
+    decode: Callable[[bytes], Any] | None = None,
+    first_chunk: int = 64,
+) -> TopicFrontier:
+    """The frontier of ``topic`` from the tail of its partitions, read backwards in chunks.
+
+    Reads the last ``first_chunk`` messages of every partition, then 8× more, and so on, until
+    partition 0 (where this sink writes every progress statement) shows a progress statement or
+    has been read entirely; the frontier is the largest upper among the statements seen. Our
+    progress messages are recognised by their headers; others by decoding their value with
+    ``decode`` (a codec's ``decode``), when given.
+    """
+    from . import kafka_io
+
+    n = first_chunk
+    while True:
+        best: tuple[int, int | None, dict] | None = None
+        batches: dict = {}
+        found_p0 = False
+        tail = _retrying(lambda: kafka_io.last_messages(bootstrap_servers, topic, n, config=config))
+        per_partition: Counter = Counter(r.partition for r in tail)
+        for record in tail:
+            p = _progress_of(record, decode)
+            if p is None:
+                continue
+            found_p0 = found_p0 or record.partition == 0
+            if HEADER_WRITER in p[2] and p[2].get(HEADER_BATCH):
+                batches[(p[2][HEADER_WRITER].decode(), int(p[2][HEADER_BATCH]))] = p[:2]
+            if best is None or best[1] is not None and (p[1] is None or p[1] > best[1]):
+                best = p
+        # done when partition 0 shows a statement, or every partition was read to its start
+        # (a partition with fewer than n records in the window has no more)
+        if found_p0 or all(k < n for k in per_partition.values()):
+            break
+        if best is not None and per_partition.get(0, 0) < n:
+            break
+        n *= 8
+    if best is None:
+        return TopicFrontier(0)
+    lower, upper, h = best
+    batch = h.get(HEADER_BATCH)
+    return TopicFrontier(
+        upper, (h.get(HEADER_WRITER) or b"").decode() or None,
+        int(batch) if batch else None, lower, upper, True, batches,
+    )
