@@ -35,6 +35,7 @@ __all__ = [
     "consumer_config",
     "redact_config",
     "ensure_topic",
+    "topic_settings",
     "read_topic",
     "TopicScan",
     "end_offsets",
@@ -84,17 +85,45 @@ class KafkaRecord(NamedTuple):
     timestamp: int | None
 
 
+#: Settings whose values are shown in messages; any other key's value is masked, so a misspelt
+#: secret (``sasl.pasword``) is never echoed.
+_PUBLIC_KEYS = frozenset((
+    "bootstrap.servers", "security.protocol", "sasl.mechanism", "sasl.mechanisms", "client.id",
+    "acks", "enable.idempotence", "compression.type", "compression.codec", "partitioner",
+    "allow.auto.create.topics", "enable.auto.commit", "auto.offset.reset", "group.id",
+    "enable.partition.eof", "isolation.level", "ssl.endpoint.identification.algorithm",
+    "api.version.request", "broker.address.family", "debug", "log_level",
+))
+_PUBLIC_SUFFIXES = (".ms", ".bytes", ".kbytes", ".messages", ".retries", ".connection", ".count")
+
+
+def _public(key: str) -> bool:
+    lowered = key.lower()
+    if any(marker in lowered for marker in _SECRET_MARKERS):
+        return False
+    return lowered in _PUBLIC_KEYS or lowered.endswith(_PUBLIC_SUFFIXES) or lowered == "retries"
+
+
+def redact_text(text: str, cfg: Mapping[str, Any] | None) -> str:
+    """``text`` with the value of every non-public setting of ``cfg`` masked wherever it appears."""
+    for key, value in (cfg or {}).items():
+        if isinstance(value, str) and len(value) >= 3 and not _public(str(key)):
+            text = text.replace(value, _REDACTED)
+    return text
+
+
 def redact_config(cfg: Mapping[str, Any] | None) -> dict[str, Any]:
     """A copy of a client configuration with secret values masked, fit for logs and errors.
 
-    A key is secret when it contains one of: password, secret, sasl.oauthbearer, sasl.jaas,
-    sasl.username, token, credential, ssl.key.pem, private, basic.auth.user.info.
+    Values are shown only for well-known public settings (servers, protocol and mechanism
+    names, timeouts and sizes); every other value is masked, a secret's (a key containing
+    password, secret, sasl.oauthbearer, sasl.jaas, sasl.username, token, credential,
+    ssl.key.pem, private or basic.auth.user.info) and a misspelt key's alike.
     Callables (callbacks) are shown by name only.
     """
     out: dict[str, Any] = {}
     for key, value in (cfg or {}).items():
-        lowered = str(key).lower()
-        if any(marker in lowered for marker in _SECRET_MARKERS):
+        if not callable(value) and not _public(str(key)):
             out[key] = _REDACTED
         elif callable(value):
             out[key] = f"<{getattr(value, '__name__', type(value).__name__)}>"
@@ -161,8 +190,9 @@ def _make(kind: type, cfg: dict[str, Any]) -> Any:
         return kind(cfg)
     except (KafkaException, ValueError, TypeError) as exc:
         raise ConfigError(
-            f"invalid Kafka client configuration: {exc} (configuration: {redact_config(cfg)})"
-        ) from exc
+            f"invalid Kafka client configuration: {redact_text(str(exc), cfg)} "
+            f"(configuration: {redact_config(cfg)})"
+        ) from None  # the cause's text may hold a value
 
 
 # --- producing ---------------------------------------------------------------------------------
@@ -389,6 +419,27 @@ def ensure_topic(
                 f"available within {timeout:g}s"
             )
         time.sleep(0.1)
+
+
+def topic_settings(
+    bootstrap_servers: str,
+    topic: str,
+    *,
+    config: Mapping[str, Any] | None = None,
+    timeout: float = METADATA_TIMEOUT,
+) -> dict[str, str] | None:
+    """The topic's effective configuration (``max.message.bytes``...), or None when the cluster
+    does not say (no DescribeConfigs permission): a check that needs it is then skipped."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    admin = _make(AdminClient, _client_config(_check_bootstrap(bootstrap_servers), config))
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    try:
+        entries = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout + 5)
+    except Exception as exc:  # noqa: BLE001 - authorization, old brokers: not ours to fail on
+        log.debug("cannot describe topic %r on %s: %s", topic, bootstrap_servers, exc)
+        return None
+    return {name: entry.value for name, entry in entries.items() if entry.value is not None}
 
 
 # --- reading -----------------------------------------------------------------------------------

@@ -48,12 +48,14 @@ EXIT_OK, EXIT_VIOLATIONS, EXIT_ERROR, EXIT_NOT_REACHED = 0, 1, 2, 3
 def _parse_settings(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict:
     """``key=value`` strings into a dict; a bad one is a usage error naming it (secrets masked)."""
     out: dict[str, str] = {}
-    for item in values:
+    for n, item in enumerate(values, 1):
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            shown = f"{key}=***" if sep else item  # never echo a value
-            raise click.BadParameter(f"{shown!r} is not of the form key=value", ctx=ctx, param=param)
+            # never echo it: without '=' there is no telling the key from a secret value
+            raise click.BadParameter(
+                f"setting number {n} is not of the form key=value (its text is not shown: it "
+                "may hold a secret)", ctx=ctx, param=param)
         out[key] = value
     return out
 

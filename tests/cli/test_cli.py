@@ -109,15 +109,27 @@ def test_bad_x_setting_is_a_usage_error(command, schema_file):
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr == usage_error(
-        command, "Invalid value for '-X': 'linger.ms' is not of the form key=value")
+        command, "Invalid value for '-X': setting number 2 is not of the form key=value (its text "
+        "is not shown: it may hold a secret)")
 
 
-def test_bad_x_setting_never_echoes_a_value(schema_file):
-    result = run("verify", "--topic", "t", "--schema", schema_file, "-X", "=hunter2")
+@pytest.mark.parametrize("typo", ["=hunter2", "sasl.password:hunter2", "sasl.password hunter2"])
+def test_bad_x_setting_never_echoes_a_value(schema_file, typo):
+    result = run("verify", "--topic", "t", "--schema", schema_file, "-X", typo)
     assert result.exit_code == 2
     assert "hunter2" not in result.output
     assert result.stderr == usage_error(
-        "verify", "Invalid value for '-X': '=***' is not of the form key=value")
+        "verify", "Invalid value for '-X': setting number 1 is not of the form key=value (its "
+        "text is not shown: it may hold a secret)")
+
+
+@pytest.mark.parametrize("setting", ["sasl.pasword=hunter2", "sasl.jaas.confg=hunter2"])
+def test_a_misspelt_or_misplaced_secret_is_never_echoed(schema_file, setting):
+    result = run("verify", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t",
+                 "--schema", schema_file, "-X", setting)
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: invalid Kafka client configuration: ")
+    assert "hunter2" not in result.output
 
 
 def test_missing_schema_file(tmp_path):
@@ -245,7 +257,8 @@ def test_export_bad_reader_option():
     result = run("export", "x.parquet", "--topic", "t", "-O", "header")
     assert result.exit_code == 2
     assert result.stderr == usage_error(
-        "export", "Invalid value for '-O': 'header' is not of the form key=value")
+        "export", "Invalid value for '-O': setting number 1 is not of the form key=value (its "
+        "text is not shown: it may hold a secret)")
 
 
 def test_export_needs_source():
@@ -453,4 +466,4 @@ def test_delta_session_settings_only_with_a_delta_package_and_user_conf_wins():
 def test_export_bad_conf_is_a_usage_error_naming_it():
     result = run("export", "t.parquet", "--topic", "t", "--bootstrap-servers", "x:1", "--conf", "nokey")
     assert result.exit_code == 2
-    assert "Invalid value for '--conf': 'nokey' is not of the form key=value" in result.stderr
+    assert "Invalid value for '--conf': setting number 1 is not of the form key=value" in result.stderr
