@@ -146,6 +146,30 @@ def data_schema_from_text(text: str) -> dict:
     raise SchemaError("the schema must be the full CDC union (a JSON array) or the data record")
 
 
+def schema_differences(topic: dict, batch: dict) -> list[str]:
+    """How the data record ``batch`` differs from ``topic`` (the one a topic was written with),
+    one phrase per column, nullability included; empty when they are the same schema."""
+    if json.dumps(topic, sort_keys=True) == json.dumps(batch, sort_keys=True):
+        return []
+    old = {f["name"]: f["type"] for f in topic.get("fields", [])}
+    new = {f["name"]: f["type"] for f in batch.get("fields", [])}
+    out = []
+    for name, kind in old.items():
+        if name not in new:
+            out.append(f"column {name} ({type_text(kind)}) is in the topic, not in this batch")
+        elif json.dumps(kind, sort_keys=True) != json.dumps(new[name], sort_keys=True):
+            was, now = type_text(kind), type_text(new[name])
+            if was == now:  # the same outline: the difference is deeper (nested fields)
+                was, now = json.dumps(kind, sort_keys=True), json.dumps(new[name], sort_keys=True)
+            out.append(f"column {name} is {was} in the topic, {now} in this batch")
+    out.extend(f"column {name} ({type_text(kind)}) is new in this batch"
+               for name, kind in new.items() if name not in old)
+    if not out:
+        out.append(f"the columns are in another order: {', '.join(old)} in the topic, "
+                   f"{', '.join(new)} in this batch")
+    return out
+
+
 def encode_zigzag_long(n: int) -> bytes:
     """Avro's zig-zag varint encoding of a signed 64-bit integer."""
     n = (n << 1) ^ (n >> 63)
@@ -529,7 +553,7 @@ class CdcCodec:
             header = f"; the messages name schema id {int.from_bytes(value[1:5], 'big')}"
         if len(value) > self._skip and value[self._skip] == 0:
             fields = ", ".join(
-                f"{f['name']} {_type_text(f['type'])}" for f in self.data_schema["fields"]
+                f"{f['name']} {type_text(f['type'])}" for f in self.data_schema["fields"]
             )
             return (
                 f"update arrays do not decode with the data schema ({fields}): the topic was "
@@ -651,11 +675,14 @@ def _plain_json(schema: Any, value: Any, named: dict) -> Any:
     return _plain_value(value)
 
 
-def _type_text(schema: Any) -> str:
-    """A short text for an Avro field type: ``long``, ``long?`` (nullable), ``record``..."""
+def type_text(schema: Any) -> str:
+    """A short text for an Avro field type: ``long``, ``long?`` (nullable), ``record``...
+
+    Nullable is marked because it changes the bytes: ``["null", "long"]`` writes a union index
+    before every value, so data written as ``long`` does not read as ``long?`` or back."""
     if isinstance(schema, list):
         live = [b for b in schema if b != "null"]
-        text = _type_text(live[0]) if len(live) == 1 else "union"
+        text = type_text(live[0]) if len(live) == 1 else "union"
         return text + "?" if "null" in schema else text
     if isinstance(schema, dict):
         return schema.get("logicalType") or schema["type"]

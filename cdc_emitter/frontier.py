@@ -21,7 +21,7 @@ from typing import Any
 from .core import Progress
 
 __all__ = ["TopicFrontier", "topic_frontier", "HEADER_KIND", "HEADER_WRITER", "HEADER_BATCH",
-           "HEADER_LOWER", "HEADER_UPPER"]
+           "HEADER_LOWER", "HEADER_UPPER", "HEADER_SCHEMA"]
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,7 @@ HEADER_WRITER = "cdc-emitter-writer"  # the writer (streaming query) id
 HEADER_BATCH = "cdc-emitter-batch"  # the batch id (absent for one-off writes)
 HEADER_LOWER = "cdc-emitter-lower"  # progress messages: the interval
 HEADER_UPPER = "cdc-emitter-upper"  # empty value: the history is closed
+HEADER_SCHEMA = "cdc-emitter-schema"  # progress messages: the data record schema (compact JSON)
 
 
 # --- reading the topic's frontier ---------------------------------------------------------------
@@ -54,6 +55,11 @@ class TopicFrontier:
     #: in the tail that was read (a re-run batch finds its interval here even if another
     #: statement came after it)
     batches: dict = field(default_factory=dict)
+    #: the data schema (compact JSON) the newest progress statement in the tail was written
+    #: with, when it says so (our header); else None
+    schema: str | None = None
+    #: the newest update message in the tail, to try a schema on when no statement names one
+    update_sample: bytes | None = None
 
     def recorded(self, writer: str, batch: int) -> tuple[int, int | None] | None:
         return self.batches.get((writer, batch))
@@ -122,13 +128,19 @@ def topic_frontier(
     while True:
         best: tuple[int, int | None, dict] | None = None
         batches: dict = {}
+        schema: str | None = None
+        sample: tuple[int, bytes] | None = None  # (timestamp, value) of the newest update message
         found_p0 = False
         tail = _retrying(lambda: kafka_io.last_messages(bootstrap_servers, topic, n, config=config))
         per_partition: Counter = Counter(r.partition for r in tail)
-        for record in tail:
+        for record in tail:  # by partition, then offset: a later one is newer within a partition
             p = _progress_of(record, decode)
             if p is None:
+                if record.value is not None and (sample is None or (record.timestamp or 0) >= sample[0]):
+                    sample = (record.timestamp or 0, record.value)
                 continue
+            if p[2].get(HEADER_SCHEMA) and (record.partition == 0 or schema is None):
+                schema = p[2][HEADER_SCHEMA].decode()
             found_p0 = found_p0 or record.partition == 0
             if HEADER_WRITER in p[2] and p[2].get(HEADER_BATCH):
                 batches[(p[2][HEADER_WRITER].decode(), int(p[2][HEADER_BATCH]))] = p[:2]
@@ -141,11 +153,12 @@ def topic_frontier(
         if best is not None and per_partition.get(0, 0) < n:
             break
         n *= 8
+    update_sample = None if sample is None else sample[1]
     if best is None:
-        return TopicFrontier(0)
+        return TopicFrontier(0, update_sample=update_sample)
     lower, upper, h = best
     batch = h.get(HEADER_BATCH)
     return TopicFrontier(
         upper, (h.get(HEADER_WRITER) or b"").decode() or None,
-        int(batch) if batch else None, lower, upper, True, batches,
+        int(batch) if batch else None, lower, upper, True, batches, schema, update_sample,
     )

@@ -49,6 +49,7 @@ from .frontier import (
     HEADER_BATCH,
     HEADER_KIND,
     HEADER_LOWER,
+    HEADER_SCHEMA,
     HEADER_UPPER,
     HEADER_WRITER,
     TopicFrontier,
@@ -63,6 +64,11 @@ __all__ = ["CdcSink", "BatchResult", "TopicFrontier", "HEADER_KIND", "HEADER_WRI
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 900_000
+#: Bytes a Kafka record batch adds around one message's value (headers included), kept free
+#: below the topic's max.message.bytes.
+RECORD_OVERHEAD = 1024
+#: Kafka's default max.message.bytes for a topic (1 MiB + 12).
+KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 _TIME = "__cdc_time"
 _DIFF = "__cdc_diff"
 _INTEGRAL = ("bigint", "int", "smallint", "tinyint")
@@ -218,6 +224,7 @@ class CdcSink:
         self.encoder = encoder
         self.flush_timeout = flush_timeout
         self._topic_checked = False
+        self._schema_checked: str | None = None  # the data schema found compatible with the topic
         self._sinklog = None
         self._resolved_encoder: str | None = None
         self._test_fail_after_messages: int | None = None  # test hook (see _produce_partition)
@@ -278,13 +285,62 @@ class CdcSink:
         return {k: v for k, v in self.producer_config.items() if k not in skip}
 
     def _ensure_topic(self) -> None:
+        """The topic exists (or is created) and takes messages as large as this sink makes."""
         if self._topic_checked:
             return
-        from .kafka_io import ensure_topic
+        from .kafka_io import ensure_topic, topic_settings
 
+        needed = self.max_message_bytes + RECORD_OVERHEAD
+        created = {"max.message.bytes": str(needed)} if needed > KAFKA_DEFAULT_MAX_MESSAGE_BYTES else None
         ensure_topic(self.bootstrap_servers, self.topic, create=self.create_topic,
-                     partitions=self.topic_partitions, config=self._client_config())
+                     partitions=self.topic_partitions, config=self._client_config(),
+                     topic_config=created)
+        settings = topic_settings(self.bootstrap_servers, self.topic, config=self._client_config())
+        limit = (settings or {}).get("max.message.bytes")
+        if limit is not None and int(limit) < needed:
+            raise ConfigError(
+                f"topic {self.topic!r} accepts messages of at most {int(limit)} bytes (its "
+                f"max.message.bytes), but this sink makes messages of up to {self.max_message_bytes} "
+                f"bytes plus up to {RECORD_OVERHEAD} of record overhead: pass max_message_bytes="
+                f"{int(limit) - RECORD_OVERHEAD} or less, or raise the topic's max.message.bytes"
+            )
         self._topic_checked = True
+
+    def _check_schema(self, state: TopicFrontier, avro_data: dict, codec: Any) -> None:
+        """Refuse a batch whose data schema is not the one the topic was written with.
+
+        Kafka is append-only: messages under two data schemas leave a topic no single schema
+        reads. The topic's schema comes from the newest progress statement's header; a topic
+        without one (another writer) is checked by decoding its newest update message.
+        """
+        from .codec import type_text, schema_differences
+        from .errors import DecodeError
+
+        way_out = ("Nothing was written. Write this data to a new topic, or give the batch exactly "
+                   "the topic's columns (names, order, types and nullability)")
+        if state.schema is not None:
+            try:
+                written = json.loads(state.schema)
+            except ValueError:
+                written = None
+            differences = [] if written is None else schema_differences(written, avro_data)
+            if differences:
+                raise SchemaError(
+                    f"topic {self.topic!r} was written with another data schema than this "
+                    f"batch's: {'; '.join(differences)}. {way_out}"
+                )
+            return
+        sample = state.update_sample
+        skip = 5 if self.framing == "confluent" else 0
+        if sample is not None and len(sample) > skip and sample[skip] == 0:
+            try:
+                codec.decode(sample)
+            except DecodeError as exc:
+                fields = ", ".join(f"{f['name']} {type_text(f['type'])}" for f in avro_data["fields"])
+                raise SchemaError(
+                    f"topic {self.topic!r} holds update messages that do not decode with this "
+                    f"batch's data schema ({fields}): {exc}. {way_out}"
+                ) from None
 
     def _log(self, spark: Any) -> Any:
         if self.checkpoint_location is None:
@@ -345,6 +401,12 @@ class CdcSink:
         self._ensure_topic()
         writer = self._writer(spark)
         sinklog = self._log(spark) if batch_id is not None else None
+        state = None
+        schema_text = json.dumps(avro_data, separators=(",", ":"))
+        if self._schema_checked != schema_text:  # once per sink and schema: a tail read
+            state = self.frontier()
+            self._check_schema(state, avro_data, codec)
+            self._schema_checked = schema_text
 
         # 1. the interval, decided once: recorded, or from the topic's frontier
         recorded = None
@@ -355,9 +417,8 @@ class CdcSink:
                             sinklog.location, batch_id, entry.topic, self.topic)
             elif entry is not None:
                 recorded = (entry.lower, entry.upper, entry.time)
-        state = None
         if recorded is None:
-            state = self.frontier()
+            state = state or self.frontier()
             found = state.recorded(writer, batch_id) if batch_id is not None else None
             if found is not None:
                 f_lower, f_upper = found
@@ -464,7 +525,8 @@ class CdcSink:
 
         # diff sums: |sum| <= sum |diff|, so only a batch whose absolute total might reach 2^63
         # needs the exact (decimal) consolidation to find the overflowing row
-        if (st["abs_sum"] or 0) >= 2.0**62:
+        might_overflow = (st["abs_sum"] or 0) >= 2.0**62
+        if might_overflow:
             s = F.sum(d.cast("decimal(38,0)"))
             keys, firsts = self._group_keys(schema, data_cols)
             over = (prepared.groupBy(*keys, t).agg(s.alias("s"), *firsts)
@@ -527,7 +589,10 @@ class CdcSink:
             spec = self._spec(avro_data, data_struct, writer, batch_id, encoder)
             keys, firsts = self._group_keys(schema, data_cols)
             s = F.col("__cdc_sum")
-            out = (prepared.groupBy(*keys, t).agg(F.sum(d).alias("__cdc_sum"), *firsts)
+            # a sum of longs can overflow on the way to a total that fits ([MAX_LONG, 1, -1]):
+            # then sum exactly (checked above to fit) and cast back
+            total_diff = F.sum(d.cast("decimal(38,0)")).cast("long") if might_overflow else F.sum(d)
+            out = (prepared.groupBy(*keys, t).agg(total_diff.alias("__cdc_sum"), *firsts)
                    .filter(s != 0).select(*[F.col(c) for c in data_cols], t, s.alias(_DIFF)))
             if encoder == "avro":
                 from pyspark.sql.avro.functions import to_avro
@@ -559,7 +624,8 @@ class CdcSink:
 
         headers = [(HEADER_KIND, b"progress"), (HEADER_WRITER, writer.encode()),
                    (HEADER_LOWER, str(lower).encode()),
-                   (HEADER_UPPER, b"" if upper is None else str(upper).encode())]
+                   (HEADER_UPPER, b"" if upper is None else str(upper).encode()),
+                   (HEADER_SCHEMA, json.dumps(avro_data, separators=(",", ":")).encode())]
         if batch_id is not None:
             headers.append((HEADER_BATCH, str(batch_id).encode()))
         with CdcProducer(self.bootstrap_servers, self.topic, self.producer_config) as producer:

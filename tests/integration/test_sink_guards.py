@@ -1,0 +1,92 @@
+"""The sink's guards on the real broker: a batch that would leave a topic no reader can read
+correctly fails before its first message, and says why and what to do instead."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc_emitter import CdcSink
+from cdc_emitter.codec import CdcCodec
+from cdc_emitter.core import MAX_LONG, Update
+from cdc_emitter.errors import ConfigError, SchemaError
+from cdc_emitter.kafka_io import CdcProducer
+from cdc_emitter.spark_schema import data_schema
+
+from helpers import as_history, count_messages, read_history
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+
+def _df(spark, rows, ddl, *, not_null=()):
+    from pyspark.sql import types as T
+
+    struct = T.StructType.fromDDL(ddl)
+    struct = T.StructType([T.StructField(f.name, f.dataType, f.name not in not_null)
+                           for f in struct.fields])
+    return spark.createDataFrame(rows, struct)
+
+
+@pytest.mark.parametrize("second, message", [
+    (("id long, price int", (), (2, 20)),  # only the nullability of id (a streaming source)
+     r"column id is long in the topic, long\? in this batch"),
+    (("id long, price int, name string", ("id",), (2, 20, None)),
+     r"column name \(string\?\) is new in this batch"),
+    (("id long, price string", ("id",), (2, "x")),
+     r"column price is int\? in the topic, string\? in this batch"),
+    (("price int, id long", ("id",), (20, 2)),
+     r"the columns are in another order: id, price in the topic, price, id in this batch"),
+])
+def test_a_batch_with_another_data_schema_writes_nothing(spark, kafka_bootstrap, topic_factory,
+                                                          second, message):
+    topic = topic_factory()
+    first = _df(spark, [(1, 10)], "id long, price int", not_null=("id",))
+    CdcSink(kafka_bootstrap, topic).write(first, time=0)
+    before = count_messages(kafka_bootstrap, topic)
+    ddl, not_null, row = second
+    with pytest.raises(SchemaError, match=message) as info:
+        CdcSink(kafka_bootstrap, topic).write(_df(spark, [row], ddl, not_null=not_null), time=1)
+    assert "Nothing was written. Write this data to a new topic" in str(info.value)
+    assert count_messages(kafka_bootstrap, topic) == before
+    # the same schema again is fine, from a new sink as from the same one
+    again = CdcSink(kafka_bootstrap, topic)
+    again.write(_df(spark, [(3, 30)], "id long, price int", not_null=("id",)), time=1)
+    codec = CdcCodec(data_schema(first.schema))
+    history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
+    assert (violations, frontier) == ([], (2,))
+    assert history == as_history([((1, 10), 0, 1), ((3, 30), 1, 1)])
+
+
+def test_a_topic_written_by_another_tool_is_checked_by_decoding(spark, kafka_bootstrap, topic_factory):
+    topic = topic_factory()
+    other = CdcCodec({"type": "record", "name": "data", "fields": [{"name": "x", "type": "double"}]})
+    with CdcProducer(kafka_bootstrap, topic) as producer:  # no headers of ours, no progress
+        for value in other.encode_updates([Update((0.5,), 0, 1)]):
+            producer.produce(value)
+    with pytest.raises(SchemaError, match=r"holds update messages that do not decode with this "
+                                          r"batch's data schema \(k long\?, v string\?\)"):
+        CdcSink(kafka_bootstrap, topic).write(spark.createDataFrame([(1, "a")], "k long, v string"))
+    assert count_messages(kafka_bootstrap, topic) == 1
+
+
+def test_diffs_that_overflow_on_the_way_but_not_in_total_consolidate(spark, kafka_bootstrap, topic_factory):
+    topic = topic_factory()
+    df = spark.createDataFrame([(1, "a", MAX_LONG), (1, "a", 1), (1, "a", -1), (2, "b", 1)],
+                               "k long, v string, diff long")
+    result = CdcSink(kafka_bootstrap, topic).write(df, time=0)
+    assert result.updates == 2
+    codec = CdcCodec(data_schema(df.drop("diff").schema))
+    history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
+    assert (violations, frontier) == ([], (1,))
+    assert history == as_history([((1, "a"), 0, MAX_LONG), ((2, "b"), 0, 1)])
+
+
+def test_the_topics_max_message_bytes_is_checked_before_writing(spark, kafka_bootstrap, topic_factory):
+    topic = topic_factory(config={"max.message.bytes": "200000"})
+    df = spark.createDataFrame([(k, "v" * 100) for k in range(5000)], "k long, v string")
+    with pytest.raises(ConfigError, match=r"topic '.*' accepts messages of at most 200000 bytes "
+                                          r"\(its max.message.bytes\), but this sink makes messages "
+                                          r"of up to 900000 bytes .*pass max_message_bytes=198976"):
+        CdcSink(kafka_bootstrap, topic).write(df, time=0)
+    assert count_messages(kafka_bootstrap, topic) == 0
+    result = CdcSink(kafka_bootstrap, topic, max_message_bytes=198_976).write(df, time=0)
+    assert result.updates == 5000 and result.messages > 3
