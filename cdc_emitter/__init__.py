@@ -13,6 +13,7 @@ from .errors import (
     DecodeError,
     DeliveryError,
     LateUpdateError,
+    ReplayError,
     SchemaError,
 )
 
@@ -20,7 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BadInputError", "BrokerError", "CdcError", "CdcReader", "CdcSink", "ConfigError", "DecodeError",
-    "DeliveryError", "LateUpdateError", "Progress", "SchemaError", "Update", "Violation",
+    "DeliveryError", "LateUpdateError", "Progress", "ReplayError", "SchemaError", "Update", "Violation",
     "consolidate", "progress_for", "progress_from_counts",
 ]
 

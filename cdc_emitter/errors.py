@@ -29,6 +29,11 @@ class LateUpdateError(BadInputError):
     """An update at a time the topic has already closed (its time is below the frontier)."""
 
 
+class ReplayError(BadInputError):
+    """A re-run batch whose data differs from what its first attempt wrote (raised before any
+    message of the re-run is written)."""
+
+
 class DecodeError(CdcError):
     """A message cannot be decoded with the given schema and framing."""
 

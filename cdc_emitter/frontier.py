@@ -21,7 +21,7 @@ from typing import Any
 from .core import Progress
 
 __all__ = ["TopicFrontier", "topic_frontier", "HEADER_KIND", "HEADER_WRITER", "HEADER_BATCH",
-           "HEADER_LOWER", "HEADER_UPPER", "HEADER_SCHEMA"]
+           "HEADER_LOWER", "HEADER_UPPER", "HEADER_SCHEMA", "HEADER_DIGEST"]
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,7 @@ HEADER_BATCH = "cdc-emitter-batch"  # the batch id (absent for one-off writes)
 HEADER_LOWER = "cdc-emitter-lower"  # progress messages: the interval
 HEADER_UPPER = "cdc-emitter-upper"  # empty value: the history is closed
 HEADER_SCHEMA = "cdc-emitter-schema"  # progress messages: the data record schema (compact JSON)
+HEADER_DIGEST = "cdc-emitter-digest"  # progress messages: {"xor": hex, "counts": [[t, n]...]}
 
 
 # --- reading the topic's frontier ---------------------------------------------------------------
@@ -60,6 +61,9 @@ class TopicFrontier:
     schema: str | None = None
     #: the newest update message in the tail, to try a schema on when no statement names one
     update_sample: bytes | None = None
+
+    #: ``{(writer, batch): digest header text}`` of the statements in ``batches`` that carry one
+    digests: dict = field(default_factory=dict)
 
     def recorded(self, writer: str, batch: int) -> tuple[int, int | None] | None:
         return self.batches.get((writer, batch))
@@ -128,6 +132,7 @@ def topic_frontier(
     while True:
         best: tuple[int, int | None, dict] | None = None
         batches: dict = {}
+        digests: dict = {}
         schema: str | None = None
         sample: tuple[int, bytes] | None = None  # (timestamp, value) of the newest update message
         found_p0 = False
@@ -143,7 +148,10 @@ def topic_frontier(
                 schema = p[2][HEADER_SCHEMA].decode()
             found_p0 = found_p0 or record.partition == 0
             if HEADER_WRITER in p[2] and p[2].get(HEADER_BATCH):
-                batches[(p[2][HEADER_WRITER].decode(), int(p[2][HEADER_BATCH]))] = p[:2]
+                key = (p[2][HEADER_WRITER].decode(), int(p[2][HEADER_BATCH]))
+                batches[key] = p[:2]
+                if p[2].get(HEADER_DIGEST):
+                    digests[key] = p[2][HEADER_DIGEST].decode()
             if best is None or best[1] is not None and (p[1] is None or p[1] > best[1]):
                 best = p
         # done when partition 0 shows a statement, or every partition was read to its start
@@ -160,5 +168,6 @@ def topic_frontier(
     batch = h.get(HEADER_BATCH)
     return TopicFrontier(
         upper, (h.get(HEADER_WRITER) or b"").decode() or None,
-        int(batch) if batch else None, lower, upper, True, batches, schema, update_sample,
+        int(batch) if batch else None, lower, upper, True, batches,
+        schema=schema, update_sample=update_sample, digests=digests,
     )

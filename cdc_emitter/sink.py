@@ -44,9 +44,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .core import MAX_LONG, MIN_LONG, progress_from_counts
-from .errors import BadInputError, CdcError, ConfigError, LateUpdateError, SchemaError
+from .errors import BadInputError, CdcError, ConfigError, LateUpdateError, ReplayError, SchemaError
 from .frontier import (
     HEADER_BATCH,
+    HEADER_DIGEST,
     HEADER_KIND,
     HEADER_LOWER,
     HEADER_SCHEMA,
@@ -71,6 +72,26 @@ RECORD_OVERHEAD = 1024
 KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 _TIME = "__cdc_time"
 _DIFF = "__cdc_diff"
+_HASH = "__cdc_hash"
+
+
+def _format_digest(xor: int, counts: dict[int, int]) -> str:
+    """The digest header: the XOR of the updates' hashes and the counts per time."""
+    return json.dumps({"xor": f"{xor & (2**64 - 1):016x}", "counts": sorted(counts.items())},
+                      separators=(",", ":"))
+
+
+def _parse_digest(text: str | None) -> tuple[int, tuple] | None:
+    """``(xor, ((time, updates), ...))`` from a digest header; None when absent or unreadable."""
+    if text is None:
+        return None
+    try:
+        obj = json.loads(text)
+        xor = int(obj["xor"], 16)
+        counts = tuple((int(t), int(n)) for t, n in obj["counts"])
+    except (ValueError, KeyError, TypeError):
+        return None
+    return (xor - 2**64 if xor >= 2**63 else xor), counts
 _INTEGRAL = ("bigint", "int", "smallint", "tinyint")
 
 
@@ -417,6 +438,7 @@ class CdcSink:
                             sinklog.location, batch_id, entry.topic, self.topic)
             elif entry is not None:
                 recorded = (entry.lower, entry.upper, entry.time)
+                writer = entry.writer or writer  # the batch's writer, as first recorded
         if recorded is None:
             state = state or self.frontier()
             found = state.recorded(writer, batch_id) if batch_id is not None else None
@@ -424,8 +446,12 @@ class CdcSink:
                 f_lower, f_upper = found
                 recorded = (f_lower, f_upper, None if self.time_column else
                             (None if f_upper is None else f_upper - 1))
+        recorded_digest = None
         if recorded is not None:
             lower = recorded[0]
+            # what the first attempt wrote, if its progress statement made it to the topic
+            state = state or self.frontier()
+            recorded_digest = _parse_digest(state.digests.get((writer, batch_id)))
         else:
             if state.frontier is None:
                 raise LateUpdateError(
@@ -460,7 +486,7 @@ class CdcSink:
         prepared = df.select(*[F.col(c) for c in data_cols], time_expr.alias(_TIME), diff_expr.alias(_DIFF))
         result = self._validate_and_produce(
             prepared, schema, data_cols, data_struct, avro_data, codec, batch_id, writer,
-            lower, recorded, batch_time, close, sinklog, spark,
+            lower, recorded, batch_time, close, sinklog, spark, recorded_digest,
         )
         self.last_result = result
         log.info(
@@ -471,7 +497,8 @@ class CdcSink:
         return result
 
     def _validate_and_produce(self, prepared, schema, data_cols, data_struct, avro_data, codec, batch_id,
-                              writer, lower, recorded, batch_time, close, sinklog, spark) -> BatchResult:
+                              writer, lower, recorded, batch_time, close, sinklog, spark,
+                              recorded_digest=None) -> BatchResult:
         import time as _time
 
         from pyspark.sql import functions as F
@@ -584,6 +611,7 @@ class CdcSink:
                                f"[{kept.lower}, {kept.upper}) for this batch; retry the batch")
         counts: dict[int, int] = {}
         messages = 0
+        digest = 0
         if rows:
             encoder = self._encoder(spark)
             spec = self._spec(avro_data, data_struct, writer, batch_id, encoder)
@@ -594,6 +622,18 @@ class CdcSink:
             total_diff = F.sum(d.cast("decimal(38,0)")).cast("long") if might_overflow else F.sum(d)
             out = (prepared.groupBy(*keys, t).agg(total_diff.alias("__cdc_sum"), *firsts)
                    .filter(s != 0).select(*[F.col(c) for c in data_cols], t, s.alias(_DIFF)))
+            # each update's 64-bit hash; their XOR is the batch's digest, whatever the order
+            canonical = [_canonical(F.col(c), schema[c].dataType) for c in data_cols]
+            out = out.withColumn(_HASH, F.xxhash64(*canonical, t, F.col(_DIFF)))
+            if recorded_digest is not None:
+                # a re-run whose first attempt completed: same data, or refuse before writing
+                now = self._digest_of(out)
+                if now != recorded_digest:
+                    raise ReplayError(self._replay_message(what, batch_id, recorded_digest, now))
+                log.info("%s: re-run with the same data as its first attempt, which is complete "
+                         "in the topic: nothing to write", what)
+                counts = dict(now[1])
+                return BatchResult(batch_id, lower, recorded[1], sum(counts.values()), 0, counts, True)
             if encoder == "avro":
                 from pyspark.sql.avro.functions import to_avro
 
@@ -603,16 +643,19 @@ class CdcSink:
                 item = to_avro(F.struct(F.struct(*[F.col(c) for c in data_cols]).alias("data"),
                                         t.alias("time"), F.col(_DIFF).alias("diff")),
                                json.dumps(update_schema))
-                out = out.select(t, F.col(_DIFF), item.alias("__cdc_item"))
-                spec.data_types = []  # the task sees only (time, diff, item)
+                out = out.select(t, F.col(_DIFF), item.alias("__cdc_item"), F.col(_HASH))
+                spec.data_types = []  # the task sees only (time, diff, item, hash)
             produced = out.mapInArrow(lambda it, spec=spec: _produce_partition(spec, it),
-                                      "time long, n long, messages long").collect()
+                                      "time long, n long, messages long, digest long").collect()
             seen: Counter = Counter()
             for row in produced:
                 if row["time"] >= 0:
                     seen[row["time"]] += row["n"]
                 messages += row["messages"]
+                digest ^= row["digest"]
             counts = dict(seen)
+        elif recorded_digest is not None and recorded_digest != (0, ()):
+            raise ReplayError(self._replay_message(what, batch_id, recorded_digest, (0, ())))
         total = sum(counts.values())
         produced_at = _time.perf_counter()
         log.debug("%s: validation %.2fs, consolidate+produce %.2fs", what, validated - started,
@@ -625,13 +668,43 @@ class CdcSink:
         headers = [(HEADER_KIND, b"progress"), (HEADER_WRITER, writer.encode()),
                    (HEADER_LOWER, str(lower).encode()),
                    (HEADER_UPPER, b"" if upper is None else str(upper).encode()),
-                   (HEADER_SCHEMA, json.dumps(avro_data, separators=(",", ":")).encode())]
+                   (HEADER_SCHEMA, json.dumps(avro_data, separators=(",", ":")).encode()),
+                   (HEADER_DIGEST, _format_digest(digest, counts).encode())]
         if batch_id is not None:
             headers.append((HEADER_BATCH, str(batch_id).encode()))
         with CdcProducer(self.bootstrap_servers, self.topic, self.producer_config) as producer:
             producer.produce(codec.encode_progress(progress), headers=headers, partition=0)
             producer.flush(self.flush_timeout)
         return BatchResult(batch_id, lower, upper, total, messages + 1, counts, recorded is not None)
+
+    @staticmethod
+    def _digest_of(out: Any) -> tuple[int, tuple]:
+        """``(xor, ((time, updates), ...))`` of consolidated updates, in one Spark job."""
+        from pyspark.sql import functions as F
+
+        rows = out.groupBy(F.col(_TIME)).agg(F.count(F.lit(1)).alias("n"),
+                                             F.bit_xor(F.col(_HASH)).alias("x")).collect()
+        xor = 0
+        for row in rows:
+            xor ^= row["x"]
+        return xor, tuple(sorted((row[_TIME], row["n"]) for row in rows))
+
+    def _replay_message(self, what: str, batch_id: int | None, first: tuple, now: tuple) -> str:
+        def said(counts: tuple) -> str:
+            total = sum(n for _t, n in counts)
+            times = ", ".join(f"{n} at time {t}" for t, n in counts[:5]) + (", ..." if len(counts) > 5 else "")
+            return f"{total} updates ({times})" if counts else "no updates"
+
+        same = "the same number of updates but other rows" if first[1] == now[1] else \
+            f"{said(first[1])} then, {said(now[1])} now"
+        return (
+            f"{what}: the source replayed different data for batch {batch_id} than its first "
+            f"attempt wrote ({same}). Nothing was written: the topic keeps the first attempt, "
+            "whose progress statement is already there. Make the source replay the same rows for "
+            "a batch id (a replayable source such as Kafka, files or Delta; no rand() or "
+            "current_timestamp() in the query), or restart the query from a new checkpoint to "
+            "write the new data as new batches"
+        )
 
     def _group_keys(self, schema, data_cols):
         """Grouping expressions for the data columns (maps canonicalised) and the ``first`` aggregates

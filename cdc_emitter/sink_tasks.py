@@ -173,7 +173,11 @@ class _ArrayEncoder:
 
 
 def _produce_partition(spec: _TaskSpec, batches: Iterator[Any]) -> Iterator[Any]:
-    """mapInArrow body: encode the partition's updates as arrays, produce, flush, return counts."""
+    """mapInArrow body: encode the partition's updates as arrays, produce, flush, return counts.
+
+    Columns: the data columns, time, diff (or, with the avro encoder: time, diff, item), and
+    last the update's 64-bit hash, XOR-ed into the batch digest.
+    """
     import pyarrow as pa
     from pyspark import TaskContext
 
@@ -182,8 +186,11 @@ def _produce_partition(spec: _TaskSpec, batches: Iterator[Any]) -> Iterator[Any]
     codec = _codec(spec)
     arrays = _ArrayEncoder(spec) if spec.encoder == "python" else None
     ncols = len(spec.data_types)
+    import numpy as np
+
     counts: Counter = Counter()
     messages = 0
+    digest = 0  # XOR of the updates' hashes (the last column): the batch's digest, any order
     ctx = TaskContext.get()
     fail_after = spec.fail_after_messages
     if fail_after is not None and not (ctx is not None and ctx.attemptNumber() == 0 and ctx.partitionId() == 0):
@@ -195,6 +202,7 @@ def _produce_partition(spec: _TaskSpec, batches: Iterator[Any]) -> Iterator[Any]
                 continue
             times = batch.column(ncols).to_pylist()
             counts.update(times)
+            digest ^= int(np.bitwise_xor.reduce(batch.column(batch.num_columns - 1).to_numpy()))
             if spec.encoder == "avro":
                 encoded = codec.pack_items(batch.column(ncols + 2).to_pylist())
             else:
@@ -214,11 +222,12 @@ def _produce_partition(spec: _TaskSpec, batches: Iterator[Any]) -> Iterator[Any]
         except Exception:  # noqa: BLE001
             pass
         raise
-    # one row per time, plus a row (time -1) carrying the number of messages
+    # one row per time, plus a row (time -1) carrying the number of messages and the digest
     yield pa.RecordBatch.from_pydict({
         "time": pa.array(list(counts.keys()) + [-1], pa.int64()),
         "n": pa.array(list(counts.values()) + [0], pa.int64()),
         "messages": pa.array([0] * len(counts) + [messages], pa.int64()),
+        "digest": pa.array([0] * len(counts) + [digest], pa.int64()),
     })
 
 

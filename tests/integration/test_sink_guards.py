@@ -90,3 +90,39 @@ def test_the_topics_max_message_bytes_is_checked_before_writing(spark, kafka_boo
     assert count_messages(kafka_bootstrap, topic) == 0
     result = CdcSink(kafka_bootstrap, topic, max_message_bytes=198_976).write(df, time=0)
     assert result.updates == 5000 and result.messages > 3
+
+
+# --- the replay guard ---------------------------------------------------------------------------
+
+
+def test_a_rerun_batch_is_compared_with_what_its_first_attempt_wrote(
+        spark, kafka_bootstrap, topic_factory, tmp_path):
+    from cdc_emitter.errors import ReplayError
+
+    topic = topic_factory(2)
+    checkpoint = str(tmp_path / "checkpoint")
+    ddl = "k long, v string"
+    rows = [(1, "a"), (2, "b"), (3, "c"), (3, "c")]
+    first = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint)
+    assert first(spark.createDataFrame(rows, ddl), 0).counts == {0: 3}
+    written = count_messages(kafka_bootstrap, topic)
+
+    # the driver crashed after the write, before Spark committed batch 0: the query restarts
+    same = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint)
+    again = same(spark.createDataFrame(list(reversed(rows)), ddl).repartition(3), 0)
+    assert (again.lower, again.upper, again.reused, again.messages, again.counts) == (0, 1, True, 0, {0: 3})
+    assert count_messages(kafka_bootstrap, topic) == written  # complete already: nothing rewritten
+
+    other = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint)
+    with pytest.raises(ReplayError, match=r"batch 0: the source replayed different data for batch 0 "
+                                          r"than its first attempt wrote \(the same number of "
+                                          r"updates but other rows\)\. Nothing was written"):
+        other(spark.createDataFrame([(1, "a"), (2, "b"), (4, "d")], ddl), 0)
+    with pytest.raises(ReplayError, match=r"\(3 updates \(3 at time 0\) then, 1 updates \(1 at time "
+                                          r"0\) now\)"):
+        other(spark.createDataFrame([(1, "a")], ddl), 0)
+    assert count_messages(kafka_bootstrap, topic) == written
+    codec = CdcCodec(data_schema(spark.createDataFrame([], ddl).schema))
+    history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
+    assert (violations, frontier) == ([], (1,))
+    assert history == as_history([((1, "a"), 0, 1), ((2, "b"), 0, 1), ((3, "c"), 0, 2)])

@@ -227,32 +227,30 @@ def test_decode_workers_give_exactly_what_one_process_gives(kafka_bootstrap, top
     assert [v.kind for v in serial.violations] == ["conflicting_diff"] + ["count_mismatch"] * 6
 
 
-# --- strict: re-run batches of different data, written by the real sink --------------------------
+# --- strict: two writers racing on one topic, written by the real sink --------------------------
 
 
 @pytest.mark.spark
-def test_strict_catches_a_rerun_batch_with_other_rows_of_the_same_count(
+def test_strict_catches_a_second_writer_with_other_rows_of_the_same_count(
         spark, kafka_bootstrap, topic_factory, tmp_path):
     from cdc_emitter import CdcSink
-
-    # one partition: the re-run's rows come after the first attempt's statement reported time 1
-    # (read while the time is open, as across partitions, they are an over_count by default)
-    topic = topic_factory(1)
-    checkpoint = str(tmp_path / "checkpoint")
-    ddl = "k long, v string"
-    first = spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], ddl)
-    sink = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint)
-    assert (sink(first, 0).lower, sink(spark.createDataFrame([(4, "d")], ddl), 1).upper) == (0, 2)
-    # batch 1 again after a driver crash, from a source that replays other rows (same count)
-    rerun = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint)
-    result = rerun(spark.createDataFrame([(5, "e")], ddl), 1)
-    assert (result.lower, result.upper, result.reused) == (1, 2, True)
     from cdc_emitter.spark_schema import data_schema
 
+    # one partition: the second writer's rows come after the first one's statement reported
+    # time 1 (read while the time is open, as across partitions, they are an over_count anyway)
+    topic = topic_factory(1)
+    ddl = "k long, v string"
+    first = spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], ddl)
+    CdcSink(kafka_bootstrap, topic).write(first, time=0)
+    a, b = CdcSink(kafka_bootstrap, topic), CdcSink(kafka_bootstrap, topic)
+    stale = b.frontier()  # both writers learn the frontier [1] before either writes: a race
+    b.frontier = lambda: stale
+    assert a.write(spark.createDataFrame([(4, "d")], ddl)).lower == 1
+    assert (b.write(spark.createDataFrame([(5, "e")], ddl)).lower, stale.frontier) == (1, 1)
     schema = schema_path(tmp_path, data_schema(first.schema))
 
     plain = json.loads(verify(kafka_bootstrap, topic, schema, "--json").stdout)
-    assert (plain["verdict"], plain["frontier"]) == ("verified", [2]), plain  # counts agree
+    assert (plain["verdict"], plain["frontier"]) == ("verified", [2]), plain  # the counts agree
     for mode in ("exact", "bloom"):
         strict = verify(kafka_bootstrap, topic, schema, "--json", "--strict", mode)
         assert strict.exit_code == 1
@@ -261,8 +259,9 @@ def test_strict_catches_a_rerun_batch_with_other_rows_of_the_same_count(
         assert "(5, 'e')" in summary["violations"][0]["detail"]
     assert verify(kafka_bootstrap, topic, schema, "--strict").exit_code == 1  # --strict alone: exact
 
-    # a re-run with a different number of rows leaves a statement that disagrees: seen by default
-    again = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint)
-    again(spark.createDataFrame([(6, "f"), (7, "g")], ddl), 1)
+    # a racing writer with another number of rows leaves a statement that disagrees
+    c = CdcSink(kafka_bootstrap, topic)
+    c.frontier = lambda: stale
+    c.write(spark.createDataFrame([(6, "f"), (7, "g")], ddl))
     plain = json.loads(verify(kafka_bootstrap, topic, schema, "--json").stdout)
     assert ("count_mismatch", 1) in [(v["kind"], v["time"]) for v in plain["violations"]]
