@@ -93,21 +93,33 @@ def _progress_of(record: Any, decode: Callable[[bytes], Any] | None) -> tuple[in
     return None
 
 
-def _retrying(fn: Callable[[], Any], attempts: int = 8) -> Any:
-    """``fn()``, retried on BrokerError with back-off: a just-created topic (or a restarted
-    broker) briefly answers "not leader for partition"; a lasting problem is still raised."""
+#: Seconds :func:`topic_frontier` keeps retrying a broker that does not answer, in all.
+RETRY_WINDOW = 30.0
+
+
+def _retrying(fn: Callable[[], Any], window: float = RETRY_WINDOW) -> Any:
+    """``fn()``, retried on BrokerError with back-off for at most ``window`` seconds in all: a
+    just-created topic (or a restarted broker) briefly answers "not leader for partition". A
+    lasting problem is raised with how long and how often it was tried."""
     import time
 
     from .errors import BrokerError
 
-    for i in range(attempts):
+    began = time.monotonic()
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             return fn()
         except BrokerError as exc:
-            if i == attempts - 1 or "does not exist" in str(exc):
-                raise
+            waited = time.monotonic() - began
+            pause = min(0.2 * 2 ** (attempt - 1), 5.0)
+            if "does not exist" in str(exc) or waited + pause >= window:
+                if attempt == 1:
+                    raise
+                raise BrokerError(f"{exc} (tried {attempt} times over {waited:.0f}s)") from exc
             log.debug("retrying after %s", exc)
-            time.sleep(min(0.2 * 2**i, 5.0))
+            time.sleep(pause)
 
 
 def topic_frontier(

@@ -58,6 +58,9 @@ PRODUCER_DEFAULTS: Mapping[str, Any] = {
     "batch.size": 1_000_000,  # must not exceed message.max.bytes
     "message.max.bytes": 1_000_000,  # client-side request limit (librdkafka default)
     "allow.auto.create.topics": False,  # topics are created explicitly (ensure_topic)
+    # a message not acknowledged within 2 minutes fails its delivery (librdkafka's default is
+    # 5): a broker that is down fails the batch in bounded time, restarts are ridden out
+    "message.timeout.ms": 120_000,
 }
 
 _SECRET_MARKERS = (
@@ -238,7 +241,11 @@ class CdcProducer:
         if err is None:
             self.delivered += 1
         else:
-            self._record_error(msg.partition() if msg is not None else None, f"{err.str()} [{err.name()}]")
+            text = f"{err.str()} [{err.name()}]"
+            if err.code() == KafkaError._MSG_TIMED_OUT:
+                text += (f": not acknowledged within message.timeout.ms="
+                         f"{self.config.get('message.timeout.ms')} ms (is the broker down?)")
+            self._record_error(msg.partition() if msg is not None else None, text)
 
     def _on_client_error(self, err: KafkaError) -> None:
         # Transient errors (broker down, reconnecting) are retried by librdkafka; the

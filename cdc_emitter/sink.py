@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -73,6 +74,24 @@ KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 _TIME = "__cdc_time"
 _DIFF = "__cdc_diff"
 _HASH = "__cdc_hash"
+
+
+_TASK_ERROR = re.compile(r"cdc_emitter\.errors\.(\w+): ([^\n]+)")
+
+
+def _task_error(exc: BaseException) -> CdcError | None:
+    """Our error behind a failed Spark job (a task raised it; Spark retried and gave up), with
+    its own message first — Spark's wrapper starts with an empty line and a JVM stack."""
+    from . import errors
+
+    found = _TASK_ERROR.findall(str(exc))
+    if not found:
+        return None
+    name, message = found[-1]
+    kind = getattr(errors, name, None)
+    if not (isinstance(kind, type) and issubclass(kind, CdcError)):
+        return None
+    return kind(f"{message.strip()} (raised in a Spark task, which failed every attempt)")
 
 
 def _format_digest(xor: int, counts: dict[int, int]) -> str:
@@ -645,8 +664,14 @@ class CdcSink:
                                json.dumps(update_schema))
                 out = out.select(t, F.col(_DIFF), item.alias("__cdc_item"), F.col(_HASH))
                 spec.data_types = []  # the task sees only (time, diff, item, hash)
-            produced = out.mapInArrow(lambda it, spec=spec: _produce_partition(spec, it),
-                                      "time long, n long, messages long, digest long").collect()
+            try:
+                produced = out.mapInArrow(lambda it, spec=spec: _produce_partition(spec, it),
+                                          "time long, n long, messages long, digest long").collect()
+            except Exception as exc:  # noqa: BLE001 - Spark wraps the task's error
+                ours = _task_error(exc)
+                if ours is None:
+                    raise
+                raise ours from exc
             seen: Counter = Counter()
             for row in produced:
                 if row["time"] >= 0:

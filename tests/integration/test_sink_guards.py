@@ -126,3 +126,46 @@ def test_a_rerun_batch_is_compared_with_what_its_first_attempt_wrote(
     history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
     assert (violations, frontier) == ([], (1,))
     assert history == as_history([((1, "a"), 0, 1), ((2, "b"), 0, 1), ((3, "c"), 0, 2)])
+
+
+# --- faults: the first line says what happened --------------------------------------------------
+
+
+def test_a_broker_down_while_producing_fails_the_batch_with_the_delivery_error_first(
+        spark, kafka_local):
+    import uuid
+
+    from cdc_emitter.errors import DeliveryError
+    from cdc_emitter.kafka_io import ensure_topic
+
+    bootstrap = kafka_local.bootstrap_servers
+    topic = f"sink-outage-{uuid.uuid4().hex[:8]}"
+    ensure_topic(bootstrap, topic, create=True)
+    df = spark.createDataFrame([(k, "v") for k in range(100)], "k long, v string")
+    sink = CdcSink(bootstrap, topic, producer_config={"message.timeout.ms": 2000})
+    learnt = sink.frontier
+
+    def frontier_then_outage():  # the broker goes down once the batch knows its interval
+        state = learnt()
+        kafka_local.stop_broker()
+        return state
+
+    sink.frontier = frontier_then_outage
+    try:
+        with pytest.raises(DeliveryError) as info:
+            sink.write(df, time=0)
+    finally:
+        kafka_local.start_broker()
+    first = str(info.value).splitlines()[0]
+    assert first.startswith(f"delivery to topic '{topic}' ")
+    assert ("[_MSG_TIMED_OUT]: not acknowledged within message.timeout.ms=2000 ms (is the "
+            "broker down?)") in first
+    assert first.endswith("(raised in a Spark task, which failed every attempt)")
+    codec = CdcCodec(data_schema(df.schema))
+    history, frontier, violations, _ = read_history(bootstrap, topic, codec)
+    assert frontier == (0,) and violations == []  # no progress statement: nothing claimed
+    # and the same batch, written again once the broker is back, leaves an exact topic
+    CdcSink(bootstrap, topic).write(df, time=0)
+    history, frontier, violations, _ = read_history(bootstrap, topic, codec)
+    assert (frontier, violations) == ((1,), [])
+    assert history == as_history([((k, "v"), 0, 1) for k in range(100)])
