@@ -62,6 +62,8 @@ GC_THRESHOLD = 200_000
 PARALLEL_MIN_BYTES = 16 << 20
 #: Bytes of message values per chunk a decode worker takes.
 CHUNK_BYTES = 1 << 20
+#: Records one poll of the topic hands over at most.
+POLL_RECORDS = 500
 #: Held updates (beyond the frontier) at which the first memory warning is given.
 WARN_HELD = 1_000_000
 #: Undecodable messages whose likely cause is looked for (the cause is said once per kind).
@@ -272,10 +274,10 @@ def verify_topic(
             chunk: list[tuple[int, int, bytes | None]] = []
             chunk_bytes = 0
 
-            def dispatch(pool: DecodePool | None) -> DecodePool | None:
-                """Hand the chunk to the workers, or decode it here; returns the pool, which is
-                started once what is still to read makes it worth its start-up."""
-                nonlocal chunk, chunk_bytes, done_bytes, done_messages, used_workers
+            def dispatch() -> None:
+                """Hand the chunk to the workers, or decode it here; the workers start once what
+                is still to read makes them worth their start-up."""
+                nonlocal pool, chunk, chunk_bytes, done_bytes, done_messages, used_workers
                 if pool is not None:
                     pool.submit(chunk)
                 else:
@@ -287,7 +289,6 @@ def verify_topic(
                         pool = DecodePool(codec, max_workers)
                         used_workers = max_workers
                 chunk, chunk_bytes = [], 0
-                return pool
 
             def handle(entries: list[tuple]) -> None:
                 for kind, p, off, payload in entries:
@@ -323,14 +324,14 @@ def verify_topic(
                                          or (target is None and not scan.pending and not chunk)):
                     handle(pool.next_result())  # workers are behind: wait for the oldest chunk
                     continue
-                records = scan.poll(0 if pool is not None and pool.in_flight else wait)
+                records = scan.poll(0 if pool is not None and pool.in_flight else wait, POLL_RECORDS)
                 for record in records:
                     chunk.append(record)
                     chunk_bytes += len(record[2] or b"")
                     if chunk_bytes >= CHUNK_BYTES:
-                        pool = dispatch(pool)
-                if chunk and len(records) < 500:  # nothing more buffered: do not sit on it
-                    pool = dispatch(pool)
+                        dispatch()
+                if chunk and len(records) < POLL_RECORDS:  # nothing more buffered: do not sit on it
+                    dispatch()
                 if pool is not None:
                     if not records and pool.in_flight:
                         handle(pool.next_result())  # nothing to read: wait for the workers
