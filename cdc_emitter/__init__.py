@@ -9,6 +9,7 @@ from .errors import (
     BadInputError,
     BrokerError,
     CdcError,
+    ConcurrentWriterError,
     ConfigError,
     DecodeError,
     DeliveryError,
@@ -20,7 +21,8 @@ from .errors import (
 __version__ = "0.1.0"
 
 __all__ = [
-    "BadInputError", "BrokerError", "CdcError", "CdcReader", "CdcSink", "ConfigError", "DecodeError",
+    "BadInputError", "BrokerError", "CdcError", "CdcReader", "CdcSink", "ConcurrentWriterError",
+    "ConfigError", "DecodeError",
     "DeliveryError", "LateUpdateError", "Progress", "ReplayError", "SchemaError", "Update", "Violation",
     "consolidate", "progress_for", "progress_from_counts",
 ]

@@ -34,6 +34,10 @@ class ReplayError(BadInputError):
     message of the re-run is written)."""
 
 
+class ConcurrentWriterError(CdcError):
+    """Another writer wrote a progress statement into the interval this batch is writing."""
+
+
 class DecodeError(CdcError):
     """A message cannot be decoded with the given schema and framing."""
 

@@ -45,7 +45,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from .core import MAX_LONG, MIN_LONG, progress_from_counts
-from .errors import BadInputError, CdcError, ConfigError, LateUpdateError, ReplayError, SchemaError
+from .errors import (
+    BadInputError,
+    CdcError,
+    ConcurrentWriterError,
+    ConfigError,
+    LateUpdateError,
+    ReplayError,
+    SchemaError,
+)
 from .frontier import (
     HEADER_BATCH,
     HEADER_DIGEST,
@@ -309,8 +317,13 @@ class CdcSink:
         # progress statements decode the same whatever the data schema: use a one-column one
         codec = CdcCodec({"type": "record", "name": "data", "fields": [{"name": "x", "type": "long"}]},
                          framing=self.framing, schema_id=self.schema_id)
+        skip = 5 if self.framing == "confluent" else 0
+
+        def progress_only(value: bytes) -> Any:  # an update array is not decoded just to be skipped
+            return None if value[skip:skip + 1] == b"\x00" else codec.decode(value)
+
         return topic_frontier(self.bootstrap_servers, self.topic, config=self._client_config(),
-                              decode=codec.decode)
+                              decode=progress_only)
 
     def _client_config(self) -> dict:
         """Client (security) settings for admin/consumer clients: producer-only keys dropped."""
@@ -620,6 +633,11 @@ class CdcSink:
             upper = max(max_time + 1 if max_time is not None else lower, lower)
         validated = _time.perf_counter()
 
+        # another writer may have written since the interval was decided: check before writing
+        if recorded is None:
+            self._check_no_other_writer(what, writer, batch_id, lower, upper, "was being prepared",
+                                        written=False)
+
         # 4. record the interval (decided once), then consolidate and produce on the executors
         if sinklog is not None and recorded is None:
             from .sinklog import SinkLogEntry
@@ -686,7 +704,11 @@ class CdcSink:
         log.debug("%s: validation %.2fs, consolidate+produce %.2fs", what, validated - started,
                   produced_at - validated)
 
-        # 5. every update is acknowledged (the Spark job succeeded): now the progress statement
+        # 5. every update is acknowledged (the Spark job succeeded): now the progress statement,
+        # unless another writer's statement took the interval meanwhile (a statement of ours on
+        # top of it would contradict it)
+        self._check_no_other_writer(what, writer, batch_id, lower, upper, "was being written",
+                                    written=total)
         progress = progress_from_counts(lower, upper, counts)  # counts lie inside: validated
         from .kafka_io import CdcProducer
 
@@ -701,6 +723,29 @@ class CdcSink:
             producer.produce(codec.encode_progress(progress), headers=headers, partition=0)
             producer.flush(self.flush_timeout)
         return BatchResult(batch_id, lower, upper, total, messages + 1, counts, recorded is not None)
+
+    def _check_no_other_writer(self, what: str, writer: str, batch_id: int | None, lower: int,
+                               upper: int | None, while_: str, written: int | bool) -> None:
+        """Raise ConcurrentWriterError if the topic's frontier moved past ``lower`` by a statement
+        that is not this batch's own: two writers decided the same interval."""
+        now = self.frontier()
+        if now.frontier == lower or (now.writer, now.batch) == (writer, batch_id):
+            return
+        theirs = (f"[{now.lower}, {'∞' if now.upper is None else now.upper})"
+                  if now.found else "an interval")
+        by = f" by writer {now.writer}" + ("" if now.batch is None else f" (batch {now.batch})")
+        if written:
+            done = (f"This batch's {written} updates at [{lower}, {'∞' if upper is None else upper}) "
+                    "are in the topic without their progress statement, which is not written "
+                    "(cdc-emitter verify --strict reports them)")
+        else:
+            done = "Nothing was written"
+        raise ConcurrentWriterError(
+            f"{what}: another writer wrote a progress statement for {theirs}{by} while this batch "
+            f"{while_} (it decided [{lower}, {'∞' if upper is None else upper}) from frontier "
+            f"{lower}). {done}. Two writers on one topic lose each other's rows: run one writer "
+            "per topic; a retried batch writes after the other writer's"
+        )
 
     @staticmethod
     def _digest_of(out: Any) -> tuple[int, tuple]:

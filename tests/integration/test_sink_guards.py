@@ -143,11 +143,13 @@ def test_a_broker_down_while_producing_fails_the_batch_with_the_delivery_error_f
     ensure_topic(bootstrap, topic, create=True)
     df = spark.createDataFrame([(k, "v") for k in range(100)], "k long, v string")
     sink = CdcSink(bootstrap, topic, producer_config={"message.timeout.ms": 2000})
-    learnt = sink.frontier
+    learnt, reads = sink.frontier, []
 
-    def frontier_then_outage():  # the broker goes down once the batch knows its interval
+    def frontier_then_outage():  # the broker goes down once the batch checked its interval
         state = learnt()
-        kafka_local.stop_broker()
+        reads.append(state)
+        if len(reads) == 2:  # the interval decided, then checked just before writing
+            kafka_local.stop_broker()
         return state
 
     sink.frontier = frontier_then_outage
@@ -169,3 +171,65 @@ def test_a_broker_down_while_producing_fails_the_batch_with_the_delivery_error_f
     history, frontier, violations, _ = read_history(bootstrap, topic, codec)
     assert (frontier, violations) == ((1,), [])
     assert history == as_history([((k, "v"), 0, 1) for k in range(100)])
+
+
+# --- two writers ----------------------------------------------------------------------------------
+
+
+def _racing(sink, stale, *, then=None, fresh_after=1):
+    """Make ``sink`` see the ``stale`` frontier on its first ``fresh_after`` reads (the race),
+    running ``then`` (the other writer) just before the last stale answer."""
+    learnt, calls = sink.frontier, []
+
+    def frontier():
+        calls.append(1)
+        if len(calls) > fresh_after:
+            return learnt()
+        if len(calls) == fresh_after and then is not None:
+            then()
+        return stale
+
+    sink.frontier = frontier
+
+
+def test_a_second_writer_is_caught_before_it_writes(spark, kafka_bootstrap, topic_factory):
+    from cdc_emitter.errors import ConcurrentWriterError
+
+    topic = topic_factory()
+    ddl = "k long, v string"
+    CdcSink(kafka_bootstrap, topic).write(spark.createDataFrame([(1, "a")], ddl), time=0)
+    a, b = CdcSink(kafka_bootstrap, topic), CdcSink(kafka_bootstrap, topic)
+    stale = b.frontier()
+    a.write(spark.createDataFrame([(2, "b")], ddl))  # a takes [1, 2) while b prepares its batch
+    written = count_messages(kafka_bootstrap, topic)
+    _racing(b, stale)
+    with pytest.raises(ConcurrentWriterError, match=r"another writer wrote a progress statement for "
+                                                    r"\[1, 2\) by writer .* while this batch was being "
+                                                    r"prepared \(it decided \[1, 2\) from frontier 1\)\. "
+                                                    r"Nothing was written\."):
+        b.write(spark.createDataFrame([(3, "c")], ddl))
+    assert count_messages(kafka_bootstrap, topic) == written
+    assert b.write(spark.createDataFrame([(3, "c")], ddl)).lower == 2  # retried: after a's batch
+    codec = CdcCodec(data_schema(spark.createDataFrame([], ddl).schema))
+    history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
+    assert (violations, frontier) == ([], (3,))
+    assert history == as_history([((1, "a"), 0, 1), ((2, "b"), 1, 1), ((3, "c"), 2, 1)])
+
+
+def test_a_second_writer_during_the_write_keeps_the_statement_back(spark, kafka_bootstrap, topic_factory):
+    from cdc_emitter.errors import ConcurrentWriterError
+
+    topic = topic_factory()
+    ddl = "k long, v string"
+    CdcSink(kafka_bootstrap, topic).write(spark.createDataFrame([(1, "a")], ddl), time=0)
+    a, b = CdcSink(kafka_bootstrap, topic), CdcSink(kafka_bootstrap, topic)
+    stale = b.frontier()
+    _racing(b, stale, then=lambda: a.write(spark.createDataFrame([(2, "b")], ddl)), fresh_after=2)
+    with pytest.raises(ConcurrentWriterError, match=r"while this batch was being written .* This "
+                                                    r"batch's 1 updates at \[1, 2\) are in the topic "
+                                                    r"without their progress statement"):
+        b.write(spark.createDataFrame([(3, "c")], ddl))
+    codec = CdcCodec(data_schema(spark.createDataFrame([], ddl).schema))
+    history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
+    assert frontier == (2,)  # a's statement stands, b's was never written
+    assert ((2, "b"), 1, 1) in [tuple(u) for u in history]

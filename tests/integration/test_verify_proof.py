@@ -244,7 +244,7 @@ def test_strict_catches_a_second_writer_with_other_rows_of_the_same_count(
     CdcSink(kafka_bootstrap, topic).write(first, time=0)
     a, b = CdcSink(kafka_bootstrap, topic), CdcSink(kafka_bootstrap, topic)
     stale = b.frontier()  # both writers learn the frontier [1] before either writes: a race
-    b.frontier = lambda: stale
+    b.frontier = lambda: stale  # ... that b's own checks, before writing and before its statement, miss
     assert a.write(spark.createDataFrame([(4, "d")], ddl)).lower == 1
     assert (b.write(spark.createDataFrame([(5, "e")], ddl)).lower, stale.frontier) == (1, 1)
     schema = schema_path(tmp_path, data_schema(first.schema))

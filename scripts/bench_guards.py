@@ -1,0 +1,87 @@
+#!/usr/bin/env python3
+"""What the sink's guards cost per batch: reads of the topic's tail (``CdcSink.frontier()``).
+
+A batch reads the tail once to decide its interval (as before the guards), and the two-writer
+guard reads it twice more: before the batch's first message and before its progress statement.
+This prints the time of one such read on a topic of ``--statements`` batches of ``--updates``
+updates over ``--partitions`` partitions (min / median / max over ``--reads`` reads).
+
+Kafka: ``KAFKA_BOOTSTRAP_SERVERS``, or a broker started here with ``scripts/kafka-local`` (its
+own state dir, stopped at the end).
+
+    .venv/bin/python scripts/bench_guards.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from cdc_emitter import CdcSink  # noqa: E402
+from cdc_emitter.codec import CdcCodec  # noqa: E402
+from cdc_emitter.core import Progress, Update  # noqa: E402
+from cdc_emitter.frontier import HEADER_KIND, HEADER_LOWER, HEADER_UPPER, HEADER_WRITER  # noqa: E402
+from cdc_emitter.kafka_io import CdcProducer, ensure_topic  # noqa: E402
+
+
+def start_broker() -> tuple[str, dict | None]:
+    env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
+    if env:
+        return env, None
+    benv = dict(os.environ, CDC_KAFKA_HOME=tempfile.mkdtemp(prefix="cdc-bench-kafka-"))
+    out = subprocess.run([str(ROOT / "scripts" / "kafka-local"), "start"], env=benv,
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1], benv
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--statements", type=int, default=200)
+    ap.add_argument("--updates", type=int, default=1000)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--reads", type=int, default=30)
+    args = ap.parse_args()
+    bootstrap, benv = start_broker()
+    try:
+        topic = f"bench-guards-{uuid.uuid4().hex[:8]}"
+        ensure_topic(bootstrap, topic, create=True, partitions=args.partitions)
+        codec = CdcCodec({"type": "record", "name": "data", "fields": [{"name": "k", "type": "long"}]})
+        updates = [(HEADER_KIND, b"updates"), (HEADER_WRITER, b"bench")]
+        with CdcProducer(bootstrap, topic) as producer:  # messages as CdcSink writes them
+            for t in range(args.statements):
+                for i, value in enumerate(codec.encode_updates(
+                        [Update((k,), t, 1) for k in range(args.updates)])):
+                    producer.produce(value, headers=updates, partition=(t + i) % args.partitions)
+                producer.produce(codec.encode_progress(Progress((t,), (t + 1,), ((t, args.updates),))),
+                                 headers=[(HEADER_KIND, b"progress"), (HEADER_WRITER, b"bench"),
+                                          (HEADER_LOWER, str(t).encode()),
+                                          (HEADER_UPPER, str(t + 1).encode())], partition=0)
+        sink = CdcSink(bootstrap, topic)
+        sink.frontier()  # warm: metadata, connections
+        seconds = []
+        for _ in range(args.reads):
+            began = time.perf_counter()
+            assert sink.frontier().frontier == args.statements
+            seconds.append(time.perf_counter() - began)
+        print(f"topic of {args.statements} batches x {args.updates} updates, {args.partitions} "
+              f"partitions: one read of its tail (CdcSink.frontier) min {min(seconds):.3f}s median "
+              f"{statistics.median(seconds):.3f}s max {max(seconds):.3f}s over {args.reads} reads; "
+              f"the two-writer guard adds two per batch")
+    finally:
+        if benv is not None:
+            subprocess.run([str(ROOT / "scripts" / "kafka-local"), "stop"], env=benv, capture_output=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
