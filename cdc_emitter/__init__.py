@@ -14,6 +14,7 @@ from .errors import (
     DecodeError,
     DeliveryError,
     LateUpdateError,
+    RefusedError,
     ReplayError,
     SchemaError,
 )
@@ -23,7 +24,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BadInputError", "BrokerError", "CdcError", "CdcReader", "CdcSink", "ConcurrentWriterError",
     "ConfigError", "DecodeError",
-    "DeliveryError", "LateUpdateError", "Progress", "ReplayError", "SchemaError", "Update", "Violation",
+    "DeliveryError", "LateUpdateError", "Progress", "RefusedError", "ReplayError", "SchemaError", "Update", "Violation",
     "consolidate", "progress_for", "progress_from_counts",
 ]
 

@@ -46,5 +46,10 @@ class BrokerError(CdcError):
     """The Kafka cluster cannot be reached, or a topic is missing or unusable."""
 
 
+class RefusedError(BrokerError):
+    """The Kafka cluster answered and refused the client: authentication or the TLS handshake
+    failed. Waiting or retrying cannot mend it."""
+
+
 class DeliveryError(CdcError):
     """Kafka did not acknowledge a produced message (the first error seen is reported)."""

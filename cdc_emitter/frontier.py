@@ -103,7 +103,7 @@ def _retrying(fn: Callable[[], Any], window: float = RETRY_WINDOW) -> Any:
     lasting problem is raised with how long and how often it was tried."""
     import time
 
-    from .errors import BrokerError
+    from .errors import BrokerError, RefusedError
 
     began = time.monotonic()
     attempt = 0
@@ -111,6 +111,8 @@ def _retrying(fn: Callable[[], Any], window: float = RETRY_WINDOW) -> Any:
         attempt += 1
         try:
             return fn()
+        except RefusedError:
+            raise  # wrong credentials or certificate: no retry mends them
         except BrokerError as exc:
             waited = time.monotonic() - began
             pause = min(0.2 * 2 ** (attempt - 1), 5.0)

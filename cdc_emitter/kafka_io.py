@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .errors import BrokerError, ConfigError, DeliveryError
+from .errors import BrokerError, ConfigError, DeliveryError, RefusedError
 
 __all__ = [
     "KafkaRecord",
@@ -182,15 +182,59 @@ def _client_config(bootstrap_servers: str, overrides: Mapping[str, Any] | None) 
     return cfg
 
 
-#: librdkafka's own log lines go here instead of stderr (pass "logger" in a config to change it).
+class _FoldRepeats(logging.Filter):
+    """Lets the first of a kind of librdkafka line through, then one summary per ``every``
+    seconds: a broker that is down makes librdkafka say the same thing many times a second."""
+
+    def __init__(self, every: float = 30.0) -> None:
+        super().__init__()
+        self.every = every
+        self._seen: dict[str, list] = {}  # kind -> [repeats held back, when one was last let through]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import re
+
+        kind = re.sub(r"\d+", "#", record.getMessage())
+        now = time.monotonic()
+        seen = self._seen.get(kind)
+        if seen is None:
+            if len(self._seen) > 1000:
+                self._seen.clear()
+            self._seen[kind] = [0, now]
+            return True
+        if now - seen[1] < self.every:
+            seen[0] += 1
+            return False
+        if seen[0]:
+            record.msg = f"{record.getMessage()} (and {seen[0]} more like it in {now - seen[1]:.0f}s)"
+            record.args = ()
+        self._seen[kind] = [0, now]
+        return True
+
+
+#: librdkafka's own log lines go here instead of stderr (pass "logger" in a config to change it),
+#: repeats folded into one line per kind and 30 seconds.
 librdkafka_log = logging.getLogger(__name__ + ".librdkafka")
+librdkafka_log.addFilter(_FoldRepeats())
+
+
+#: Errors a client reported through its error callback, by ``id(client)`` (see :func:`_refused`).
+_CLIENT_ERRORS: dict[int, list] = {}
+#: Error codes that mean the broker answered and refused us: no point in waiting any longer.
+_REFUSALS = {KafkaError._AUTHENTICATION: "authentication", KafkaError._SSL: "the TLS handshake"}
 
 
 def _make(kind: type, cfg: dict[str, Any]) -> Any:
     cfg = dict(cfg)
     cfg.setdefault("logger", librdkafka_log)
+    seen: list = []
+    cfg.setdefault("error_cb", seen.append)
     try:
-        return kind(cfg)
+        client = kind(cfg)
+        if len(_CLIENT_ERRORS) > 256:  # clients are short-lived; forget the oldest
+            _CLIENT_ERRORS.pop(next(iter(_CLIENT_ERRORS)))
+        _CLIENT_ERRORS[id(client)] = seen
+        return client
     except (KafkaException, ValueError, TypeError) as exc:
         raise ConfigError(
             f"invalid Kafka client configuration: {redact_text(str(exc), cfg)} "
@@ -224,6 +268,7 @@ class CdcProducer:
         self.delivered = 0
         self.failed = 0
         self.first_error: str | None = None
+        self.refused = False  # the cluster refused us (credentials, certificate): do not wait
         self._pending_error: tuple[int | None, str] | None = None
         cfg = dict(self.config)
         cfg["error_cb"] = self._on_client_error
@@ -249,9 +294,15 @@ class CdcProducer:
 
     def _on_client_error(self, err: KafkaError) -> None:
         # Transient errors (broker down, reconnecting) are retried by librdkafka; the
-        # delivery timeout turns a lasting outage into delivery errors. Only fatal ones count.
+        # delivery timeout turns a lasting outage into delivery errors. Fatal ones count, and so
+        # does a refusal (wrong credentials, untrusted certificate): waiting cannot mend it.
+        what = _REFUSALS.get(err.code())
         if err.fatal():
             self._record_error(None, f"fatal producer error: {err.str()} [{err.name()}]")
+        elif what is not None:
+            self.refused = True
+            self._record_error(None, f"{what} with Kafka at {self.config['bootstrap.servers']} "
+                                     f"failed: {err.str()}")
         else:
             log.debug("kafka client error (retried): %s", err.str())
 
@@ -304,7 +355,14 @@ class CdcProducer:
         ``timeout=None`` waits as long as librdkafka's delivery timeout (``message.timeout.ms``)
         allows. Messages still undelivered when ``timeout`` expires are a failure too.
         """
-        remaining = self._producer.flush() if timeout is None else self._producer.flush(timeout)
+        began = time.monotonic()
+        while True:  # in slices, so a refusal (wrong password) fails now, not at the timeout
+            left = None if timeout is None else timeout - (time.monotonic() - began)
+            remaining = self._producer.flush(0.5 if left is None else max(0.0, min(0.5, left)))
+            if self.refused:
+                self._raise_if_failed()
+            if remaining == 0 or (left is not None and left <= 0.5):
+                break
         self._raise_if_failed()
         if remaining > 0:
             raise DeliveryError(
@@ -332,14 +390,39 @@ class CdcProducer:
 # --- topics ------------------------------------------------------------------------------------
 
 
+def _refused(client: Any, bootstrap_servers: str) -> RefusedError | None:
+    """A BrokerError when the client was refused (authentication, TLS), not merely unanswered."""
+    for err in _CLIENT_ERRORS.get(id(client), ()):
+        what = _REFUSALS.get(err.code())
+        if what is None and "SSL handshake failed" in err.str():
+            what = "the TLS handshake"
+        if what is not None:
+            return RefusedError(f"{what} with Kafka at {bootstrap_servers} failed: {err.str()}")
+    return None
+
+
 def _metadata(client: Any, bootstrap_servers: str, topic: str, timeout: float) -> Any:
-    try:
-        return client.list_topics(topic=topic, timeout=timeout)
-    except KafkaException as exc:
-        raise BrokerError(
-            f"cannot reach Kafka at {bootstrap_servers} (asking for topic {topic!r}, "
-            f"waited {timeout:g}s): {exc.args[0].str() if exc.args and isinstance(exc.args[0], KafkaError) else exc}"
-        ) from exc
+    """The cluster's metadata for ``topic``; an unreachable cluster raises after ``timeout``
+    seconds, a refusing one (wrong password, untrusted certificate) as soon as it refuses."""
+    began = time.monotonic()
+    while True:
+        left = timeout - (time.monotonic() - began)
+        try:
+            return client.list_topics(topic=topic, timeout=max(0.05, min(0.5, left)))
+        except KafkaException as exc:
+            if hasattr(client, "poll"):
+                client.poll(0)  # serve the error callback (an unassigned consumer reads nothing)
+            refused = _refused(client, bootstrap_servers)
+            if refused is not None:
+                raise refused from None
+            if left > 0.5:
+                continue
+            err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else exc
+            raise BrokerError(
+                f"cannot reach Kafka at {bootstrap_servers} (asking for topic {topic!r}, "
+                f"waited {time.monotonic() - began:.0f}s): "
+                f"{err.str() if isinstance(err, KafkaError) else err}"
+            ) from exc
 
 
 def _partitions(client: Any, bootstrap_servers: str, topic: str, timeout: float) -> list[int] | None:

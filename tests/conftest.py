@@ -97,10 +97,10 @@ class KafkaLocal:
     def running(self) -> bool:
         return self._run("status", check=False).returncode == 0
 
-    def start(self) -> str:
+    def start(self, *options: str) -> str:
         """Start (or find) the broker; returns its address. Remembers whether we started it."""
         was_running = self.running()
-        address = self._run("start").stdout.strip().splitlines()[-1]
+        address = self._run("start", *options).stdout.strip().splitlines()[-1]
         self.started_here = self.started_here or not was_running
         self.bootstrap_servers = address
         return address
@@ -230,6 +230,25 @@ def kafka_local(_kafka_broker: _Broker):
         pytest.fail(f"cannot start a private kafka-local broker for restart tests: {exc}", pytrace=False)
     try:
         yield local
+    finally:
+        local.stop()
+
+
+@pytest.fixture(scope="session")
+def secure_kafka():
+    """A second kafka-local broker speaking SASL/SCRAM-SHA-512 over TLS (its own CA), started
+    once per session: ``(bootstrap_servers, client settings)`` — the settings a client needs
+    (security.protocol, sasl.*, ssl.ca.location), read from the broker's client.properties."""
+    home = tempfile.mkdtemp(prefix="cdc-emitter-kafka-secure-")
+    local = KafkaLocal(home=home)
+    try:
+        address = local.start("--secure")
+    except Exception as exc:  # noqa: BLE001
+        pytest.fail(f"cannot start the secure kafka-local broker: {exc}", pytrace=False)
+    try:
+        with open(os.path.join(home, "client.properties"), encoding="utf-8") as fh:
+            settings = dict(line.strip().split("=", 1) for line in fh if "=" in line)
+        yield address, settings
     finally:
         local.stop()
 
