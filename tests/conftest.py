@@ -253,6 +253,33 @@ def secure_kafka():
         local.stop()
 
 
+@pytest.fixture(scope="session")
+def proxied_kafka():
+    """A third kafka-local broker that advertises the port of a :class:`faultproxy.FaultProxy`
+    in front of it, so every client connection goes through the proxy: ``(bootstrap, proxy)``.
+    Started once per session."""
+    from faultproxy import FaultProxy, wait_port
+
+    home = tempfile.mkdtemp(prefix="cdc-emitter-kafka-proxied-")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        broker_port = probe.getsockname()[1]
+    proxy = FaultProxy(broker_port)
+    local = KafkaLocal(home=home)
+    local.env.update(CDC_KAFKA_PORT=str(broker_port), CDC_KAFKA_ADVERTISED_PORT=str(proxy.port))
+    try:
+        local.start()
+        wait_port(proxy.port)
+    except Exception as exc:  # noqa: BLE001
+        proxy.close()
+        pytest.fail(f"cannot start the proxied kafka-local broker: {exc}", pytrace=False)
+    try:
+        yield f"127.0.0.1:{proxy.port}", proxy
+    finally:
+        proxy.close()
+        local.stop()
+
+
 # --- topics ------------------------------------------------------------------------------------
 
 
