@@ -280,6 +280,44 @@ def proxied_kafka():
         local.stop()
 
 
+class KafkaCluster:
+    """``scripts/kafka-local start --brokers 3`` in a state dir of its own; nodes stop and start
+    one by one (same ports, same data)."""
+
+    def __init__(self) -> None:
+        self.local = KafkaLocal(home=tempfile.mkdtemp(prefix="cdc-emitter-kafka-cluster-"))
+        self.bootstrap_servers = ""
+
+    def start(self) -> str:
+        self.bootstrap_servers = self.local._run("start", "--brokers", "3").stdout.strip().splitlines()[-1]
+        return self.bootstrap_servers
+
+    def stop_node(self, node: int) -> None:
+        self.local._run("stop-node", str(node))
+
+    def start_node(self, node: int) -> None:
+        self.local._run("start-node", str(node))
+
+    def stop(self) -> None:
+        self.local._run("stop", check=False)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster():
+    """A 3-node KRaft cluster on loopback (replication 3, min.insync.replicas 2), started once
+    per session."""
+    cluster = KafkaCluster()
+    try:
+        cluster.start()
+    except Exception as exc:  # noqa: BLE001
+        cluster.stop()
+        pytest.fail(f"cannot start the 3-node kafka-local cluster: {exc}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 # --- topics ------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,109 @@
+"""The sink on a 3-node cluster (replication 3, min.insync.replicas 2) whose nodes fail: a
+partition leader stopped in the middle of a batch, and two nodes down at once."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from cdc_emitter import CdcSink
+from cdc_emitter.codec import CdcCodec
+from cdc_emitter.errors import CdcError
+from cdc_emitter.kafka_io import ensure_topic
+from cdc_emitter.spark_schema import data_schema
+
+from helpers import as_history, read_history
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
+
+ROWS = 50_000
+
+
+def _leader(bootstrap: str, topic: str, partition: int) -> int:
+    from confluent_kafka.admin import AdminClient
+
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return metadata.topics[topic].partitions[partition].leader
+
+
+def _rows(batch: int):
+    return [((k, str(k % 7)), batch, 1) for k in range(batch * ROWS, (batch + 1) * ROWS)]
+
+
+def _write(spark, sink, batch: int):
+    df = spark.range(batch * ROWS, (batch + 1) * ROWS).selectExpr("id AS k", "cast(id % 7 AS string) AS v")
+    return sink(df, batch), df
+
+
+def test_a_partition_leader_stopped_mid_batch(spark, kafka_cluster, tmp_path):
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = f"cluster-leader-{uuid.uuid4().hex[:8]}"
+    ensure_topic(bootstrap, topic, create=True, partitions=3, replication=3)
+    checkpoint = str(tmp_path / "checkpoint")
+    _write(spark, CdcSink(bootstrap, topic, checkpoint_location=checkpoint), 0)
+    sink = CdcSink(bootstrap, topic, checkpoint_location=checkpoint)
+    learnt, reads, stopped = sink.frontier, [], []
+
+    def frontier_then_leader_down():  # partition 0's leader dies just before the first message
+        state = learnt()
+        reads.append(state)
+        if len(reads) == 2:
+            stopped.append(_leader(bootstrap, topic, 0))
+            kafka_cluster.stop_node(stopped[0])
+        return state
+
+    sink.frontier = frontier_then_leader_down
+    try:
+        result, df = _write(spark, sink, 1)  # replicas take over: the batch goes through
+    finally:
+        kafka_cluster.start_node(stopped[0])
+    assert (result.lower, result.upper, result.updates) == (1, 2, ROWS)
+    assert _leader(bootstrap, topic, 0) != -1
+    history, frontier, violations, _ = read_history(bootstrap, topic, CdcCodec(data_schema(df.schema)))
+    assert (violations, frontier) == ([], (2,))
+    assert history == as_history(_rows(0) + _rows(1))
+
+
+def test_two_nodes_down_fail_the_batch_and_a_rerun_after_recovery_is_exact(spark, kafka_cluster, tmp_path):
+    bootstrap = kafka_cluster.bootstrap_servers
+    topic = f"cluster-down-{uuid.uuid4().hex[:8]}"
+    ensure_topic(bootstrap, topic, create=True, partitions=3, replication=3)
+    checkpoint = str(tmp_path / "checkpoint")
+    settings = {"message.timeout.ms": 15_000}
+    sink = CdcSink(bootstrap, topic, checkpoint_location=checkpoint, producer_config=settings)
+    learnt, reads = sink.frontier, []
+
+    def frontier_then_two_down():  # two of three nodes die once the batch checked its interval
+        state = learnt()
+        reads.append(state)
+        if len(reads) == 2:
+            kafka_cluster.stop_node(2)
+            kafka_cluster.stop_node(3)
+        return state
+
+    sink.frontier = frontier_then_two_down
+    began = time.monotonic()
+    try:
+        with pytest.raises(CdcError) as info:
+            _write(spark, sink, 0)
+        waited = time.monotonic() - began
+    finally:
+        kafka_cluster.start_node(2)
+        kafka_cluster.start_node(3)
+    first = str(info.value).splitlines()[0]
+    assert topic in first and waited < 120, (waited, first)
+    # the query restarts: batch 0 again, with its recorded interval
+    for attempt in range(5):
+        try:
+            result, df = _write(spark, CdcSink(bootstrap, topic, checkpoint_location=checkpoint), 0)
+            break
+        except CdcError:  # the cluster may still be electing leaders
+            time.sleep(3)
+    else:
+        pytest.fail("batch 0 did not land after the cluster recovered")
+    assert (result.lower, result.upper, result.reused) == (0, 1, True)
+    history, frontier, violations, _ = read_history(bootstrap, topic, CdcCodec(data_schema(df.schema)))
+    assert (violations, frontier) == ([], (1,))
+    assert history == as_history(_rows(0))
