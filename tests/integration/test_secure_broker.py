@@ -36,7 +36,10 @@ def _cli(*args):
 
 
 @pytest.mark.spark
-def test_sink_verify_tail_and_export_over_sasl_ssl(spark, secure_kafka, tmp_path):
+def test_sink_verify_tail_and_export_over_sasl_ssl(spark, secure_kafka, tmp_path, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG)  # every log line of this test, librdkafka's included
     bootstrap, settings = secure_kafka
     topic = f"secure-{uuid.uuid4().hex[:8]}"
     ensure_topic(bootstrap, topic, create=True, partitions=2, config=settings)
@@ -67,11 +70,14 @@ def test_sink_verify_tail_and_export_over_sasl_ssl(spark, secure_kafka, tmp_path
         capture_output=True, text=True, timeout=300)
     assert exported.returncode == 0, exported.stderr[-2000:]
     assert json.loads(exported.stdout.splitlines()[-1])["frontier"] == [2]
-    for output in (verified.output, tailed.output, exported.stdout, exported.stderr):
+    for output in (verified.output, tailed.output, exported.stdout, exported.stderr, caplog.text):
         assert settings["sasl.password"] not in output
 
 
-def test_a_wrong_password_fails_fast_with_exit_2_and_no_secret(secure_kafka, tmp_path):
+def test_a_wrong_password_fails_fast_with_exit_2_and_no_secret(secure_kafka, tmp_path, caplog):
+    import logging
+
+    caplog.set_level(logging.DEBUG)
     bootstrap, settings = secure_kafka
     wrong = dict(settings, **{"sasl.password": WRONG})
     schema = tmp_path / "kv.avsc"
@@ -90,3 +96,4 @@ def test_a_wrong_password_fails_fast_with_exit_2_and_no_secret(secure_kafka, tmp
     with pytest.raises(RefusedError, match=r"^authentication with Kafka at .* failed") as info:
         CdcSink(bootstrap, "any", producer_config=wrong).frontier()
     assert time.monotonic() - began < 5 and WRONG not in str(info.value)
+    assert WRONG not in caplog.text and settings["sasl.password"] not in caplog.text
