@@ -15,11 +15,8 @@ own state dir, stopped at the end).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -27,21 +24,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchkit import kafka  # noqa: E402
 from cdc_emitter import CdcSink  # noqa: E402
 from cdc_emitter.codec import CdcCodec  # noqa: E402
 from cdc_emitter.core import Progress, Update  # noqa: E402
 from cdc_emitter.frontier import HEADER_KIND, HEADER_LOWER, HEADER_UPPER, HEADER_WRITER  # noqa: E402
 from cdc_emitter.kafka_io import CdcProducer, ensure_topic  # noqa: E402
-
-
-def start_broker() -> tuple[str, dict | None]:
-    env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
-    if env:
-        return env, None
-    benv = dict(os.environ, CDC_KAFKA_HOME=tempfile.mkdtemp(prefix="cdc-bench-kafka-"))
-    out = subprocess.run([str(ROOT / "scripts" / "kafka-local"), "start"], env=benv,
-                         capture_output=True, text=True, check=True)
-    return out.stdout.strip().splitlines()[-1], benv
 
 
 def main() -> int:
@@ -51,8 +39,7 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--reads", type=int, default=30)
     args = ap.parse_args()
-    bootstrap, benv = start_broker()
-    try:
+    with kafka() as bootstrap:
         topic = f"bench-guards-{uuid.uuid4().hex[:8]}"
         ensure_topic(bootstrap, topic, create=True, partitions=args.partitions)
         codec = CdcCodec({"type": "record", "name": "data", "fields": [{"name": "k", "type": "long"}]})
@@ -77,9 +64,6 @@ def main() -> int:
               f"partitions: one read of its tail (CdcSink.frontier) min {min(seconds):.3f}s median "
               f"{statistics.median(seconds):.3f}s max {max(seconds):.3f}s over {args.reads} reads; "
               f"the two-writer guard adds two per batch")
-    finally:
-        if benv is not None:
-            subprocess.run([str(ROOT / "scripts" / "kafka-local"), "stop"], env=benv, capture_output=True)
     return 0
 
 

@@ -16,9 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -26,15 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-
-def start_broker() -> tuple[str, dict | None]:
-    env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
-    if env:
-        return env, None
-    benv = dict(os.environ, CDC_KAFKA_HOME=tempfile.mkdtemp(prefix="cdc-bench-kafka-"))
-    out = subprocess.run([str(ROOT / "scripts" / "kafka-local"), "start"], env=benv,
-                         capture_output=True, text=True, check=True)
-    return out.stdout.strip().splitlines()[-1], benv
+from benchkit import kafka  # noqa: E402
 
 
 def main() -> int:
@@ -49,30 +39,28 @@ def main() -> int:
     from cdc_emitter import CdcSink
     from cdc_emitter.kafka_io import ensure_topic
 
-    bootstrap, benv = start_broker()
     spark = (SparkSession.builder.master("local[2]").appName("bench-small-batches")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        topic = f"bench-small-{uuid.uuid4().hex[:8]}"
-        ensure_topic(bootstrap, topic, create=True, partitions=2)
-        df = spark.range(args.rows).selectExpr("id AS k", "concat('v', id) AS v").cache()
-        df.count()
-        sink = CdcSink(bootstrap, topic, encoder="python")
-        seconds = []
-        for i in range(args.warmup + args.batches):
-            began = time.perf_counter()
-            sink.write(df, time=i)
-            if i >= args.warmup:
-                seconds.append(time.perf_counter() - began)
-        print(f"CdcSink.write of {args.rows} rows, {args.batches} batches after {args.warmup} "
-              f"warm-up: median {statistics.median(seconds):.3f}s min {min(seconds):.3f}s "
-              f"max {max(seconds):.3f}s per batch")
+        with kafka() as bootstrap:
+            topic = f"bench-small-{uuid.uuid4().hex[:8]}"
+            ensure_topic(bootstrap, topic, create=True, partitions=2)
+            df = spark.range(args.rows).selectExpr("id AS k", "concat('v', id) AS v").cache()
+            df.count()
+            sink = CdcSink(bootstrap, topic, encoder="python")
+            seconds = []
+            for i in range(args.warmup + args.batches):
+                began = time.perf_counter()
+                sink.write(df, time=i)
+                if i >= args.warmup:
+                    seconds.append(time.perf_counter() - began)
     finally:
         spark.stop()
-        if benv is not None:
-            subprocess.run([str(ROOT / "scripts" / "kafka-local"), "stop"], env=benv, capture_output=True)
+    print(f"CdcSink.write of {args.rows} rows, {args.batches} batches after {args.warmup} warm-up: "
+          f"median {statistics.median(seconds):.3f}s min {min(seconds):.3f}s max {max(seconds):.3f}s "
+          "per batch")
     return 0
 
 

@@ -31,9 +31,7 @@ import argparse
 import gc
 import io
 import os
-import subprocess
 import sys
-import tempfile
 import time
 import tracemalloc
 import uuid
@@ -42,6 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchkit import kafka  # noqa: E402
 from cdc_emitter.codec import CdcCodec  # noqa: E402
 from cdc_emitter.core import CdcReader, Progress, Update  # noqa: E402
 from cdc_emitter.kafka_io import CdcProducer, ensure_topic, end_offsets  # noqa: E402
@@ -52,17 +51,6 @@ DATA = {
     "name": "data",
     "fields": [{"name": "k", "type": "long"}, {"name": "v", "type": "string"}],
 }
-
-
-def start_broker() -> tuple[str, dict | None]:
-    env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
-    if env:
-        return env, None
-    home = tempfile.mkdtemp(prefix="cdc-bench-kafka-")
-    benv = dict(os.environ, CDC_KAFKA_HOME=home)
-    out = subprocess.run([str(ROOT / "scripts" / "kafka-local"), "start"], env=benv,
-                         capture_output=True, text=True, check=True)
-    return out.stdout.strip().splitlines()[-1], benv
 
 
 def write_topic(bootstrap: str, topic: str, codec: CdcCodec, updates: int, batch: int,
@@ -229,8 +217,7 @@ def main() -> int:
     args = ap.parse_args()
 
     if not args.skip_kafka:
-        bootstrap, benv = start_broker()
-        try:
+        with kafka() as bootstrap:
             topic = f"bench-verify-{uuid.uuid4().hex[:8]}"
             if args.writer == "sink":
                 frontier, schema = write_topic_with_sink(bootstrap, topic, args.updates,
@@ -270,10 +257,6 @@ def main() -> int:
                 run_verify(bootstrap, topic, codec, frontier, False, args.workers)
                 prof.disable()
                 pstats.Stats(prof).sort_stats("tottime").print_stats(12)
-        finally:
-            if benv is not None:
-                subprocess.run([str(ROOT / "scripts" / "kafka-local"), "stop"], env=benv,
-                               capture_output=True)
 
     for total in args.memory:
         peak, retained, seconds = reader_memory(total)
