@@ -61,6 +61,9 @@ class TopicFrontier:
     schema: str | None = None
     #: the newest update message in the tail, to try a schema on when no statement names one
     update_sample: bytes | None = None
+    #: partition 0's end offset when the tail was read (where statements go): unchanged later,
+    #: no statement can have been written since
+    partition0_end: int | None = None
 
     #: ``{(writer, batch): digest header text}`` of the statements in ``batches`` that carry one
     digests: dict = field(default_factory=dict)
@@ -150,7 +153,7 @@ def topic_frontier(
         schema: str | None = None
         sample: tuple[int, bytes] | None = None  # (timestamp, value) of the newest update message
         found_p0 = False
-        tail = _retrying(lambda: kafka_io.last_messages(bootstrap_servers, topic, n, config=config))
+        tail, ends = _retrying(lambda: kafka_io.tail(bootstrap_servers, topic, n, config=config))
         per_partition: Counter = Counter(r.partition for r in tail)
         for record in tail:  # by partition, then offset: a later one is newer within a partition
             p = _progress_of(record, decode)
@@ -176,12 +179,13 @@ def topic_frontier(
             break
         n *= 8
     update_sample = None if sample is None else sample[1]
+    partition0_end = ends.get(0)
     if best is None:
-        return TopicFrontier(0, update_sample=update_sample)
+        return TopicFrontier(0, update_sample=update_sample, partition0_end=partition0_end)
     lower, upper, h = best
     batch = h.get(HEADER_BATCH)
     return TopicFrontier(
         upper, (h.get(HEADER_WRITER) or b"").decode() or None,
         int(batch) if batch else None, lower, upper, True, batches,
-        schema=schema, update_sample=update_sample, digests=digests,
+        schema=schema, update_sample=update_sample, digests=digests, partition0_end=partition0_end,
     )

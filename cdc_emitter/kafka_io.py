@@ -39,6 +39,7 @@ __all__ = [
     "read_topic",
     "TopicScan",
     "end_offsets",
+    "partition_end",
     "last_messages",
 ]
 
@@ -761,6 +762,17 @@ def end_offsets(
         consumer.close()
 
 
+def partition_end(
+    bootstrap_servers: str, topic: str, partition: int = 0, config: Mapping[str, Any] | None = None
+) -> int:
+    """The high watermark of one partition: the offset its next message will get."""
+    consumer, _parts = _open_reader(bootstrap_servers, topic, config)
+    try:
+        return _watermarks(consumer, bootstrap_servers, topic, [partition], METADATA_TIMEOUT)[partition][1]
+    finally:
+        consumer.close()
+
+
 def last_messages(
     bootstrap_servers: str,
     topic: str,
@@ -773,15 +785,26 @@ def last_messages(
     Reads only the tail (from ``high - n``), so it is cheap on long topics. Offsets missing in
     that window (compaction, transaction markers) simply yield fewer records.
     """
+    return tail(bootstrap_servers, topic, n_per_partition, config, timeout)[0]
+
+
+def tail(
+    bootstrap_servers: str,
+    topic: str,
+    n_per_partition: int = 10,
+    config: Mapping[str, Any] | None = None,
+    timeout: float = 30.0,
+) -> tuple[list[KafkaRecord], dict[int, int]]:
+    """:func:`last_messages`, and every partition's end offset when they were read."""
     consumer, parts = _open_reader(bootstrap_servers, topic, config)
     try:
         marks = _watermarks(consumer, bootstrap_servers, topic, parts, METADATA_TIMEOUT)
+        ends = {p: high for p, (_low, high) in marks.items()}
         live = {p: (low, high) for p, (low, high) in marks.items() if high > low}
         if not live or n_per_partition <= 0:
-            return []
+            return [], ends
         starts = {p: max(low, high - n_per_partition) for p, (low, high) in live.items()}
-        ends = {p: high for p, (_low, high) in live.items()}
-        records = list(_consume(consumer, topic, starts, ends, timeout, 0.5))
+        records = list(_consume(consumer, topic, starts, {p: ends[p] for p in live}, timeout, 0.5))
     finally:
         consumer.close()
-    return sorted(records, key=lambda r: (r.partition, r.offset))
+    return sorted(records, key=lambda r: (r.partition, r.offset)), ends

@@ -272,6 +272,7 @@ class CdcSink:
         self.encoder = encoder
         self.flush_timeout = flush_timeout
         self._topic_checked = False
+        self._update_partitions: list | None = None  # where update messages go (see _TaskSpec)
         self._schema_checked: str | None = None  # the data schema found compatible with the topic
         self._sinklog = None
         self._resolved_encoder: str | None = None
@@ -345,9 +346,10 @@ class CdcSink:
 
         needed = self.max_message_bytes + RECORD_OVERHEAD
         created = {"max.message.bytes": str(needed)} if needed > KAFKA_DEFAULT_MAX_MESSAGE_BYTES else None
-        ensure_topic(self.bootstrap_servers, self.topic, create=self.create_topic,
-                     partitions=self.topic_partitions, config=self._client_config(),
-                     topic_config=created)
+        count = ensure_topic(self.bootstrap_servers, self.topic, create=self.create_topic,
+                             partitions=self.topic_partitions, config=self._client_config(),
+                             topic_config=created)
+        self._update_partitions = list(range(1, count)) if count > 1 else None
         settings = topic_settings(self.bootstrap_servers, self.topic, config=self._client_config())
         limit = (settings or {}).get("max.message.bytes")
         if limit is not None and int(limit) < needed:
@@ -519,6 +521,7 @@ class CdcSink:
         result = self._validate_and_produce(
             prepared, schema, data_cols, data_struct, avro_data, codec, batch_id, writer,
             lower, recorded, batch_time, close, sinklog, spark, recorded_digest,
+            None if state is None else state.partition0_end,
         )
         self.last_result = result
         log.info(
@@ -530,7 +533,7 @@ class CdcSink:
 
     def _validate_and_produce(self, prepared, schema, data_cols, data_struct, avro_data, codec, batch_id,
                               writer, lower, recorded, batch_time, close, sinklog, spark,
-                              recorded_digest=None) -> BatchResult:
+                              recorded_digest=None, partition0_end=None) -> BatchResult:
         import time as _time
 
         from pyspark.sql import functions as F
@@ -636,7 +639,7 @@ class CdcSink:
         # another writer may have written since the interval was decided: check before writing
         if recorded is None:
             self._check_no_other_writer(what, writer, batch_id, lower, upper, "was being prepared",
-                                        written=False)
+                                        written=False, since=partition0_end)
 
         # 4. record the interval (decided once), then consolidate and produce on the executors
         if sinklog is not None and recorded is None:
@@ -708,7 +711,7 @@ class CdcSink:
         # unless another writer's statement took the interval meanwhile (a statement of ours on
         # top of it would contradict it)
         self._check_no_other_writer(what, writer, batch_id, lower, upper, "was being written",
-                                    written=total)
+                                    written=total, since=partition0_end)
         progress = progress_from_counts(lower, upper, counts)  # counts lie inside: validated
         from .kafka_io import CdcProducer
 
@@ -725,9 +728,19 @@ class CdcSink:
         return BatchResult(batch_id, lower, upper, total, messages + 1, counts, recorded is not None)
 
     def _check_no_other_writer(self, what: str, writer: str, batch_id: int | None, lower: int,
-                               upper: int | None, while_: str, written: int | bool) -> None:
+                               upper: int | None, while_: str, written: int | bool,
+                               since: int | None = None) -> None:
         """Raise ConcurrentWriterError if the topic's frontier moved past ``lower`` by a statement
-        that is not this batch's own: two writers decided the same interval."""
+        that is not this batch's own: two writers decided the same interval.
+
+        ``since``: partition 0's end when the interval was decided. Statements go to partition 0
+        (and, on a topic of several partitions, nothing else of ours), so while it has not moved
+        one watermark request is the whole check; else the tail is read again."""
+        from . import kafka_io
+
+        if since is not None and kafka_io.partition_end(
+                self.bootstrap_servers, self.topic, 0, self._client_config()) == since:
+            return
         now = self.frontier()
         if now.frontier == lower or (now.writer, now.batch) == (writer, batch_id):
             return
@@ -799,5 +812,5 @@ class CdcSink:
             self.bootstrap_servers, self.topic, dict(self.producer_config), avro_data, self.framing,
             self.schema_id, self.max_message_bytes, headers,
             [f.dataType for f in data_struct.fields], self.flush_timeout, encoder,
-            self._test_fail_after_messages,
+            self._update_partitions, self._test_fail_after_messages,
         )

@@ -34,6 +34,9 @@ class _TaskSpec:
     data_types: list  # Spark DataTypes of the data columns
     flush_timeout: float | None
     encoder: str  # "python" or "avro"
+    #: the partitions update messages go to: all but partition 0 when there are several, so
+    #: progress statements have partition 0 to themselves (None: the producer's choice)
+    partitions: list | None = None
     fail_after_messages: int | None = None  # test hook: fail attempt 0 of partition 0
 
 
@@ -192,6 +195,7 @@ def _produce_partition(spec: _TaskSpec, batches: Iterator[Any]) -> Iterator[Any]
     messages = 0
     digest = 0  # XOR of the updates' hashes (the last column): the batch's digest, any order
     ctx = TaskContext.get()
+    task = ctx.partitionId() if ctx is not None else 0
     fail_after = spec.fail_after_messages
     if fail_after is not None and not (ctx is not None and ctx.attemptNumber() == 0 and ctx.partitionId() == 0):
         fail_after = None
@@ -208,7 +212,9 @@ def _produce_partition(spec: _TaskSpec, batches: Iterator[Any]) -> Iterator[Any]
             else:
                 encoded = arrays.encode(batch)
             for message in encoded:
-                producer.produce(message, headers=spec.headers)
+                target = None if not spec.partitions else \
+                    spec.partitions[(task + messages) % len(spec.partitions)]
+                producer.produce(message, headers=spec.headers, partition=target)
                 messages += 1
                 if fail_after is not None and messages >= fail_after:
                     producer.flush(spec.flush_timeout)

@@ -37,27 +37,29 @@ def _write(spark, sink, batch: int):
     return sink(df, batch), df
 
 
-def test_a_partition_leader_stopped_mid_batch(spark, kafka_cluster, tmp_path):
+def test_a_partition_leader_stopped_mid_batch(spark, kafka_cluster, tmp_path, monkeypatch):
+    from cdc_emitter import kafka_io
+
     bootstrap = kafka_cluster.bootstrap_servers
     topic = f"cluster-leader-{uuid.uuid4().hex[:8]}"
     ensure_topic(bootstrap, topic, create=True, partitions=3, replication=3)
     checkpoint = str(tmp_path / "checkpoint")
     _write(spark, CdcSink(bootstrap, topic, checkpoint_location=checkpoint), 0)
     sink = CdcSink(bootstrap, topic, checkpoint_location=checkpoint)
-    learnt, reads, stopped = sink.frontier, [], []
+    checked, stopped = kafka_io.partition_end, []
 
-    def frontier_then_leader_down():  # partition 0's leader dies just before the first message
-        state = learnt()
-        reads.append(state)
-        if len(reads) == 2:
+    def check_then_leader_down(*args, **kwargs):  # partition 0's leader dies before the first message
+        end = checked(*args, **kwargs)
+        if not stopped:
             stopped.append(_leader(bootstrap, topic, 0))
             kafka_cluster.stop_node(stopped[0])
-        return state
+        return end
 
-    sink.frontier = frontier_then_leader_down
+    monkeypatch.setattr(kafka_io, "partition_end", check_then_leader_down)
     try:
         result, df = _write(spark, sink, 1)  # replicas take over: the batch goes through
     finally:
+        monkeypatch.undo()
         kafka_cluster.start_node(stopped[0])
     assert (result.lower, result.upper, result.updates) == (1, 2, ROWS)
     assert _leader(bootstrap, topic, 0) != -1
@@ -66,30 +68,34 @@ def test_a_partition_leader_stopped_mid_batch(spark, kafka_cluster, tmp_path):
     assert history == as_history(_rows(0) + _rows(1))
 
 
-def test_two_nodes_down_fail_the_batch_and_a_rerun_after_recovery_is_exact(spark, kafka_cluster, tmp_path):
+def test_two_nodes_down_fail_the_batch_and_a_rerun_after_recovery_is_exact(spark, kafka_cluster, tmp_path,
+                                                                            monkeypatch):
+    from cdc_emitter import kafka_io
+
     bootstrap = kafka_cluster.bootstrap_servers
     topic = f"cluster-down-{uuid.uuid4().hex[:8]}"
     ensure_topic(bootstrap, topic, create=True, partitions=3, replication=3)
     checkpoint = str(tmp_path / "checkpoint")
     settings = {"message.timeout.ms": 15_000}
     sink = CdcSink(bootstrap, topic, checkpoint_location=checkpoint, producer_config=settings)
-    learnt, reads = sink.frontier, []
+    checked, down = kafka_io.partition_end, []
 
-    def frontier_then_two_down():  # two of three nodes die once the batch checked its interval
-        state = learnt()
-        reads.append(state)
-        if len(reads) == 2:
+    def check_then_two_down(*args, **kwargs):  # two of three nodes die once the interval is checked
+        end = checked(*args, **kwargs)
+        if not down:
+            down.append(1)
             kafka_cluster.stop_node(2)
             kafka_cluster.stop_node(3)
-        return state
+        return end
 
-    sink.frontier = frontier_then_two_down
+    monkeypatch.setattr(kafka_io, "partition_end", check_then_two_down)
     began = time.monotonic()
     try:
         with pytest.raises(CdcError) as info:
             _write(spark, sink, 0)
         waited = time.monotonic() - began
     finally:
+        monkeypatch.undo()
         kafka_cluster.start_node(2)
         kafka_cluster.start_node(3)
     first = str(info.value).splitlines()[0]

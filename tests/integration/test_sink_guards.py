@@ -132,7 +132,8 @@ def test_a_rerun_batch_is_compared_with_what_its_first_attempt_wrote(
 
 
 def test_a_broker_down_while_producing_fails_the_batch_with_the_delivery_error_first(
-        spark, kafka_local):
+        spark, kafka_local, monkeypatch):
+    from cdc_emitter import kafka_io
     import uuid
 
     from cdc_emitter.errors import DeliveryError
@@ -143,20 +144,19 @@ def test_a_broker_down_while_producing_fails_the_batch_with_the_delivery_error_f
     ensure_topic(bootstrap, topic, create=True)
     df = spark.createDataFrame([(k, "v") for k in range(100)], "k long, v string")
     sink = CdcSink(bootstrap, topic, producer_config={"message.timeout.ms": 2000})
-    learnt, reads = sink.frontier, []
+    checked = kafka_io.partition_end
 
-    def frontier_then_outage():  # the broker goes down once the batch checked its interval
-        state = learnt()
-        reads.append(state)
-        if len(reads) == 2:  # the interval decided, then checked just before writing
-            kafka_local.stop_broker()
-        return state
+    def check_then_outage(*args, **kwargs):  # the broker goes down once the interval is checked
+        end = checked(*args, **kwargs)
+        kafka_local.stop_broker()
+        return end
 
-    sink.frontier = frontier_then_outage
+    monkeypatch.setattr(kafka_io, "partition_end", check_then_outage)
     try:
         with pytest.raises(DeliveryError) as info:
             sink.write(df, time=0)
     finally:
+        monkeypatch.undo()
         kafka_local.start_broker()
     first = str(info.value).splitlines()[0]
     assert first.startswith(f"delivery to topic '{topic}' ")
@@ -177,15 +177,15 @@ def test_a_broker_down_while_producing_fails_the_batch_with_the_delivery_error_f
 
 
 def _racing(sink, stale, *, then=None, fresh_after=1):
-    """Make ``sink`` see the ``stale`` frontier on its first ``fresh_after`` reads (the race),
-    running ``then`` (the other writer) just before the last stale answer."""
+    """Make ``sink`` see the ``stale`` frontier on its first ``fresh_after`` reads of the tail
+    (the race), running ``then`` (the other writer) at the first one."""
     learnt, calls = sink.frontier, []
 
     def frontier():
         calls.append(1)
         if len(calls) > fresh_after:
             return learnt()
-        if len(calls) == fresh_after and then is not None:
+        if len(calls) == 1 and then is not None:
             then()
         return stale
 
