@@ -25,7 +25,7 @@ __all__ = [
     "BadInputError", "BrokerError", "CdcError", "CdcReader", "CdcSink", "ConcurrentWriterError",
     "ConfigError", "DecodeError",
     "DeliveryError", "LateUpdateError", "Progress", "RefusedError", "ReplayError", "SchemaError", "Update", "Violation",
-    "consolidate", "progress_for", "progress_from_counts",
+    "configure_spark", "consolidate", "progress_for", "progress_from_counts",
 ]
 
 
@@ -34,4 +34,8 @@ def __getattr__(name):
         from .sink import CdcSink
 
         return CdcSink
+    if name == "configure_spark":
+        from .spark_setup import configure_spark
+
+        return configure_spark
     raise AttributeError(f"module 'cdc_emitter' has no attribute {name!r}")

@@ -314,8 +314,9 @@ class CdcCodec:
         self.framing = framing
         self.schema_id = schema_id
         self.max_message_bytes = max_message_bytes
-        self._frame = b"\x00" + struct.pack(">I", schema_id) if framing == "confluent" else b""
-        self._skip = len(self._frame)
+        #: what every message starts with: the Confluent header (magic 0, 4-byte schema id) or nothing
+        self.frame = b"\x00" + struct.pack(">I", schema_id) if framing == "confluent" else b""
+        self._skip = len(self.frame)
 
         named: dict = {}
         parsed = fastavro.parse_schema(self.union, named_schemas=named)
@@ -361,7 +362,7 @@ class CdcCodec:
                 except Exception as exc:
                     raise BadInputError(f"update {data!r} at time {time} cannot be encoded: {exc}") from None
             raise
-        head = self._frame + b"\x00"  # framing + union branch 0
+        head = self.frame + b"\x00"  # framing + union branch 0
         limit, write, array = self.max_message_bytes, fastavro.schemaless_writer, self._array
         room = (limit - len(head) - 11) * 0.9
         out: list[bytes] = []
@@ -417,11 +418,11 @@ class CdcCodec:
         items = list(items)
         sizes = [len(b) for b in items]
         self._check_sizes(sizes, lambda i: f"item {i}")
-        body, head = b"".join(items), self._frame + b"\x00"
+        body, head = b"".join(items), self.frame + b"\x00"
         return (self._message(head, body, bound) for bound in self._bounds(sizes))
 
     def _check_sizes(self, sizes: list[int], what: Callable[[int], str]) -> None:
-        fixed = len(self._frame) + 3  # union index, count 1, closing zero
+        fixed = len(self.frame) + 3  # union index, count 1, closing zero
         limit = self.max_message_bytes
         for i, size in enumerate(sizes):
             if size + fixed > limit:
@@ -433,7 +434,7 @@ class CdcCodec:
 
     def _bounds(self, sizes: list[int]) -> Iterator[tuple[int, int, int, int]]:
         """Greedy messages as item range ``i..j`` and byte range (sizes already checked)."""
-        budget = self.max_message_bytes - len(self._frame) - 2 - len(encode_zigzag_long(len(sizes)))
+        budget = self.max_message_bytes - len(self.frame) - 2 - len(encode_zigzag_long(len(sizes)))
         cum = [0, *accumulate(sizes)]
         n, i = len(sizes), 0
         while i < n:
@@ -457,7 +458,7 @@ class CdcCodec:
             "counts": [{"time": t, "count": c} for t, c in counts],
         }
         buf = io.BytesIO()
-        buf.write(self._frame + b"\x02")
+        buf.write(self.frame + b"\x02")
         try:
             fastavro.schemaless_writer(buf, self._progress, record)
         except Exception as exc:

@@ -371,6 +371,13 @@ class CdcProducer:
                 f"{timeout}s (bootstrap servers {self.config['bootstrap.servers']})"
             )
 
+    def close(self) -> None:
+        """Give queued messages a short chance, then let the client go."""
+        try:
+            self._producer.flush(1)
+        except Exception:  # noqa: BLE001 - closing must not raise
+            pass
+
     def __len__(self) -> int:
         """Messages queued and not yet acknowledged or failed."""
         return len(self._producer)

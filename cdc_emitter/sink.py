@@ -66,7 +66,8 @@ from .frontier import (
     topic_frontier,
 )
 from .sink_tasks import _check_sizes, _produce_partition, _TaskSpec
-from .spark_schema import contains_map, data_schema
+from .sink_jvm import canonical, group_keys
+from .spark_schema import data_schema
 
 __all__ = ["CdcSink", "BatchResult", "TopicFrontier", "HEADER_KIND", "HEADER_WRITER", "HEADER_BATCH",
            "HEADER_LOWER", "HEADER_UPPER", "topic_frontier"]
@@ -74,6 +75,8 @@ __all__ = ["CdcSink", "BatchResult", "TopicFrontier", "HEADER_KIND", "HEADER_WRI
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 900_000
+#: The data paths (see the ``encoder`` parameter of :class:`CdcSink`).
+ENCODERS = ("auto", "jvm", "python", "avro")
 #: Bytes a Kafka record batch adds around one message's value (headers included), kept free
 #: below the topic's max.message.bytes.
 RECORD_OVERHEAD = 1024
@@ -167,29 +170,6 @@ def _size_estimate(struct: Any) -> Any:
     return total
 
 
-def _canonical(c: Any, dtype: Any) -> Any:
-    """An expression equal for equal values that Spark can group on (maps → sorted entry arrays)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    if not contains_map(dtype):
-        return c
-    if isinstance(dtype, T.MapType):
-        if contains_map(dtype.valueType):
-            entries = F.transform(
-                F.map_entries(c),
-                lambda e: F.struct(e["key"].alias("key"), _canonical(e["value"], dtype.valueType).alias("value")),
-            )
-        else:
-            entries = F.map_entries(c)
-        return F.array_sort(entries)
-    if isinstance(dtype, T.ArrayType):
-        return F.transform(c, lambda e: _canonical(e, dtype.elementType))
-    # struct
-    inner = F.struct(*[_canonical(c[f.name], f.dataType).alias(f.name) for f in dtype.fields])
-    return F.when(c.isNull(), F.lit(None)).otherwise(inner)
-
-
 class CdcSink:
     """A Spark sink writing CDCv2 changefeeds to a Kafka topic (see the module docstring).
 
@@ -208,9 +188,13 @@ class CdcSink:
         create_topic, topic_partitions: create a missing topic instead of failing.
         writer_id: identifies this writer in progress headers; default: the streaming query's
             id (stable across restarts from a checkpoint), else a random id per sink object.
-        encoder: ``"python"`` (Arrow → numpy for flat columns, fastavro otherwise; needs nothing more),
-            ``"avro"`` (Spark's ``to_avro`` per update, joined into arrays in Python; needs the
-            spark-avro package) or ``"auto"`` (``avro`` when spark-avro is loaded).
+        encoder: the data path. ``"jvm"``: everything in Spark SQL and Spark's Kafka writer, nothing
+            of ours on the executors (:mod:`cdc_emitter.sink_jvm`; needs spark-avro and
+            spark-sql-kafka-0-10, see :func:`cdc_emitter.configure_spark`). ``"python"`` (Arrow →
+            numpy / fastavro, produced with librdkafka on the executors: they need cdc-emitter
+            installed) and ``"avro"`` (``to_avro`` per update, joined and produced in Python).
+            ``"auto"``: ``jvm`` when both packages are loaded and ``producer_config`` has Java
+            equivalents, else ``avro`` when spark-avro is, else ``python``.
         flush_timeout: seconds a task waits for acknowledgements (None: librdkafka's
             ``message.timeout.ms``).
     """
@@ -239,8 +223,8 @@ class CdcSink:
             raise ConfigError(f"late must be 'error' or 'advance', not {late!r}")
         if framing not in ("confluent", "raw"):
             raise ConfigError(f"framing must be 'confluent' or 'raw', not {framing!r}")
-        if encoder not in ("python", "avro", "auto"):
-            raise ConfigError(f"encoder must be 'python', 'avro' or 'auto', not {encoder!r}")
+        if encoder not in ENCODERS:
+            raise ConfigError(f"encoder must be one of {', '.join(map(repr, ENCODERS))}, not {encoder!r}")
         if isinstance(time_offset, bool) or not isinstance(time_offset, int) or not 0 <= time_offset <= MAX_LONG:
             raise ConfigError(f"time_offset must be a non-negative integer, not {time_offset!r}")
         if not topic:
@@ -275,6 +259,9 @@ class CdcSink:
         self._update_partitions: list | None = None  # where update messages go (see _TaskSpec)
         self._schema_checked: str | None = None  # the data schema found compatible with the topic
         self._sinklog = None
+        self._query_id: str | None = None  # Spark Connect: from the checkpoint (see _writer)
+        self._producer: Any = None  # progress statements' producer (see _driver_producer)
+        self._buckets: int | None = None  # JVM path: update groups per batch (see _write_jvm)
         self._resolved_encoder: str | None = None
         self._test_fail_after_messages: int | None = None  # test hook (see _produce_partition)
         self.last_result: BatchResult | None = None
@@ -302,11 +289,28 @@ class CdcSink:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _writer(self, spark: Any) -> str:
+    def _writer(self, spark: Any, batch_id: int | None) -> str:
+        """Who writes: ``writer_id``, else the streaming query's id (stable across restarts from
+        its checkpoint, so a re-run batch is told from a new query's), else a random id."""
+        from .sinklog import is_connect, query_id_from_checkpoint
+
         if self.writer_id:
             return self.writer_id
-        qid = spark.sparkContext.getLocalProperty("sql.streaming.queryId")
-        return qid or self._default_writer
+        if not is_connect(spark):
+            qid = spark.sparkContext.getLocalProperty("sql.streaming.queryId")
+            return qid or self._default_writer
+        if batch_id is None:
+            return self._default_writer
+        # Spark Connect shows foreachBatch no query id: the checkpoint's metadata file has it
+        if self._query_id is None:
+            if self.checkpoint_location is None:
+                raise ConfigError(
+                    "on Spark Connect the sink cannot see the streaming query's id, which tells a "
+                    "re-run batch from a new query's: pass checkpoint_location= (the query's "
+                    "checkpoint location) or a stable writer_id= to CdcSink"
+                )
+            self._query_id = query_id_from_checkpoint(spark, self.checkpoint_location)
+        return self._query_id
 
     def _decode(self, codec: Any) -> Callable[[bytes], Any]:
         return codec.decode
@@ -401,9 +405,9 @@ class CdcSink:
         if self.checkpoint_location is None:
             return None
         if self._sinklog is None:
-            from .sinklog import SinkLog
+            from .sinklog import open_sink_log
 
-            self._sinklog = SinkLog(spark, self.checkpoint_location)
+            self._sinklog = open_sink_log(spark, self.checkpoint_location)
         return self._sinklog
 
     def _encoder(self, spark: Any) -> str:
@@ -411,20 +415,41 @@ class CdcSink:
             return self.encoder
         if self._resolved_encoder is not None:
             return self._resolved_encoder
-        self._resolved_encoder = self._probe_avro(spark)
-        log.info("cdc sink topic=%s: encoder %s", self.topic, self._resolved_encoder)
-        return self._resolved_encoder
+        avro = self._probe_avro(spark)
+        chosen, why = "python", "spark-avro is not loaded"
+        if avro:
+            chosen, why = "avro", "spark-sql-kafka-0-10 is not loaded"
+            if self._probe_kafka(spark):
+                from .sink_jvm import kafka_write_options
+
+                try:
+                    kafka_write_options(self.bootstrap_servers, self.topic, self.producer_config)
+                    chosen, why = "jvm", "spark-avro and spark-sql-kafka-0-10 are loaded"
+                except ConfigError as exc:
+                    why = str(exc)
+        self._resolved_encoder = chosen
+        log.info("cdc sink topic=%s: encoder %s (%s)", self.topic, chosen, why)
+        return chosen
 
     @staticmethod
-    def _probe_avro(spark: Any) -> str:
+    def _probe_avro(spark: Any) -> bool:
         try:
             from pyspark.sql.avro.functions import to_avro
             from pyspark.sql import functions as F
 
             spark.range(1).select(to_avro(F.col("id"), '"long"')).schema  # analysis fails without spark-avro
-            return "avro"
+            return True
         except Exception:  # noqa: BLE001
-            return "python"
+            return False
+
+    @staticmethod
+    def _probe_kafka(spark: Any) -> bool:
+        try:  # resolving the source needs the package; nothing connects before a scan
+            (spark.read.format("kafka").option("kafka.bootstrap.servers", "127.0.0.1:9")
+             .option("subscribe", "cdc-emitter-probe").load().schema)
+            return True
+        except Exception:  # noqa: BLE001
+            return False
 
     # -- the batch ----------------------------------------------------------------------------
 
@@ -454,7 +479,7 @@ class CdcSink:
         codec = CdcCodec(avro_data, framing=self.framing, schema_id=self.schema_id,
                          max_message_bytes=self.max_message_bytes)
         self._ensure_topic()
-        writer = self._writer(spark)
+        writer = self._writer(spark, batch_id)
         sinklog = self._log(spark) if batch_id is not None else None
         state = None
         schema_text = json.dumps(avro_data, separators=(",", ":"))
@@ -547,6 +572,10 @@ class CdcSink:
         # 3. validation before the first message: one narrow scan of the input (no shuffle).
         # Examples are built only for bad rows (when() does not evaluate its value otherwise).
         started = _time.perf_counter()
+        if self._encoder(spark) == "jvm":
+            return self._write_jvm(prepared, schema, data_cols, avro_data, codec, batch_id, writer,
+                                   lower, recorded, batch_time, close, sinklog, spark,
+                                   recorded_digest, partition0_end, what, tcol)
         st = prepared.agg(
             F.count(F.lit(1)).alias("rows"),
             F.count(F.when(t.isNull(), 1)).alias("null_times"),
@@ -590,7 +619,7 @@ class CdcSink:
         might_overflow = (st["abs_sum"] or 0) >= 2.0**62
         if might_overflow:
             s = F.sum(d.cast("decimal(38,0)"))
-            keys, firsts = self._group_keys(schema, data_cols)
+            keys, firsts = group_keys(schema, data_cols)
             over = (prepared.groupBy(*keys, t).agg(s.alias("s"), *firsts)
                     .filter((F.col("s") > F.lit(MAX_LONG)) | (F.col("s") < F.lit(MIN_LONG)))
                     .select(data_json.alias("row"), t.alias("time"), F.col("s").cast("string").alias("s"))
@@ -619,21 +648,7 @@ class CdcSink:
                     f"the message limit of {self.max_message_bytes} bytes (max_message_bytes)"
                 )
 
-        # the upper bound
-        if recorded is not None:
-            upper = recorded[1]
-            if upper is not None and max_time is not None and max_time >= upper:
-                raise BadInputError(
-                    f"{what} is a re-run whose recorded interval is [{lower}, {upper}), but now has "
-                    f"an update at time {max_time}: the batch's input changed between attempts "
-                    "(a streaming source must replay the same data)"
-                )
-        elif close:
-            upper = None
-        elif self.time_column is None:
-            upper = batch_time + 1
-        else:
-            upper = max(max_time + 1 if max_time is not None else lower, lower)
+        upper = self._upper(what, recorded, close, batch_time, max_time, lower)
         validated = _time.perf_counter()
 
         # another writer may have written since the interval was decided: check before writing
@@ -642,20 +657,14 @@ class CdcSink:
                                         written=False, since=partition0_end)
 
         # 4. record the interval (decided once), then consolidate and produce on the executors
-        if sinklog is not None and recorded is None:
-            from .sinklog import SinkLogEntry
-
-            kept = sinklog.put(SinkLogEntry(batch_id, lower, upper, batch_time, writer, self.topic))
-            if (kept.lower, kept.upper) != (lower, upper):  # someone else decided first
-                raise CdcError(f"{what}: the sink log already records interval "
-                               f"[{kept.lower}, {kept.upper}) for this batch; retry the batch")
+        self._record_interval(sinklog, what, batch_id, lower, upper, batch_time, writer, recorded)
         counts: dict[int, int] = {}
         messages = 0
         digest = 0
         if rows:
             encoder = self._encoder(spark)
             spec = self._spec(avro_data, data_struct, writer, batch_id, encoder)
-            keys, firsts = self._group_keys(schema, data_cols)
+            keys, firsts = group_keys(schema, data_cols)
             s = F.col("__cdc_sum")
             # a sum of longs can overflow on the way to a total that fits ([MAX_LONG, 1, -1]):
             # then sum exactly (checked above to fit) and cast back
@@ -663,8 +672,8 @@ class CdcSink:
             out = (prepared.groupBy(*keys, t).agg(total_diff.alias("__cdc_sum"), *firsts)
                    .filter(s != 0).select(*[F.col(c) for c in data_cols], t, s.alias(_DIFF)))
             # each update's 64-bit hash; their XOR is the batch's digest, whatever the order
-            canonical = [_canonical(F.col(c), schema[c].dataType) for c in data_cols]
-            out = out.withColumn(_HASH, F.xxhash64(*canonical, t, F.col(_DIFF)))
+            canon = [canonical(F.col(c), schema[c].dataType) for c in data_cols]
+            out = out.withColumn(_HASH, F.xxhash64(*canon, t, F.col(_DIFF)))
             if recorded_digest is not None:
                 # a re-run whose first attempt completed: same data, or refuse before writing
                 now = self._digest_of(out)
@@ -702,19 +711,146 @@ class CdcSink:
             counts = dict(seen)
         elif recorded_digest is not None and recorded_digest != (0, ()):
             raise ReplayError(self._replay_message(what, batch_id, recorded_digest, (0, ())))
-        total = sum(counts.values())
         produced_at = _time.perf_counter()
         log.debug("%s: validation %.2fs, consolidate+produce %.2fs", what, validated - started,
                   produced_at - validated)
 
-        # 5. every update is acknowledged (the Spark job succeeded): now the progress statement,
+        return self._commit(what, writer, batch_id, lower, upper, counts, digest, avro_data, codec,
+                            partition0_end, messages, recorded is not None)
+
+    def _write_jvm(self, prepared, schema, data_cols, avro_data, codec, batch_id, writer, lower,
+                   recorded, batch_time, close, sinklog, spark, recorded_digest, partition0_end,
+                   what, tcol) -> BatchResult:
+        """The JVM data path (:mod:`cdc_emitter.sink_jvm`): one job validates, consolidates, encodes
+        and counts; a second writes with Spark's Kafka writer; then the progress statement."""
+        import time as _time
+
+        from pyspark.sql import functions as F
+
+        from . import sink_jvm
+        from .codec import union_schema
+        from .errors import DeliveryError
+        from .sink_jvm import ROW, Check
+
+        started = _time.perf_counter()
+        t, d = F.col(_TIME), F.col(_DIFF)
+        checks = []
+        if self.time_column is not None:
+            checks += [
+                Check(t.isNull(), "BadInputError", (f"{what}: null time in column {tcol!r} (e.g. row ",
+                                                    ROW, "); every row needs a non-negative integer time")),
+                Check(t < 0, "BadInputError", (f"{what}: negative time ", t, f" in column {tcol!r} (e.g. row ",
+                                               ROW, "); times must be non-negative")),
+                Check(t < lower, "LateUpdateError", (
+                    f"{what}: update at time ", t, f" in column {tcol!r} is late (e.g. row ", ROW,
+                    f"): the topic is complete up to frontier {lower}; pass late='advance' to move "
+                    f"late updates to {lower}")),
+            ]
+        checks.append(Check(d.isNull(), "BadInputError",
+                            (f"{what}: null diff in column {self.diff_column!r} (e.g. row ", ROW, ")")))
+        if recorded is not None and recorded[1] is not None:
+            checks.append(Check(t >= recorded[1], "BadInputError", (
+                f"{what} is a re-run whose recorded interval is [{lower}, {recorded[1]}), but now has "
+                "an update at time ", t, ": the batch's input changed between attempts (a streaming "
+                "source must replay the same data)")))
+        partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+        buckets = self._buckets or partitions
+        messages = sink_jvm.prepare_messages(
+            prepared, schema=schema, data_cols=data_cols, update_schema=union_schema(avro_data)[0]["items"],
+            frame=codec.frame, max_message_bytes=self.max_message_bytes, checks=checks,
+            buckets=buckets, partitions=self._update_partitions, what=what,
+        ).persist()
+        try:
+            try:
+                counts, digest, max_time, n_messages, n_bytes = sink_jvm.batch_stats(messages)
+            except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
+                ours = sink_jvm.task_error(exc) or _task_error(exc)
+                if ours is None:
+                    raise
+                raise ours from None
+            validated = _time.perf_counter()
+            upper = self._upper(what, recorded, close, batch_time, max_time, lower)
+            if recorded_digest is not None:
+                now = (digest, tuple(sorted(counts.items())))
+                if now != recorded_digest:
+                    raise ReplayError(self._replay_message(what, batch_id, recorded_digest, now))
+                log.info("%s: re-run with the same data as its first attempt, which is complete "
+                         "in the topic: nothing to write", what)
+                return BatchResult(batch_id, lower, upper, sum(counts.values()), 0, counts, True)
+            if recorded is None:
+                self._check_no_other_writer(what, writer, batch_id, lower, upper, "was being prepared",
+                                            written=False, since=partition0_end)
+            self._record_interval(sinklog, what, batch_id, lower, upper, batch_time, writer, recorded)
+            if n_messages:
+                headers = [(HEADER_KIND, b"updates"), (HEADER_WRITER, writer.encode())]
+                if batch_id is not None:
+                    headers.append((HEADER_BATCH, str(batch_id).encode()))
+                options = sink_jvm.kafka_write_options(self.bootstrap_servers, self.topic, self.producer_config)
+                try:
+                    sink_jvm.write_messages(messages, options, headers)
+                except Exception as exc:  # noqa: BLE001 - Spark wraps the producer's error
+                    from .sources import spark_error_text
+
+                    cause = sink_jvm.kafka_cause(exc) or spark_error_text(exc)
+                    timeout = options["kafka.delivery.timeout.ms"]
+                    raise DeliveryError(
+                        f"delivery to topic {self.topic!r} failed in Spark's Kafka writer "
+                        f"(delivery.timeout.ms={timeout} per attempt): {cause}. No progress "
+                        f"statement was written for {what}; a re-run of the batch writes the same "
+                        "updates again"
+                    ) from exc
+        finally:
+            messages.unpersist()
+        written = _time.perf_counter()
+        # the next batch spreads its updates over about as many groups as this one filled
+        # messages (at least one; at most the shuffle partitions): small batches, few messages
+        self._buckets = max(1, min(partitions, -(-n_bytes * 4 // self.max_message_bytes)))
+        log.debug("%s: prepare %.2fs, write %.2fs (%d messages, %d bytes)", what, validated - started,
+                  written - validated, n_messages, n_bytes)
+        return self._commit(what, writer, batch_id, lower, upper, counts, digest, avro_data, codec,
+                            partition0_end, n_messages, recorded is not None)
+
+    def _upper(self, what: str, recorded: Any, close: bool, batch_time: int | None,
+               max_time: int | None, lower: int) -> int | None:
+        """The batch's upper bound: recorded, none (``close``), the batch's time + 1, or (column
+        mode) the largest time + 1."""
+        if recorded is not None:
+            upper = recorded[1]
+            if upper is not None and max_time is not None and max_time >= upper:
+                raise BadInputError(
+                    f"{what} is a re-run whose recorded interval is [{lower}, {upper}), but now has "
+                    f"an update at time {max_time}: the batch's input changed between attempts "
+                    "(a streaming source must replay the same data)"
+                )
+            return upper
+        if close:
+            return None
+        if self.time_column is None:
+            return batch_time + 1
+        return max(max_time + 1 if max_time is not None else lower, lower)
+
+    def _record_interval(self, sinklog: Any, what: str, batch_id: int | None, lower: int,
+                         upper: int | None, batch_time: int | None, writer: str, recorded: Any) -> None:
+        """Record a new batch's interval in the sink log (the first decision for a batch id wins)."""
+        if sinklog is None or recorded is not None:
+            return
+        from .sinklog import SinkLogEntry
+
+        kept = sinklog.put(SinkLogEntry(batch_id, lower, upper, batch_time, writer, self.topic))
+        if (kept.lower, kept.upper) != (lower, upper):  # someone else decided first
+            raise CdcError(f"{what}: the sink log already records interval "
+                           f"[{kept.lower}, {kept.upper}) for this batch; retry the batch")
+
+    def _commit(self, what: str, writer: str, batch_id: int | None, lower: int, upper: int | None,
+                counts: dict[int, int], digest: int, avro_data: dict, codec: Any,
+                partition0_end: int | None, messages: int, reused: bool) -> BatchResult:
+        """Write the batch's progress statement — only after every update is acknowledged."""
+        total = sum(counts.values())
         # unless another writer's statement took the interval meanwhile (a statement of ours on
         # top of it would contradict it)
         self._check_no_other_writer(what, writer, batch_id, lower, upper, "was being written",
                                     written=total, since=partition0_end)
         progress = progress_from_counts(lower, upper, counts)  # counts lie inside: validated
-        from .kafka_io import CdcProducer
-
         headers = [(HEADER_KIND, b"progress"), (HEADER_WRITER, writer.encode()),
                    (HEADER_LOWER, str(lower).encode()),
                    (HEADER_UPPER, b"" if upper is None else str(upper).encode()),
@@ -722,10 +858,29 @@ class CdcSink:
                    (HEADER_DIGEST, _format_digest(digest, counts).encode())]
         if batch_id is not None:
             headers.append((HEADER_BATCH, str(batch_id).encode()))
-        with CdcProducer(self.bootstrap_servers, self.topic, self.producer_config) as producer:
+        producer = self._driver_producer()
+        try:
             producer.produce(codec.encode_progress(progress), headers=headers, partition=0)
             producer.flush(self.flush_timeout)
-        return BatchResult(batch_id, lower, upper, total, messages + 1, counts, recorded is not None)
+        except BaseException:
+            self.close()  # its first error is latched: the next batch gets a new producer
+            raise
+        return BatchResult(batch_id, lower, upper, total, messages + 1, counts, reused)
+
+    def _driver_producer(self) -> Any:
+        """The producer of progress statements: one for the sink's life (a new one per batch
+        would pay a connection and an idempotence handshake every time)."""
+        if self._producer is None:
+            from .kafka_io import CdcProducer
+
+            self._producer = CdcProducer(self.bootstrap_servers, self.topic, self.producer_config)
+        return self._producer
+
+    def close(self) -> None:
+        """Release the driver's producer (the sink can still be used: a new one is made)."""
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            producer.close()
 
     def _check_no_other_writer(self, what: str, writer: str, batch_id: int | None, lower: int,
                                upper: int | None, while_: str, written: int | bool,
@@ -788,21 +943,6 @@ class CdcSink:
             "current_timestamp() in the query), or restart the query from a new checkpoint to "
             "write the new data as new batches"
         )
-
-    def _group_keys(self, schema, data_cols):
-        """Grouping expressions for the data columns (maps canonicalised) and the ``first`` aggregates
-        that bring back the original map-holding columns."""
-        from pyspark.sql import functions as F
-
-        keys, firsts = [], []
-        for i, c in enumerate(data_cols):
-            dtype = schema[c].dataType
-            if contains_map(dtype):
-                keys.append(_canonical(F.col(c), dtype).alias(f"__cdc_key{i}"))
-                firsts.append(F.first(F.col(c)).alias(c))
-            else:
-                keys.append(F.col(c))
-        return keys, firsts
 
     def _spec(self, avro_data, data_struct, writer, batch_id, encoder) -> _TaskSpec:
         headers = [(HEADER_KIND, b"updates"), (HEADER_WRITER, writer.encode())]

@@ -7,11 +7,13 @@ One small JSON file per batch id under ``<checkpoint>/cdc-emitter-sink/``::
 (``upper`` is null when the batch closed the history; ``time`` is the batch's time in the
 default time mode, null in column mode.)
 
-All file access goes through Hadoop's FileSystem API via the Spark JVM gateway, so the log
-lives wherever the checkpoint lives (local disk, HDFS, S3, ABFS…). A record is written to a
-temporary file and renamed into place, so a reader never sees half a record; a record that is
-already there is never overwritten (the first decision for a batch id wins, which is the point).
-Old records are pruned, keeping the newest :data:`KEEP` batch ids.
+The log lives wherever the checkpoint lives (local disk, HDFS, S3, ABFS…). In a classic
+session, file access goes through Hadoop's FileSystem API via the Spark JVM gateway: a record is
+written to a temporary file and renamed into place, so a reader never sees half a record, and
+old records are pruned, keeping the newest :data:`KEEP` batch ids. On Spark Connect, which has no
+JVM gateway, each record is a one-row text dataset written with the DataFrame API in
+``errorifexists`` mode and read back (not pruned). Either way a record that is already there is
+never overwritten: the first decision for a batch id wins, which is the point.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from typing import Any, NamedTuple
 
 from .errors import CdcError
 
-__all__ = ["SinkLog", "SinkLogEntry", "KEEP"]
+__all__ = ["SinkLog", "DataFrameSinkLog", "SinkLogEntry", "KEEP", "open_sink_log", "is_connect",
+           "query_id_from_checkpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -137,3 +140,71 @@ class SinkLog:
         for batch_id in ids[: len(ids) - self.keep]:
             self._fs.delete(self._path(batch_id), False)
         log.debug("sink log %s pruned to %d records", self.location, self.keep)
+
+
+def is_connect(spark: Any) -> bool:
+    """True for a Spark Connect session (no JVM gateway, no SparkContext)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def open_sink_log(spark: Any, checkpoint_location: str) -> SinkLog | DataFrameSinkLog:
+    """The sink log for ``checkpoint_location``, in the way the session allows."""
+    if is_connect(spark):
+        return DataFrameSinkLog(spark, checkpoint_location)
+    return SinkLog(spark, checkpoint_location)
+
+
+def query_id_from_checkpoint(spark: Any, checkpoint_location: str) -> str:
+    """The id of the streaming query whose checkpoint this is (Spark's ``<checkpoint>/metadata``,
+    written when the query first starts and kept across restarts) — through the DataFrame API,
+    so a Spark Connect session can read it."""
+    path = str(checkpoint_location).rstrip("/") + "/metadata"
+    try:
+        lines = [r[0] for r in spark.read.text(path).collect()]
+        return str(json.loads("\n".join(lines))["id"])
+    except Exception as exc:  # noqa: BLE001 - missing file, or not a query's metadata
+        raise CdcError(
+            f"cannot read the streaming query's id from {path} ({str(exc).splitlines()[0] if str(exc) else exc}): "
+            "pass checkpoint_location= the query's own checkpoint location, or writer_id="
+        ) from None
+
+
+class DataFrameSinkLog:
+    """The sink log through the DataFrame API only (Spark Connect): one text dataset per record."""
+
+    def __init__(self, spark: Any, checkpoint_location: str) -> None:
+        self.location = str(checkpoint_location).rstrip("/") + "/" + DIRNAME
+        self._spark = spark
+
+    def _path(self, batch_id: int) -> str:
+        return f"{self.location}/{int(batch_id)}"
+
+    def get(self, batch_id: int) -> SinkLogEntry | None:
+        """The recorded interval of ``batch_id``, or None if none was recorded."""
+        try:
+            lines = [r[0] for r in self._spark.read.text(self._path(batch_id)).collect()]
+        except Exception as exc:  # noqa: BLE001
+            if "PATH_NOT_FOUND" in str(exc) or "does not exist" in str(exc):
+                return None
+            raise CdcError(f"cannot read sink log record {self._path(batch_id)}: {exc}") from exc
+        if not lines:
+            return None
+        try:
+            return SinkLogEntry.from_json("\n".join(lines))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CdcError(f"sink log record {self._path(batch_id)} is unreadable: {exc}") from exc
+
+    def put(self, entry: SinkLogEntry) -> SinkLogEntry:
+        """Record ``entry`` unless a record for its batch id exists; returns the record kept."""
+        existing = self.get(entry.batch_id)
+        if existing is not None:
+            return existing
+        try:
+            (self._spark.createDataFrame([(entry.to_json(),)], "value string").coalesce(1)
+             .write.mode("errorifexists").text(self._path(entry.batch_id)))
+        except Exception:  # noqa: BLE001 - recorded meanwhile: theirs wins (read below)
+            pass
+        kept = self.get(entry.batch_id)
+        if kept is None:
+            raise CdcError(f"cannot write sink log record {self._path(entry.batch_id)}")
+        return kept

@@ -40,12 +40,28 @@ _SOURCE_HINTS = {
 
 
 def spark_session(app: str, packages: Sequence[str] = (), conf: dict | None = None,
-                  fmt: str | None = None) -> Any:
-    """A Spark session loading ``packages``, with ``conf`` and the settings reading ``fmt`` needs."""
-    # executors run Python (the sink encodes there): the interpreter this process runs in
+                  fmt: str | None = None, remote: str | None = None) -> Any:
+    """A Spark session loading the sink's packages and ``packages``, with ``conf`` and the
+    settings reading ``fmt`` needs; with ``remote`` (``sc://host:port``, or ``SPARK_REMOTE``), a
+    Spark Connect session instead, which loads nothing itself (its server does)."""
+    from pyspark.sql import SparkSession
+
+    remote = remote or os.environ.get("SPARK_REMOTE") or None
+    if remote is not None:
+        if packages or conf:
+            raise ConfigError(
+                f"--packages and --conf do not apply to a Spark Connect session ({remote}): its "
+                "server loads packages and holds the configuration (start it with --packages)"
+            )
+        try:
+            return SparkSession.builder.remote(remote).getOrCreate()
+        except Exception as exc:  # noqa: BLE001 - no server, or the Connect client's modules missing
+            raise ConfigError(f"cannot connect to Spark at {remote}: {spark_error_text(exc)} "
+                              "(the client needs pip install 'cdc-emitter[connect]')") from exc
+    # executors run this interpreter when the sink's Python data path is used
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    from .spark_setup import configure_spark
 
     builder = (
         SparkSession.builder.appName(app)
@@ -53,8 +69,7 @@ def spark_session(app: str, packages: Sequence[str] = (), conf: dict | None = No
         .config("spark.ui.showConsoleProgress", "true" if sys.stderr.isatty() else "false")
         .config("spark.sql.session.timeZone", "UTC")
     )
-    if packages:
-        builder = builder.config("spark.jars.packages", ",".join(packages))
+    builder = configure_spark(builder, packages)
     for key, value in reader_conf(fmt, packages, conf).items():
         builder = builder.config(key, value)
     try:

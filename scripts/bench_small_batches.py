@@ -1,9 +1,14 @@
 #!/usr/bin/env python3
-"""The fixed cost of one small batch through CdcSink: ``--batches`` writes of the same
-``--rows``-row DataFrame (cached) at times 0, 1, 2... to one topic, after ``--warmup`` writes,
-in one local[2] Spark session. Prints the median, min and max seconds per batch.
+"""The fixed cost of one small batch through CdcSink against Spark's own Kafka sink: ``--batches``
+rounds, after ``--warmup``, each writing the same ``--rows``-row DataFrame (cached) once through
+every contender, interleaved, in one local[2] Spark session:
 
-Run it on two checkouts to see what a change costs per batch (the guards, for instance).
+* ``jvm``: ``CdcSink(encoder="jvm").write(df, time=i)`` (the default with the packages loaded);
+* ``python``: ``CdcSink(encoder="python")``, librdkafka on the executors;
+* ``peer``: ``to_avro`` per row + ``df.write.format("kafka")`` — what a user would otherwise
+  write (no consolidation, no progress statements, no guards).
+
+Prints the median, min and max seconds per batch of each and the median ratios to the peer.
 
 Kafka: ``KAFKA_BOOTSTRAP_SERVERS``, or a broker started here with ``scripts/kafka-local`` (its
 own state dir, stopped at the end).
@@ -39,7 +44,9 @@ def main() -> int:
     from cdc_emitter import CdcSink
     from cdc_emitter.kafka_io import ensure_topic
 
-    spark = (SparkSession.builder.master("local[2]").appName("bench-small-batches")
+    from cdc_emitter import configure_spark
+
+    spark = (configure_spark(SparkSession.builder.master("local[2]").appName("bench-small-batches"))
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
@@ -49,18 +56,41 @@ def main() -> int:
             ensure_topic(bootstrap, topic, create=True, partitions=2)
             df = spark.range(args.rows).selectExpr("id AS k", "concat('v', id) AS v").cache()
             df.count()
-            sink = CdcSink(bootstrap, topic, encoder="python")
-            seconds = []
+            from pyspark.sql import functions as F
+            from pyspark.sql.avro.functions import to_avro
+
+            peer_topic = f"bench-small-peer-{uuid.uuid4().hex[:8]}"
+            ensure_topic(bootstrap, peer_topic, create=True, partitions=2)
+            python_topic = f"bench-small-py-{uuid.uuid4().hex[:8]}"
+            ensure_topic(bootstrap, python_topic, create=True, partitions=2)
+            sinks = {"jvm": CdcSink(bootstrap, topic, encoder="jvm"),
+                     "python": CdcSink(bootstrap, python_topic, encoder="python")}
+            schema = ('{"type":"record","name":"r","fields":[{"name":"k","type":"long"},'
+                      '{"name":"v","type":"string"}]}')
+
+            def peer(_i: int) -> None:
+                (df.select(to_avro(F.struct("k", "v"), schema).alias("value"))
+                 .write.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                 .option("topic", peer_topic).save())
+
+            contenders = {"jvm": lambda i: sinks["jvm"].write(df, time=i),
+                          "python": lambda i: sinks["python"].write(df, time=i), "peer": peer}
+            seconds: dict = {name: [] for name in contenders}
             for i in range(args.warmup + args.batches):
-                began = time.perf_counter()
-                sink.write(df, time=i)
-                if i >= args.warmup:
-                    seconds.append(time.perf_counter() - began)
+                for name, run in contenders.items():
+                    began = time.perf_counter()
+                    run(i)
+                    if i >= args.warmup:
+                        seconds[name].append(time.perf_counter() - began)
     finally:
         spark.stop()
-    print(f"CdcSink.write of {args.rows} rows, {args.batches} batches after {args.warmup} warm-up: "
-          f"median {statistics.median(seconds):.3f}s min {min(seconds):.3f}s max {max(seconds):.3f}s "
-          "per batch")
+    print(f"{args.rows}-row batches, {args.batches} rounds after {args.warmup} warm-up (seconds per batch):")
+    for name, values in seconds.items():
+        print(f"  {name:7s} median {statistics.median(values):.3f}  min {min(values):.3f}  "
+              f"max {max(values):.3f}")
+    peer_median = statistics.median(seconds["peer"])
+    for name in ("jvm", "python"):
+        print(f"  {name}/peer median ratio: {statistics.median(seconds[name]) / peer_median:.2f}x")
     return 0
 
 

@@ -364,7 +364,12 @@ def tail(bootstrap_servers, kafka_settings, topic, schema_file, schema_registry,
 
 
 def spark_options(func: Callable) -> Callable:
-    """--packages and --conf: what the Spark session of export / schema --from loads."""
+    """--remote, --packages and --conf: which Spark export / schema --from run on, and what it loads."""
+    func = click.option(
+        "--remote", "spark_remote", envvar="SPARK_REMOTE", show_envvar=True, metavar="sc://HOST:PORT",
+        help="Run on this Spark Connect server instead of a local Spark (its server loads the "
+        "packages; needs pip install 'cdc-emitter[connect]').",
+    )(func)
     func = click.option(
         "--conf", "spark_conf", multiple=True, metavar="KEY=VALUE", callback=_parse_settings,
         help="A Spark setting (repeatable), e.g. --conf spark.driver.memory=4g.",
@@ -402,7 +407,7 @@ def _split_packages(ctx: click.Context, param: click.Parameter, values: tuple[st
 @spark_options
 @handle_errors
 def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, source_name,
-           bootstrap_servers, spark_packages, spark_conf):
+           bootstrap_servers, spark_packages, spark_conf, spark_remote):
     """Print the CDC Avro schema for a table, or the Materialize statement reading its topic.
 
     Give the table's columns in exactly one way: --columns (a Spark DDL string), --from
@@ -432,7 +437,7 @@ def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, sou
     elif columns is not None:
         data_schema = spark_to_avro(columns_struct(columns))
     else:
-        spark = spark_session("cdc-emitter schema", spark_packages, spark_conf, fmt)
+        spark = spark_session("cdc-emitter schema", spark_packages, spark_conf, fmt, spark_remote)
         data_schema = spark_to_avro(read_table(spark, source, fmt, read_options).schema)
     union = union_schema(data_schema)
     if sql:
@@ -466,7 +471,7 @@ def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, sou
 @spark_options
 @handle_errors
 def export(source, bootstrap_servers, kafka_settings, topic, fmt, read_options, at_time, previous,
-           close, create_topic, framing, schema_id, as_json, spark_packages, spark_conf):
+           close, create_topic, framing, schema_id, as_json, spark_packages, spark_conf, spark_remote):
     """Write a table read by Spark to a topic as one CDC snapshot (or the difference of two).
 
     Every row of SOURCE becomes an update with diff +1 at time N (equal rows add up to a
@@ -488,7 +493,7 @@ def export(source, bootstrap_servers, kafka_settings, topic, fmt, read_options, 
     status = StatusLine()
     status.show(f"starting Spark to read {source}")
     try:
-        spark = spark_session("cdc-emitter export", spark_packages, spark_conf, fmt)
+        spark = spark_session("cdc-emitter export", spark_packages, spark_conf, fmt, spark_remote)
         from pyspark.sql import functions as F
 
         current = read_table(spark, source, fmt, read_options)

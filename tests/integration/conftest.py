@@ -14,12 +14,14 @@ import sys
 import pytest
 
 
-def spark_avro_package() -> str:
-    """Maven coordinates of spark-avro at exactly the installed Spark and Scala versions.
+def spark_packages() -> str:
+    """Maven coordinates of spark-avro and spark-sql-kafka-0-10 at exactly the installed Spark and
+    Scala versions (what :func:`cdc_emitter.configure_spark` adds).
 
-    The session loads it through ``spark.jars.packages`` (fetched from Maven Central once, then
-    from Ivy's cache), so the sink's ``to_avro`` encoder is tested on every run, never skipped.
-    ``CDC_SPARK_AVRO_JAR`` names a local jar instead (for machines without Maven Central).
+    The session loads them through ``spark.jars.packages`` (fetched from Maven Central once, then
+    from Ivy's cache), so the sink's JVM data path is what the tests run by default, never skipped.
+    ``CDC_SPARK_AVRO_JAR`` names local jars instead (comma-separated; for machines without Maven
+    Central).
     """
     import pyspark
 
@@ -27,7 +29,9 @@ def spark_avro_package() -> str:
     scala = "2.13"
     if jars:
         scala = ".".join(os.path.basename(jars[0])[len("scala-library-"):].split(".")[:2])
-    return f"org.apache.spark:spark-avro_{scala}:{pyspark.__version__}"
+    version = pyspark.__version__
+    return (f"org.apache.spark:spark-avro_{scala}:{version},"
+            f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version}")
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +46,7 @@ def spark(tmp_path_factory):
     if jar:
         builder = builder.config("spark.jars", jar)
     else:
-        builder = builder.config("spark.jars.packages", spark_avro_package())
+        builder = builder.config("spark.jars.packages", spark_packages())
     session = (
         builder.master("local[2,2]")
         .appName("cdc-emitter-tests")

@@ -252,10 +252,10 @@ def test_broker_restart_during_streaming_query(spark, kafka_local, tmp_path):
 def has_spark_avro(spark) -> bool:
     from cdc_emitter.sink import CdcSink as Sink
 
-    return Sink._probe_avro(spark) == "avro"
+    return Sink._probe_avro(spark) is True
 
 
-@pytest.mark.parametrize("encoder", ["python", "avro"])
+@pytest.mark.parametrize("encoder", ["python", "avro", "jvm"])
 def test_spark_types_round_trip(spark, kafka_bootstrap, topic_factory, encoder):
     from pyspark.sql import types as T
 

@@ -1,0 +1,341 @@
+"""The sink's JVM data path: validation, consolidation, Avro encoding, packing into update arrays
+and the Kafka write, all as Spark SQL — nothing of ours runs on the executors.
+
+A batch is two Spark jobs over one plan:
+
+1. **Prepare** (``prepare_messages`` then ``batch_stats``): every row is checked in the map
+   stage, before the shuffle (``raise_error``: a null, negative or late time, a null diff, a
+   time beyond a re-run's recorded interval); rows are shuffled by a hash of their data and
+   time, consolidated (diff sums computed exactly: a 64-bit sum that overflows on the way to a
+   total that fits is still right, and a total that does not fit fails the job), encoded with
+   ``to_avro``, and packed into update arrays of at most ``max_message_bytes`` — each message
+   the Confluent header (one owner: :attr:`CdcCodec.frame <cdc_emitter.codec.CdcCodec.frame>`),
+   the union branch, the array's block count (``to_avro`` of a long is its zig-zag varint), the
+   encoded updates and the closing zero. The messages are cached; the job's result is the
+   per-time update counts and the digest. A bad row fails this job: nothing has been written.
+2. **Write** (``write_messages``): Spark's own Kafka writer (``spark-sql-kafka-0-10``: producers
+   cached per executor, ``acks=all``) writes the cached messages; a delivery error
+   fails the task, and Spark retries it — a retry can only duplicate whole update arrays, which
+   readers discard.
+
+Guarantees: no message is written before every row of the batch passed validation and every
+consolidated diff fits 64 bits; every message is at most ``max_message_bytes``; the counts are
+those of the messages written; the executors need only Spark and the two Spark packages
+(``spark-avro``, ``spark-sql-kafka-0-10``; :func:`cdc_emitter.configure_spark` adds them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .core import MAX_LONG, MIN_LONG
+from .errors import BadInputError, CdcError, ConfigError, LateUpdateError
+from .spark_schema import contains_map
+
+__all__ = ["Check", "prepare_messages", "batch_stats", "write_messages", "kafka_write_options",
+           "canonical", "group_keys", "task_error", "kafka_cause"]
+
+TIME = "__cdc_time"
+DIFF = "__cdc_diff"
+HASH = "__cdc_hash"
+#: Marks our own messages inside Spark's error text (raise_error), with the error class to raise.
+_MARK = "[cdc-emitter:{kind}] "
+_MARKED = re.compile(r"\[cdc-emitter:(\w+)\] (.*?)(?: SQLSTATE: \w+)?(?:\n|$)")
+#: Bytes a message adds around its updates: Confluent header (5), union branch (1), block
+#: count (at most 10) and the closing zero (1), rounded up.
+_ENVELOPE = 32
+
+
+#: In a :class:`Check`'s message parts: the bad row's data columns as JSON.
+ROW = "\0row"
+
+
+@dataclass(frozen=True)
+class Check:
+    """A per-row condition that fails the batch with a message made of ``parts``: texts, Columns
+    (values of the bad row) and :data:`ROW`."""
+
+    condition: Any  # a boolean Column: True for a bad row
+    kind: str  # the error class: "BadInputError" or "LateUpdateError"
+    parts: tuple
+
+
+def canonical(c: Any, dtype: Any) -> Any:
+    """An expression equal for equal values that Spark can group on (maps → sorted entry arrays)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if not contains_map(dtype):
+        return c
+    if isinstance(dtype, T.MapType):
+        if contains_map(dtype.valueType):
+            entries = F.transform(
+                F.map_entries(c),
+                lambda e: F.struct(e["key"].alias("key"), canonical(e["value"], dtype.valueType).alias("value")),
+            )
+        else:
+            entries = F.map_entries(c)
+        return F.array_sort(entries)
+    if isinstance(dtype, T.ArrayType):
+        return F.transform(c, lambda e: canonical(e, dtype.elementType))
+    inner = F.struct(*[canonical(c[f.name], f.dataType).alias(f.name) for f in dtype.fields])
+    return F.when(c.isNull(), F.lit(None)).otherwise(inner)
+
+
+def group_keys(schema: Any, data_cols: Sequence[str]) -> tuple[list, list]:
+    """Grouping expressions for the data columns (maps canonicalised) and the ``first`` aggregates
+    that bring back the original map-holding columns."""
+    from pyspark.sql import functions as F
+
+    keys, firsts = [], []
+    for i, c in enumerate(data_cols):
+        dtype = schema[c].dataType
+        if contains_map(dtype):
+            keys.append(canonical(F.col(c), dtype).alias(f"__cdc_key{i}"))
+            firsts.append(F.first(F.col(c)).alias(c))
+        else:
+            keys.append(F.col(c))
+    return keys, firsts
+
+
+def _fail(kind: str, *parts: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.raise_error(F.concat(F.lit(_MARK.format(kind=kind)), *parts))
+
+
+def prepare_messages(prepared: Any, *, schema: Any, data_cols: Sequence[str], update_schema: dict,
+                     frame: bytes, max_message_bytes: int, checks: Sequence[Check], buckets: int,
+                     partitions: Sequence[int] | None, what: str) -> Any:
+    """The batch's messages as a DataFrame (nothing computed yet): one row per update array with
+    ``time``, ``n`` (updates), ``xor`` (XOR of the updates' hashes), ``value`` (the message) and
+    ``partition`` (null: Kafka's choice); plus one row with ``n = 0`` and a null value for each
+    bucket and time whose updates all cancelled (so the input's largest time is known).
+
+    ``prepared`` has the data columns, ``__cdc_time`` and ``__cdc_diff``. ``buckets``: how many
+    groups the updates are spread over (each packs its own arrays).
+    """
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    t, d = F.col(TIME), F.col(DIFF)
+    row_json = F.to_json(F.struct(*[F.col(c) for c in data_cols]))
+    # 1. map stage: each bad row fails the task with its own message (when() evaluates a branch's
+    # value only for rows that take it); the checked time is what the shuffle hashes, so the
+    # check cannot be pruned or moved past the shuffle
+    checked = None
+    for check in checks:
+        parts = [row_json if p is ROW else F.lit(p) if isinstance(p, str) else p.cast("string")
+                 for p in check.parts]
+        fail = _fail(check.kind, *parts)
+        checked = F.when(check.condition, fail) if checked is None else checked.when(check.condition, fail)
+    checked_time = t if checked is None else checked.otherwise(t)
+    keys, firsts = group_keys(schema, data_cols)
+    canon = [canonical(F.col(c), schema[c].dataType) for c in data_cols]
+    bucket = F.pmod(F.xxhash64(*canon, TIME), F.lit(buckets))
+    rows = (prepared.withColumn(TIME, checked_time)
+            .withColumn("__cdc_bucket", bucket)
+            .repartition("__cdc_bucket"))
+    # 2. consolidation: the 64-bit sum as high and low 32-bit halves, which cannot overflow
+    # (fewer than 2^31 rows per update), joined exactly
+    hi = F.sum(F.shiftright(d, 32)).alias("__cdc_hi")
+    lo = F.sum(d.bitwiseAND(F.lit(0xFFFFFFFF))).alias("__cdc_lo")
+    grouped = rows.groupBy("__cdc_bucket", *keys, t).agg(hi, lo, *firsts)
+    two32 = F.lit(4294967296).cast("decimal(38,0)")
+    exact = F.col("__cdc_hi").cast("decimal(38,0)") * two32 + F.col("__cdc_lo").cast("decimal(38,0)")
+    fast = F.try_add(F.try_multiply(F.col("__cdc_hi"), F.lit(4294967296)), F.col("__cdc_lo"))
+    slow = (F.when((exact > F.lit(MAX_LONG)) | (exact < F.lit(MIN_LONG)),
+                   _fail("BadInputError", F.lit(f"{what}: the consolidated diff of row "), row_json,
+                         F.lit(" at time "), t.cast("string"), F.lit(" is "), exact.cast("string"),
+                         F.lit(", which overflows a 64-bit long")).cast("long"))
+            .otherwise(exact.cast("long")))
+    total = F.when(fast.isNotNull(), fast).otherwise(slow)
+    consolidated = grouped.select("__cdc_bucket", *[F.col(c) for c in data_cols], t, total.alias(DIFF))
+    # 3. encode each update; its hash is the digest's share (the same as the Python path's)
+    update = F.struct(F.struct(*[F.col(c) for c in data_cols]).alias("data"), t.alias("time"),
+                      F.col(DIFF).alias("diff"))
+    from pyspark.sql.avro.functions import to_avro
+
+    live = F.col(DIFF) != 0
+    limit = max_message_bytes - _ENVELOPE
+    half = limit // 2
+    item = to_avro(update, json.dumps(update_schema))
+    too_big = _fail("BadInputError", F.lit(f"{what}: row "), row_json, F.lit(" at time "), t.cast("string"),
+                    F.lit(" encodes to "), F.octet_length(item).cast("string"),
+                    F.lit(f" bytes, over the message limit of {max_message_bytes} bytes less "
+                          f"{_ENVELOPE} for the message envelope (max_message_bytes)"))
+    checked_item = (F.when(~live, F.lit(None).cast("binary"))
+                    .when(F.octet_length(item) > F.lit(limit), too_big.cast("binary"))
+                    .otherwise(item))
+    encoded = consolidated.select(
+        "__cdc_bucket", t,
+        checked_item.alias("__cdc_item"),
+        F.when(live, F.xxhash64(*canon, t, F.col(DIFF))).alias(HASH),
+        (F.when(live, 1).otherwise(0)).alias("__cdc_live"),
+        F.xxhash64(*canon, t).alias("__cdc_order"),
+    ).withColumn("__cdc_size", F.coalesce(F.octet_length("__cdc_item"), F.lit(0)))
+    # 4. packing: within a bucket and time, by running size; updates up to half the limit share
+    # an array (ends within one half-limit window: at most a whole limit), bigger ones go alone
+    window = Window.partitionBy("__cdc_bucket", TIME).orderBy("__cdc_order")
+    small = F.col("__cdc_size") <= F.lit(half)
+    running = F.sum(F.when(small, F.col("__cdc_size")).otherwise(0)).over(
+        window.rowsBetween(Window.unboundedPreceding, Window.currentRow))
+    chunk = (F.when(F.col("__cdc_item").isNull(), F.lit(None))
+             .when(small, F.floor((running - 1) / F.lit(half)))
+             .otherwise(-F.row_number().over(window)))
+    packed = (encoded.withColumn("__cdc_chunk", chunk)
+              .groupBy("__cdc_bucket", t, "__cdc_chunk")
+              .agg(F.sum("__cdc_live").alias("n"),
+                   F.bit_xor(F.coalesce(F.col(HASH), F.lit(0).cast("long"))).alias("xor"),
+                   F.array_join(F.collect_list(F.col("__cdc_item").cast("string")), "").alias("__cdc_body")))
+    value = F.concat(F.lit(frame + b"\x00"), to_avro(F.col("n").cast("long"), '"long"'),
+                     F.col("__cdc_body").cast("binary"), F.lit(b"\x00"))
+    if partitions:
+        spread = F.xxhash64("__cdc_bucket", t, "__cdc_chunk")
+        partition = F.element_at(F.array(*[F.lit(p) for p in partitions]),
+                                 (F.pmod(spread, F.lit(len(partitions))) + 1).cast("int"))
+    else:
+        partition = F.lit(None).cast("int")
+    return packed.select(t.alias("time"), "n", "xor",
+                         F.when(F.col("n") > 0, value).alias("value"), partition.alias("partition"))
+
+
+def batch_stats(messages: Any) -> tuple[dict[int, int], int, int | None, int, int]:
+    """Compute the (cached) messages: ``(counts per time, digest xor, largest time or None,
+    messages, bytes)``. One Spark job; a bad row fails it, as :func:`task_error` explains."""
+    from pyspark.sql import functions as F
+
+    rows = (messages.groupBy("time")
+            .agg(F.sum("n").alias("n"), F.bit_xor("xor").alias("x"),
+                 F.count(F.col("value")).alias("m"), F.sum(F.octet_length("value")).alias("b"))
+            .collect())
+    counts = {r["time"]: int(r["n"]) for r in rows if r["n"]}
+    xor = 0
+    for r in rows:
+        xor ^= r["x"]
+    max_time = max((r["time"] for r in rows), default=None)
+    return counts, xor, max_time, sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows)
+
+
+#: librdkafka settings and their Java client equivalents (the JVM path's producers are Java's).
+_SAME = {"security.protocol", "sasl.mechanism", "ssl.endpoint.identification.algorithm",
+         "linger.ms", "batch.size", "compression.type", "request.timeout.ms", "retry.backoff.ms",
+         "client.id", "acks", "enable.idempotence", "max.in.flight.requests.per.connection"}
+_RENAMED = {"sasl.mechanisms": "sasl.mechanism", "compression.codec": "compression.type",
+            "message.timeout.ms": "delivery.timeout.ms", "delivery.timeout.ms": "delivery.timeout.ms",
+            "message.max.bytes": "max.request.size", "request.required.acks": "acks"}
+_LOGIN = {"SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+          "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+          "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule"}
+#: librdkafka-only settings that change nothing the Java producer needs.
+_IGNORED = {"queue.buffering.max.ms", "queue.buffering.max.messages",
+            "queue.buffering.max.kbytes", "batch.num.messages", "log_level", "log.connection.close",
+            "socket.keepalive.enable", "statistics.interval.ms"}
+
+
+def kafka_write_options(bootstrap_servers: str, topic: str, producer_config: Mapping[str, Any]) -> dict:
+    """Options for Spark's Kafka writer from the sink's librdkafka ``producer_config``.
+
+    Raises ConfigError naming a setting that has no Java equivalent here (the sink's
+    ``encoder="python"`` takes every librdkafka setting)."""
+    # acks=all; not idempotent: the Java producer's flush was seen to wait forever (not
+    # delivery.timeout.ms) when two of three replicas were down, and a retry's duplicates are
+    # harmless here — readers discard duplicate updates
+    options = {"kafka.bootstrap.servers": bootstrap_servers, "topic": topic,
+               "kafka.acks": "all", "kafka.enable.idempotence": "false",
+               "kafka.delivery.timeout.ms": "120000", "includeHeaders": "true"}
+    config = dict(producer_config)
+    username, password = config.pop("sasl.username", None), config.pop("sasl.password", None)
+    ca = config.pop("ssl.ca.location", None)
+    for key, value in config.items():
+        if key in _RENAMED:
+            options["kafka." + _RENAMED[key]] = str(value)
+        elif key in _SAME:
+            options["kafka." + key] = str(value)
+        elif key in _IGNORED or key.startswith("bootstrap.servers"):
+            continue
+        else:
+            raise ConfigError(
+                f"producer_config key {key!r} has no equivalent in Spark's Kafka writer, which the "
+                "sink's JVM data path uses: pass encoder='python' to write with librdkafka"
+            )
+    # Java refuses a delivery timeout below linger.ms + request.timeout.ms (30 s by default)
+    delivery = int(options["kafka.delivery.timeout.ms"])
+    linger = int(options.get("kafka.linger.ms", 5))
+    if "kafka.request.timeout.ms" not in options and delivery < 30000 + linger:
+        options["kafka.request.timeout.ms"] = str(max(1, delivery - linger))
+    # a send waits for metadata up to max.block.ms (60 s by default): no longer than a delivery
+    options.setdefault("kafka.max.block.ms", str(delivery))
+    if options["kafka.acks"] not in ("all", "-1"):
+        raise ConfigError(f"acks={options['kafka.acks']!r}: the sink needs acks=all")
+    if username is not None:
+        mechanism = options.get("kafka.sasl.mechanism", "PLAIN").upper()
+        module = _LOGIN.get(mechanism)
+        if module is None:
+            raise ConfigError(f"sasl.mechanism {mechanism!r} is not supported by the JVM data path: "
+                              "pass encoder='python'")
+        quoted = [str(v).replace("\\", "\\\\").replace('"', '\\"') for v in (username, password or "")]
+        options["kafka.sasl.jaas.config"] = (f'{module} required username="{quoted[0]}" '
+                                             f'password="{quoted[1]}";')
+    if ca is not None:
+        options["kafka.ssl.truststore.type"] = "PEM"
+        options["kafka.ssl.truststore.location"] = str(ca)
+    if options.get("kafka.ssl.endpoint.identification.algorithm") == "none":
+        options["kafka.ssl.endpoint.identification.algorithm"] = ""
+    return options
+
+
+def write_messages(messages: Any, options: Mapping[str, str], headers: Sequence[tuple[str, bytes]]) -> None:
+    """Write the messages that hold updates with Spark's Kafka writer (one Spark job).
+
+    A password in the options (``kafka.sasl.jaas.config``) is kept out of what Spark prints
+    (its option redaction is extended to that key) and out of Py4J's debug log."""
+    import logging
+
+    from pyspark.sql import functions as F
+
+    header_col = F.array(*[F.struct(F.lit(k).alias("key"), F.lit(v).alias("value")) for k, v in headers])
+    out = messages.filter(F.col("value").isNotNull()).select("value", "partition", header_col.alias("headers"))
+    secret = "kafka.sasl.jaas.config" in options
+    py4j = logging.getLogger("py4j")
+    level = py4j.level
+    if secret:
+        _redact_jaas(messages.sparkSession)
+        py4j.setLevel(max(logging.INFO, py4j.getEffectiveLevel()))  # Py4J logs each command at DEBUG
+    try:
+        writer = out.write.format("kafka")
+        for key, value in options.items():
+            writer = writer.option(key, value)
+        writer.save()
+    finally:
+        py4j.setLevel(level)
+
+
+def _redact_jaas(spark: Any) -> None:
+    key = "spark.sql.redaction.options.regex"
+    current = spark.conf.get(key, "(?i)url")
+    if "jaas" not in current:
+        spark.conf.set(key, f"{current}|(?i)sasl\\.jaas\\.config")
+
+
+_KAFKA_CAUSE = re.compile(r"(org\.apache\.kafka\.common\.errors\.\w+: [^\n]*)")
+
+
+def kafka_cause(exc: BaseException) -> str | None:
+    """The Kafka client's own error behind a failed Spark write (the innermost one), if any."""
+    found = _KAFKA_CAUSE.findall(str(exc))
+    return found[-1].strip() if found else None
+
+
+def task_error(exc: BaseException) -> CdcError | None:
+    """Our error behind a failed Spark job (a ``raise_error`` of this module), or None."""
+    found = _MARKED.findall(str(exc))
+    if not found:
+        return None
+    kind, message = found[-1]
+    cls = {"LateUpdateError": LateUpdateError}.get(kind, BadInputError)
+    return cls(message.strip())

@@ -1,0 +1,55 @@
+"""Spark session set-up for the sink: :func:`configure_spark` adds what the JVM data path needs.
+
+Guarantees: the packages match the running PySpark's Spark and Scala versions (Spark's own
+``spark-avro`` and ``spark-sql-kafka-0-10``, from Maven Central); packages already configured on
+the builder are kept; nothing of cdc-emitter is needed on the executors of a session built this
+way (the sink's ``encoder="auto"`` picks the JVM data path there).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["configure_spark", "sink_packages", "scala_version"]
+
+
+def scala_version() -> str:
+    """The Scala version of the installed PySpark's jars (``2.13`` when none are installed, as
+    with a Spark Connect client: every Spark 4 build is 2.13)."""
+    import pyspark
+
+    jars = glob.glob(os.path.join(os.path.dirname(pyspark.__file__), "jars", "scala-library-*.jar"))
+    if not jars:
+        return "2.13"
+    return ".".join(os.path.basename(jars[0])[len("scala-library-"):].split(".")[:2])
+
+
+def sink_packages(spark_version: str | None = None) -> list[str]:
+    """Maven coordinates of the two Spark packages the sink's JVM data path uses."""
+    import pyspark
+
+    version = spark_version or pyspark.__version__.split("+")[0]
+    scala = scala_version()
+    return [f"org.apache.spark:spark-avro_{scala}:{version}",
+            f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version}"]
+
+
+def configure_spark(builder: Any, extra_packages: Sequence[str] = ()) -> Any:
+    """``builder`` (a ``SparkSession.Builder``) loading the sink's packages plus ``extra_packages``
+    through ``spark.jars.packages`` (Delta's ``configure_spark_with_delta_pip`` idiom)::
+
+        spark = configure_spark(SparkSession.builder.master("spark://host:7077")).getOrCreate()
+
+    A Spark Connect server loads packages itself: start it with ``--packages`` set to
+    :func:`sink_packages` (``scripts/spark-local start --connect`` does).
+    """
+    present = getattr(builder, "_options", {}).get("spark.jars.packages", "")
+    packages: list[str] = []
+    for coords in [*present.split(","), *sink_packages(), *extra_packages]:
+        coords = coords.strip()
+        if coords and coords not in packages:
+            packages.append(coords)
+    return builder.config("spark.jars.packages", ",".join(packages))
