@@ -66,6 +66,7 @@ from .frontier import (
     topic_frontier,
 )
 from .sink_tasks import _check_sizes, _produce_partition, _TaskSpec
+from .sink_jvm import DIFF as _DIFF, HASH as _HASH, TIME as _TIME  # one name per column, both paths
 from .sink_jvm import canonical, group_keys
 from .spark_schema import data_schema
 
@@ -82,9 +83,6 @@ ENCODERS = ("auto", "jvm", "python", "avro")
 RECORD_OVERHEAD = 1024
 #: Kafka's default max.message.bytes for a topic (1 MiB + 12).
 KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
-_TIME = "__cdc_time"
-_DIFF = "__cdc_diff"
-_HASH = "__cdc_hash"
 
 
 _TASK_ERROR = re.compile(r"cdc_emitter\.errors\.(\w+): ([^\n]+)")
