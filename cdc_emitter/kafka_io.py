@@ -162,7 +162,8 @@ def producer_config(
 def consumer_config(
     bootstrap_servers: str, overrides: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """A reader configuration that commits nothing: throwaway group id, no auto commit, EOF events."""
+    """A reader configuration that commits nothing: throwaway group id, no auto commit, EOF events,
+    short long-polls."""
     cfg: dict[str, Any] = {
         "bootstrap.servers": _check_bootstrap(bootstrap_servers),
         "group.id": f"cdc-emitter-reader-{uuid.uuid4().hex}",
@@ -171,6 +172,10 @@ def consumer_config(
         "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
         "allow.auto.create.topics": False,
+        # One fetch is in flight per broker: a long poll on the partitions already read to their
+        # end (default 500 ms) holds back the partitions still behind them, and on a flaky path
+        # whose connections live less than that, it is cut every time and they never advance.
+        "fetch.wait.max.ms": 100,
     }
     cfg.update(dict(overrides or {}))
     return cfg
