@@ -191,9 +191,8 @@ class CdcSink:
             spark-sql-kafka-0-10, see :func:`cdc_emitter.configure_spark`). ``"python"`` (Arrow →
             numpy / fastavro, produced with librdkafka on the executors: they need cdc-emitter
             installed) and ``"avro"`` (``to_avro`` per update, joined and produced in Python).
-            ``"auto"``: on Spark Connect, ``jvm`` when both packages are loaded and
-            ``producer_config`` has Java equivalents; else ``avro`` when spark-avro is loaded,
-            else ``python``.
+            ``"auto"``: ``jvm`` when both packages are loaded and ``producer_config`` has Java
+            equivalents, else ``avro`` when spark-avro is loaded, else ``python``.
         flush_timeout: seconds a task waits for acknowledgements (None: librdkafka's
             ``message.timeout.ms``).
     """
@@ -414,14 +413,11 @@ class CdcSink:
             return self.encoder
         if self._resolved_encoder is not None:
             return self._resolved_encoder
-        from .sinklog import is_connect
-
         avro = self._probe_avro(spark)
         chosen, why = "python", "spark-avro is not loaded"
         if avro:
-            chosen, why = "avro", "a classic session (the JVM path is the default on Spark Connect only "\
-                "until it passes the network-fault tests)"
-            if is_connect(spark) and self._probe_kafka(spark):
+            chosen, why = "avro", "spark-sql-kafka-0-10 is not loaded"
+            if self._probe_kafka(spark):
                 from .sink_jvm import kafka_write_options
 
                 try:
