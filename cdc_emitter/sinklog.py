@@ -12,7 +12,7 @@ session, file access goes through Hadoop's FileSystem API via the Spark JVM gate
 written to a temporary file and renamed into place, so a reader never sees half a record, and
 old records are pruned, keeping the newest :data:`KEEP` batch ids. On Spark Connect, which has no
 JVM gateway, each record is a one-row text dataset written with the DataFrame API in
-``errorifexists`` mode and read back (not pruned). Either way a record that is already there is
+``error`` (if-exists) mode and read back (not pruned). Either way a record that is already there is
 never overwritten: the first decision for a batch id wins, which is the point.
 """
 
@@ -199,12 +199,14 @@ class DataFrameSinkLog:
         existing = self.get(entry.batch_id)
         if existing is not None:
             return existing
+        failure: Exception | None = None
         try:
             (self._spark.createDataFrame([(entry.to_json(),)], "value string").coalesce(1)
-             .write.mode("errorifexists").text(self._path(entry.batch_id)))
-        except Exception:  # noqa: BLE001 - recorded meanwhile: theirs wins (read below)
-            pass
+             .write.mode("error").text(self._path(entry.batch_id)))  # "errorifexists": not on Connect
+        except Exception as exc:  # noqa: BLE001 - recorded meanwhile: theirs wins (read below)
+            failure = exc
         kept = self.get(entry.batch_id)
         if kept is None:
-            raise CdcError(f"cannot write sink log record {self._path(entry.batch_id)}")
+            cause = str(failure).strip().splitlines()[0] if failure is not None and str(failure).strip() else failure
+            raise CdcError(f"cannot write sink log record {self._path(entry.batch_id)}: {cause}") from failure
         return kept
