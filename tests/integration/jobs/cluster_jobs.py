@@ -1,0 +1,131 @@
+"""Spark jobs the cluster tests run in their own process (a process holds one kind of Spark
+session: the test session's local one, a standalone cluster's, or a Spark Connect client).
+
+    python cluster_jobs.py standalone MASTER BOOTSTRAP TOPIC WORKDIR SPARK_LOCAL_COMMAND
+    python cluster_jobs.py connect    SC_URL BOOTSTRAP TOPIC WORKDIR
+
+Each writes the rows of ``rows()`` (column-mode times) to TOPIC and prints ``done``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+DDL = "k long, v string, t long, diff long"
+
+
+def rows(part: int, n: int) -> list[dict]:
+    """File ``part``'s rows: times 10*part .. 10*part+2, keys overlapping the previous part's."""
+    return [{"k": (i * 7 + part) % (n // 2), "v": f"v{i % 13}", "t": 10 * part + i % 3,
+             "diff": 1 if i % 5 else -1} for i in range(n)]
+
+
+def add_file(directory: Path, part: int, n: int) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = directory / f".part-{part}.json.tmp"
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows(part, n)))
+    tmp.rename(directory / f"part-{part:03d}.json")
+
+
+def run_query(spark, source: Path, checkpoint: Path, function) -> None:
+    query = (spark.readStream.schema(DDL).option("maxFilesPerTrigger", 1).json(str(source))
+             .writeStream.option("checkpointLocation", str(checkpoint)).foreachBatch(function)
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+
+
+def standalone(master: str, bootstrap: str, topic: str, workdir: str, spark_local: str) -> None:
+    """Executors whose Python does not exist (nothing of ours may run there). After the first
+    batch the worker is lost and a new one registers (``spark-local restart-worker``); every
+    executor is SIGKILLed while the second batch's updates are being written."""
+    from pyspark.sql import SparkSession
+
+    from cdc_emitter import CdcSink, configure_spark
+    from cdc_emitter import sink_jvm
+
+    spark = (configure_spark(SparkSession.builder.master(master).appName("cdc-emitter-standalone"))
+             .config("spark.pyspark.python", "/nonexistent/executor-python")
+             .config("spark.executor.memory", "1g").config("spark.cores.max", "1")
+             .config("spark.ui.enabled", "false")
+             .config("spark.sql.shuffle.partitions", "4").config("spark.sql.session.timeZone", "UTC")
+             .getOrCreate())
+    source, checkpoint = Path(workdir) / "in", Path(workdir) / "checkpoint"
+    for part in range(3):
+        add_file(source, part, 60_000)
+    sink = CdcSink(bootstrap, topic, checkpoint_location=str(checkpoint), time_column="t")
+    write = sink_jvm.write_messages
+    killed = []
+
+    def write_then_kill(*args, **kwargs):
+        if not killed:  # the executors die while the first tasks write
+            killed.append(threading.Timer(0.3, subprocess.run, [f"{spark_local} kill-executors"],
+                                          {"shell": True}))
+            killed[0].start()
+        return write(*args, **kwargs)
+
+    def batch(df, batch_id):
+        if batch_id == 1:
+            sink_jvm.write_messages = write_then_kill
+        try:
+            sink(df, batch_id)
+        finally:
+            sink_jvm.write_messages = write
+        if batch_id == 0:
+            subprocess.run(f"{spark_local} restart-worker", shell=True, check=True)
+
+    run_query(spark, source, checkpoint, batch)
+    assert killed, "the executor kill never ran"
+    killed[0].join()
+    spark.stop()
+    print("done")
+
+
+def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
+    """Crash after a batch's write, restart from the checkpoint, a second query, then write()."""
+    from pyspark.sql import SparkSession
+
+    from cdc_emitter import CdcSink
+
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    source, checkpoint = Path(workdir) / "in", Path(workdir) / "checkpoint"
+    marker = Path(workdir) / "crashed"
+    for part in range(2):
+        add_file(source, part, 2_000)
+    sink = CdcSink(bootstrap, topic, checkpoint_location=str(checkpoint), time_column="t")
+
+    def crash_once(df, batch_id, sink=sink, marker=str(marker)):
+        sink(df, batch_id)
+        if batch_id == 1 and not os.path.exists(marker):
+            open(marker, "w").close()
+            raise RuntimeError("simulated crash after the write, before the commit")
+
+    try:
+        run_query(spark, source, checkpoint, crash_once)
+        raise AssertionError("the query did not crash")
+    except AssertionError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the simulated crash, through Spark Connect
+        assert "simulated crash" in str(exc), exc
+    add_file(source, 2, 2_000)
+    run_query(spark, source, checkpoint, crash_once)  # batch 1 again, then batch 2
+    other, other_checkpoint = Path(workdir) / "in2", Path(workdir) / "checkpoint2"
+    add_file(other, 3, 2_000)
+    second = CdcSink(bootstrap, topic, checkpoint_location=str(other_checkpoint), time_column="t")
+    run_query(spark, other, other_checkpoint, second)
+    final = spark.createDataFrame(rows(4, 2_000), DDL)
+    CdcSink(bootstrap, topic, time_column="t").write(final)
+    spark.stop()
+    print("done")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+    started = time.monotonic()
+    {"standalone": standalone, "connect": connect}[sys.argv[1]](*sys.argv[2:])
+    print(f"took {time.monotonic() - started:.1f}s", file=sys.stderr)

@@ -1,0 +1,94 @@
+"""The sink where users' Spark runs: a standalone cluster whose executors have no Python at all,
+and Spark Connect. The cluster (``scripts/spark-local start --connect``) starts once per session;
+each job runs in its own process (see ``jobs/cluster_jobs.py``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cdc_emitter.codec import CdcCodec
+
+from helpers import as_history, read_history
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+SPARK_LOCAL = ROOT / "scripts" / "spark-local"
+JOBS = Path(__file__).resolve().parent / "jobs" / "cluster_jobs.py"
+DATA = {"type": "record", "name": "data", "fields": [
+    {"name": "k", "type": ["null", "long"]}, {"name": "v", "type": ["null", "string"]}]}
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory):
+    """``(spark://…, sc://…, env)`` of a standalone cluster with a Spark Connect server."""
+    env = dict(os.environ, CDC_SPARK_HOME=str(tmp_path_factory.mktemp("spark-local")),
+               CDC_SPARK_PYTHON=sys.executable)
+    started = subprocess.run([str(SPARK_LOCAL), "start", "--connect"], env=env, capture_output=True,
+                             text=True, timeout=600)
+    assert started.returncode == 0, started.stderr[-3000:]
+    master, connect = started.stdout.split()[-2:]
+    yield master, connect, env
+    subprocess.run([str(SPARK_LOCAL), "stop"], env=env, capture_output=True, timeout=120)
+
+
+def _job(*args: str, env: dict) -> str:
+    done = subprocess.run([sys.executable, str(JOBS), *args], env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0 and "done" in done.stdout, done.stderr[-4000:]
+    return done.stderr
+
+
+def _expected(parts) -> list:
+    sys.path.insert(0, str(JOBS.parent))
+    from cluster_jobs import rows
+
+    return as_history(((r["k"], r["v"]), r["t"], r["diff"]) for part, n in parts for r in rows(part, n))
+
+
+def test_standalone_executors_without_python_survive_a_lost_worker_and_an_executor_kill(
+        spark_cluster, kafka_bootstrap, topic_factory, tmp_path):
+    master, _connect, env = spark_cluster
+    topic = topic_factory(3)
+    spark_local = f"CDC_SPARK_HOME={env['CDC_SPARK_HOME']} {SPARK_LOCAL}"
+    log = _job("standalone", master, kafka_bootstrap, topic, str(tmp_path), spark_local, env=env)
+    assert "SIGKILL the worker" in log and "SIGKILL executor" in log
+    history, frontier, violations, _ = read_history(kafka_bootstrap, topic, CdcCodec(DATA))
+    assert violations == []
+    assert frontier == (23,)
+    assert history == _expected([(0, 60_000), (1, 60_000), (2, 60_000)])
+
+
+def test_connect_crash_restart_second_query_and_write(spark_cluster, kafka_bootstrap, topic_factory,
+                                                      tmp_path):
+    _master, connect, env = spark_cluster
+    topic = topic_factory(1)
+    _job("connect", connect, kafka_bootstrap, topic, str(tmp_path), env=env)
+    history, frontier, violations, reader = read_history(kafka_bootstrap, topic, CdcCodec(DATA))
+    assert violations == []
+    assert frontier == (43,)
+    assert history == _expected([(p, 2_000) for p in range(5)])
+
+
+def test_export_remote_writes_an_exact_snapshot(spark_cluster, kafka_bootstrap, tmp_path):
+    _master, connect, env = spark_cluster
+    topic = f"export-remote-{uuid.uuid4().hex[:8]}"
+    source = tmp_path / "table.json"
+    source.write_text("".join(json.dumps({"k": k % 7, "v": f"v{k % 3}"}) + "\n" for k in range(50)))
+    done = subprocess.run(
+        [sys.executable, "-m", "cdc_emitter.cli", "export", str(source), "--format", "json",
+         "--remote", connect, "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+         "--create-topic", "--time", "3", "--json"],
+        env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1])["frontier"] == [4]
+    history, frontier, violations, _ = read_history(kafka_bootstrap, topic, CdcCodec(DATA))
+    assert (frontier, violations) == ((4,), [])
+    assert history == as_history(((k % 7, f"v{k % 3}"), 3, 1) for k in range(50))
