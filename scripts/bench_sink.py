@@ -3,6 +3,8 @@
 
 Pipelines, each writing to its own new topic on the same broker:
 
+0. ``cdc-sink (jvm)``: ``CdcSink.write`` on the JVM data path (Spark SQL + Spark's Kafka writer;
+   the default when both packages are loaded).
 1. ``cdc-sink (python)``: ``CdcSink.write`` with the pure-Python encoder (Arrow → fastavro).
 2. ``cdc-sink (to_avro)``: ``CdcSink.write`` with Spark's ``to_avro`` per update, joined into
    arrays in Python (needs spark-avro; skipped with ``--no-avro-encoder``).
@@ -12,6 +14,8 @@ Pipelines, each writing to its own new topic on the same broker:
    statements (it could not write correct ones anyway).
 4. ``raw kafka sink``: Spark's ``kafka`` sink on the unconsolidated rows, ``to_avro`` per row
    (a ceiling for reference: no consolidation, no arrays, no progress).
+5. ``floor``: the same consolidation written to Spark's ``noop`` sink — what any correct sink pays
+   before it writes a byte (its "updates" are the input rows, all distinct).
 
 Input: ``--rows`` narrow rows ``(k long, v string, diff long)``, all distinct ``(k, v)`` pairs
 (so every pipeline writes the same number of updates), cached and counted before timing.
@@ -84,7 +88,7 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=2, help="topic partitions")
     ap.add_argument("--packages-version", default=None)
     ap.add_argument("--no-avro-encoder", action="store_true")
-    ap.add_argument("--only", default=None, help="comma list: python,avro,diy,raw")
+    ap.add_argument("--only", default=None, help="comma list: jvm,python,avro,diy,raw,floor")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--repeat", type=int, default=1, help="time each pipeline this many times (best kept)")
     args = ap.parse_args()
@@ -168,10 +172,19 @@ def main() -> int:
         m = messages(topic)
         return elapsed, m, m
 
-    plan = {"python": ("cdc-sink (python encoder)", lambda d: run_sink("python", d)),
+    def run_floor(df):
+        # what any correct sink pays: the consolidation, written nowhere (Spark's noop sink)
+        t0 = time.perf_counter()
+        df.groupBy(*data_cols).agg(F.sum("diff").alias("diff")).filter("diff != 0") \
+            .write.format("noop").mode("overwrite").save()
+        return time.perf_counter() - t0, n, 0
+
+    plan = {"jvm": ("cdc-sink (jvm data path)", lambda d: run_sink("jvm", d)),
+            "python": ("cdc-sink (python encoder)", lambda d: run_sink("python", d)),
             "avro": ("cdc-sink (to_avro encoder)", lambda d: run_sink("avro", d)),
             "diy": ("diy: consolidate + to_avro + kafka sink", run_diy),
-            "raw": ("raw kafka sink, unconsolidated", run_raw)}
+            "raw": ("raw kafka sink, unconsolidated", run_raw),
+            "floor": ("floor: the consolidation to the noop sink", run_floor)}
     chosen = args.only.split(",") if args.only else list(plan)
     if args.no_avro_encoder and "avro" in chosen:
         chosen.remove("avro")
@@ -189,8 +202,8 @@ def main() -> int:
         rates[key] = updates / elapsed
         print(f"{label:45s} {updates:>10d} updates {msgs:>9d} messages {elapsed:8.2f}s "
               f"{rates[key]:>12,.0f} updates/s", flush=True)
-    for ours in ("python", "avro"):
-        for peer in ("diy", "raw"):
+    for ours in ("jvm", "python", "avro"):
+        for peer in ("diy", "raw", "floor"):
             if ours in rates and peer in rates:
                 print(f"ratio {ours}/{peer}: {rates[ours] / rates[peer]:.2f}x")
     if args.json:
