@@ -24,6 +24,7 @@ import uuid
 from typing import Any, NamedTuple
 
 from .errors import CdcError
+from .sources import spark_error_text
 
 __all__ = ["SinkLog", "DataFrameSinkLog", "SinkLogEntry", "KEEP", "open_sink_log", "is_connect",
            "query_id_from_checkpoint"]
@@ -55,6 +56,14 @@ class SinkLogEntry(NamedTuple):
             None if obj.get("time") is None else int(obj["time"]),
             obj.get("writer"), obj.get("topic"),
         )
+
+    @classmethod
+    def from_lines(cls, lines: list[str], where: str) -> SinkLogEntry:
+        """The record stored as ``lines`` at ``where``; :class:`CdcError` naming it if unreadable."""
+        try:
+            return cls.from_json("\n".join(lines))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CdcError(f"sink log record {where} is unreadable: {exc}") from exc
 
 
 class SinkLog:
@@ -90,10 +99,7 @@ class SinkLog:
                 lines.append(line)
         finally:
             stream.close()
-        try:
-            return SinkLogEntry.from_json("\n".join(lines))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CdcError(f"sink log record {self.location}/{batch_id} is unreadable: {exc}") from exc
+        return SinkLogEntry.from_lines(lines, f"{self.location}/{batch_id}")
 
     def put(self, entry: SinkLogEntry) -> SinkLogEntry:
         """Record ``entry`` atomically unless a record for its batch id exists; returns the record kept."""
@@ -164,7 +170,7 @@ def query_id_from_checkpoint(spark: Any, checkpoint_location: str) -> str:
         return str(json.loads("\n".join(lines))["id"])
     except Exception as exc:  # noqa: BLE001 - missing file, or not a query's metadata
         raise CdcError(
-            f"cannot read the streaming query's id from {path} ({str(exc).splitlines()[0] if str(exc) else exc}): "
+            f"cannot read the streaming query's id from {path} ({spark_error_text(exc)}): "
             "pass checkpoint_location= the query's own checkpoint location, or writer_id="
         ) from None
 
@@ -189,10 +195,7 @@ class DataFrameSinkLog:
             raise CdcError(f"cannot read sink log record {self._path(batch_id)}: {exc}") from exc
         if not lines:
             return None
-        try:
-            return SinkLogEntry.from_json("\n".join(lines))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CdcError(f"sink log record {self._path(batch_id)} is unreadable: {exc}") from exc
+        return SinkLogEntry.from_lines(lines, self._path(batch_id))
 
     def put(self, entry: SinkLogEntry) -> SinkLogEntry:
         """Record ``entry`` unless a record for its batch id exists; returns the record kept."""
@@ -207,6 +210,6 @@ class DataFrameSinkLog:
             failure = exc
         kept = self.get(entry.batch_id)
         if kept is None:
-            cause = str(failure).strip().splitlines()[0] if failure is not None and str(failure).strip() else failure
+            cause = spark_error_text(failure) if failure is not None else "written, yet not read back"
             raise CdcError(f"cannot write sink log record {self._path(entry.batch_id)}: {cause}") from failure
         return kept
