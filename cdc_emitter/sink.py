@@ -541,11 +541,16 @@ class CdcSink:
         # 2. the rows with their times and diffs (nothing is computed yet)
         diff_expr = F.col(diff_col).cast("long") if diff_col else F.lit(1).cast("long")
         prepared = df.select(*[F.col(c) for c in data_cols], time_expr.alias(_TIME), diff_expr.alias(_DIFF))
-        result = self._validate_and_produce(
-            prepared, schema, data_cols, data_struct, avro_data, codec, batch_id, writer,
-            lower, recorded, batch_time, close, sinklog, spark, recorded_digest,
-            None if state is None else state.partition0_end,
-        )
+        partition0_end = None if state is None else state.partition0_end
+        if self._encoder(spark) == "jvm":
+            result = self._write_jvm(prepared, schema, data_cols, avro_data, codec, batch_id, writer,
+                                     lower, recorded, batch_time, close, sinklog, spark,
+                                     recorded_digest, partition0_end)
+        else:
+            result = self._validate_and_produce(
+                prepared, schema, data_cols, data_struct, avro_data, codec, batch_id, writer,
+                lower, recorded, batch_time, close, sinklog, spark, recorded_digest, partition0_end,
+            )
         self.last_result = result
         log.info(
             "cdc sink topic=%s batch=%s interval=[%d, %s) updates=%d messages=%d%s",
@@ -564,16 +569,11 @@ class CdcSink:
         data_json = F.to_json(F.struct(*[F.col(c) for c in data_cols]))
         t, d = F.col(_TIME), F.col(_DIFF)
         size_estimate = _size_estimate(data_struct)
-        what = f"topic {self.topic!r}" + ("" if batch_id is None else f" batch {batch_id}")
-        tcol = self.time_column or "time"
+        what, tcol = self._what(batch_id), self.time_column or "time"
 
         # 3. validation before the first message: one narrow scan of the input (no shuffle).
         # Examples are built only for bad rows (when() does not evaluate its value otherwise).
         started = _time.perf_counter()
-        if self._encoder(spark) == "jvm":
-            return self._write_jvm(prepared, schema, data_cols, avro_data, codec, batch_id, writer,
-                                   lower, recorded, batch_time, close, sinklog, spark,
-                                   recorded_digest, partition0_end, what, tcol)
         st = prepared.agg(
             F.count(F.lit(1)).alias("rows"),
             F.count(F.when(t.isNull(), 1)).alias("null_times"),
@@ -674,13 +674,8 @@ class CdcSink:
             out = out.withColumn(_HASH, F.xxhash64(*canon, t, F.col(_DIFF)))
             if recorded_digest is not None:
                 # a re-run whose first attempt completed: same data, or refuse before writing
-                now = self._digest_of(out)
-                if now != recorded_digest:
-                    raise ReplayError(self._replay_message(what, batch_id, recorded_digest, now))
-                log.info("%s: re-run with the same data as its first attempt, which is complete "
-                         "in the topic: nothing to write", what)
-                counts = dict(now[1])
-                return BatchResult(batch_id, lower, recorded[1], sum(counts.values()), 0, counts, True)
+                return self._replayed(what, batch_id, recorded_digest, self._digest_of(out),
+                                      lower, recorded[1])
             if encoder == "avro":
                 from pyspark.sql.avro.functions import to_avro
 
@@ -717,8 +712,8 @@ class CdcSink:
                             partition0_end, messages, recorded is not None)
 
     def _write_jvm(self, prepared, schema, data_cols, avro_data, codec, batch_id, writer, lower,
-                   recorded, batch_time, close, sinklog, spark, recorded_digest, partition0_end,
-                   what, tcol) -> BatchResult:
+                   recorded, batch_time, close, sinklog, spark, recorded_digest,
+                   partition0_end) -> BatchResult:
         """The JVM data path (:mod:`cdc_emitter.sink_jvm`): one job validates, consolidates, encodes
         and counts; a second writes with Spark's Kafka writer; then the progress statement."""
         import time as _time
@@ -731,6 +726,7 @@ class CdcSink:
         from .sink_jvm import ROW, Check
 
         started = _time.perf_counter()
+        what, tcol = self._what(batch_id), self.time_column or "time"
         t, d = F.col(_TIME), F.col(_DIFF)
         checks = []
         if self.time_column is not None:
@@ -769,12 +765,8 @@ class CdcSink:
             validated = _time.perf_counter()
             upper = self._upper(what, recorded, close, batch_time, max_time, lower)
             if recorded_digest is not None:
-                now = (digest, tuple(sorted(counts.items())))
-                if now != recorded_digest:
-                    raise ReplayError(self._replay_message(what, batch_id, recorded_digest, now))
-                log.info("%s: re-run with the same data as its first attempt, which is complete "
-                         "in the topic: nothing to write", what)
-                return BatchResult(batch_id, lower, upper, sum(counts.values()), 0, counts, True)
+                return self._replayed(what, batch_id, recorded_digest,
+                                      (digest, tuple(sorted(counts.items()))), lower, upper)
             if recorded is None:
                 self._check_no_other_writer(what, writer, batch_id, lower, upper, "was being prepared",
                                             written=False, since=partition0_end)
@@ -807,6 +799,21 @@ class CdcSink:
                   written - validated, n_messages, n_bytes)
         return self._commit(what, writer, batch_id, lower, upper, counts, digest, avro_data, codec,
                             partition0_end, n_messages, recorded is not None)
+
+    def _what(self, batch_id: int | None) -> str:
+        """How messages name this batch: the topic, and the batch id when there is one."""
+        return f"topic {self.topic!r}" + ("" if batch_id is None else f" batch {batch_id}")
+
+    def _replayed(self, what: str, batch_id: int | None, recorded_digest: Any, now: Any, lower: int,
+                  upper: int | None) -> BatchResult:
+        """A re-run of a batch whose first attempt is complete in the topic: the same data
+        (digest and counts per time) writes nothing; other data raises :class:`ReplayError`."""
+        if now != recorded_digest:
+            raise ReplayError(self._replay_message(what, batch_id, recorded_digest, now))
+        log.info("%s: re-run with the same data as its first attempt, which is complete "
+                 "in the topic: nothing to write", what)
+        counts = dict(now[1])
+        return BatchResult(batch_id, lower, upper, sum(counts.values()), 0, counts, True)
 
     def _upper(self, what: str, recorded: Any, close: bool, batch_time: int | None,
                max_time: int | None, lower: int) -> int | None:
