@@ -20,7 +20,7 @@ from typing import Any
 
 from .core import Progress
 
-__all__ = ["TopicFrontier", "topic_frontier", "HEADER_KIND", "HEADER_WRITER", "HEADER_BATCH",
+__all__ = ["TopicFrontier", "topic_frontier", "retrying", "HEADER_KIND", "HEADER_WRITER", "HEADER_BATCH",
            "HEADER_LOWER", "HEADER_UPPER", "HEADER_SCHEMA", "HEADER_DIGEST"]
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ def _progress_of(record: Any, decode: Callable[[bytes], Any] | None) -> tuple[in
 RETRY_WINDOW = 30.0
 
 
-def _retrying(fn: Callable[[], Any], window: float = RETRY_WINDOW) -> Any:
+def retrying(fn: Callable[[], Any], window: float = RETRY_WINDOW) -> Any:
     """``fn()``, retried on BrokerError with back-off for at most ``window`` seconds in all: a
     just-created topic (or a restarted broker) briefly answers "not leader for partition". A
     lasting problem is raised with how long and how often it was tried."""
@@ -134,6 +134,7 @@ def topic_frontier(
     config: Mapping[str, Any] | None = None,
     decode: Callable[[bytes], Any] | None = None,
     first_chunk: int = 64,
+    offsets: Any = None,
 ) -> TopicFrontier:
     """The frontier of ``topic`` from the tail of its partitions, read backwards in chunks.
 
@@ -141,7 +142,8 @@ def topic_frontier(
     partition 0 (where this sink writes every progress statement) shows a progress statement or
     has been read entirely; the frontier is the largest upper among the statements seen. Our
     progress messages are recognised by their headers; others by decoding their value with
-    ``decode`` (a codec's ``decode``), when given.
+    ``decode`` (a codec's ``decode``), when given. ``offsets``: a
+    :class:`~cdc_emitter.kafka_io.TopicOffsets` to read with (else a client for this call).
     """
     from . import kafka_io
 
@@ -153,7 +155,10 @@ def topic_frontier(
         schema: str | None = None
         sample: tuple[int, bytes] | None = None  # (timestamp, value) of the newest update message
         found_p0 = False
-        tail, ends = _retrying(lambda: kafka_io.tail(bootstrap_servers, topic, n, config=config))
+        if offsets is None:
+            tail, ends = retrying(lambda: kafka_io.tail(bootstrap_servers, topic, n, config=config))
+        else:
+            tail, ends = retrying(lambda: offsets.tail(n))
         per_partition: Counter = Counter(r.partition for r in tail)
         for record in tail:  # by partition, then offset: a later one is newer within a partition
             p = _progress_of(record, decode)

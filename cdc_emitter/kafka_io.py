@@ -37,6 +37,7 @@ __all__ = [
     "ensure_topic",
     "topic_settings",
     "read_topic",
+    "TopicOffsets",
     "TopicScan",
     "end_offsets",
     "partition_end",
@@ -273,6 +274,8 @@ class CdcProducer:
         self.config = producer_config(bootstrap_servers, config)
         self.delivered = 0
         self.failed = 0
+        #: ``{partition: offset}`` of the latest acknowledged message in each partition
+        self.last_offsets: dict[int, int] = {}
         self.first_error: str | None = None
         self.refused = False  # the cluster refused us (credentials, certificate): do not wait
         self._pending_error: tuple[int | None, str] | None = None
@@ -291,6 +294,7 @@ class CdcProducer:
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
         if err is None:
             self.delivered += 1
+            self.last_offsets[msg.partition()] = msg.offset()
         else:
             text = f"{err.str()} [{err.name()}]"
             if err.code() == KafkaError._MSG_TIMED_OUT:
@@ -778,11 +782,69 @@ def partition_end(
     bootstrap_servers: str, topic: str, partition: int = 0, config: Mapping[str, Any] | None = None
 ) -> int:
     """The high watermark of one partition: the offset its next message will get."""
-    consumer, _parts = _open_reader(bootstrap_servers, topic, config)
-    try:
-        return _watermarks(consumer, bootstrap_servers, topic, [partition], METADATA_TIMEOUT)[partition][1]
-    finally:
-        consumer.close()
+    with TopicOffsets(bootstrap_servers, topic, config) as offsets:
+        return offsets.end(partition)
+
+
+class TopicOffsets:
+    """One consumer kept open to ask a topic's end offsets and read its tail, again and again.
+
+    A new client per question pays a connection, a metadata request and (with security) a
+    handshake — tens of milliseconds each time; a sink asks before and after every batch. The
+    client reconnects by itself after a broker restart. Nothing is committed (no group).
+
+    Guarantees: every answer is asked of the broker when called (no cached offsets); an error
+    raises :class:`~cdc_emitter.errors.BrokerError` naming the topic and partition, and the
+    client is then replaced on the next call.
+    """
+
+    def __init__(self, bootstrap_servers: str, topic: str, config: Mapping[str, Any] | None = None):
+        self.topic, self.servers, self._config = topic, bootstrap_servers, config
+        self._consumer: Any = None
+        self.partitions: list[int] = []
+
+    def _open(self) -> Any:
+        if self._consumer is None:
+            self._consumer, self.partitions = _open_reader(self.servers, self.topic, self._config)
+        return self._consumer
+
+    def end(self, partition: int = 0) -> int:
+        """The high watermark of ``partition``: the offset its next message will get."""
+        try:
+            return _watermarks(self._open(), self.servers, self.topic, [partition],
+                               METADATA_TIMEOUT)[partition][1]
+        except BaseException:
+            self.close()
+            raise
+
+    def tail(self, n_per_partition: int = 10, timeout: float = 30.0) -> tuple[list[KafkaRecord], dict[int, int]]:
+        """The last (up to) ``n_per_partition`` messages of every partition, by (partition,
+        offset), and every partition's end offset when they were read (see :func:`tail`)."""
+        try:
+            consumer = self._open()
+            marks = _watermarks(consumer, self.servers, self.topic, self.partitions, METADATA_TIMEOUT)
+            ends = {p: high for p, (_low, high) in marks.items()}
+            live = {p: (low, high) for p, (low, high) in marks.items() if high > low}
+            if not live or n_per_partition <= 0:
+                return [], ends
+            starts = {p: max(low, high - n_per_partition) for p, (low, high) in live.items()}
+            records = list(_consume(consumer, self.topic, starts, {p: ends[p] for p in live}, timeout, 0.5))
+            consumer.unassign()  # no fetching in the background until the next question
+        except BaseException:
+            self.close()
+            raise
+        return sorted(records, key=lambda r: (r.partition, r.offset)), ends
+
+    def close(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            consumer.close()
+
+    def __enter__(self) -> TopicOffsets:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 def last_messages(
@@ -808,15 +870,5 @@ def tail(
     timeout: float = 30.0,
 ) -> tuple[list[KafkaRecord], dict[int, int]]:
     """:func:`last_messages`, and every partition's end offset when they were read."""
-    consumer, parts = _open_reader(bootstrap_servers, topic, config)
-    try:
-        marks = _watermarks(consumer, bootstrap_servers, topic, parts, METADATA_TIMEOUT)
-        ends = {p: high for p, (_low, high) in marks.items()}
-        live = {p: (low, high) for p, (low, high) in marks.items() if high > low}
-        if not live or n_per_partition <= 0:
-            return [], ends
-        starts = {p: max(low, high - n_per_partition) for p, (low, high) in live.items()}
-        records = list(_consume(consumer, topic, starts, {p: ends[p] for p in live}, timeout, 0.5))
-    finally:
-        consumer.close()
-    return sorted(records, key=lambda r: (r.partition, r.offset)), ends
+    with TopicOffsets(bootstrap_servers, topic, config) as offsets:
+        return offsets.tail(n_per_partition, timeout)

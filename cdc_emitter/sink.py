@@ -9,7 +9,9 @@ Attach it to a streaming query with ``writeStream.foreachBatch(CdcSink(...))``, 
    beside the checkpoint (:mod:`cdc_emitter.sinklog`), or in the headers of the topic's latest
    progress message (same writer id, same batch id) — re-emits exactly that interval. Otherwise
    its lower bound is the topic's current frontier ``F``, learnt from the tail of the topic
-   (never by scanning all of it). Default time mode: ``t = max(time_offset + batch_id, F)`` and
+   (never by scanning all of it) and then carried forward from batch to batch while partition 0,
+   where every progress statement goes, has not moved past this sink's last statement (one
+   offset request, through a client kept for the sink's life). Default time mode: ``t = max(time_offset + batch_id, F)`` and
    the interval is ``[F, t + 1)``. Column mode: ``[F, max_time + 1)``; a time below ``F`` is late.
 3. **Validation before the first message**, one narrow scan of the input (no shuffle): null,
    negative and late times, null diffs, rows possibly too big for one message (those few are
@@ -83,6 +85,9 @@ ENCODERS = ("auto", "jvm", "python", "avro")
 RECORD_OVERHEAD = 1024
 #: Kafka's default max.message.bytes for a topic (1 MiB + 12).
 KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
+#: How many of its own batches' statements a sink remembers for re-runs (Spark re-runs only the
+#: last batch; the sink log and the topic's tail hold the rest).
+CARRIED_BATCHES = 64
 
 
 _TASK_ERROR = re.compile(r"cdc_emitter\.errors\.(\w+): ([^\n]+)")
@@ -259,6 +264,8 @@ class CdcSink:
         self._sinklog = None
         self._query_id: str | None = None  # Spark Connect: from the checkpoint (see _writer)
         self._producer: Any = None  # progress statements' producer (see _driver_producer)
+        self._topic_offsets: Any = None  # the topic's end offsets and tail (see _offsets)
+        self._carried: TopicFrontier | None = None  # the frontier after our last statement
         self._buckets: int | None = None  # JVM path: update groups per batch (see _write_jvm)
         self._resolved_encoder: str | None = None
         self._test_fail_after_messages: int | None = None  # test hook (see _produce_partition)
@@ -326,7 +333,53 @@ class CdcSink:
             return None if value[skip:skip + 1] == b"\x00" else codec.decode(value)
 
         return topic_frontier(self.bootstrap_servers, self.topic, config=self._client_config(),
-                              decode=progress_only)
+                              decode=progress_only, offsets=self._offsets())
+
+    def _offsets(self) -> Any:
+        """The topic's end offsets and tail, through one client for the sink's life."""
+        if self._topic_offsets is None:
+            from .kafka_io import TopicOffsets
+
+            self._topic_offsets = TopicOffsets(self.bootstrap_servers, self.topic, self._client_config())
+        return self._topic_offsets
+
+    def _partition0_end(self) -> int:
+        """Partition 0's end offset, retried while the broker briefly cannot say (restarted,
+        leader moving: the kept client's metadata is refreshed meanwhile)."""
+        from .frontier import retrying
+
+        return retrying(lambda: self._offsets().end(0))
+
+    def _learn_frontier(self) -> TopicFrontier:
+        """The topic's frontier: carried forward from this sink's last progress statement while
+        partition 0 (where every statement goes) has not moved past it — one offset request —
+        else read from the topic's tail."""
+        carried = self._carried
+        if carried is not None and self._partition0_end() == carried.partition0_end:
+            return carried
+        self._carried = state = self.frontier()
+        return state
+
+    def _carry(self, writer: str, batch_id: int | None, lower: int, upper: int | None,
+               avro_data: dict, digest: str, statement_offset: int | None) -> None:
+        """Remember the frontier our statement just set, as the next batch would read it from
+        the tail (with the statements of earlier batches seen, for a re-run to find)."""
+        if statement_offset is None:
+            self._carried = None
+            return
+        before = self._carried
+        batches = dict(before.batches) if before is not None else {}
+        digests = dict(before.digests) if before is not None else {}
+        if batch_id is not None:
+            batches[(writer, batch_id)] = (lower, upper)
+            digests[(writer, batch_id)] = digest
+            for key in list(batches)[:-CARRIED_BATCHES]:
+                batches.pop(key)
+                digests.pop(key, None)
+        self._carried = TopicFrontier(
+            upper, writer, batch_id, lower, upper, True, batches,
+            schema=json.dumps(avro_data, separators=(",", ":")), digests=digests,
+            partition0_end=statement_offset + 1)
 
     def _client_config(self) -> dict:
         """Client (security) settings for admin/consumer clients: producer-only keys dropped."""
@@ -482,7 +535,7 @@ class CdcSink:
         state = None
         schema_text = json.dumps(avro_data, separators=(",", ":"))
         if self._schema_checked != schema_text:  # once per sink and schema: a tail read
-            state = self.frontier()
+            state = self._learn_frontier()
             self._check_schema(state, avro_data, codec)
             self._schema_checked = schema_text
 
@@ -497,7 +550,7 @@ class CdcSink:
                 recorded = (entry.lower, entry.upper, entry.time)
                 writer = entry.writer or writer  # the batch's writer, as first recorded
         if recorded is None:
-            state = state or self.frontier()
+            state = state or self._learn_frontier()
             found = state.recorded(writer, batch_id) if batch_id is not None else None
             if found is not None:
                 f_lower, f_upper = found
@@ -507,7 +560,7 @@ class CdcSink:
         if recorded is not None:
             lower = recorded[0]
             # what the first attempt wrote, if its progress statement made it to the topic
-            state = state or self.frontier()
+            state = state or self._learn_frontier()
             recorded_digest = _parse_digest(state.digests.get((writer, batch_id)))
         else:
             if state.frontier is None:
@@ -856,11 +909,12 @@ class CdcSink:
         self._check_no_other_writer(what, writer, batch_id, lower, upper, "was being written",
                                     written=total, since=partition0_end)
         progress = progress_from_counts(lower, upper, counts)  # counts lie inside: validated
+        digest_text = _format_digest(digest, counts)
         headers = [(HEADER_KIND, b"progress"), (HEADER_WRITER, writer.encode()),
                    (HEADER_LOWER, str(lower).encode()),
                    (HEADER_UPPER, b"" if upper is None else str(upper).encode()),
                    (HEADER_SCHEMA, json.dumps(avro_data, separators=(",", ":")).encode()),
-                   (HEADER_DIGEST, _format_digest(digest, counts).encode())]
+                   (HEADER_DIGEST, digest_text.encode())]
         if batch_id is not None:
             headers.append((HEADER_BATCH, str(batch_id).encode()))
         producer = self._driver_producer()
@@ -868,8 +922,11 @@ class CdcSink:
             producer.produce(codec.encode_progress(progress), headers=headers, partition=0)
             producer.flush(self.flush_timeout)
         except BaseException:
+            self._carried = None
             self.close()  # its first error is latched: the next batch gets a new producer
             raise
+        self._carry(writer, batch_id, lower, upper, avro_data, digest_text,
+                    producer.last_offsets.get(0))
         return BatchResult(batch_id, lower, upper, total, messages + 1, counts, reused)
 
     def _driver_producer(self) -> Any:
@@ -882,10 +939,13 @@ class CdcSink:
         return self._producer
 
     def close(self) -> None:
-        """Release the driver's producer (the sink can still be used: a new one is made)."""
+        """Release the driver's Kafka clients (the sink can still be used: new ones are made)."""
         producer, self._producer = self._producer, None
+        offsets, self._topic_offsets = self._topic_offsets, None
         if producer is not None:
             producer.close()
+        if offsets is not None:
+            offsets.close()
 
     def _check_no_other_writer(self, what: str, writer: str, batch_id: int | None, lower: int,
                                upper: int | None, while_: str, written: int | bool,
@@ -896,10 +956,7 @@ class CdcSink:
         ``since``: partition 0's end when the interval was decided. Statements go to partition 0
         (and, on a topic of several partitions, nothing else of ours), so while it has not moved
         one watermark request is the whole check; else the tail is read again."""
-        from . import kafka_io
-
-        if since is not None and kafka_io.partition_end(
-                self.bootstrap_servers, self.topic, 0, self._client_config()) == since:
+        if since is not None and self._partition0_end() == since:
             return
         now = self.frontier()
         if now.frontier == lower or (now.writer, now.batch) == (writer, batch_id):

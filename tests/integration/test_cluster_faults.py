@@ -46,7 +46,7 @@ def test_a_partition_leader_stopped_mid_batch(spark, kafka_cluster, tmp_path, mo
     checkpoint = str(tmp_path / "checkpoint")
     _write(spark, CdcSink(bootstrap, topic, checkpoint_location=checkpoint), 0)
     sink = CdcSink(bootstrap, topic, checkpoint_location=checkpoint)
-    checked, stopped = kafka_io.partition_end, []
+    checked, stopped = kafka_io.TopicOffsets.end, []
 
     def check_then_leader_down(*args, **kwargs):  # partition 0's leader dies before the first message
         end = checked(*args, **kwargs)
@@ -55,7 +55,7 @@ def test_a_partition_leader_stopped_mid_batch(spark, kafka_cluster, tmp_path, mo
             kafka_cluster.stop_node(stopped[0])
         return end
 
-    monkeypatch.setattr(kafka_io, "partition_end", check_then_leader_down)
+    monkeypatch.setattr(kafka_io.TopicOffsets, "end", check_then_leader_down)
     try:
         result, df = _write(spark, sink, 1)  # replicas take over: the batch goes through
     finally:
@@ -78,7 +78,7 @@ def test_two_nodes_down_fail_the_batch_and_a_rerun_after_recovery_is_exact(spark
     checkpoint = str(tmp_path / "checkpoint")
     settings = {"message.timeout.ms": 15_000}
     sink = CdcSink(bootstrap, topic, checkpoint_location=checkpoint, producer_config=settings)
-    checked, down = kafka_io.partition_end, []
+    checked, down = kafka_io.TopicOffsets.end, []
 
     def check_then_two_down(*args, **kwargs):  # two of three nodes die once the interval is checked
         end = checked(*args, **kwargs)
@@ -88,7 +88,7 @@ def test_two_nodes_down_fail_the_batch_and_a_rerun_after_recovery_is_exact(spark
             kafka_cluster.stop_node(3)
         return end
 
-    monkeypatch.setattr(kafka_io, "partition_end", check_then_two_down)
+    monkeypatch.setattr(kafka_io.TopicOffsets, "end", check_then_two_down)
     began = time.monotonic()
     try:
         with pytest.raises(CdcError) as info:
