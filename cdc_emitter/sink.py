@@ -267,6 +267,7 @@ class CdcSink:
         self._topic_offsets: Any = None  # the topic's end offsets and tail (see _offsets)
         self._carried: TopicFrontier | None = None  # the frontier after our last statement
         self._buckets: int | None = None  # JVM path: update groups per batch (see _write_jvm)
+        self._message_plan: Any = None  # JVM path: (key, MessagePlan) of the last layout
         self._resolved_encoder: str | None = None
         self._test_fail_after_messages: int | None = None  # test hook (see _produce_partition)
         self.last_result: BatchResult | None = None
@@ -802,16 +803,19 @@ class CdcSink:
                 "source must replay the same data)")))
         partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
         buckets = self._buckets or partitions
-        messages = sink_jvm.prepare_messages(
-            prepared, schema=schema, data_cols=data_cols, update_schema=union_schema(avro_data)[0]["items"],
-            frame=codec.frame, max_message_bytes=self.max_message_bytes, checks=checks,
-            buckets=buckets, partitions=self._update_partitions, what=what,
-        ).persist()
+        layout = dict(schema=schema, data_cols=data_cols, update_schema=union_schema(avro_data)[0]["items"],
+                      frame=codec.frame, max_message_bytes=self.max_message_bytes, buckets=buckets,
+                      partitions=self._update_partitions)
+        key = (type(spark), sink_jvm.MessagePlan.key_of(**layout))  # a kind of session's Columns
+        if self._message_plan is None or self._message_plan[0] != key:
+            self._message_plan = (key, sink_jvm.MessagePlan(**layout))
+        messages = self._message_plan[1].messages(prepared, checks).persist()
         try:
             try:
-                counts, digest, max_time, n_messages, n_bytes = sink_jvm.batch_stats(messages)
+                counts, digest, max_time, n_messages, n_bytes = sink_jvm.batch_stats(
+                    messages, one_time=self.time_column is None)
             except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
-                ours = sink_jvm.task_error(exc) or _task_error(exc)
+                ours = sink_jvm.task_error(exc, what) or _task_error(exc)
                 if ours is None:
                     raise
                 raise ours from None

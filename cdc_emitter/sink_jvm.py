@@ -3,7 +3,7 @@ and the Kafka write, all as Spark SQL — nothing of ours runs on the executors.
 
 A batch is two Spark jobs over one plan:
 
-1. **Prepare** (``prepare_messages`` then ``batch_stats``): every row is checked in the map
+1. **Prepare** (``MessagePlan.messages`` then ``batch_stats``): every row is checked in the map
    stage, before the shuffle (``raise_error``: a null, negative or late time, a null diff, a
    time beyond a re-run's recorded interval); rows are shuffled by a hash of their data and
    time, consolidated (diff sums computed exactly: a 64-bit sum that overflows on the way to a
@@ -36,7 +36,7 @@ from .core import MAX_LONG, MIN_LONG
 from .errors import BadInputError, CdcError, ConfigError, LateUpdateError
 from .spark_schema import contains_map
 
-__all__ = ["Check", "prepare_messages", "batch_stats", "write_messages", "kafka_write_options",
+__all__ = ["Check", "MessagePlan", "BATCH", "batch_stats", "write_messages", "kafka_write_options",
            "canonical", "group_keys", "task_error", "kafka_cause"]
 
 TIME = "__cdc_time"
@@ -52,6 +52,8 @@ _ENVELOPE = 32
 
 #: In a :class:`Check`'s message parts: the bad row's data columns as JSON.
 ROW = "\0row"
+#: In the texts of a :class:`MessagePlan`: the batch's name, put back by :func:`task_error`.
+BATCH = "@cdc-emitter-batch@"
 
 
 @dataclass(frozen=True)
@@ -108,115 +110,147 @@ def _fail(kind: str, *parts: Any) -> Any:
     return F.raise_error(F.concat(F.lit(_MARK.format(kind=kind)), *parts))
 
 
-def prepare_messages(prepared: Any, *, schema: Any, data_cols: Sequence[str], update_schema: dict,
-                     frame: bytes, max_message_bytes: int, checks: Sequence[Check], buckets: int,
-                     partitions: Sequence[int] | None, what: str) -> Any:
-    """The batch's messages as a DataFrame (nothing computed yet): one row per update array with
-    ``time``, ``n`` (updates), ``xor`` (XOR of the updates' hashes), ``value`` (the message) and
-    ``partition`` (null: Kafka's choice); plus one row with ``n = 0`` and a null value for each
-    bucket and time whose updates all cancelled (so the input's largest time is known).
+class MessagePlan:
+    """How a batch's rows become its messages, for one data schema and message layout.
 
-    ``prepared`` has the data columns, ``__cdc_time`` and ``__cdc_diff``. ``buckets``: how many
-    groups the updates are spread over (each packs its own arrays).
+    The expressions are built once and reused by every batch (:meth:`messages`): on a classic
+    session each piece of an expression is a round trip to the JVM, some 1,500 per batch when
+    built anew. Texts that name the batch say :data:`BATCH` instead; :func:`task_error` puts the
+    batch's name back.
+
+    ``buckets``: how many groups the updates are spread over (each packs its own arrays);
+    ``partitions``: where messages go (None: Kafka's choice).
     """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
 
-    t, d = F.col(TIME), F.col(DIFF)
-    row_json = F.to_json(F.struct(*[F.col(c) for c in data_cols]))
-    # 1. map stage: each bad row fails the task with its own message (when() evaluates a branch's
-    # value only for rows that take it); the checked time is what the shuffle hashes, so the
-    # check cannot be pruned or moved past the shuffle
-    checked = None
-    for check in checks:
-        parts = [row_json if p is ROW else F.lit(p) if isinstance(p, str) else p.cast("string")
-                 for p in check.parts]
-        fail = _fail(check.kind, *parts)
-        checked = F.when(check.condition, fail) if checked is None else checked.when(check.condition, fail)
-    checked_time = t if checked is None else checked.otherwise(t)
-    keys, firsts = group_keys(schema, data_cols)
-    canon = [canonical(F.col(c), schema[c].dataType) for c in data_cols]
-    bucket = F.pmod(F.xxhash64(*canon, TIME), F.lit(buckets))
-    rows = (prepared.withColumn(TIME, checked_time)
-            .withColumn("__cdc_bucket", bucket)
-            .repartition("__cdc_bucket"))
-    # 2. consolidation: the 64-bit sum as high and low 32-bit halves, which cannot overflow
-    # (fewer than 2^31 rows per update), joined exactly
-    hi = F.sum(F.shiftright(d, 32)).alias("__cdc_hi")
-    lo = F.sum(d.bitwiseAND(F.lit(0xFFFFFFFF))).alias("__cdc_lo")
-    grouped = rows.groupBy("__cdc_bucket", *keys, t).agg(hi, lo, *firsts)
-    two32 = F.lit(4294967296).cast("decimal(38,0)")
-    exact = F.col("__cdc_hi").cast("decimal(38,0)") * two32 + F.col("__cdc_lo").cast("decimal(38,0)")
-    fast = F.try_add(F.try_multiply(F.col("__cdc_hi"), F.lit(4294967296)), F.col("__cdc_lo"))
-    slow = (F.when((exact > F.lit(MAX_LONG)) | (exact < F.lit(MIN_LONG)),
-                   _fail("BadInputError", F.lit(f"{what}: the consolidated diff of row "), row_json,
-                         F.lit(" at time "), t.cast("string"), F.lit(" is "), exact.cast("string"),
-                         F.lit(", which overflows a 64-bit long")).cast("long"))
-            .otherwise(exact.cast("long")))
-    total = F.when(fast.isNotNull(), fast).otherwise(slow)
-    consolidated = grouped.select("__cdc_bucket", *[F.col(c) for c in data_cols], t, total.alias(DIFF))
-    # 3. encode each update; its hash is the digest's share (the same as the Python path's)
-    update = F.struct(F.struct(*[F.col(c) for c in data_cols]).alias("data"), t.alias("time"),
-                      F.col(DIFF).alias("diff"))
-    from pyspark.sql.avro.functions import to_avro
+    def __init__(self, *, schema: Any, data_cols: Sequence[str], update_schema: dict, frame: bytes,
+                 max_message_bytes: int, buckets: int, partitions: Sequence[int] | None) -> None:
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+        from pyspark.sql.avro.functions import to_avro
 
-    live = F.col(DIFF) != 0
-    limit = max_message_bytes - _ENVELOPE
-    half = limit // 2
-    item = to_avro(update, json.dumps(update_schema))
-    too_big = _fail("BadInputError", F.lit(f"{what}: row "), row_json, F.lit(" at time "), t.cast("string"),
-                    F.lit(" encodes to "), F.octet_length(item).cast("string"),
-                    F.lit(f" bytes, over the message limit of {max_message_bytes} bytes less "
-                          f"{_ENVELOPE} for the message envelope (max_message_bytes)"))
-    checked_item = (F.when(~live, F.lit(None).cast("binary"))
-                    .when(F.octet_length(item) > F.lit(limit), too_big.cast("binary"))
-                    .otherwise(item))
-    encoded = consolidated.select(
-        "__cdc_bucket", t,
-        checked_item.alias("__cdc_item"),
-        F.when(live, F.xxhash64(*canon, t, F.col(DIFF))).alias(HASH),
-        (F.when(live, 1).otherwise(0)).alias("__cdc_live"),
-        F.xxhash64(*canon, t).alias("__cdc_order"),
-    ).withColumn("__cdc_size", F.coalesce(F.octet_length("__cdc_item"), F.lit(0)))
-    # 4. packing: within a bucket and time, by running size; updates up to half the limit share
-    # an array (ends within one half-limit window: at most a whole limit), bigger ones go alone
-    window = Window.partitionBy("__cdc_bucket", TIME).orderBy("__cdc_order")
-    small = F.col("__cdc_size") <= F.lit(half)
-    running = F.sum(F.when(small, F.col("__cdc_size")).otherwise(0)).over(
-        window.rowsBetween(Window.unboundedPreceding, Window.currentRow))
-    chunk = (F.when(F.col("__cdc_item").isNull(), F.lit(None))
-             .when(small, F.floor((running - 1) / F.lit(half)))
-             .otherwise(-F.row_number().over(window)))
-    packed = (encoded.withColumn("__cdc_chunk", chunk)
-              .groupBy("__cdc_bucket", t, "__cdc_chunk")
-              .agg(F.sum("__cdc_live").alias("n"),
-                   F.bit_xor(F.coalesce(F.col(HASH), F.lit(0).cast("long"))).alias("xor"),
-                   F.array_join(F.collect_list(F.col("__cdc_item").cast("string")), "").alias("__cdc_body")))
-    value = F.concat(F.lit(frame + b"\x00"), to_avro(F.col("n").cast("long"), '"long"'),
-                     F.col("__cdc_body").cast("binary"), F.lit(b"\x00"))
-    if partitions:
-        spread = F.xxhash64("__cdc_bucket", t, "__cdc_chunk")
-        partition = F.element_at(F.array(*[F.lit(p) for p in partitions]),
-                                 (F.pmod(spread, F.lit(len(partitions))) + 1).cast("int"))
-    else:
-        partition = F.lit(None).cast("int")
-    return packed.select(t.alias("time"), "n", "xor",
+        t, d = F.col(TIME), F.col(DIFF)
+        self._data = [F.col(c) for c in data_cols]
+        self.row_json = F.to_json(F.struct(*self._data))
+        self._keys, self._firsts = group_keys(schema, data_cols)
+        canon = [canonical(F.col(c), schema[c].dataType) for c in data_cols]
+        self._bucket = F.pmod(F.xxhash64(*canon, TIME), F.lit(buckets))
+        # 2. consolidation: the 64-bit sum as high and low 32-bit halves, which cannot overflow
+        # (fewer than 2^31 rows per update), joined exactly
+        self._sums = (F.sum(F.shiftright(d, 32)).alias("__cdc_hi"),
+                      F.sum(d.bitwiseAND(F.lit(0xFFFFFFFF))).alias("__cdc_lo"))
+        two32 = F.lit(4294967296).cast("decimal(38,0)")
+        exact = F.col("__cdc_hi").cast("decimal(38,0)") * two32 + F.col("__cdc_lo").cast("decimal(38,0)")
+        fast = F.try_add(F.try_multiply(F.col("__cdc_hi"), F.lit(4294967296)), F.col("__cdc_lo"))
+        slow = (F.when((exact > F.lit(MAX_LONG)) | (exact < F.lit(MIN_LONG)),
+                       _fail("BadInputError", F.lit(f"{BATCH}: the consolidated diff of row "), self.row_json,
+                             F.lit(" at time "), t.cast("string"), F.lit(" is "), exact.cast("string"),
+                             F.lit(", which overflows a 64-bit long")).cast("long"))
+                .otherwise(exact.cast("long")))
+        self._total = F.when(fast.isNotNull(), fast).otherwise(slow).alias(DIFF)
+        # 3. encode each update; its hash is the digest's share (the same as the Python path's)
+        update = F.struct(F.struct(*self._data).alias("data"), t.alias("time"), d.alias("diff"))
+        live = d != 0
+        limit = max_message_bytes - _ENVELOPE
+        half = limit // 2
+        item = to_avro(update, json.dumps(update_schema))
+        too_big = _fail("BadInputError", F.lit(f"{BATCH}: row "), self.row_json, F.lit(" at time "),
+                        t.cast("string"), F.lit(" encodes to "), F.octet_length(item).cast("string"),
+                        F.lit(f" bytes, over the message limit of {max_message_bytes} bytes less "
+                              f"{_ENVELOPE} for the message envelope (max_message_bytes)"))
+        checked_item = (F.when(~live, F.lit(None).cast("binary"))
+                        .when(F.octet_length(item) > F.lit(limit), too_big.cast("binary"))
+                        .otherwise(item))
+        self._encoded = (F.col("__cdc_bucket"), t, checked_item.alias("__cdc_item"),
+                         F.when(live, F.xxhash64(*canon, t, d)).alias(HASH),
+                         F.when(live, 1).otherwise(0).alias("__cdc_live"),
+                         F.xxhash64(*canon, t).alias("__cdc_order"))
+        self._size = F.coalesce(F.octet_length("__cdc_item"), F.lit(0))
+        # 4. packing: within a bucket and time, by running size; updates up to half the limit
+        # share an array (ends within one half-limit window: at most a whole limit), bigger ones
+        # go alone
+        window = Window.partitionBy("__cdc_bucket", TIME).orderBy("__cdc_order")
+        small = F.col("__cdc_size") <= F.lit(half)
+        running = F.sum(F.when(small, F.col("__cdc_size")).otherwise(0)).over(
+            window.rowsBetween(Window.unboundedPreceding, Window.currentRow))
+        self._chunk = (F.when(F.col("__cdc_item").isNull(), F.lit(None))
+                       .when(small, F.floor((running - 1) / F.lit(half)))
+                       .otherwise(-F.row_number().over(window)))
+        self._packed = (F.sum("__cdc_live").alias("n"),
+                        F.bit_xor(F.coalesce(F.col(HASH), F.lit(0).cast("long"))).alias("xor"),
+                        F.array_join(F.collect_list(F.col("__cdc_item").cast("string")), "").alias("__cdc_body"))
+        value = F.concat(F.lit(frame + b"\x00"), to_avro(F.col("n").cast("long"), '"long"'),
+                         F.col("__cdc_body").cast("binary"), F.lit(b"\x00"))
+        if partitions:
+            spread = F.xxhash64("__cdc_bucket", t, "__cdc_chunk")
+            partition = F.element_at(F.array(*[F.lit(p) for p in partitions]),
+                                     (F.pmod(spread, F.lit(len(partitions))) + 1).cast("int"))
+        else:
+            partition = F.lit(None).cast("int")
+        self._message = (t.alias("time"), F.col("n"), F.col("xor"),
                          F.when(F.col("n") > 0, value).alias("value"), partition.alias("partition"))
 
+    @staticmethod
+    def key_of(*, schema: Any, data_cols: Sequence[str], update_schema: dict, frame: bytes,
+               max_message_bytes: int, buckets: int, partitions: Sequence[int] | None) -> tuple:
+        """What a plan is built from: equal keys, interchangeable plans."""
+        return (schema.json(), tuple(data_cols), json.dumps(update_schema), frame, max_message_bytes,
+                buckets, tuple(partitions or ()))
 
-def batch_stats(messages: Any) -> tuple[dict[int, int], int, int | None, int, int]:
+    def messages(self, prepared: Any, checks: Sequence[Check]) -> Any:
+        """The batch's messages as a DataFrame (nothing computed yet): one row per update array
+        with ``time``, ``n`` (updates), ``xor`` (XOR of the updates' hashes), ``value`` (the
+        message) and ``partition`` (null: Kafka's choice); plus one row with ``n = 0`` and a null
+        value for each bucket and time whose updates all cancelled (so the largest time is known).
+
+        ``prepared`` has the data columns, ``__cdc_time`` and ``__cdc_diff``; ``checks`` are the
+        batch's own (built per batch: they hold its frontier)."""
+        from pyspark.sql import functions as F
+
+        t = F.col(TIME)
+        # 1. map stage: each bad row fails the task with its own message (when() evaluates a
+        # branch's value only for rows that take it); the checked time is what the shuffle
+        # hashes, so the check cannot be pruned or moved past the shuffle
+        checked = None
+        for check in checks:
+            parts = [self.row_json if p is ROW else F.lit(p) if isinstance(p, str) else p.cast("string")
+                     for p in check.parts]
+            fail = _fail(check.kind, *parts)
+            checked = F.when(check.condition, fail) if checked is None else checked.when(check.condition, fail)
+        rows = (prepared.withColumn(TIME, t if checked is None else checked.otherwise(t))
+                .withColumn("__cdc_bucket", self._bucket)
+                .repartition("__cdc_bucket"))
+        consolidated = (rows.groupBy("__cdc_bucket", *self._keys, t).agg(*self._sums, *self._firsts)
+                        .select("__cdc_bucket", *self._data, t, self._total))
+        encoded = consolidated.select(*self._encoded).withColumn("__cdc_size", self._size)
+        return (encoded.withColumn("__cdc_chunk", self._chunk)
+                .groupBy("__cdc_bucket", t, "__cdc_chunk").agg(*self._packed)
+                .select(*self._message))
+
+
+def batch_stats(messages: Any, *, one_time: bool = False) -> tuple[dict[int, int], int, int | None, int, int]:
     """Compute the (cached) messages: ``(counts per time, digest xor, largest time or None,
-    messages, bytes)``. One Spark job; a bad row fails it, as :func:`task_error` explains."""
+    messages, bytes)``. One Spark job; a bad row fails it, as :func:`task_error` explains.
+
+    ``one_time``: every update has the same time (the default time mode), so the job brings back
+    a row per message (about one per bucket in a small batch) instead of adding a shuffle by time.
+    """
     from pyspark.sql import functions as F
 
-    rows = (messages.groupBy("time")
-            .agg(F.sum("n").alias("n"), F.bit_xor("xor").alias("x"),
-                 F.count(F.col("value")).alias("m"), F.sum(F.octet_length("value")).alias("b"))
-            .collect())
-    counts = {r["time"]: int(r["n"]) for r in rows if r["n"]}
+    if one_time:
+        rows = messages.select("time", "n", F.col("xor").alias("x"),
+                               F.col("value").isNotNull().cast("long").alias("m"),
+                               F.octet_length("value").alias("b")).collect()
+    else:
+        rows = (messages.groupBy("time")
+                .agg(F.sum("n").alias("n"), F.bit_xor("xor").alias("x"),
+                     F.count(F.col("value")).alias("m"), F.sum(F.octet_length("value")).alias("b"))
+                .collect())
+    counts: dict[int, int] = {}
     xor = 0
     for r in rows:
         xor ^= r["x"]
+        if r["n"]:
+            counts[r["time"]] = counts.get(r["time"], 0) + int(r["n"])
     max_time = max((r["time"] for r in rows), default=None)
     return counts, xor, max_time, sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows)
 
@@ -331,11 +365,12 @@ def kafka_cause(exc: BaseException) -> str | None:
     return found[-1].strip() if found else None
 
 
-def task_error(exc: BaseException) -> CdcError | None:
-    """Our error behind a failed Spark job (a ``raise_error`` of this module), or None."""
+def task_error(exc: BaseException, what: str) -> CdcError | None:
+    """Our error behind a failed Spark job (a ``raise_error`` of this module), or None;
+    ``what``: the batch's name, for :data:`BATCH` in the text."""
     found = _MARKED.findall(str(exc))
     if not found:
         return None
     kind, message = found[-1]
     cls = {"LateUpdateError": LateUpdateError}.get(kind, BadInputError)
-    return cls(message.strip())
+    return cls(message.strip().replace(BATCH, what))
