@@ -4,6 +4,8 @@ rounds, after ``--warmup``, each writing the same ``--rows``-row DataFrame (cach
 every contender, interleaved, in one local[2] Spark session:
 
 * ``jvm``: ``CdcSink(encoder="jvm").write(df, time=i)`` (the default with the packages loaded);
+* ``jvm-stream``: the same sink as a ``foreachBatch`` function, ``sink(df, i)``, with a
+  checkpoint location: what a streaming query's batch costs in the sink, its sink log included;
 * ``python``: ``CdcSink(encoder="python")``, librdkafka on the executors;
 * ``peer``: ``to_avro`` per row + ``df.write.format("kafka")`` — what a user would otherwise
   write (no consolidation, no progress statements, no guards).
@@ -22,6 +24,7 @@ import argparse
 import os
 import statistics
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -63,7 +66,12 @@ def main() -> int:
             ensure_topic(bootstrap, peer_topic, create=True, partitions=2)
             python_topic = f"bench-small-py-{uuid.uuid4().hex[:8]}"
             ensure_topic(bootstrap, python_topic, create=True, partitions=2)
+            stream_topic = f"bench-small-stream-{uuid.uuid4().hex[:8]}"
+            ensure_topic(bootstrap, stream_topic, create=True, partitions=2)
+            checkpoint = tempfile.mkdtemp(prefix="cdc-bench-checkpoint-")
             sinks = {"jvm": CdcSink(bootstrap, topic, encoder="jvm"),
+                     "jvm-stream": CdcSink(bootstrap, stream_topic, encoder="jvm",
+                                           checkpoint_location=checkpoint, writer_id="bench"),
                      "python": CdcSink(bootstrap, python_topic, encoder="python")}
             schema = ('{"type":"record","name":"r","fields":[{"name":"k","type":"long"},'
                       '{"name":"v","type":"string"}]}')
@@ -74,6 +82,7 @@ def main() -> int:
                  .option("topic", peer_topic).save())
 
             contenders = {"jvm": lambda i: sinks["jvm"].write(df, time=i),
+                          "jvm-stream": lambda i: sinks["jvm-stream"](df, i),
                           "python": lambda i: sinks["python"].write(df, time=i), "peer": peer}
             seconds: dict = {name: [] for name in contenders}
             for i in range(args.warmup + args.batches):
@@ -86,10 +95,10 @@ def main() -> int:
         spark.stop()
     print(f"{args.rows}-row batches, {args.batches} rounds after {args.warmup} warm-up (seconds per batch):")
     for name, values in seconds.items():
-        print(f"  {name:7s} median {statistics.median(values):.3f}  min {min(values):.3f}  "
+        print(f"  {name:10s} median {statistics.median(values):.3f}  min {min(values):.3f}  "
               f"max {max(values):.3f}")
     peer_median = statistics.median(seconds["peer"])
-    for name in ("jvm", "python"):
+    for name in ("jvm", "jvm-stream", "python"):
         print(f"  {name}/peer median ratio: {statistics.median(seconds[name]) / peer_median:.2f}x")
     return 0
 
