@@ -96,7 +96,7 @@ def _progress_of(record: Any, decode: Callable[[bytes], Any] | None) -> tuple[in
     return None
 
 
-#: Seconds :func:`topic_frontier` keeps retrying a broker that does not answer, in all.
+#: Seconds :func:`topic_frontier` keeps retrying a broker that does not answer, in all (default).
 RETRY_WINDOW = 30.0
 
 
@@ -135,6 +135,7 @@ def topic_frontier(
     decode: Callable[[bytes], Any] | None = None,
     first_chunk: int = 64,
     offsets: Any = None,
+    broker_timeout: float = RETRY_WINDOW,
 ) -> TopicFrontier:
     """The frontier of ``topic`` from the tail of its partitions, read backwards in chunks.
 
@@ -144,6 +145,7 @@ def topic_frontier(
     progress messages are recognised by their headers; others by decoding their value with
     ``decode`` (a codec's ``decode``), when given. ``offsets``: a
     :class:`~cdc_emitter.kafka_io.TopicOffsets` to read with (else a client for this call).
+    A broker that does not answer is retried for at most ``broker_timeout`` seconds in all.
     """
     from . import kafka_io
 
@@ -156,9 +158,10 @@ def topic_frontier(
         sample: tuple[int, bytes] | None = None  # (timestamp, value) of the newest update message
         found_p0 = False
         if offsets is None:
-            tail, ends = retrying(lambda: kafka_io.tail(bootstrap_servers, topic, n, config=config))
+            tail, ends = retrying(lambda: kafka_io.tail(bootstrap_servers, topic, n, config=config,
+                                                        timeout=broker_timeout), broker_timeout)
         else:
-            tail, ends = retrying(lambda: offsets.tail(n))
+            tail, ends = retrying(lambda: offsets.tail(n, broker_timeout), broker_timeout)
         per_partition: Counter = Counter(r.partition for r in tail)
         for record in tail:  # by partition, then offset: a later one is newer within a partition
             p = _progress_of(record, decode)

@@ -46,10 +46,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Seconds to wait for cluster metadata before declaring the cluster unreachable.
-METADATA_TIMEOUT = 10.0
-#: Seconds a reader tolerates "broker down" errors without any progress before it gives up.
-BROKER_DOWN_TIMEOUT = 30.0
+#: The default of every reader's ``broker_timeout``: seconds it waits for a broker that does not
+#: answer — for metadata and offsets, or with no progress while reading — before it gives up.
+BROKER_TIMEOUT = 30.0
 
 PRODUCER_DEFAULTS: Mapping[str, Any] = {
     "enable.idempotence": True,  # no duplicates or reordering from producer retries
@@ -478,7 +477,7 @@ def ensure_topic(
     replication: int = 1,
     config: Mapping[str, Any] | None = None,
     topic_config: Mapping[str, str] | None = None,
-    timeout: float = METADATA_TIMEOUT,
+    timeout: float = BROKER_TIMEOUT,
 ) -> int:
     """Make sure ``topic`` exists and return its number of partitions.
 
@@ -533,7 +532,7 @@ def topic_settings(
     topic: str,
     *,
     config: Mapping[str, Any] | None = None,
-    timeout: float = METADATA_TIMEOUT,
+    timeout: float = BROKER_TIMEOUT,
 ) -> dict[str, str] | None:
     """The topic's effective configuration (``max.message.bytes``...), or None when the cluster
     does not say (no DescribeConfigs permission): a check that needs it is then skipped."""
@@ -578,6 +577,7 @@ def _consume(
     ends: dict[int, int] | None,
     timeout: float | None,
     poll_timeout: float,
+    broker_timeout: float = BROKER_TIMEOUT,
 ) -> Iterator[KafkaRecord]:
     """Yield records from ``starts``; with ``ends``, only offsets below them, stopping when all reached."""
     consumer.assign([TopicPartition(topic, p, off) for p, off in starts.items()])
@@ -610,10 +610,11 @@ def _consume(
                     continue
                 if err.code() in _TRANSIENT and not err.fatal():
                     down_since = down_since or time.monotonic()
-                    if time.monotonic() - down_since > BROKER_DOWN_TIMEOUT:
+                    if time.monotonic() - down_since > broker_timeout:
                         raise BrokerError(
-                            f"reading topic {topic!r}: broker unreachable for more than "
-                            f"{BROKER_DOWN_TIMEOUT:g}s: {err.str()}"
+                            f"reading topic {topic!r}: broker unreachable for "
+                            f"{time.monotonic() - down_since:.0f}s (broker_timeout={broker_timeout:g}s): "
+                            f"{err.str()}"
                         )
                     continue
                 where = f"partition {p}" if p is not None and p >= 0 else "(no partition)"
@@ -631,12 +632,12 @@ def _consume(
 
 
 def _open_reader(
-    bootstrap_servers: str, topic: str, config: Mapping[str, Any] | None
+    bootstrap_servers: str, topic: str, config: Mapping[str, Any] | None, timeout: float = BROKER_TIMEOUT
 ) -> tuple[Any, list[int]]:
     bootstrap_servers = _check_bootstrap(bootstrap_servers)
     consumer = _make(Consumer, consumer_config(bootstrap_servers, config))
     try:
-        parts = _partitions(consumer, bootstrap_servers, topic, METADATA_TIMEOUT)
+        parts = _partitions(consumer, bootstrap_servers, topic, timeout)
         if parts is None:
             raise _missing(topic, bootstrap_servers, reading=True)
     except BaseException:
@@ -652,16 +653,17 @@ class TopicScan:
     offsets seen at the start, ``pending`` the partitions not yet read up to them; reading goes
     on past them for a caller that follows the topic. Use it as a context manager.
 
-    Guarantees: a broker unreachable for more than ``BROKER_DOWN_TIMEOUT`` seconds in a row, and
+    Guarantees: a broker unreachable for more than ``broker_timeout`` seconds in a row, and
     any other consumer error, raise :class:`~cdc_emitter.errors.BrokerError` naming the topic,
     the partition and the servers; a missing topic raises it at construction.
     """
 
-    def __init__(self, bootstrap_servers: str, topic: str, config: Mapping[str, Any] | None = None):
-        self.topic, self.servers = topic, bootstrap_servers
-        self._consumer, self.partitions = _open_reader(bootstrap_servers, topic, config)
+    def __init__(self, bootstrap_servers: str, topic: str, config: Mapping[str, Any] | None = None,
+                 broker_timeout: float = BROKER_TIMEOUT):
+        self.topic, self.servers, self.broker_timeout = topic, bootstrap_servers, broker_timeout
+        self._consumer, self.partitions = _open_reader(bootstrap_servers, topic, config, broker_timeout)
         try:
-            marks = _watermarks(self._consumer, bootstrap_servers, topic, self.partitions, METADATA_TIMEOUT)
+            marks = _watermarks(self._consumer, bootstrap_servers, topic, self.partitions, broker_timeout)
             self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in self.partitions])
         except BaseException:
             self._consumer.close()
@@ -690,10 +692,11 @@ class TopicScan:
                     continue
                 if code in _TRANSIENT and not err.fatal():
                     self._down_since = self._down_since or time.monotonic()
-                    if time.monotonic() - self._down_since > BROKER_DOWN_TIMEOUT:
+                    down = time.monotonic() - self._down_since
+                    if down > self.broker_timeout:
                         raise BrokerError(
                             f"reading topic {self.topic!r} on {self.servers}: broker unreachable "
-                            f"for more than {BROKER_DOWN_TIMEOUT:g}s: {err.str()}"
+                            f"for {down:.0f}s (broker_timeout={self.broker_timeout:g}s): {err.str()}"
                         )
                     continue
                 where = f"partition {p}" if p is not None and p >= 0 else "(no partition)"
@@ -741,6 +744,7 @@ def read_topic(
     timeout: float | None = None,
     stop_at_end: bool = True,
     poll_timeout: float = 1.0,
+    broker_timeout: float = BROKER_TIMEOUT,
 ) -> Iterator[KafkaRecord]:
     """Yield every message of every partition of ``topic`` from the beginning.
 
@@ -752,17 +756,18 @@ def read_topic(
     not yielded. If ``timeout`` seconds pass first, BrokerError is raised (never a silent stall).
     ``stop_at_end=False``: follows new messages until the caller stops iterating or ``timeout``
     seconds pass (then the generator simply ends).
-    A missing topic or a consumer error raises BrokerError naming the topic (and partition).
+    A missing topic or a consumer error raises BrokerError naming the topic (and partition); so
+    does a broker that does not answer for ``broker_timeout`` seconds.
     """
-    consumer, parts = _open_reader(bootstrap_servers, topic, config)
+    consumer, parts = _open_reader(bootstrap_servers, topic, config, broker_timeout)
     try:
         ends = None
         starts = {p: OFFSET_BEGINNING for p in parts}
         if stop_at_end:
-            marks = _watermarks(consumer, bootstrap_servers, topic, parts, METADATA_TIMEOUT)
+            marks = _watermarks(consumer, bootstrap_servers, topic, parts, broker_timeout)
             ends = {p: high for p, (_low, high) in marks.items()}
             starts = {p: low for p, (low, _high) in marks.items()}
-        yield from _consume(consumer, topic, starts, ends, timeout, poll_timeout)
+        yield from _consume(consumer, topic, starts, ends, timeout, poll_timeout, broker_timeout)
     finally:
         consumer.close()
 
@@ -773,7 +778,7 @@ def end_offsets(
     """``{partition: (low, high)}`` watermarks of ``topic``: offsets ``low <= o < high`` exist."""
     consumer, parts = _open_reader(bootstrap_servers, topic, config)
     try:
-        return _watermarks(consumer, bootstrap_servers, topic, parts, METADATA_TIMEOUT)
+        return _watermarks(consumer, bootstrap_servers, topic, parts, BROKER_TIMEOUT)
     finally:
         consumer.close()
 
@@ -798,21 +803,24 @@ class TopicOffsets:
     client is then replaced on the next call.
     """
 
-    def __init__(self, bootstrap_servers: str, topic: str, config: Mapping[str, Any] | None = None):
+    def __init__(self, bootstrap_servers: str, topic: str, config: Mapping[str, Any] | None = None,
+                 broker_timeout: float = BROKER_TIMEOUT):
         self.topic, self.servers, self._config = topic, bootstrap_servers, config
+        self.broker_timeout = broker_timeout
         self._consumer: Any = None
         self.partitions: list[int] = []
 
     def _open(self) -> Any:
         if self._consumer is None:
-            self._consumer, self.partitions = _open_reader(self.servers, self.topic, self._config)
+            self._consumer, self.partitions = _open_reader(self.servers, self.topic, self._config,
+                                                           self.broker_timeout)
         return self._consumer
 
     def end(self, partition: int = 0) -> int:
         """The high watermark of ``partition``: the offset its next message will get."""
         try:
             return _watermarks(self._open(), self.servers, self.topic, [partition],
-                               METADATA_TIMEOUT)[partition][1]
+                               self.broker_timeout)[partition][1]
         except BaseException:
             self.close()
             raise
@@ -822,13 +830,14 @@ class TopicOffsets:
         offset), and every partition's end offset when they were read (see :func:`tail`)."""
         try:
             consumer = self._open()
-            marks = _watermarks(consumer, self.servers, self.topic, self.partitions, METADATA_TIMEOUT)
+            marks = _watermarks(consumer, self.servers, self.topic, self.partitions, self.broker_timeout)
             ends = {p: high for p, (_low, high) in marks.items()}
             live = {p: (low, high) for p, (low, high) in marks.items() if high > low}
             if not live or n_per_partition <= 0:
                 return [], ends
             starts = {p: max(low, high - n_per_partition) for p, (low, high) in live.items()}
-            records = list(_consume(consumer, self.topic, starts, {p: ends[p] for p in live}, timeout, 0.5))
+            records = list(_consume(consumer, self.topic, starts, {p: ends[p] for p in live}, timeout, 0.5,
+                                    self.broker_timeout))
             consumer.unassign()  # no fetching in the background until the next question
         except BaseException:
             self.close()
@@ -869,6 +878,7 @@ def tail(
     config: Mapping[str, Any] | None = None,
     timeout: float = 30.0,
 ) -> tuple[list[KafkaRecord], dict[int, int]]:
-    """:func:`last_messages`, and every partition's end offset when they were read."""
-    with TopicOffsets(bootstrap_servers, topic, config) as offsets:
+    """:func:`last_messages`, and every partition's end offset when they were read (a broker that
+    does not answer is waited for at most ``timeout`` seconds)."""
+    with TopicOffsets(bootstrap_servers, topic, config, broker_timeout=timeout) as offsets:
         return offsets.tail(n_per_partition, timeout)

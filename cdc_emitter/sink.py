@@ -200,6 +200,10 @@ class CdcSink:
             equivalents, else ``avro`` when spark-avro is loaded, else ``python``.
         flush_timeout: seconds a task waits for acknowledgements (None: librdkafka's
             ``message.timeout.ms``).
+        broker_timeout: seconds the driver waits for a broker that does not answer — the
+            topic's metadata and settings, its end offsets and tail, retried — before the batch
+            fails with a :class:`~cdc_emitter.errors.BrokerError` that says how long it waited.
+            (Deliveries are bounded by ``message.timeout.ms`` in ``producer_config``.)
     """
 
     def __init__(
@@ -221,6 +225,7 @@ class CdcSink:
         writer_id: str | None = None,
         encoder: str = "auto",
         flush_timeout: float | None = None,
+        broker_timeout: float = 30.0,
     ) -> None:
         if late not in ("error", "advance"):
             raise ConfigError(f"late must be 'error' or 'advance', not {late!r}")
@@ -232,6 +237,8 @@ class CdcSink:
             raise ConfigError(f"time_offset must be a non-negative integer, not {time_offset!r}")
         if not topic:
             raise ConfigError("a topic name is required")
+        if isinstance(broker_timeout, bool) or not isinstance(broker_timeout, (int, float)) or not broker_timeout > 0:
+            raise ConfigError(f"broker_timeout must be a positive number of seconds, not {broker_timeout!r}")
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.checkpoint_location = checkpoint_location
@@ -258,6 +265,7 @@ class CdcSink:
         self._default_writer = uuid.uuid4().hex
         self.encoder = encoder
         self.flush_timeout = flush_timeout
+        self.broker_timeout = float(broker_timeout)
         self._topic_checked = False
         self._update_partitions: list | None = None  # where update messages go (see _TaskSpec)
         self._schema_checked: str | None = None  # the data schema found compatible with the topic
@@ -334,14 +342,16 @@ class CdcSink:
             return None if value[skip:skip + 1] == b"\x00" else codec.decode(value)
 
         return topic_frontier(self.bootstrap_servers, self.topic, config=self._client_config(),
-                              decode=progress_only, offsets=self._offsets())
+                              decode=progress_only, offsets=self._offsets(),
+                              broker_timeout=self.broker_timeout)
 
     def _offsets(self) -> Any:
         """The topic's end offsets and tail, through one client for the sink's life."""
         if self._topic_offsets is None:
             from .kafka_io import TopicOffsets
 
-            self._topic_offsets = TopicOffsets(self.bootstrap_servers, self.topic, self._client_config())
+            self._topic_offsets = TopicOffsets(self.bootstrap_servers, self.topic, self._client_config(),
+                                               broker_timeout=self.broker_timeout)
         return self._topic_offsets
 
     def _partition0_end(self) -> int:
@@ -349,7 +359,7 @@ class CdcSink:
         leader moving: the kept client's metadata is refreshed meanwhile)."""
         from .frontier import retrying
 
-        return retrying(lambda: self._offsets().end(0))
+        return retrying(lambda: self._offsets().end(0), self.broker_timeout)
 
     def _learn_frontier(self) -> TopicFrontier:
         """The topic's frontier: carried forward from this sink's last progress statement while
@@ -404,9 +414,10 @@ class CdcSink:
         created = {"max.message.bytes": str(needed)} if needed > KAFKA_DEFAULT_MAX_MESSAGE_BYTES else None
         count = ensure_topic(self.bootstrap_servers, self.topic, create=self.create_topic,
                              partitions=self.topic_partitions, config=self._client_config(),
-                             topic_config=created)
+                             topic_config=created, timeout=self.broker_timeout)
         self._update_partitions = list(range(1, count)) if count > 1 else None
-        settings = topic_settings(self.bootstrap_servers, self.topic, config=self._client_config())
+        settings = topic_settings(self.bootstrap_servers, self.topic, config=self._client_config(),
+                                  timeout=self.broker_timeout)
         limit = (settings or {}).get("max.message.bytes")
         if limit is not None and int(limit) < needed:
             raise ConfigError(

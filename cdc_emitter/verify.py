@@ -48,7 +48,7 @@ from typing import Any, NamedTuple
 
 from .core import CdcReader, Pending, Progress, Update, Violation
 from .decode_pool import PROGRESS, ROWS, DecodePool, decode_chunk, default_workers
-from .kafka_io import TopicScan
+from .kafka_io import BROKER_TIMEOUT, TopicScan
 
 __all__ = ["VerifyResult", "VerifyProgress", "verify_topic", "reached_target", "VERDICTS"]
 
@@ -176,12 +176,14 @@ def verify_topic(
     bloom_error_rate: float = 0.001,
     workers: int | None = None,
     warn_held: int = WARN_HELD,
+    broker_timeout: float = BROKER_TIMEOUT,
 ) -> VerifyResult:
     """Read ``topic`` from the beginning of every partition and verify it (see the module doc).
 
     ``strict``: ``"exact"`` or ``"bloom"`` (see :class:`~cdc_emitter.core.CdcReader`).
     ``workers``: decode processes (None: one per core once the topic proves large; 0: none;
-    N: N from the start).
+    N: N from the start). ``broker_timeout``: seconds to wait for a broker that does not answer
+    (metadata, offsets, or no progress while reading) before raising.
     Raises :class:`~cdc_emitter.errors.BrokerError` when the cluster cannot be reached or the
     topic does not exist, :class:`~cdc_emitter.errors.ConfigError` for an unusable client
     configuration. Protocol problems are never raised: they are ``result.violations``.
@@ -265,7 +267,7 @@ def verify_topic(
     pool: DecodePool | None = None
     used_workers = 0
     try:
-        with TopicScan(bootstrap_servers, topic, config) as scan:
+        with TopicScan(bootstrap_servers, topic, config, broker_timeout) as scan:
             if workers:  # asked for: no size estimate first
                 pool = DecodePool(codec, workers)
                 used_workers = workers

@@ -61,7 +61,13 @@ def _parse_settings(ctx: click.Context, param: click.Parameter, values: tuple[st
 
 
 def kafka_options(func: Callable) -> Callable:
-    """--bootstrap-servers and repeated -X key=value (librdkafka settings)."""
+    """--bootstrap-servers, repeated -X key=value (librdkafka settings) and --broker-timeout."""
+    func = click.option(
+        "--broker-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+        metavar="S",
+        help="Seconds to wait for a Kafka broker that does not answer (metadata, offsets, or no "
+        "progress while reading) before failing with exit code 2.",
+    )(func)
     func = click.option(
         "-X", "kafka_settings", multiple=True, metavar="KEY=VALUE", callback=_parse_settings,
         help="A librdkafka setting, e.g. -X security.protocol=SASL_SSL (repeatable). "
@@ -226,8 +232,8 @@ def main() -> None:
               help="Processes that decode messages (default: one per core once the topic "
               "proves large; 0: decode in this process).")
 @handle_errors
-def verify(bootstrap_servers, kafka_settings, topic, schema_file, schema_registry, framing,
-           schema_id, until_frontier, until_closed, timeout, as_json, output, history_file,
+def verify(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file, schema_registry,
+           framing, schema_id, until_frontier, until_closed, timeout, as_json, output, history_file,
            strict, workers):
     """Read a CDC topic from the beginning and prove it exact.
 
@@ -276,7 +282,7 @@ def verify(bootstrap_servers, kafka_settings, topic, schema_file, schema_registr
             timeout=timeout, config=kafka_settings,
             on_progress=on_progress if status.enabled else None, on_warning=on_warning,
             keep_collection=output is not None, keep_history=history_file is not None,
-            strict=strict, workers=workers,
+            strict=strict, workers=workers, broker_timeout=broker_timeout,
         )
     except KeyboardInterrupt:
         status.done()
@@ -313,8 +319,8 @@ def verify(bootstrap_servers, kafka_settings, topic, schema_file, schema_registr
 @click.option("--timeout", type=click.FloatRange(min=0), metavar="S",
               help="Stop after S seconds (with --follow; without it, give up reading).")
 @handle_errors
-def tail(bootstrap_servers, kafka_settings, topic, schema_file, schema_registry, framing, schema_id,
-         follow, max_messages, timeout):
+def tail(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file, schema_registry, framing,
+         schema_id, follow, max_messages, timeout):
     """Print a CDC topic's messages as Avro-JSON lines, from the beginning.
 
     One line per message in the notation of the Materialize documentation:
@@ -339,7 +345,8 @@ def tail(bootstrap_servers, kafka_settings, topic, schema_file, schema_registry,
     printed = bad = 0
     try:
         for record in read_topic(servers, topic, config=kafka_settings, timeout=timeout,
-                                 stop_at_end=not follow, poll_timeout=0.5):
+                                 stop_at_end=not follow, poll_timeout=0.5,
+                                 broker_timeout=broker_timeout):
             try:
                 if record.value is None:
                     raise DecodeError("the message has no value (a tombstone)")
@@ -470,7 +477,7 @@ def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, sou
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object.")
 @spark_options
 @handle_errors
-def export(source, bootstrap_servers, kafka_settings, topic, fmt, read_options, at_time, previous,
+def export(source, bootstrap_servers, kafka_settings, broker_timeout, topic, fmt, read_options, at_time, previous,
            close, create_topic, framing, schema_id, as_json, spark_packages, spark_conf, spark_remote):
     """Write a table read by Spark to a topic as one CDC snapshot (or the difference of two).
 
@@ -514,7 +521,7 @@ def export(source, bootstrap_servers, kafka_settings, topic, fmt, read_options, 
 
         sink = CdcSink(
             servers, topic, framing=framing, schema_id=schema_id,
-            producer_config=kafka_settings or None, create_topic=create_topic,
+            producer_config=kafka_settings or None, create_topic=create_topic, broker_timeout=broker_timeout,
         )
         written = sink.write(df, time=at_time, close=close)
     finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import pytest
 from click.testing import CliRunner
@@ -270,13 +271,16 @@ def test_export_needs_source():
 # --- connection errors (exit 2) -----------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_unreachable_broker_names_the_servers(schema_file):
-    result = run("verify", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t",
-                 "--schema", schema_file, "--json")
+@pytest.mark.parametrize("command", ["verify", "tail"])
+def test_unreachable_broker_names_the_servers_and_the_time_waited(schema_file, command):
+    began = time.monotonic()
+    result = run(command, "--bootstrap-servers", "127.0.0.1:1", "--topic", "t",
+                 "--schema", schema_file, "--broker-timeout", "2")
+    assert time.monotonic() - began < 10
     assert result.exit_code == 2
     assert result.stdout == ""
-    assert result.stderr.startswith("error: cannot reach Kafka at 127.0.0.1:1 (asking for topic 't'")
+    assert result.stderr.startswith("error: cannot reach Kafka at 127.0.0.1:1 (asking for topic 't', "
+                                    "waited 2s)")
     assert result.stderr.count("\n") == 1
 
 

@@ -262,3 +262,18 @@ def test_a_second_writer_during_the_write_keeps_the_statement_back(spark, kafka_
     history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
     assert frontier == (2,)  # a's statement stands, b's was never written
     assert ((2, "b"), 1, 1) in [tuple(u) for u in history]
+
+
+def test_an_unreachable_broker_fails_the_batch_within_broker_timeout(spark):
+    import time
+
+    from cdc_emitter.errors import BrokerError
+
+    sink = CdcSink("127.0.0.1:1", "t", broker_timeout=2)
+    began = time.monotonic()
+    with pytest.raises(BrokerError, match=r"^cannot reach Kafka at 127\.0\.0\.1:1 \(asking for topic 't', "
+                                          r"waited 2s\)"):
+        sink.write(spark.createDataFrame([(1,)], "k long"))
+    assert time.monotonic() - began < 10
+    with pytest.raises(ConfigError, match=r"broker_timeout must be a positive number of seconds, not 0"):
+        CdcSink("127.0.0.1:1", "t", broker_timeout=0)
