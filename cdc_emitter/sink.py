@@ -820,16 +820,27 @@ class CdcSink:
         key = (type(spark), sink_jvm.MessagePlan.key_of(**layout))  # a kind of session's Columns
         if self._message_plan is None or self._message_plan[0] != key:
             self._message_plan = (key, sink_jvm.MessagePlan(**layout))
-        messages = self._message_plan[1].messages(prepared, checks).persist()
+        plan = self._message_plan[1]
+        # spread by hash (no sort); packed exactly only in the rare case a message came out
+        # too big — nothing is written before the stats of the messages that will be
+        messages = plan.messages(prepared, checks).persist()
         try:
-            try:
-                counts, digest, max_time, n_messages, n_bytes = sink_jvm.batch_stats(
-                    messages, one_time=self.time_column is None)
-            except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
-                ours = sink_jvm.task_error(exc, what) or _task_error(exc)
-                if ours is None:
-                    raise
-                raise ours from None
+            for exact in (False, True):
+                try:
+                    stats = sink_jvm.batch_stats(messages, one_time=self.time_column is None)
+                except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
+                    ours = sink_jvm.task_error(exc, what) or _task_error(exc)
+                    if ours is None:
+                        raise
+                    raise ours from None
+                if exact or stats.largest <= self.max_message_bytes:
+                    break
+                log.debug("%s: a spread message has %d bytes, over %d: packing exactly", what,
+                          stats.largest, self.max_message_bytes)
+                messages.unpersist()
+                messages = plan.messages(prepared, checks, exact=True).persist()
+            counts, digest, max_time = stats.counts, stats.digest, stats.max_time
+            n_messages, n_bytes = stats.messages, stats.bytes
             validated = _time.perf_counter()
             upper = self._upper(what, recorded, close, batch_time, max_time, lower)
             if recorded_digest is not None:

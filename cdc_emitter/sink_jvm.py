@@ -36,7 +36,7 @@ from .core import MAX_LONG, MIN_LONG
 from .errors import BadInputError, CdcError, ConfigError, LateUpdateError
 from .spark_schema import contains_map
 
-__all__ = ["Check", "MessagePlan", "BATCH", "batch_stats", "write_messages", "kafka_write_options",
+__all__ = ["Check", "MessagePlan", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options",
            "canonical", "group_keys", "task_error", "kafka_cause"]
 
 TIME = "__cdc_time"
@@ -165,16 +165,22 @@ class MessagePlan:
                          F.when(live, 1).otherwise(0).alias("__cdc_live"),
                          F.xxhash64(*canon, t).alias("__cdc_order"))
         self._size = F.coalesce(F.octet_length("__cdc_item"), F.lit(0))
-        # 4. packing: within a bucket and time, by running size; updates up to half the limit
-        # share an array (ends within one half-limit window: at most a whole limit), bigger ones
-        # go alone
+        # 4. packing, two ways. Spread: a bucket and time's updates are spread by their hash over
+        # as many arrays as half-full ones would take (no sort: one sum per group); an array
+        # can come out over the limit, which batch_stats shows. Exact: by running size in hash
+        # order; updates up to half the limit share an array (ends within one half-limit
+        # window: at most a whole limit), bigger ones go alone.
+        no_item = F.col("__cdc_item").isNull()
+        total = F.sum("__cdc_size").over(Window.partitionBy("__cdc_bucket", TIME))
+        arrays = F.greatest(F.lit(1), F.ceil(total / F.lit(half)))
+        self._chunk_spread = F.when(no_item, F.lit(None)).otherwise(F.pmod(F.col("__cdc_order"), arrays))
         window = Window.partitionBy("__cdc_bucket", TIME).orderBy("__cdc_order")
         small = F.col("__cdc_size") <= F.lit(half)
         running = F.sum(F.when(small, F.col("__cdc_size")).otherwise(0)).over(
             window.rowsBetween(Window.unboundedPreceding, Window.currentRow))
-        self._chunk = (F.when(F.col("__cdc_item").isNull(), F.lit(None))
-                       .when(small, F.floor((running - 1) / F.lit(half)))
-                       .otherwise(-F.row_number().over(window)))
+        self._chunk_exact = (F.when(no_item, F.lit(None))
+                             .when(small, F.floor((running - 1) / F.lit(half)))
+                             .otherwise(-F.row_number().over(window)))
         self._packed = (F.sum("__cdc_live").alias("n"),
                         F.bit_xor(F.coalesce(F.col(HASH), F.lit(0).cast("long"))).alias("xor"),
                         F.array_join(F.collect_list(F.col("__cdc_item").cast("string")), "").alias("__cdc_body"))
@@ -196,14 +202,17 @@ class MessagePlan:
         return (schema.json(), tuple(data_cols), json.dumps(update_schema), frame, max_message_bytes,
                 buckets, tuple(partitions or ()))
 
-    def messages(self, prepared: Any, checks: Sequence[Check]) -> Any:
+    def messages(self, prepared: Any, checks: Sequence[Check], *, exact: bool = False) -> Any:
         """The batch's messages as a DataFrame (nothing computed yet): one row per update array
         with ``time``, ``n`` (updates), ``xor`` (XOR of the updates' hashes), ``value`` (the
         message) and ``partition`` (null: Kafka's choice); plus one row with ``n = 0`` and a null
         value for each bucket and time whose updates all cancelled (so the largest time is known).
 
         ``prepared`` has the data columns, ``__cdc_time`` and ``__cdc_diff``; ``checks`` are the
-        batch's own (built per batch: they hold its frontier)."""
+        batch's own (built per batch: they hold its frontier). ``exact``: pack by running size,
+        every message at most ``max_message_bytes``; else spread by hash (no sort, ~30% less
+        time on big batches), where a message can exceed it — check the largest message
+        (:func:`batch_stats`) before writing, and pack exactly when it does."""
         from pyspark.sql import functions as F
 
         t = F.col(TIME)
@@ -222,14 +231,26 @@ class MessagePlan:
         consolidated = (rows.groupBy("__cdc_bucket", *self._keys, t).agg(*self._sums, *self._firsts)
                         .select("__cdc_bucket", *self._data, t, self._total))
         encoded = consolidated.select(*self._encoded).withColumn("__cdc_size", self._size)
-        return (encoded.withColumn("__cdc_chunk", self._chunk)
+        return (encoded.withColumn("__cdc_chunk", self._chunk_exact if exact else self._chunk_spread)
                 .groupBy("__cdc_bucket", t, "__cdc_chunk").agg(*self._packed)
                 .select(*self._message))
 
 
-def batch_stats(messages: Any, *, one_time: bool = False) -> tuple[dict[int, int], int, int | None, int, int]:
-    """Compute the (cached) messages: ``(counts per time, digest xor, largest time or None,
-    messages, bytes)``. One Spark job; a bad row fails it, as :func:`task_error` explains.
+@dataclass(frozen=True)
+class BatchStats:
+    """What a batch's messages hold (see :func:`batch_stats`)."""
+
+    counts: dict  # updates per time
+    digest: int  # XOR of the updates' hashes
+    max_time: int | None  # the largest time, cancelled updates included; None: no rows
+    messages: int
+    bytes: int
+    largest: int  # bytes of the largest message
+
+
+def batch_stats(messages: Any, *, one_time: bool = False) -> BatchStats:
+    """Compute the (cached) messages and what they hold. One Spark job; a bad row fails it, as
+    :func:`task_error` explains.
 
     ``one_time``: every update has the same time (the default time mode), so the job brings back
     a row per message (about one per bucket in a small batch) instead of adding a shuffle by time.
@@ -239,11 +260,12 @@ def batch_stats(messages: Any, *, one_time: bool = False) -> tuple[dict[int, int
     if one_time:
         rows = messages.select("time", "n", F.col("xor").alias("x"),
                                F.col("value").isNotNull().cast("long").alias("m"),
-                               F.octet_length("value").alias("b")).collect()
+                               F.octet_length("value").alias("b"), F.octet_length("value").alias("l")).collect()
     else:
         rows = (messages.groupBy("time")
                 .agg(F.sum("n").alias("n"), F.bit_xor("xor").alias("x"),
-                     F.count(F.col("value")).alias("m"), F.sum(F.octet_length("value")).alias("b"))
+                     F.count(F.col("value")).alias("m"), F.sum(F.octet_length("value")).alias("b"),
+                     F.max(F.octet_length("value")).alias("l"))
                 .collect())
     counts: dict[int, int] = {}
     xor = 0
@@ -251,8 +273,9 @@ def batch_stats(messages: Any, *, one_time: bool = False) -> tuple[dict[int, int
         xor ^= r["x"]
         if r["n"]:
             counts[r["time"]] = counts.get(r["time"], 0) + int(r["n"])
-    max_time = max((r["time"] for r in rows), default=None)
-    return counts, xor, max_time, sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows)
+    return BatchStats(counts, xor, max((r["time"] for r in rows), default=None),
+                      sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows),
+                      max((int(r["l"] or 0) for r in rows), default=0))
 
 
 #: librdkafka settings and their Java client equivalents (the JVM path's producers are Java's).

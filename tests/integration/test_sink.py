@@ -107,6 +107,27 @@ def test_streaming_query_exact_history_multi_partition(spark, kafka_bootstrap, t
     assert len(partitions) > 1
 
 
+def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(spark, kafka_bootstrap, topic_factory,
+                                                                        monkeypatch):
+    """The JVM path spreads updates over arrays by hash; updates near half the limit make some
+    array too big, and the batch is then packed by running size before anything is written."""
+    from cdc_emitter import kafka_io, sink_jvm
+
+    topic = topic_factory(2)
+    rows = [(i, "x" * (150 + i % 20), 1) for i in range(200)]
+    calls = []
+    messages = sink_jvm.MessagePlan.messages
+    monkeypatch.setattr(sink_jvm.MessagePlan, "messages",
+                        lambda self, *a, **kw: calls.append(kw.get("exact", False)) or messages(self, *a, **kw))
+    result = CdcSink(kafka_bootstrap, topic, encoder="jvm", max_message_bytes=400).write(
+        spark.createDataFrame(rows, KV), time=1)
+    assert calls == [False, True]
+    assert result.updates == 200
+    sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
+    assert max(sizes) <= 400 and len(sizes) == result.messages
+    check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 1, d) for k, v, d in rows], (2,))
+
+
 @pytest.mark.parametrize("encoder", ["python", "avro"])
 def test_task_retry_after_partial_produce_only_duplicates(spark, kafka_bootstrap, topic_factory, encoder):
     topic = topic_factory(2)
