@@ -812,7 +812,10 @@ class TopicOffsets:
 
     def _open(self) -> Any:
         if self._consumer is None:
-            self._consumer, self.partitions = _open_reader(self.servers, self.topic, self._config,
+            # a short long-poll: a fetch left in flight by the last read delays the next one
+            # by up to fetch.wait.max.ms (librdkafka sends one fetch at a time per broker)
+            config = {**(self._config or {}), "fetch.wait.max.ms": 10}
+            self._consumer, self.partitions = _open_reader(self.servers, self.topic, config,
                                                            self.broker_timeout)
         return self._consumer
 
