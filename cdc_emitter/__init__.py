@@ -25,7 +25,7 @@ __all__ = [
     "BadInputError", "BrokerError", "CdcError", "CdcReader", "CdcSink", "ConcurrentWriterError",
     "ConfigError", "DecodeError",
     "DeliveryError", "LateUpdateError", "Progress", "RefusedError", "ReplayError", "SchemaError", "Update", "Violation",
-    "configure_spark", "consolidate", "progress_for", "progress_from_counts",
+    "configure_spark", "consolidate", "progress_for", "progress_from_counts", "read_cdc",
 ]
 
 
@@ -34,6 +34,10 @@ def __getattr__(name):
         from .sink import CdcSink
 
         return CdcSink
+    if name == "read_cdc":
+        from .spark_reader import read_cdc
+
+        return read_cdc
     if name == "configure_spark":
         from .spark_setup import configure_spark
 

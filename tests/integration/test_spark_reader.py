@@ -1,0 +1,112 @@
+"""``read_cdc`` on the real broker: CdcSink writes, Spark reads back, and the local reader agrees."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc_emitter import CdcSink, read_cdc
+from cdc_emitter.codec import CdcCodec
+from cdc_emitter.core import CdcReader, Progress, Update
+from cdc_emitter.errors import BrokerError, CdcError, DecodeError
+from cdc_emitter.kafka_io import CdcProducer, read_topic
+from cdc_emitter.spark_schema import data_schema
+
+from helpers import as_history, read_history
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+DDL = "k long, v string, m map<string,long>, diff long"
+BATCHES = [  # (time, rows): retractions, a map column, nulls, a row that cancels within a batch
+    (0, [(1, "a", {"x": 1}, 1), (2, None, None, 2), (3, "c", {}, 1), (9, "z", None, 1), (9, "z", None, -1)]),
+    (2, [(1, "a", {"x": 1}, -1), (4, "d", {"y": 2, "x": 1}, 1)]),
+    (3, [(2, None, None, -2), (5, "e", None, 3), (4, "d", {"x": 1, "y": 2}, 1)]),
+]
+
+
+def _plain(rows) -> list[tuple]:
+    """Spark rows as comparable tuples (maps as sorted item tuples)."""
+    return sorted(tuple(tuple(sorted(v.items())) if isinstance(v, dict) else v for v in row) for row in rows)
+
+
+def _schema(spark) -> dict:
+    return data_schema(spark.createDataFrame([], DDL).drop("diff").schema)
+
+
+def test_round_trip_collection_and_history_equal_the_input(spark, kafka_bootstrap, topic_factory):
+    topic = topic_factory(3)
+    sink = CdcSink(kafka_bootstrap, topic)
+    for time, rows in BATCHES:
+        sink.write(spark.createDataFrame(rows, DDL), time=time)
+    # every update message once more: duplicates, as a retried task leaves them
+    with CdcProducer(kafka_bootstrap, topic) as producer:
+        for record in list(read_topic(kafka_bootstrap, topic)):
+            if record.value[5:6] == b"\x00":
+                producer.produce(record.value, partition=record.partition)
+
+    result = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=_schema(spark))
+
+    triples = [((k, v, tuple(sorted(m.items())) if m is not None else None), t, d)
+               for t, rows in BATCHES for k, v, m, d in rows]
+    expected = as_history(triples)
+    assert (result.frontier, result.verdict, result.violations) == ((4,), "verified", [])
+    assert result.statements == 3 and result.updates == len(expected) and result.duplicates == len(expected)
+    history = _plain(result.history.collect())
+    assert history == sorted((*u.data, u.time, u.diff) for u in expected)
+    totals: dict = {}
+    for u in expected:
+        totals[u.data] = totals.get(u.data, 0) + u.diff
+    assert _plain(result.collection.collect()) == sorted((*d, n) for d, n in totals.items() if n)
+    # the local reader reads the same history
+    local, frontier, violations, _ = read_history(kafka_bootstrap, topic, CdcCodec(_schema(spark)))
+    assert (frontier, violations) == ((4,), []) and len(local) == len(expected)
+
+
+def test_as_of_a_time_below_the_frontier_and_not_beyond_it(spark, kafka_bootstrap, topic_factory):
+    topic = topic_factory()
+    sink = CdcSink(kafka_bootstrap, topic)
+    for time, rows in BATCHES:
+        sink.write(spark.createDataFrame(rows, DDL), time=time)
+    first = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=_schema(spark), until=1)
+    assert _plain(first.collection.select("k", "count").collect()) == [(1, 1), (2, 2), (3, 1)]
+    with pytest.raises(CdcError, match=r"proven complete only up to frontier 4, not up to 5"):
+        read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=_schema(spark), until=5)
+
+
+def test_violations_match_the_local_reader(spark, kafka_bootstrap, topic_factory):
+    topic = topic_factory(2)
+    schema = {"type": "record", "name": "row", "fields": [{"name": "k", "type": "long"}]}
+    codec = CdcCodec(schema)
+    messages = [  # (partition, value)
+        (0, codec.encode_updates([Update((1,), 0, 1), Update((2,), 0, 1)])[0]),
+        (1, codec.encode_updates([Update((1,), 0, 5)])[0]),  # conflicting diff
+        (0, codec.encode_progress(Progress((0,), (2,), ((0, 2), (1, 1))))),  # time 1 never arrives
+        (1, codec.encode_progress(Progress((0,), (1,), ((0, 3),)))),  # count mismatch at 0
+        (1, codec.encode_progress(Progress((2,), (3,), ((7, 1),)))),  # count outside the interval
+        (0, b"\x00\x00\x00\x00\x00\x07garbage"),  # undecodable
+        (1, codec.encode_updates([Update((3,), 5, 1)])[0]),  # held beyond the frontier
+    ]
+    with CdcProducer(kafka_bootstrap, topic) as producer:
+        for partition, value in messages:
+            producer.produce(value, partition=partition)
+
+    result = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=schema)
+    # Spark sees every update at once; the local reader sees a conflicting diff that arrives after
+    # its time was reported only when it remembers reported updates (strict)
+    local_reader = CdcReader(strict="exact")
+    for record in read_topic(kafka_bootstrap, topic):
+        try:
+            local_reader.push(codec.decode(record.value), partition=record.partition, offset=record.offset)
+        except DecodeError as exc:
+            local_reader.violate("undecodable", None, str(exc), record.partition, record.offset)
+    frontier, local = local_reader.frontier, local_reader.violations
+    assert result.frontier == frontier == (1,)
+    assert result.verdict == "violations" and result.held == 1
+    assert sorted((v.kind, v.time) for v in result.violations) == sorted((v.kind, v.time) for v in local)
+    named = {(v.kind, v.partition, v.offset) for v in result.violations if v.kind != "conflicting_diff"}
+    assert named == {(v.kind, v.partition, v.offset) for v in local if v.kind != "conflicting_diff"}
+
+
+def test_missing_topic_is_a_broker_error_before_spark_reads(spark, kafka_bootstrap):
+    with pytest.raises(BrokerError, match=r"topic 'no-such-topic-for-read-cdc' does not exist"):
+        read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic="no-such-topic-for-read-cdc",
+                 schema={"type": "record", "name": "row", "fields": [{"name": "k", "type": "long"}]})
