@@ -92,3 +92,16 @@ def test_export_remote_writes_an_exact_snapshot(spark_cluster, kafka_bootstrap, 
     history, frontier, violations, _ = read_history(kafka_bootstrap, topic, CdcCodec(DATA))
     assert (frontier, violations) == ((4,), [])
     assert history == as_history(((k % 7, f"v{k % 3}"), 3, 1) for k in range(50))
+    # and read back through the same Connect server with read_cdc
+    script = ("import json; from pyspark.sql import SparkSession; from cdc_emitter import read_cdc; "
+              f"s = SparkSession.builder.remote({connect!r}).getOrCreate(); "
+              f"r = read_cdc(s, bootstrap_servers={kafka_bootstrap!r}, topic={topic!r}, schema={DATA!r}); "
+              "print(json.dumps({'frontier': list(r.frontier), 'verdict': r.verdict, "
+              "'collection': sorted(list(row) for row in r.collection.collect())}))")
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts: dict = {}
+    for k in range(50):
+        counts[(k % 7, f"v{k % 3}")] = counts.get((k % 7, f"v{k % 3}"), 0) + 1
+    assert json.loads(done.stdout.splitlines()[-1]) == {
+        "frontier": [4], "verdict": "verified", "collection": sorted([*key, n] for key, n in counts.items())}
