@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Both readers on one topic: the local verifier (``verify_topic``) and Spark (``read_cdc``).
+
+Writes ``--updates`` distinct narrow updates ``(k long, v string)`` in ``--batches`` batches over
+``--partitions`` partitions with ``CdcSink`` (one CDC time per batch), then reads the topic back
+with each engine in a process of its own, ``--runs`` times, interleaved, and prints for each run:
+seconds, updates per second, and the peak resident memory of the reading Python process (for
+Spark: the driver's Python process; the JVM runs the executors too in ``local[2]`` and is not
+counted; 8 shuffle partitions). Each run checks the frontier and that nothing is left unproven.
+
+Kafka: ``KAFKA_BOOTSTRAP_SERVERS``, or a broker started here with ``scripts/kafka-local`` (its
+own state dir, stopped at the end).
+
+    .venv/bin/python scripts/bench_read.py --updates 2000000 --partitions 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchkit import kafka  # noqa: E402
+
+DATA = {"type": "record", "name": "data", "fields": [{"name": "k", "type": "long"},
+                                                     {"name": "v", "type": ["null", "string"]}]}
+
+#: Run in a process of its own: read the topic, print seconds, updates and peak RSS as JSON.
+READER = r"""
+import json, os, resource, sys, time
+sys.path.insert(0, {root!r})
+engine, bootstrap, topic, data = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+if engine == "local":
+    from cdc_emitter.codec import CdcCodec
+    from cdc_emitter.verify import verify_topic
+    began = time.perf_counter()
+    result = verify_topic(bootstrap, topic, CdcCodec(data), keep_collection=False)
+    seconds = time.perf_counter() - began
+    out = {{"frontier": list(result.frontier), "verdict": result.verdict, "updates": result.updates}}
+else:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    from cdc_emitter import configure_spark, read_cdc
+    spark = (configure_spark(SparkSession.builder.master("local[2]").appName("bench-read"))
+             .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
+             .config("spark.sql.shuffle.partitions", "8")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    spark.range(1).count()  # the session is up before the clock starts
+    began = time.perf_counter()
+    result = read_cdc(spark, bootstrap_servers=bootstrap, topic=topic, schema=data)
+    rows = result.collection.count()  # the collection computed too, on the executors
+    seconds = time.perf_counter() - began
+    out = {{"frontier": list(result.frontier), "verdict": result.verdict, "updates": result.updates,
+            "collection": rows}}
+    spark.stop()
+out["seconds"] = seconds
+out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps(out))
+"""
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--updates", type=int, default=2_000_000)
+    ap.add_argument("--batches", type=int, default=20)
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--runs", type=int, default=1)
+    args = ap.parse_args()
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from cdc_emitter import CdcSink, configure_spark
+    from cdc_emitter.kafka_io import ensure_topic
+
+    with kafka() as bootstrap:
+        topic = f"bench-read-{uuid.uuid4().hex[:8]}"
+        ensure_topic(bootstrap, topic, create=True, partitions=args.partitions)
+        spark = (configure_spark(SparkSession.builder.master("local[2]").appName("bench-read-write"))
+                 .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
+                 .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+        spark.sparkContext.setLogLevel("ERROR")
+        per_batch = args.updates // args.batches
+        began = time.perf_counter()
+        sink = CdcSink(bootstrap, topic)
+        for b in range(args.batches):
+            rows = spark.range(b * per_batch, (b + 1) * per_batch).select(
+                F.col("id").alias("k"), F.concat(F.lit("value-"), (F.col("id") % 1000).cast("string")).alias("v"))
+            sink.write(rows, time=b)
+        print(f"wrote {per_batch * args.batches} updates in {args.batches} batches over {args.partitions} "
+              f"partitions in {time.perf_counter() - began:.1f}s", flush=True)
+        spark.stop()
+        script = READER.format(root=str(ROOT))
+        for run in range(1, args.runs + 1):
+            for engine in ("local", "spark"):
+                done = subprocess.run([sys.executable, "-c", script, engine, bootstrap, topic, json.dumps(DATA)],
+                                      capture_output=True, text=True)
+                if done.returncode != 0:
+                    print(done.stderr[-3000:], file=sys.stderr)
+                    return 1
+                out = json.loads(done.stdout.strip().splitlines()[-1])
+                assert out["frontier"] == [args.batches] and out["verdict"] == "verified", out
+                print(f"run {run} {engine:5s} {out['seconds']:7.1f}s "
+                      f"{per_batch * args.batches / out['seconds']:>10,.0f} updates/s  "
+                      f"peak RSS of the reading Python process {out['peak_rss_mib']:,.0f} MiB", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
