@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -53,6 +54,7 @@ def main() -> int:
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
+    checkpoint = None
     try:
         with kafka() as bootstrap:
             topic = f"bench-small-{uuid.uuid4().hex[:8]}"
@@ -93,6 +95,8 @@ def main() -> int:
                         seconds[name].append(time.perf_counter() - began)
     finally:
         spark.stop()
+        if checkpoint is not None:
+            shutil.rmtree(checkpoint, ignore_errors=True)
     print(f"{args.rows}-row batches, {args.batches} rounds after {args.warmup} warm-up (seconds per batch):")
     for name, values in seconds.items():
         print(f"  {name:10s} median {statistics.median(values):.3f}  min {min(values):.3f}  "
