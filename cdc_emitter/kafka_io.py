@@ -570,6 +570,15 @@ def _watermarks(
 _TRANSIENT = {KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT}
 
 
+def _check_down(down_since: float, broker_timeout: float, doing: str, err: KafkaError) -> None:
+    """Raise BrokerError once the broker has been unreachable for more than ``broker_timeout``
+    seconds in a row (since ``down_since``), saying how long it was."""
+    down = time.monotonic() - down_since
+    if down > broker_timeout:
+        raise BrokerError(f"{doing}: broker unreachable for {down:.0f}s "
+                          f"(broker_timeout={broker_timeout:g}s): {err.str()}")
+
+
 def _consume(
     consumer: Any,
     topic: str,
@@ -610,12 +619,7 @@ def _consume(
                     continue
                 if err.code() in _TRANSIENT and not err.fatal():
                     down_since = down_since or time.monotonic()
-                    if time.monotonic() - down_since > broker_timeout:
-                        raise BrokerError(
-                            f"reading topic {topic!r}: broker unreachable for "
-                            f"{time.monotonic() - down_since:.0f}s (broker_timeout={broker_timeout:g}s): "
-                            f"{err.str()}"
-                        )
+                    _check_down(down_since, broker_timeout, f"reading topic {topic!r}", err)
                     continue
                 where = f"partition {p}" if p is not None and p >= 0 else "(no partition)"
                 raise BrokerError(f"error reading topic {topic!r} {where}: {err.str()} [{err.name()}]")
@@ -692,12 +696,8 @@ class TopicScan:
                     continue
                 if code in _TRANSIENT and not err.fatal():
                     self._down_since = self._down_since or time.monotonic()
-                    down = time.monotonic() - self._down_since
-                    if down > self.broker_timeout:
-                        raise BrokerError(
-                            f"reading topic {self.topic!r} on {self.servers}: broker unreachable "
-                            f"for {down:.0f}s (broker_timeout={self.broker_timeout:g}s): {err.str()}"
-                        )
+                    _check_down(self._down_since, self.broker_timeout,
+                                f"reading topic {self.topic!r} on {self.servers}", err)
                     continue
                 where = f"partition {p}" if p is not None and p >= 0 else "(no partition)"
                 raise BrokerError(
