@@ -257,16 +257,18 @@ def batch_stats(messages: Any, *, one_time: bool = False) -> BatchStats:
     """
     from pyspark.sql import functions as F
 
-    if one_time:
+    if one_time:  # a row per message: its bytes are also the largest of its row
         rows = messages.select("time", "n", F.col("xor").alias("x"),
                                F.col("value").isNotNull().cast("long").alias("m"),
-                               F.octet_length("value").alias("b"), F.octet_length("value").alias("l")).collect()
+                               F.octet_length("value").alias("b")).collect()
+        largest = max((int(r["b"] or 0) for r in rows), default=0)
     else:
         rows = (messages.groupBy("time")
                 .agg(F.sum("n").alias("n"), F.bit_xor("xor").alias("x"),
                      F.count(F.col("value")).alias("m"), F.sum(F.octet_length("value")).alias("b"),
                      F.max(F.octet_length("value")).alias("l"))
                 .collect())
+        largest = max((int(r["l"] or 0) for r in rows), default=0)
     counts: dict[int, int] = {}
     xor = 0
     for r in rows:
@@ -274,8 +276,7 @@ def batch_stats(messages: Any, *, one_time: bool = False) -> BatchStats:
         if r["n"]:
             counts[r["time"]] = counts.get(r["time"], 0) + int(r["n"])
     return BatchStats(counts, xor, max((r["time"] for r in rows), default=None),
-                      sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows),
-                      max((int(r["l"] or 0) for r in rows), default=0))
+                      sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows), largest)
 
 
 #: librdkafka settings and their Java client equivalents (the JVM path's producers are Java's).
