@@ -36,7 +36,7 @@ from .core import MAX_LONG, MIN_LONG
 from .errors import BadInputError, CdcError, ConfigError, LateUpdateError
 from .spark_schema import contains_map
 
-__all__ = ["Check", "MessagePlan", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options",
+__all__ = ["Check", "MessagePlan", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options", "java_client_options",
            "canonical", "group_keys", "task_error", "kafka_cause"]
 
 TIME = "__cdc_time"
@@ -295,6 +295,43 @@ _IGNORED = {"queue.buffering.max.ms", "queue.buffering.max.messages",
             "socket.keepalive.enable", "statistics.interval.ms"}
 
 
+def java_client_options(config: Mapping[str, Any], *, unknown: str, unsupported: str) -> dict[str, str]:
+    """Java Kafka client options (``kafka.``-prefixed, as Spark's Kafka source and writer take
+    them) for librdkafka-style ``config``: the settings with a Java equivalent, SASL credentials
+    as a JAAS configuration, a PEM CA file as a truststore.
+
+    Raises ConfigError with ``unknown`` (formatted with ``key``) for a setting that has no Java
+    equivalent here, and ``unsupported`` (formatted with ``mechanism``) for a SASL mechanism
+    without a login module here: each says who needed it and what to do instead."""
+    options: dict[str, str] = {}
+    config = dict(config)
+    username, password = config.pop("sasl.username", None), config.pop("sasl.password", None)
+    ca = config.pop("ssl.ca.location", None)
+    for key, value in config.items():
+        if key in _RENAMED:
+            options["kafka." + _RENAMED[key]] = str(value)
+        elif key in _SAME:
+            options["kafka." + key] = str(value)
+        elif key in _IGNORED or key.startswith("bootstrap.servers"):
+            continue
+        else:
+            raise ConfigError(unknown.format(key=key))
+    if username is not None:
+        mechanism = options.get("kafka.sasl.mechanism", "PLAIN").upper()
+        module = _LOGIN.get(mechanism)
+        if module is None:
+            raise ConfigError(unsupported.format(mechanism=mechanism))
+        quoted = [str(v).replace("\\", "\\\\").replace('"', '\\"') for v in (username, password or "")]
+        options["kafka.sasl.jaas.config"] = (f'{module} required username="{quoted[0]}" '
+                                             f'password="{quoted[1]}";')
+    if ca is not None:
+        options["kafka.ssl.truststore.type"] = "PEM"
+        options["kafka.ssl.truststore.location"] = str(ca)
+    if options.get("kafka.ssl.endpoint.identification.algorithm") == "none":
+        options["kafka.ssl.endpoint.identification.algorithm"] = ""
+    return options
+
+
 def kafka_write_options(bootstrap_servers: str, topic: str, producer_config: Mapping[str, Any]) -> dict:
     """Options for Spark's Kafka writer from the sink's librdkafka ``producer_config``.
 
@@ -306,21 +343,12 @@ def kafka_write_options(bootstrap_servers: str, topic: str, producer_config: Map
     options = {"kafka.bootstrap.servers": bootstrap_servers, "topic": topic,
                "kafka.acks": "all", "kafka.enable.idempotence": "false",
                "kafka.delivery.timeout.ms": "120000", "includeHeaders": "true"}
-    config = dict(producer_config)
-    username, password = config.pop("sasl.username", None), config.pop("sasl.password", None)
-    ca = config.pop("ssl.ca.location", None)
-    for key, value in config.items():
-        if key in _RENAMED:
-            options["kafka." + _RENAMED[key]] = str(value)
-        elif key in _SAME:
-            options["kafka." + key] = str(value)
-        elif key in _IGNORED or key.startswith("bootstrap.servers"):
-            continue
-        else:
-            raise ConfigError(
-                f"producer_config key {key!r} has no equivalent in Spark's Kafka writer, which the "
-                "sink's JVM data path uses: pass encoder='python' to write with librdkafka"
-            )
+    options.update(java_client_options(
+        producer_config,
+        unknown="producer_config key {key!r} has no equivalent in Spark's Kafka writer, which the "
+                "sink's JVM data path uses: pass encoder='python' to write with librdkafka",
+        unsupported="sasl.mechanism {mechanism!r} is not supported by the JVM data path: pass "
+                    "encoder='python'"))
     # Java refuses a delivery timeout below linger.ms + request.timeout.ms (30 s by default)
     delivery = int(options["kafka.delivery.timeout.ms"])
     linger = int(options.get("kafka.linger.ms", 5))
@@ -330,20 +358,6 @@ def kafka_write_options(bootstrap_servers: str, topic: str, producer_config: Map
     options.setdefault("kafka.max.block.ms", str(delivery))
     if options["kafka.acks"] not in ("all", "-1"):
         raise ConfigError(f"acks={options['kafka.acks']!r}: the sink needs acks=all")
-    if username is not None:
-        mechanism = options.get("kafka.sasl.mechanism", "PLAIN").upper()
-        module = _LOGIN.get(mechanism)
-        if module is None:
-            raise ConfigError(f"sasl.mechanism {mechanism!r} is not supported by the JVM data path: "
-                              "pass encoder='python'")
-        quoted = [str(v).replace("\\", "\\\\").replace('"', '\\"') for v in (username, password or "")]
-        options["kafka.sasl.jaas.config"] = (f'{module} required username="{quoted[0]}" '
-                                             f'password="{quoted[1]}";')
-    if ca is not None:
-        options["kafka.ssl.truststore.type"] = "PEM"
-        options["kafka.ssl.truststore.location"] = str(ca)
-    if options.get("kafka.ssl.endpoint.identification.algorithm") == "none":
-        options["kafka.ssl.endpoint.identification.algorithm"] = ""
     return options
 
 

@@ -79,15 +79,18 @@ def _data_schema(schema: Any) -> dict:
     raise SchemaError(f"schema must be a path or an Avro schema (dict or list), not {type(schema).__name__}")
 
 
-def _source_options(bootstrap_servers: str, topic: str, config: Mapping[str, Any]) -> dict[str, str]:
+def _source_options(bootstrap_servers: str, config: Mapping[str, Any]) -> dict[str, str]:
     """Spark's Kafka source options for librdkafka-style ``config`` (security settings)."""
-    from .sink_jvm import kafka_write_options
+    from .sink_jvm import java_client_options
 
-    producer_only = {"acks", "enable.idempotence", "delivery.timeout.ms", "max.block.ms", "linger.ms",
-                     "batch.size", "compression.type", "max.request.size", "request.timeout.ms"}
-    options = kafka_write_options(bootstrap_servers, topic, config)
-    return {k: v for k, v in options.items()
-            if k.startswith("kafka.") and k[len("kafka."):] not in producer_only}
+    producer_only = {"acks", "enable.idempotence", "delivery.timeout.ms", "linger.ms", "batch.size",
+                     "compression.type", "max.request.size", "max.in.flight.requests.per.connection"}
+    options = java_client_options(
+        config, unknown="kafka_options key {key!r} has no equivalent in Spark's Kafka source, which "
+                        "read_cdc uses: leave it out",
+        unsupported="sasl.mechanism {mechanism!r} is not supported by read_cdc")
+    return {"kafka.bootstrap.servers": bootstrap_servers,
+            **{k: v for k, v in options.items() if k[len("kafka."):] not in producer_only}}
 
 
 def read_cdc(spark: Any, *, bootstrap_servers: str, topic: str, schema: Any, framing: str = "confluent",
@@ -104,14 +107,13 @@ def read_cdc(spark: Any, *, bootstrap_servers: str, topic: str, schema: Any, fra
 
     from .codec import union_schema
     from .kafka_io import end_offsets
-    from .sink_jvm import group_keys
 
     if framing not in ("confluent", "raw"):
         raise CdcError(f"framing must be 'confluent' or 'raw', not {framing!r}")
     config = dict(kafka_options or {})
     branches = union_schema(_data_schema(schema))
     ends = end_offsets(bootstrap_servers, topic, config)  # BrokerError: missing topic, no broker
-    options = _source_options(bootstrap_servers, topic, config)
+    options = _source_options(bootstrap_servers, config)
     reader = spark.read.format("kafka").options(**options).option("subscribe", topic)
     reader = reader.option("startingOffsets", json.dumps({topic: {str(p): low for p, (low, _h) in ends.items()}}))
     raw = reader.option("endingOffsets", json.dumps({topic: {str(p): high for p, (_l, high) in ends.items()}})).load()
@@ -132,12 +134,16 @@ def read_cdc(spark: Any, *, bootstrap_servers: str, topic: str, schema: Any, fra
         .alias("why"),
     ).persist()
     try:
-        return _read(decoded, branches, until, group_keys, F)
+        return _read(decoded, until)
     finally:
         decoded.unpersist()
 
 
-def _read(decoded: Any, branches: list, until: int | None, group_keys: Any, F: Any) -> CdcRead:
+def _read(decoded: Any, until: int | None) -> CdcRead:
+    from pyspark.sql import functions as F
+
+    from .sink_jvm import group_keys
+
     violations: list[Violation] = []
     # one job brings the few messages the driver needs: the progress statements (one per batch a
     # sink writes; checked on the driver by the local reader) and the undecodable messages
