@@ -504,14 +504,14 @@ class CdcReader:
                 "reported with another diff", **where,
             )
         else:
-            count = self._ledger.count(time)
-            self.violate(
-                "over_count", time,
-                f"data {data!r} at time {time} (diff {diff}) arrived after the time was reported "
-                f"complete with count {count or 0}, and is no duplicate of a reported update",
-                **where,
-            )
+            self.violate("over_count", time, self.late_detail(data, time, diff), **where)
         return False
+
+    def late_detail(self, data: Any, time: int, diff: int) -> str:
+        """Strict mode: the detail of the over_count of ``data`` arriving at reported ``time``."""
+        count = self._ledger.count(time)
+        return (f"data {data!r} at time {time} (diff {diff}) arrived after the time was reported "
+                f"complete with count {count or 0}, and is no duplicate of a reported update")
 
     def _bad_update(self, data: Any, time: Any, diff: Any, where: dict) -> None:
         if not isinstance(time, int) or isinstance(time, bool) or not isinstance(diff, int) or isinstance(diff, bool):
@@ -619,11 +619,121 @@ class CdcReader:
             time = heapq.heappop(times)
             self._outstanding.pop(time, None)
             self._announced.pop(time, None)
-            at_time = self._pending.pop(time, None)
-            if at_time:
-                finished.extend(at_time.values())
-                self._held -= len(at_time)
-                if self._memory is not None:
-                    self._memory.remember(time, at_time)
+            self._release(time, finished)
         self._reported = frontier
         return [(finished, self.frontier)]
+
+    def _release(self, time: int, finished: list[Update]) -> None:
+        """Hand out the updates held at ``time``, now reported."""
+        at_time = self._pending.pop(time, None)
+        if at_time:
+            finished.extend(at_time.values())
+            self._held -= len(at_time)
+            if self._memory is not None:
+                self._memory.remember(time, at_time)
+
+
+class TimeCounts(NamedTuple):
+    """What one message holds at one time, as :class:`CountingReader` takes it.
+
+    ``fresh``: updates whose ``(data, time)`` arrives here first (in the reading order);
+    ``conflicts``: ``(data, first_diff, diff)`` for each later arrival of a ``(data, time)``
+    with another diff than its first, in message order. Later arrivals with the first diff are
+    duplicates, counted once for the whole read (:meth:`CountingReader.add_duplicates`): where
+    they arrive changes nothing.
+    """
+
+    time: int
+    fresh: int
+    conflicts: tuple[tuple[Any, int, int], ...] = ()
+
+
+class CountingReader(CdcReader):
+    """The :class:`CdcReader`'s verdicts from counts, for a reader that deduplicates elsewhere.
+
+    A distributed reader (Spark) finds, for every ``(data, time)``, its first arrival in the
+    reading order and every later arrival with another diff; this reader takes those counts
+    message by message and makes every decision the :class:`CdcReader` makes reading the same
+    messages in the same order: the same frontier after every message, the same violations
+    (kinds, times, details, partitions, offsets, order within a message by time), the same
+    duplicates and pending state. It holds counts per open time, never updates, so it reports
+    no updates: the caller takes the history from its own data, less :attr:`late` (first
+    arrivals at times already reported, which the :class:`CdcReader` drops).
+
+    Strict mode is decided exactly (as ``strict="exact"``, with no memory of the reported
+    updates): a first arrival at a reported time is an ``over_count`` whose detail names the
+    data, which only the caller has: its violations are listed in :attr:`late_violations` as
+    ``(index in violations, count)`` with an empty detail, for the caller to fill in with
+    :meth:`late_detail`. Messages whose times interleave (t1, t2, t1) list their violations
+    time by time, where the :class:`CdcReader` lists them as they arrive.
+    """
+
+    def __init__(self, start: int = 0, *, strict: str | None = None):
+        if strict is not None and strict not in STRICT_MODES:
+            raise ValueError(f"strict must be None or one of {', '.join(STRICT_MODES)}, got {strict!r}")
+        super().__init__(start)
+        self.strict = strict
+        self._late_diffs: dict[tuple[Any, int], set[int]] = {}  # strict: late conflicting diffs
+        #: ``(partition, offset, time)`` of first arrivals at a time already reported
+        self.late: list[tuple[Any, Any, int]] = []
+        #: strict: ``(index in violations, count)`` of late first arrivals' over_counts
+        self.late_violations: list[tuple[int, int]] = []
+
+    def retained(self) -> int:
+        return sum(self._pending.values()) + len(self._outstanding) + len(self._announced) + len(
+            self._blocking) + len(self._times) + len(self._queue)
+
+    def add_duplicates(self, n: int) -> None:
+        """Count ``n`` later arrivals with their first diff (wherever they arrived)."""
+        self.duplicates += n
+
+    def push_counts(self, items: Iterable[TimeCounts | Update], *, received: int,
+                    partition: Any = None, offset: Any = None) -> None:
+        """Feed one message of ``received`` updates: its :class:`TimeCounts` and its malformed
+        updates (an ``Update`` with a negative time or a zero diff), in message order."""
+        self.messages += 1
+        self.updates_received += received
+        where = {"partition": partition, "offset": offset}
+        reported, start = self._reported, self._start
+        for item in items:
+            if item.__class__ is not TimeCounts:
+                self._bad_update(*item, where)
+                continue
+            time, fresh, conflicts = item
+            if reported is None or time < reported or time < start:
+                self._late_counts(time, fresh, conflicts, where)
+                continue
+            for data, first, diff in conflicts:
+                self.violate("conflicting_diff", time,
+                             f"data {data!r} at time {time} has diffs {first} and {diff}", **where)
+            if fresh:
+                if time not in self._pending:
+                    self._track(time)
+                    self._pending[time] = 0
+                self._pending[time] += fresh
+                self._settle(time, fresh, where)
+        self._graft_progress(where)
+        self._advance()
+
+    def _late_counts(self, time: int, fresh: int, conflicts: tuple, where: dict) -> None:
+        if fresh:
+            self.late.append((where["partition"], where["offset"], time))
+        if self.strict is None or time < self._start:
+            self.duplicates += fresh + len(conflicts)
+            return
+        for data, _first, diff in conflicts:
+            seen = self._late_diffs.setdefault((data, time), set())
+            if diff in seen:
+                self.duplicates += 1
+                continue
+            seen.add(diff)
+            self.violate("conflicting_diff", time,
+                         f"data {data!r} at time {time} arrived with diff {diff} after the time "
+                         "was reported with another diff", **where)
+        if fresh:
+            self.late_violations.append((len(self.violations), fresh))
+            for _ in range(fresh):
+                self.violate("over_count", time, "", **where)
+
+    def _release(self, time: int, finished: list[Update]) -> None:
+        self._held -= self._pending.pop(time, 0)

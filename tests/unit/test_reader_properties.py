@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdc_emitter import CdcReader, Progress, Update, consolidate, progress_for
+from cdc_emitter.core import CountingReader, TimeCounts
 
 EXAMPLES = settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -169,3 +170,85 @@ def test_strict_reports_every_late_update_that_is_no_duplicate(case, strict):
     for message in messages:
         reader.push(message)
     assert [v.kind for v in reader.violations] == expected
+
+
+# -- CountingReader: the same verdicts from counts ----------------------------------------------
+
+
+def counted(messages):
+    """What a distributed reader hands :class:`CountingReader` for ``messages`` read in this order:
+    per message its TimeCounts (placed where the time first appears) and malformed updates, and
+    the later arrivals with their first diff, counted for the whole read; the data of each first
+    arrival by (message index, time), for the caller's side of strict mode."""
+    first = {}
+    per_message, firsts = [], {}
+    duplicates = 0
+    for index, message in enumerate(messages):
+        if isinstance(message, Progress):
+            per_message.append(message)
+            continue
+        items, groups = [], {}
+        for data, time, diff in message:
+            if time < 0 or diff == 0:
+                items.append(Update(data, time, diff))
+                continue
+            if time not in groups:
+                groups[time] = [0, []]
+                items.append(time)
+            key = (data, time)
+            if key not in first:
+                first[key] = diff
+                groups[time][0] += 1
+                firsts.setdefault((index, time), []).append(Update(data, time, diff))
+            elif first[key] == diff:
+                duplicates += 1
+            else:
+                groups[time][1].append((data, first[key], diff))
+        per_message.append(([item if isinstance(item, Update) else
+                             TimeCounts(item, groups[item][0], tuple(groups[item][1])) for item in items],
+                            len(message)))
+    return per_message, duplicates, firsts
+
+
+noisy_update = st.builds(Update, rows, st.integers(-1, 12), st.integers(-2, 2))
+
+
+@st.composite
+def noisy_history(draw):
+    """A mangled history with anything a wrong writer adds: conflicting diffs, new rows at
+    reported times, malformed updates, disagreeing statements; messages with several times."""
+    _history, messages, _final = draw(mangled_history())
+    extra = draw(st.lists(st.one_of(st.lists(noisy_update, min_size=1, max_size=5), garbage_progress
+                                    .filter(lambda p: len(p.lower) == 1)), max_size=6))
+    mixed = list(messages)
+    for message in extra:
+        mixed.insert(draw(st.integers(0, len(mixed))), message)
+    return mixed
+
+
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(mangled_history().map(lambda case: case[1]), noisy_history()),
+       st.sampled_from([None, "exact"]))
+def test_counting_reader_decides_as_the_reader_does(messages, strict):
+    reader, counting = CdcReader(strict=strict), CountingReader(strict=strict)
+    per_message, duplicates, firsts = counted(messages)
+    for index, (message, entry) in enumerate(zip(messages, per_message)):
+        reader.push(message, partition=0, offset=index)
+        if isinstance(entry, Progress):
+            counting.push(entry, partition=0, offset=index)
+        else:
+            items, received = entry
+            counting.push_counts(items, received=received, partition=0, offset=index)
+        assert counting.frontier == reader.frontier
+    counting.add_duplicates(duplicates)
+    # strict: the data of late first arrivals, from the caller (one entry per late arrival)
+    assert len(counting.late_violations) == (0 if strict is None else len(counting.late))
+    for (_p, offset, time), (at, n) in zip(counting.late, counting.late_violations):
+        for i, u in enumerate(firsts[(offset, time)][:n]):
+            counting.violations[at + i] = counting.violations[at + i]._replace(
+                detail=counting.late_detail(u.data, u.time, u.diff))
+    assert Counter(counting.violations) == Counter(reader.violations)
+    assert (counting.messages, counting.updates_received, counting.duplicates) == (
+        reader.messages, reader.updates_received, reader.duplicates)
+    assert counting.pending() == reader.pending()
+    assert counting.held == reader.held
