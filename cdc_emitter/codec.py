@@ -323,6 +323,7 @@ class CdcCodec:
         self._item = fastavro.parse_schema(self.union[0]["items"])
         self._array = fastavro.parse_schema(self.union[0])
         self._progress = fastavro.parse_schema(self.union[1])
+        self._data_alone = fastavro.parse_schema(self.data_schema)
         data_parsed = parsed[0]["items"]["fields"][0]["type"]
         self._to_hashable = _build(data_parsed, named, "hash", {})
         self._to_writer = _build(data_parsed, named, "write", {})
@@ -528,6 +529,12 @@ class CdcCodec:
             return [new(row, (tuple(r["data"].values()), r["time"], r["diff"])) for r in datum]
         conv = self._to_hashable
         return [new(row, (conv(r["data"]), r["time"], r["diff"])) for r in datum]
+
+    def decode_data(self, body: bytes) -> Any:
+        """One data record's Avro body (no framing, no union index) as :meth:`decode` gives a
+        row's data: a tuple in field order, values as the reader compares them."""
+        datum = fastavro.schemaless_reader(io.BytesIO(body), self._data_alone, None)
+        return tuple(datum.values()) if self._flat else self._to_hashable(datum)
 
     def diagnose(self, value: bytes) -> str | None:
         """The likely cause when ``value`` does not decode: the framing, or the data schema.

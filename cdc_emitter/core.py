@@ -664,8 +664,9 @@ class CountingReader(CdcReader):
     updates): a first arrival at a reported time is an ``over_count`` whose detail names the
     data, which only the caller has: its violations are listed in :attr:`late_violations` as
     ``(index in violations, count)`` with an empty detail, for the caller to fill in with
-    :meth:`late_detail`. Messages whose times interleave (t1, t2, t1) list their violations
-    time by time, where the :class:`CdcReader` lists them as they arrive.
+    :meth:`late_detail`. Within one message violations are listed time by time, and at a
+    reported time the new rows before the other diffs, where the :class:`CdcReader` lists them
+    as they arrive: the same violations, in another order only for a message that mixes them.
     """
 
     def __init__(self, start: int = 0, *, strict: str | None = None):
@@ -687,10 +688,12 @@ class CountingReader(CdcReader):
         """Count ``n`` later arrivals with their first diff (wherever they arrived)."""
         self.duplicates += n
 
-    def push_counts(self, items: Iterable[TimeCounts | Update], *, received: int,
+    def push_counts(self, items: Iterable[TimeCounts | Update], *, received: int = 0,
                     partition: Any = None, offset: Any = None) -> None:
         """Feed one message of ``received`` updates: its :class:`TimeCounts` and its malformed
-        updates (an ``Update`` with a negative time or a zero diff), in message order."""
+        updates (an ``Update`` with a negative time or a zero diff), in message order. (A caller
+        that knows only totals may set :attr:`messages` and :attr:`updates_received` at the end:
+        nothing decided here depends on them.)"""
         self.messages += 1
         self.updates_received += received
         where = {"partition": partition, "offset": offset}
@@ -721,6 +724,10 @@ class CountingReader(CdcReader):
         if self.strict is None or time < self._start:
             self.duplicates += fresh + len(conflicts)
             return
+        if fresh:
+            self.late_violations.append((len(self.violations), fresh))
+            for _ in range(fresh):
+                self.violate("over_count", time, "", **where)
         for data, _first, diff in conflicts:
             seen = self._late_diffs.setdefault((data, time), set())
             if diff in seen:
@@ -730,10 +737,6 @@ class CountingReader(CdcReader):
             self.violate("conflicting_diff", time,
                          f"data {data!r} at time {time} arrived with diff {diff} after the time "
                          "was reported with another diff", **where)
-        if fresh:
-            self.late_violations.append((len(self.violations), fresh))
-            for _ in range(fresh):
-                self.violate("over_count", time, "", **where)
 
     def _release(self, time: int, finished: list[Update]) -> None:
         self._held -= self._pending.pop(time, 0)

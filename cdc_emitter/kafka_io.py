@@ -773,12 +773,14 @@ def read_topic(
 
 
 def end_offsets(
-    bootstrap_servers: str, topic: str, config: Mapping[str, Any] | None = None
+    bootstrap_servers: str, topic: str, config: Mapping[str, Any] | None = None,
+    timeout: float = BROKER_TIMEOUT,
 ) -> dict[int, tuple[int, int]]:
-    """``{partition: (low, high)}`` watermarks of ``topic``: offsets ``low <= o < high`` exist."""
-    consumer, parts = _open_reader(bootstrap_servers, topic, config)
+    """``{partition: (low, high)}`` watermarks of ``topic``: offsets ``low <= o < high`` exist.
+    ``timeout``: seconds to wait for a broker that does not answer before raising."""
+    consumer, parts = _open_reader(bootstrap_servers, topic, config, timeout)
     try:
-        return _watermarks(consumer, bootstrap_servers, topic, parts, BROKER_TIMEOUT)
+        return _watermarks(consumer, bootstrap_servers, topic, parts, timeout)
     finally:
         consumer.close()
 

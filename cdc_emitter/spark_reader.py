@@ -1,68 +1,62 @@
-"""``read_cdc``: read a CDCv2 topic back with Spark, for topics past one machine.
+"""``read_cdc``: read a CDCv2 topic back with Spark and verify it, for topics past one machine.
 
-The local verifier (:mod:`cdc_emitter.verify`) reads a topic in one Python process. Here Spark's
-Kafka source reads every partition up to the end offsets taken when the read starts (a snapshot,
-as ``verify`` without a target), Spark decodes (``from_avro`` per union branch: spark-avro cannot
-read a top-level union), removes duplicates and counts; the driver holds only the progress
-statements, the count of distinct updates per time and the violations.
+Spark's Kafka source reads every partition up to the end offsets taken when the read starts (a
+snapshot, as ``verify`` without a target). Spark decodes (``from_avro`` per union branch:
+spark-avro cannot read a top-level union) and finds, for every ``(data, time)``, its first
+arrival in (partition, offset, position) order and every later arrival with another diff. The
+driver then replays the messages in that order through a :class:`~cdc_emitter.core.CountingReader`,
+which takes per-message counts and makes every decision the local verifier's reader makes on the
+same messages in the same order. So the verdicts are the local engine's by construction:
 
-What the result says, and how it relates to :class:`~cdc_emitter.core.CdcReader`:
+* ``frontier``, ``violations`` (kinds, times, details, partitions, offsets), ``messages``,
+  ``updates`` (received, duplicates included), ``duplicates``, ``pending``, ``hints`` and
+  ``verdict`` are those of :func:`~cdc_emitter.verify.verify_topic` reading the partitions one
+  after another. For a topic of one partition that is exactly the local engine's reading; with
+  several, only what depends on the interleaving of partitions can differ (which of two
+  conflicting arrivals is first, at which message an over-count is noticed), and only on a topic
+  that has violations. Within one message, violations are listed time by time.
+* undecodable messages: every message Spark cannot decode, or whose Avro body Spark re-encodes
+  to another length (trailing bytes), is decoded again on the driver with the local codec, whose
+  error text, partition and offset the violation carries, with the same hints.
+* ``collection`` (data columns + ``count``) and ``history`` (data columns + ``time`` +
+  ``diff``): DataFrames of the updates reported below the frontier (or ``until``).
 
-* ``frontier``: the reach of the gapless chain of progress statements from time 0, lowered to
-  the first time whose distinct updates are fewer than its count (``()``: closed and complete);
-  the same rule as the local reader's.
-* ``collection``: the data columns and ``count``, the multiset at the frontier (rows with a
-  non-zero count); ``history``: the data columns, ``time`` and ``diff``, one row per distinct
-  ``(data, time)`` below the frontier. DataFrames: nothing is collected to the driver.
-* ``violations``: the same kinds as the local reader. Statements are checked by a
-  :class:`~cdc_emitter.core.CdcReader` on the driver, in (partition, offset) order, so their
-  violations name partitions and offsets as the local one does; undecodable messages, negative
-  times and zero diffs name theirs too. Where the local reader's report depends on arrival order
-  the batch view differs: every ``(data, time)`` with more than one diff is a
-  ``conflicting_diff`` (reported once; the diff of the first message in (partition, offset)
-  order is kept) — the local reader sees one that arrives after its time was reported only with
-  ``strict`` — and an ``over_count`` is reported once per update beyond its time's count,
-  without a partition and offset.
-
-Guarantees: the updates are never collected to the driver; a missing topic raises
-:class:`~cdc_emitter.errors.BrokerError` before Spark starts; messages written after the read
-began are not read.
+The driver holds the progress statements, the violations and a row per (message, time) that
+brings updates first; never the updates. Messages written after the read began are not read.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+import time as _time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .core import CdcReader, Progress, Violation
-from .errors import CdcError, SchemaError
+from .core import CountingReader, Progress, TimeCounts, Update
+from .errors import CdcError, DecodeError, SchemaError
+from .verify import DIAGNOSED, VerifyResult, reached_target
 
 __all__ = ["read_cdc", "CdcRead"]
 
-#: Violations of one kind brought to the driver at most (their total is always counted).
-MAX_REPORTED = 10_000
+#: Seconds between two looks at the end offsets while following a topic to a target.
+FOLLOW_INTERVAL = 0.5
 
 
 @dataclass
-class CdcRead:
-    """What :func:`read_cdc` found (see the module docstring)."""
+class CdcRead(VerifyResult):
+    """What :func:`read_cdc` found: a :class:`~cdc_emitter.verify.VerifyResult` (same fields,
+    same ``summary()`` and ``verdict``) whose ``collection`` and ``history`` are DataFrames."""
 
-    frontier: tuple[int, ...]
-    collection: Any  # DataFrame: data columns + count
-    history: Any  # DataFrame: data columns + time + diff
-    violations: list[Violation] = field(default_factory=list)
-    messages: int = 0
-    statements: int = 0
-    updates: int = 0  # distinct (data, time) updates read
-    duplicates: int = 0  # update copies beyond the first of each (data, time, diff)
-    held: int = 0  # distinct updates at or beyond the frontier (not proven yet)
-    #: ``violations``; ``verified``: not empty, and nothing read is left unproven (no update
-    #: beyond the frontier, no count the topic does not hold, no gap in the statements);
-    #: else ``unproven``
-    verdict: str = "unproven"
+    statements: int = 0  # well-formed progress statements read
+
+    @property
+    def held(self) -> int:
+        """Distinct updates at or beyond the frontier (not proven yet)."""
+        return 0 if self.pending is None else self.pending.updates
 
 
 def _data_schema(schema: Any) -> dict:
@@ -94,157 +88,320 @@ def _source_options(bootstrap_servers: str, config: Mapping[str, Any]) -> dict[s
 
 
 def read_cdc(spark: Any, *, bootstrap_servers: str, topic: str, schema: Any, framing: str = "confluent",
-             kafka_options: Mapping[str, Any] | None = None, until: int | None = None) -> CdcRead:
+             kafka_options: Mapping[str, Any] | None = None, until: int | None = None,
+             strict: str | None = None, until_frontier: int | None = None, until_closed: bool = False,
+             timeout: float | None = None, broker_timeout: float | None = None) -> CdcRead:
     """Read ``topic`` with Spark and verify it (see the module docstring).
 
     ``schema``: the data record (or the whole documented union) as a path or a dict;
     ``kafka_options``: librdkafka-style client settings, as ``-X`` takes them (security
     settings are translated for Spark's Kafka source); ``until``: report the collection and
-    history as of time ``until`` (times below it), which must not be beyond the frontier.
+    history as of time ``until`` (times below it), which must not be beyond the frontier;
+    ``strict``: as :func:`~cdc_emitter.verify.verify_topic` (``"exact"`` and ``"bloom"`` are
+    both decided exactly: Spark sees every update, the driver remembers none).
+    ``until_frontier`` / ``until_closed`` / ``timeout``: as ``verify_topic``: when the topic does
+    not prove the target yet, wait for it to grow and read it again, until the target is reached
+    or ``timeout`` seconds have passed (then ``reached`` is false).
+    Raises :class:`~cdc_emitter.errors.BrokerError` for a missing topic or an unreachable
+    broker, before Spark reads.
     """
-    from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import from_avro
-
-    from .codec import union_schema
-    from .kafka_io import end_offsets
+    from .codec import CdcCodec
+    from .kafka_io import BROKER_TIMEOUT, end_offsets
 
     if framing not in ("confluent", "raw"):
         raise CdcError(f"framing must be 'confluent' or 'raw', not {framing!r}")
+    if until_frontier is not None and until_closed:
+        raise ValueError("until_frontier and until_closed exclude each other")
+    target = () if until_closed else (None if until_frontier is None else (until_frontier,))
+    codec = CdcCodec(_data_schema(schema), framing=framing)
     config = dict(kafka_options or {})
-    branches = union_schema(_data_schema(schema))
-    ends = end_offsets(bootstrap_servers, topic, config)  # BrokerError: missing topic, no broker
-    options = _source_options(bootstrap_servers, config)
+    wait = BROKER_TIMEOUT if broker_timeout is None else broker_timeout
+    deadline = None if timeout is None else _time.monotonic() + timeout
+    while True:
+        ends = end_offsets(bootstrap_servers, topic, config, timeout=wait)  # BrokerError: no topic
+        result = _read_once(spark, bootstrap_servers, topic, codec, config, ends, until, strict)
+        result.target = target
+        result.reached = target is None or reached_target(result.frontier, target)
+        if result.reached or result.violations or (deadline is not None and _time.monotonic() >= deadline):
+            return result
+        while ends == end_offsets(bootstrap_servers, topic, config, timeout=wait):
+            if deadline is not None and _time.monotonic() + FOLLOW_INTERVAL > deadline:
+                return result
+            _time.sleep(FOLLOW_INTERVAL)
+
+
+def _read_once(spark: Any, servers: str, topic: str, codec: Any, config: dict, ends: dict,
+               until: int | None, strict: str | None) -> CdcRead:
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro, to_avro
+
+    options = _source_options(servers, config)
     reader = spark.read.format("kafka").options(**options).option("subscribe", topic)
     reader = reader.option("startingOffsets", json.dumps({topic: {str(p): low for p, (low, _h) in ends.items()}}))
     raw = reader.option("endingOffsets", json.dumps({topic: {str(p): high for p, (_l, high) in ends.items()}})).load()
 
-    skip = 5 if framing == "confluent" else 0
+    array_schema, progress_schema = json.dumps(codec.union[0]), json.dumps(codec.union[1])
+    skip = len(codec.frame)
     value = F.col("value")
     framed = F.lit(True) if skip == 0 else (F.substring(value, 1, 1) == F.lit(b"\x00"))
     branch = F.when(framed, F.substring(value, skip + 1, 1))
     body = F.expr(f"substring(value, {skip + 2})")
     permissive = {"mode": "PERMISSIVE"}
-    decoded = raw.select(
-        "partition", "offset",
-        F.when(branch == F.lit(b"\x00"), from_avro(body, json.dumps(branches[0]), permissive)).alias("u"),
-        F.when(branch == F.lit(b"\x02"), from_avro(body, json.dumps(branches[1]), permissive)).alias("p"),
-        F.when(value.isNull(), F.lit("the message has no value (a tombstone)"))
-        .when(~framed, F.lit("no Confluent framing (the first byte is not 0)"))
-        .when(~branch.isin(b"\x00", b"\x02"), F.lit("not a CDC union branch (update array or progress)"))
-        .alias("why"),
-    ).persist()
+    parsed = raw.select(
+        "partition", "offset", "value", body.alias("body"),
+        F.when(branch == F.lit(b"\x00"), from_avro(body, array_schema, permissive)).alias("u"),
+        F.when(branch == F.lit(b"\x02"), from_avro(body, progress_schema, permissive)).alias("p"),
+    )
+    # Spark's Avro reader ignores bytes left after the record, which the local codec refuses:
+    # a body that re-encodes to another length goes to the driver's codec to be judged
+    reencoded = F.coalesce(to_avro(F.col("u"), array_schema), to_avro(F.col("p"), progress_schema))
+    suspect = F.col("value").isNull() | F.coalesce(F.octet_length(reencoded) != F.octet_length("body"), F.lit(True))
+    decoded = parsed.select("partition", "offset", "u", "p", F.when(suspect, F.col("value")).alias("suspect"),
+                            F.when(F.col("value").isNull(), True).alias("tombstone")).persist()
     try:
-        return _read(decoded, until)
+        return _verify(decoded, codec, until, strict)
     finally:
         decoded.unpersist()
 
 
-def _read(decoded: Any, until: int | None) -> CdcRead:
+def _verify(decoded: Any, codec: Any, until: int | None, strict: str | None) -> CdcRead:
     from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import to_avro
 
-    from .sink_jvm import group_keys
+    from .sink_jvm import canonical, contains_map
 
-    violations: list[Violation] = []
-    # one job brings the few messages the driver needs: the progress statements (one per batch a
-    # sink writes; checked on the driver by the local reader) and the undecodable messages
-    undecodable = F.col("why").isNotNull() | (F.col("u").isNull() & F.col("p").isNull())
-    few = (decoded.filter(undecodable | F.col("p").isNotNull())
-           .select("partition", "offset", "p", F.when(undecodable, F.coalesce(
-               "why", F.lit("the Avro body does not decode with the schema"))).alias("why"))
-           .orderBy("partition", "offset").collect())
-    statements = [row for row in few if row["why"] is None]
-    bad = [row for row in few if row["why"] is not None]
-    for row in bad[:MAX_REPORTED]:
-        violations.append(Violation("undecodable", None, row["why"], row["partition"], row["offset"]))
-    checker = CdcReader()
-    for row in statements:
-        p = row["p"]
-        counts = tuple((c["time"], c["count"]) for c in p["counts"] or ())
-        checker.push(Progress(tuple(p["lower"] or ()), tuple(p["upper"] or ()), counts),
-                     partition=row["partition"], offset=row["offset"])
-    violations.extend(checker.violations)
-    pending = checker.pending()
-    reach = pending.progress[0] if pending.progress else None  # None: the chain is closed
-    announced = {t: c for t, c, _received in pending.stalled}
+    counting = CountingReader(strict=strict)
+    spark = decoded.sparkSession
+    data_schema = json.dumps(codec.data_schema)
 
-    # updates: exploded, checked, then one row per (data, time) — the first diff in
-    # (partition, offset) order, and how many distinct diffs and copies arrived
-    data_fields = [f.name for f in decoded.schema["u"].dataType.elementType["data"].dataType.fields]
-    exploded = (decoded.filter(F.col("u").isNotNull())
-                .select("partition", "offset", F.explode("u").alias("x"))
-                .select("partition", "offset", "x.data.*", F.col("x.time").alias("__time"),
-                        F.col("x.diff").alias("__diff")))
-    wrong = (exploded.filter((F.col("__time") < 0) | (F.col("__diff") == 0))
-             .select("partition", "offset", F.to_json(F.struct(*data_fields)).alias("row"), "__time", "__diff")
-             .orderBy("partition", "offset").limit(MAX_REPORTED).collect())
-    for row in wrong:
-        t = row["__time"]
-        if t < 0:
-            violations.append(Violation("negative_time", t, f"update {row['row']} at negative time {t}",
-                                        row["partition"], row["offset"]))
+    singles, undecodable = _judge_singles(decoded, codec)
+    updates = decoded.filter(F.col("u").isNotNull())
+    if undecodable:
+        bad = spark.createDataFrame(undecodable, "partition int, offset long")
+        updates = updates.join(F.broadcast(bad), ["partition", "offset"], "left_anti")
+    occurrences = (updates.select("partition", "offset", F.posexplode("u").alias("__pos", "x"))
+                   .select("partition", "offset", "__pos", "x.data.*", F.col("x.time").alias("__time"),
+                           F.col("x.diff").alias("__diff")))
+    data_fields = [c for c in occurrences.columns if c not in ("partition", "offset", "__pos", "__time", "__diff")]
+
+    # malformed updates (negative time, zero diff): violations, with their data, in order
+    extras: dict[tuple[int, int], list[tuple[int, Any]]] = {}
+    wrong = (occurrences.filter((F.col("__time") < 0) | (F.col("__diff") == 0))
+             .select("partition", "offset", "__pos", to_avro(F.struct(*data_fields), data_schema).alias("d"),
+                     "__time", "__diff").orderBy("partition", "offset", "__pos"))
+    for row in wrong.toLocalIterator():
+        extras.setdefault((row["partition"], row["offset"]), []).append(
+            (row["__pos"], Update(codec.decode_data(bytes(row["d"])), row["__time"], row["__diff"])))
+
+    # one row per (data, time): its first arrival, how many arrived, whether their diffs differ;
+    # grouped on the data columns (maps as sorted entries: Spark cannot group maps)
+    good = occurrences.filter((F.col("__time") >= 0) & (F.col("__diff") != 0))
+    key_cols, map_firsts = [], []
+    for i, c in enumerate(data_fields):
+        dtype = good.schema[c].dataType
+        if contains_map(dtype):
+            good = good.withColumn(f"__key{i}", canonical(F.col(c), dtype))
+            key_cols.append(f"__key{i}")
+            map_firsts.append(F.first(c).alias(c))
         else:
-            violations.append(Violation("zero_diff", t, f"update {row['row']} at time {t} has diff 0",
-                                        row["partition"], row["offset"]))
-    good = exploded.filter((F.col("__time") >= 0) & (F.col("__diff") != 0))
-    keys, firsts = group_keys(good.schema, data_fields)
-    where = F.struct("partition", "offset")
-    # distinct diffs of one (data, time): 1, or 2 when they differ (a third distinct diff of the
-    # same update, already a violation, is counted as a duplicate; a count_distinct would cost
-    # the whole aggregation an expansion and a second shuffle)
-    per_update = (good.groupBy(*keys, F.col("__time"))
-                  .agg(F.min_by("__diff", where).alias("__diff"),
-                       F.when(F.min("__diff") == F.max("__diff"), 1).otherwise(2).alias("__diffs"),
-                       F.count(F.lit(1)).alias("__copies"), *firsts)
-                  .persist())
+            key_cols.append(c)
+    groups = (good.groupBy(*key_cols, "__time")
+              .agg(F.min(F.struct("partition", "offset", "__pos", "__diff")).alias("__first"),
+                   F.count(F.lit(1)).alias("__n"),
+                   (F.min("__diff") != F.max("__diff")).alias("__conflicted"), *map_firsts)
+              .persist())
     try:
-        per_time = {r["__time"]: (r["n"], r["c"], r["d"]) for r in per_update.groupBy("__time").agg(
-            F.count(F.lit(1)).alias("n"), F.sum("__copies").alias("c"),
-            F.sum("__diffs").alias("d")).collect()}
-        conflicts = (per_update.filter(F.col("__diffs") > 1)
-                     .select(F.to_json(F.struct(*data_fields)).alias("row"), "__time", "__diff")
-                     .orderBy("__time").limit(MAX_REPORTED).collect())
-        for row in conflicts:
-            violations.append(Violation(
-                "conflicting_diff", row["__time"],
-                f"data {row['row']} at time {row['__time']} has more than one diff (kept {row['__diff']})"))
+        totals = groups.agg(F.count(F.lit(1)).alias("distinct"), F.sum("__n").alias("arrived"),
+                            F.sum(F.col("__conflicted").cast("int")).alias("conflicted")).first()
+        conflicts = 0
+        if totals["conflicted"]:
+            # later arrivals with another diff than the first: violations, with their data
+            first = (groups.filter("__conflicted")
+                     .select(*[F.col(k).alias(f"__c{i}") for i, k in enumerate(key_cols)],
+                             F.col("__time").alias("__ct"), F.col("__first.__diff").alias("__first_diff")))
+            on = [good[k].eqNullSafe(first[f"__c{i}"]) for i, k in enumerate(key_cols)]
+            later = (good.join(F.broadcast(first), [*on, good["__time"] == first["__ct"]])
+                     .filter(F.col("__diff") != F.col("__first_diff"))
+                     .select("partition", "offset", "__pos", "__time", "__first_diff", "__diff",
+                             to_avro(F.struct(*data_fields), data_schema).alias("d"))
+                     .orderBy("partition", "offset", "__pos"))
+            for row in later.toLocalIterator():
+                conflicts += 1
+                extras.setdefault((row["partition"], row["offset"]), []).append(
+                    (row["__pos"], (row["__time"], codec.decode_data(bytes(row["d"])),
+                                    row["__first_diff"], row["__diff"])))
+        counting.add_duplicates((totals["arrived"] or 0) - (totals["distinct"] or 0) - conflicts)
 
-        frontier = reach
-        for t in sorted(set(announced) | set(per_time)):
-            if reach is not None and t >= reach:
-                break
-            received, stated = per_time.get(t, (0, 0, 0))[0], announced.get(t, 0)
-            if received > stated:
-                violations.extend(Violation("over_count", t, f"time {t} has more distinct updates than "
-                                            f"its count {stated}") for _ in range(received - stated))
-            elif received < stated and (frontier is None or t < frontier):
-                frontier = t
-        if until is not None:
-            if frontier is not None and until > frontier:
-                raise CdcError(f"the topic is proven complete only up to frontier {frontier}, not "
-                               f"up to {until}: read with until <= {frontier}, or wait for more")
-            frontier_cut = until
-        else:
-            frontier_cut = frontier
-        below = per_update if frontier_cut is None else per_update.filter(F.col("__time") < F.lit(frontier_cut))
-        history = below.select(*data_fields, F.col("__time").alias("time"), F.col("__diff").alias("diff"))
-        collection_keys, collection_firsts = group_keys(below.schema, data_fields)
-        collection = (below.groupBy(*collection_keys).agg(F.sum("__diff").alias("count"), *collection_firsts)
+        # first arrivals per (message, time), in reading order, and the replay
+        fresh = (groups.groupBy(F.col("__first.partition").alias("partition"),
+                                F.col("__first.offset").alias("offset"), F.col("__time").alias("time"))
+                 .agg(F.count(F.lit(1)).alias("fresh"), F.min("__first.__pos").alias("pos"))
+                 .orderBy("partition", "offset", "pos"))
+        hints: list[str] = []
+        diagnosed = 0
+        for (partition, offset), kind, payload in _in_order(fresh.toLocalIterator(), singles, extras):
+            if kind == "progress":
+                counting.push(payload, partition=partition, offset=offset)
+            elif kind == "updates":
+                counting.push_counts(payload, partition=partition, offset=offset)
+            else:  # as verify_topic says it: the codec's error, the likely cause once
+                error, value = payload
+                counting.violate("undecodable", None, f"partition {partition} offset {offset}: {error}",
+                                 partition=partition, offset=offset)
+                diagnosed += 1
+                if value is not None and diagnosed <= DIAGNOSED:
+                    hint = codec.diagnose(value)
+                    if hint is not None and hint not in hints:
+                        hints.append(hint)
+        sizes = decoded.agg(F.count(F.lit(1)).alias("messages"), F.sum(F.size("u")).alias("updates")).first()
+        counting.messages = sizes["messages"]
+        counting.updates_received = (sizes["updates"] or 0) - _updates_in(decoded, undecodable)
+        if counting.late_violations:
+            _fill_late_details(counting, groups, data_fields, data_schema, codec)
+
+        cut = _cut(counting.frontier, until)
+        reported = groups if cut is None else groups.filter(F.col("__time") < F.lit(cut))
+        if counting.late:  # first arrivals at reported times: the local reader drops them too
+            late = spark.createDataFrame(counting.late, "__lp int, __lo long, __lt long")
+            reported = reported.join(F.broadcast(late), (F.col("__first.partition") == F.col("__lp"))
+                                     & (F.col("__first.offset") == F.col("__lo"))
+                                     & (F.col("__time") == F.col("__lt")), "left_anti")
+        history = reported.select(*data_fields, F.col("__time").alias("time"), F.col("__first.__diff").alias("diff"))
+        by_data = [F.col(c) if not contains_map(history.schema[c].dataType)
+                   else canonical(F.col(c), history.schema[c].dataType).alias(f"__key{i}")
+                   for i, c in enumerate(data_fields)]
+        collection = (history.groupBy(*by_data)
+                      .agg(F.sum("diff").alias("count"),
+                           *[F.first(c).alias(c) for c in data_fields if contains_map(history.schema[c].dataType)])
                       .filter(F.col("count") != 0).select(*data_fields, "count"))
     finally:  # the DataFrames returned read the same pinned offsets again when used
-
-        per_update.unpersist()
-    updates = sum(n for n, _c, _d in per_time.values())
-    copies = sum(c for _n, c, _d in per_time.values())
-    held = sum(n for t, (n, _c, _d) in per_time.items() if frontier is not None and t >= frontier)
-    messages = decoded.count()
-    if violations:
-        verdict = "violations"
-    elif messages and held == 0 and frontier == reach and pending.gap is None:
-        verdict = "verified"
-    else:
-        verdict = "unproven"
+        groups.unpersist()
+    pending = counting.pending()
     return CdcRead(
-        frontier=() if frontier is None else (frontier,), collection=collection, history=history,
-        violations=violations, messages=messages, statements=len(statements), updates=updates,
-        duplicates=copies - sum(d for _n, _c, d in per_time.values()), held=held, verdict=verdict,
+        frontier=counting.frontier, messages=counting.messages, updates=counting.updates_received,
+        duplicates=counting.duplicates, violations=list(counting.violations), collection=collection,
+        history=history, reached=True, target=None, pending=pending, hints=hints,
+        statements=pending.statements,
     )
+
+
+def _judge_singles(decoded: Any, codec: Any) -> tuple[list, list]:
+    """The messages the driver decodes itself, in (partition, offset) order: progress statements,
+    and what Spark could not read or read with bytes to spare (the codec's verdict stands).
+    Returns ``[((partition, offset), "progress" | "undecodable", payload)]`` and the undecodable
+    messages' keys."""
+    from pyspark.sql import functions as F
+
+    few = (decoded.filter(F.col("p").isNotNull() | F.col("suspect").isNotNull() | F.col("tombstone"))
+           .select("partition", "offset", "p", "suspect", "tombstone", F.col("u").isNull().alias("no_u"))
+           .orderBy("partition", "offset"))
+    singles: list[tuple[tuple[int, int], str, Any]] = []
+    undecodable: list[tuple[int, int]] = []
+    for row in few.toLocalIterator():
+        key = (row["partition"], row["offset"])
+        if row["suspect"] is None and not row["tombstone"]:
+            p = row["p"]
+            singles.append((key, "progress", Progress(
+                tuple(p["lower"] or ()), tuple(p["upper"] or ()),
+                tuple((c["time"], c["count"]) for c in p["counts"] or ()))))
+            continue
+        value = None if row["tombstone"] else bytes(row["suspect"])
+        try:
+            message = codec.decode(value)
+        except DecodeError as exc:
+            singles.append((key, "undecodable", (str(exc), value)))
+            undecodable.append(key)
+            continue
+        if isinstance(message, Progress):
+            singles.append((key, "progress", message))
+        elif row["no_u"]:  # the codec reads what Spark's Avro reader cannot: say so, never guess
+            singles.append((key, "undecodable", (
+                "Spark's Avro reader cannot decode this update array, which the local codec reads: "
+                "verify the topic with the local engine", value)))
+            undecodable.append(key)
+        # else: Spark read it too (an array written in several blocks re-encodes shorter)
+    return singles, undecodable
+
+
+def _in_order(fresh_rows: Any, singles: list, extras: dict) -> Iterator[tuple[tuple[int, int], str, Any]]:
+    """Every message that changes the reader's state, in (partition, offset) order: progress
+    statements and undecodable messages as they are, update messages as their items in order
+    (:class:`TimeCounts` where its time first appears, malformed updates where they are)."""
+    def fresh_messages():
+        for key, rows in itertools.groupby(fresh_rows, key=lambda r: (r["partition"], r["offset"])):
+            yield key, 0, [(r["pos"], r["time"], r["fresh"]) for r in rows]
+
+    merged = heapq.merge(fresh_messages(), ((key, 1, items) for key, items in sorted(extras.items())),
+                         ((key, 2, (kind, payload)) for key, kind, payload in singles),
+                         key=lambda entry: (entry[0], entry[1]))
+    for key, entries in itertools.groupby(merged, key=lambda entry: entry[0]):
+        firsts: list = []
+        others: list = []
+        for _key, tag, payload in entries:
+            if tag == 2:
+                yield key, payload[0], payload[1]
+            elif tag == 0:
+                firsts = payload
+            else:
+                others = payload
+        if firsts or others:
+            yield key, "updates", _items(firsts, others)
+
+
+def _items(firsts: list, others: list) -> list:
+    times: dict[int, list] = {pos_time[1]: [pos_time[0], pos_time[2], []] for pos_time in firsts}
+    placed: list[tuple[int, Any]] = []
+    for pos, item in sorted(others, key=lambda entry: entry[0]):
+        if isinstance(item, Update):
+            placed.append((pos, item))
+            continue
+        time, data, first_diff, diff = item
+        entry = times.setdefault(time, [pos, 0, []])
+        entry[0] = min(entry[0], pos)
+        entry[2].append((data, first_diff, diff))
+    placed += [(pos, TimeCounts(time, n, tuple(c))) for time, (pos, n, c) in times.items()]
+    placed.sort(key=lambda entry: entry[0])
+    return [item for _pos, item in placed]
+
+
+def _updates_in(decoded: Any, keys: list) -> int:
+    """Updates Spark decoded in messages the codec refuses (they count as none, as locally)."""
+    if not keys:
+        return 0
+    from pyspark.sql import functions as F
+
+    bad = decoded.sparkSession.createDataFrame(keys, "partition int, offset long")
+    return decoded.join(F.broadcast(bad), ["partition", "offset"]).agg(
+        F.coalesce(F.sum(F.size("u")), F.lit(0))).first()[0]
+
+
+def _fill_late_details(counting: CountingReader, groups: Any, data_fields: list, data_schema: str,
+                       codec: Any) -> None:
+    """Strict mode: name the data of each first arrival at a reported time, as CdcReader does."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import to_avro
+
+    late = groups.sparkSession.createDataFrame(counting.late, "__lp int, __lo long, __lt long")
+    rows = (groups.join(F.broadcast(late), (F.col("__first.partition") == F.col("__lp"))
+                        & (F.col("__first.offset") == F.col("__lo")) & (F.col("__time") == F.col("__lt")))
+            .select("__lp", "__lo", "__lt", F.col("__first.__pos").alias("pos"), F.col("__first.__diff").alias("diff"),
+                    to_avro(F.struct(*data_fields), data_schema).alias("d"))
+            .orderBy("__lp", "__lo", "__lt", "pos").collect())
+    found: dict[tuple, list] = {}
+    for row in rows:
+        found.setdefault((row["__lp"], row["__lo"], row["__lt"]), []).append(
+            (codec.decode_data(bytes(row["d"])), row["diff"]))
+    for key, (at, n) in zip(counting.late, counting.late_violations):
+        for i, (data, diff) in enumerate(found.get(key, [])[:n]):
+            counting.violations[at + i] = counting.violations[at + i]._replace(
+                detail=counting.late_detail(data, key[2], diff))
+
+
+def _cut(frontier: tuple[int, ...], until: int | None) -> int | None:
+    """The time below which the history is reported (None: all of it, the history is closed)."""
+    if until is None:
+        return frontier[0] if frontier else None
+    if frontier and until > frontier[0]:
+        raise CdcError(f"the topic is proven complete only up to frontier {frontier[0]}, not "
+                       f"up to {until}: read with until <= {frontier[0]}, or wait for more")
+    return until

@@ -49,7 +49,8 @@ def test_round_trip_collection_and_history_equal_the_input(spark, kafka_bootstra
                for t, rows in BATCHES for k, v, m, d in rows]
     expected = as_history(triples)
     assert (result.frontier, result.verdict, result.violations) == ((4,), "verified", [])
-    assert result.statements == 3 and result.updates == len(expected) and result.duplicates == len(expected)
+    # every update arrived twice: received twice, dropped once as a duplicate
+    assert (result.statements, result.updates, result.duplicates) == (3, 2 * len(expected), len(expected))
     history = _plain(result.history.collect())
     assert history == sorted((*u.data, u.time, u.diff) for u in expected)
     totals: dict = {}
@@ -72,38 +73,48 @@ def test_as_of_a_time_below_the_frontier_and_not_beyond_it(spark, kafka_bootstra
         read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=_schema(spark), until=5)
 
 
-def test_violations_match_the_local_reader(spark, kafka_bootstrap, topic_factory):
+@pytest.mark.parametrize("strict", [None, "exact"])
+def test_violations_are_the_local_readers(spark, kafka_bootstrap, topic_factory, strict):
     topic = topic_factory(2)
     schema = {"type": "record", "name": "row", "fields": [{"name": "k", "type": "long"}]}
     codec = CdcCodec(schema)
     messages = [  # (partition, value)
-        (0, codec.encode_updates([Update((1,), 0, 1), Update((2,), 0, 1)])[0]),
-        (1, codec.encode_updates([Update((1,), 0, 5)])[0]),  # conflicting diff
+        (0, codec.encode_updates([Update((1,), 0, 1), Update((2,), 0, 1), Update((2,), 0, 1)])[0]),
+        (0, codec.encode_updates([Update((1,), 0, 5), Update((1,), 0, 5)])[0]),  # conflicting twice
+        (1, codec.encode_updates([Update((1,), 0, 6), Update((4,), -1, 1), Update((4,), 3, 0)])[0]),
         (0, codec.encode_progress(Progress((0,), (2,), ((0, 2), (1, 1))))),  # time 1 never arrives
+        (0, codec.encode_updates([Update((7,), 0, 1), Update((1,), 0, 2)])[0]),  # late: strict sees it
         (1, codec.encode_progress(Progress((0,), (1,), ((0, 3),)))),  # count mismatch at 0
         (1, codec.encode_progress(Progress((2,), (3,), ((7, 1),)))),  # count outside the interval
         (0, b"\x00\x00\x00\x00\x00\x07garbage"),  # undecodable
+        (0, codec.encode_updates([Update((3,), 5, 1)])[0] + b"\x01"),  # a byte to spare: undecodable
         (1, codec.encode_updates([Update((3,), 5, 1)])[0]),  # held beyond the frontier
     ]
     with CdcProducer(kafka_bootstrap, topic) as producer:
         for partition, value in messages:
             producer.produce(value, partition=partition)
 
-    result = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=schema)
-    # Spark sees every update at once; the local reader sees a conflicting diff that arrives after
-    # its time was reported only when it remembers reported updates (strict)
-    local_reader = CdcReader(strict="exact")
-    for record in read_topic(kafka_bootstrap, topic):
+    result = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=schema, strict=strict)
+    # the local reader, reading the partitions one after another, decides exactly the same
+    local = CdcReader(strict=strict)
+    for record in sorted(read_topic(kafka_bootstrap, topic), key=lambda r: (r.partition, r.offset)):
         try:
-            local_reader.push(codec.decode(record.value), partition=record.partition, offset=record.offset)
+            local.push(codec.decode(record.value), partition=record.partition, offset=record.offset)
         except DecodeError as exc:
-            local_reader.violate("undecodable", None, str(exc), record.partition, record.offset)
-    frontier, local = local_reader.frontier, local_reader.violations
-    assert result.frontier == frontier == (1,)
+            local.messages += 1
+            local.violate("undecodable", None, f"partition {record.partition} offset {record.offset}: {exc}",
+                          record.partition, record.offset)
+    assert result.violations == local.violations
+    kinds = {v.kind for v in local.violations}
+    assert kinds >= {"conflicting_diff", "count_mismatch", "count_outside_interval", "undecodable",
+                     "negative_time", "zero_diff"}
+    assert ("over_count" in kinds) == (strict is not None)  # row 7 arrives after time 0 was reported
+    assert (result.frontier, result.pending) == (local.frontier, local.pending()) and result.frontier == (1,)
+    assert (result.messages, result.updates, result.duplicates) == (
+        local.messages, local.updates_received, local.duplicates)
     assert result.verdict == "violations" and result.held == 1
-    assert sorted((v.kind, v.time) for v in result.violations) == sorted((v.kind, v.time) for v in local)
-    named = {(v.kind, v.partition, v.offset) for v in result.violations if v.kind != "conflicting_diff"}
-    assert named == {(v.kind, v.partition, v.offset) for v in local if v.kind != "conflicting_diff"}
+    hints = [codec.diagnose(value) for _p, value in messages]  # what verify says, once each
+    assert result.hints == list(dict.fromkeys(h for h in hints if h is not None)) and result.hints
 
 
 def test_missing_topic_is_a_broker_error_before_spark_reads(spark, kafka_bootstrap):
