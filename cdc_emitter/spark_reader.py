@@ -32,7 +32,7 @@ import itertools
 import json
 import time as _time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +52,49 @@ class CdcRead(VerifyResult):
     same ``summary()`` and ``verdict``) whose ``collection`` and ``history`` are DataFrames."""
 
     statements: int = 0  # well-formed progress statements read
+    codec: Any = field(default=None, repr=False, compare=False)  # reads the rows back for output
+
+    def collection_rows(self) -> Iterator[tuple[Any, int]]:
+        """``(data, count)`` at the frontier in ``verify --output`` order (data as the local
+        reader holds it, sorted as ``codec.sort_key`` sorts), streamed a partition at a time."""
+        order = _data_order(self.collection, self.codec)
+        rows = self.collection.orderBy(*order).select(_data_avro(self.collection, self.codec), "count")
+        decode = self.codec.decode_data
+        for row in rows.toLocalIterator():
+            yield decode(bytes(row[0])), row[1]
+
+    def history_rows(self) -> Iterator[Update]:
+        """The reported updates in ``verify --history`` order (by time, then data), streamed."""
+        order = _data_order(self.history, self.codec)
+        rows = self.history.orderBy("time", *order).select(_data_avro(self.history, self.codec), "time", "diff")
+        decode = self.codec.decode_data
+        for row in rows.toLocalIterator():
+            yield Update(decode(bytes(row[0])), row[1], row[2])
 
     @property
     def held(self) -> int:
         """Distinct updates at or beyond the frontier (not proven yet)."""
         return 0 if self.pending is None else self.pending.updates
+
+
+def _data_fields(codec: Any) -> list[str]:
+    return [f["name"] for f in codec.data_schema["fields"]]
+
+
+def _data_order(df: Any, codec: Any) -> list:
+    """Sort expressions over the data columns that order rows as ``codec.sort_key`` orders the
+    decoded data: nulls first, NaN after every number, strings by code point (UTF-8 bytes),
+    records and arrays element by element, maps by their sorted entries."""
+    from .sink_jvm import canonical
+
+    return [canonical(df[c], df.schema[c].dataType).asc_nulls_first() for c in _data_fields(codec)]
+
+
+def _data_avro(df: Any, codec: Any) -> Any:
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import to_avro
+
+    return to_avro(F.struct(*[df[c] for c in _data_fields(codec)]), json.dumps(codec.data_schema))
 
 
 def _data_schema(schema: Any) -> dict:
@@ -281,7 +319,7 @@ def _verify(decoded: Any, codec: Any, until: int | None, strict: str | None) -> 
         frontier=counting.frontier, messages=counting.messages, updates=counting.updates_received,
         duplicates=counting.duplicates, violations=list(counting.violations), collection=collection,
         history=history, reached=True, target=None, pending=pending, hints=hints,
-        statements=pending.statements,
+        statements=pending.statements, codec=codec,
     )
 
 

@@ -6,8 +6,8 @@ takes precedence) and 3 (not proven: the target frontier was not reached in time
 target the topic is empty or ends with part of its history unproven); ``tail`` exits 1 when a
 message could not be decoded.
 
-Spark is imported only by the commands that need it (``export``, ``schema --columns/--from``),
-so ``verify`` and ``tail`` start fast and run where no JVM is installed.
+Spark is imported only by the commands that need it (``export``, ``schema --columns/--from``,
+``verify --engine spark``), so ``verify`` and ``tail`` start fast and run where no JVM is installed.
 """
 
 from __future__ import annotations
@@ -26,12 +26,13 @@ from ..errors import CdcError, ConfigError, SchemaError
 from ..materialize import create_source_sql
 from ..materialize import source_name as default_source_name
 from ..registry import fetch_registry_schema
-from ..sources import FORMATS, columns_struct, read_table, spark_session
+from ..sources import FORMATS, columns_struct, read_table, spark_error_text, spark_session
 from .output import (
     StatusLine,
     dumps,
     export_summary,
     frontier_text,
+    sorted_collection,
     verify_summary_text,
     write_collection,
     write_history,
@@ -102,6 +103,31 @@ def codec_options(func: Callable) -> Callable:
         "(required unless --schema-registry).",
     )(func)
     return func
+
+
+def spark_options(func: Callable) -> Callable:
+    """--remote, --packages and --conf: which Spark export, schema --from and verify --engine spark
+    run on, and what it loads."""
+    func = click.option(
+        "--remote", "spark_remote", envvar="SPARK_REMOTE", show_envvar=True, metavar="sc://HOST:PORT",
+        help="Run on this Spark Connect server instead of a local Spark (its server loads the "
+        "packages; needs pip install 'cdc-emitter[connect]').",
+    )(func)
+    func = click.option(
+        "--conf", "spark_conf", multiple=True, metavar="KEY=VALUE", callback=_parse_settings,
+        help="A Spark setting (repeatable), e.g. --conf spark.driver.memory=4g.",
+    )(func)
+    func = click.option(
+        "--packages", "spark_packages", multiple=True, metavar="COORDS", callback=_split_packages,
+        help="Maven coordinates of jars Spark should load (repeatable or comma-separated), e.g. "
+        "the Delta Lake package for --format delta or a JDBC driver for --format jdbc.",
+    )(func)
+    return func
+
+
+def _split_packages(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[str]:
+    """Repeated and comma-separated --packages as one list of Maven coordinates."""
+    return [c.strip() for item in values for c in item.split(",") if c.strip()]
 
 
 def handle_errors(func: Callable) -> Callable:
@@ -227,14 +253,21 @@ def main() -> None:
               help="Remember what was reported, so a late update that is no exact duplicate is a "
               "violation. exact (the default of --strict): keeps every update, as much memory "
               "as holding them; bloom: a Bloom filter, about 3.4 MiB per million updates, "
-              "misses such an update with probability 0.001.")
+              "misses such an update with probability 0.001. With --engine spark both are "
+              "decided exactly, at no memory cost here.")
 @click.option("--workers", type=click.IntRange(min=0), metavar="N",
               help="Processes that decode messages (default: one per core once the topic "
-              "proves large; 0: decode in this process).")
+              "proves large; 0: decode in this process). Local engine only.")
+@click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
+              help="local: this process reads the topic (fast to start, follows a live topic, "
+              "memory grows with what is held beyond the frontier); spark: Spark reads and "
+              "decodes it, this process holds only the progress statements and the violations "
+              "(topics past one machine's memory). Same summary, --output and exit codes.")
+@spark_options
 @handle_errors
 def verify(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file, schema_registry,
            framing, schema_id, until_frontier, until_closed, timeout, as_json, output, history_file,
-           strict, workers):
+           strict, workers, engine, spark_packages, spark_conf, spark_remote):
     """Read a CDC topic from the beginning and prove it exact.
 
     Reads every partition from offset 0 (no consumer group, nothing committed), removes
@@ -249,6 +282,13 @@ def verify(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file
     chain are named and exit 3. With a target it follows the topic until the frontier reaches
     it (or --timeout expires).
 
+    --engine spark reads the topic with Spark (--remote, --packages and --conf as export
+    takes them) and decides exactly as the local engine does reading the partitions one
+    after another: the same summary, --output and --history lines and exit codes. This
+    process then holds only the progress statements and the violations, so topics larger
+    than its memory verify; Spark's start-up costs seconds, and with a target it reads the
+    topic again whenever it grows.
+
     \b
     Exit codes: 0 verified, 1 violations found (takes precedence), 2 usage, schema or
     connection error, 3 not proven: the target was not reached within --timeout, or (without a
@@ -258,15 +298,29 @@ def verify(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file
     Example:
       cdc-emitter verify --bootstrap-servers 127.0.0.1:9092 --topic products \\
           --schema products.avsc --until-frontier 10 --timeout 60 --output products.jsonl
+      cdc-emitter verify --topic products --schema products.avsc --engine spark \\
+          --conf spark.driver.memory=2g --json
     """
     if until_frontier is not None and until_closed:
         raise click.UsageError("--until-frontier and --until-closed exclude each other")
+    if engine == "local" and (spark_packages or spark_conf):
+        raise click.UsageError("--packages and --conf are for --engine spark")
+    if engine == "spark" and workers is not None:
+        raise click.UsageError("--workers is for --engine local (Spark decodes on its executors)")
     from ..verify import verify_topic
 
     servers = _servers(bootstrap_servers)
     codec = load_codec(schema_file, framing, schema_id, schema_registry, servers, topic,
                        kafka_settings)
     status = StatusLine()
+    if engine == "spark":
+        result = _verify_with_spark(status, servers, topic, codec, kafka_settings, broker_timeout,
+                                    until_frontier, until_closed, timeout, strict, spark_packages,
+                                    spark_conf, spark_remote)
+        collection = result.collection_rows() if output is not None else None
+        history = result.history_rows() if history_file is not None else None
+        _verify_report(topic, result, codec, timeout, as_json, output, collection, history_file, history)
+        return
 
     def on_progress(p) -> None:
         status.show(f"{p.messages} messages, {p.updates} updates, frontier "
@@ -291,12 +345,43 @@ def verify(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file
     finally:
         status.done()
 
+    collection = sorted_collection(result.collection, codec) if output is not None else None
+    _verify_report(topic, result, codec, timeout, as_json, output, collection, history_file, result.history)
+
+
+def _verify_with_spark(status, servers, topic, codec, kafka_settings, broker_timeout, until_frontier,
+                       until_closed, timeout, strict, spark_packages, spark_conf, spark_remote):
+    """``verify --engine spark``: read_cdc on a session made as ``export`` makes one."""
+    from ..spark_reader import read_cdc
+
+    status.show(f"starting Spark to read topic {topic}")
+    try:
+        spark = spark_session("cdc-emitter verify", spark_packages, spark_conf, None, spark_remote)
+        status.show(f"reading topic {topic} with Spark")
+        return read_cdc(spark, bootstrap_servers=servers, topic=topic, schema=codec.data_schema,
+                        framing=codec.framing, kafka_options=kafka_settings, strict=strict,
+                        until_frontier=until_frontier, until_closed=until_closed, timeout=timeout,
+                        broker_timeout=broker_timeout)
+    except KeyboardInterrupt:
+        status.done()
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    except CdcError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - Spark's own failure: its cause, not a traceback
+        raise ConfigError(f"Spark could not read topic {topic!r}: {spark_error_text(exc)}") from exc
+    finally:
+        status.done()
+
+
+def _verify_report(topic, result, codec, timeout, as_json, output, collection, history_file, history) -> None:
+    """Write --output and --history, print the summary, exit with the verdict's code."""
     if output is not None:
         with click.open_file(output, "w", encoding="utf-8") as fh:
-            write_collection(fh, result.collection, codec)
+            write_collection(fh, collection, codec)
     if history_file is not None:
         with click.open_file(history_file, "w", encoding="utf-8") as fh:
-            write_history(fh, result.history, codec)
+            write_history(fh, history, codec)
 
     code = {"verified": EXIT_OK, "violations": EXIT_VIOLATIONS}.get(result.verdict, EXIT_NOT_REACHED)
     if as_json:
@@ -368,30 +453,6 @@ def tail(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file, 
 
 
 # --- schema ---------------------------------------------------------------------------------------
-
-
-def spark_options(func: Callable) -> Callable:
-    """--remote, --packages and --conf: which Spark export / schema --from run on, and what it loads."""
-    func = click.option(
-        "--remote", "spark_remote", envvar="SPARK_REMOTE", show_envvar=True, metavar="sc://HOST:PORT",
-        help="Run on this Spark Connect server instead of a local Spark (its server loads the "
-        "packages; needs pip install 'cdc-emitter[connect]').",
-    )(func)
-    func = click.option(
-        "--conf", "spark_conf", multiple=True, metavar="KEY=VALUE", callback=_parse_settings,
-        help="A Spark setting (repeatable), e.g. --conf spark.driver.memory=4g.",
-    )(func)
-    func = click.option(
-        "--packages", "spark_packages", multiple=True, metavar="COORDS", callback=_split_packages,
-        help="Maven coordinates of jars Spark should load (repeatable or comma-separated), e.g. "
-        "the Delta Lake package for --format delta or a JDBC driver for --format jdbc.",
-    )(func)
-    return func
-
-
-def _split_packages(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[str]:
-    """Repeated and comma-separated --packages as one list of Maven coordinates."""
-    return [c.strip() for item in values for c in item.split(",") if c.strip()]
 
 
 @main.command()

@@ -22,15 +22,22 @@ def dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def write_collection(fh: Any, collection: dict, codec: Any) -> None:
-    """``verify --output``: ``{"data": {...}, "count": n}`` lines sorted by data."""
-    to_json, key = codec.data_to_json, codec.sort_key
-    for data, count in sorted(collection.items(), key=lambda kv: key(kv[0])):
+def sorted_collection(collection: dict, codec: Any) -> list:
+    """A collection dict's ``(data, count)`` pairs in ``verify --output`` order (by data)."""
+    key = codec.sort_key
+    return sorted(collection.items(), key=lambda kv: key(kv[0]))
+
+
+def write_collection(fh: Any, rows: Any, codec: Any) -> None:
+    """``verify --output``: a ``{"data": {...}, "count": n}`` line per ``(data, count)`` pair
+    (given sorted by data)."""
+    to_json = codec.data_to_json
+    for data, count in rows:
         fh.write(dumps({"data": to_json(data), "count": count}) + "\n")
 
 
-def write_history(fh: Any, history: list, codec: Any) -> None:
-    """``verify --history``: ``{"data": {...}, "time": t, "diff": d}`` lines in time order."""
+def write_history(fh: Any, history: Any, codec: Any) -> None:
+    """``verify --history``: ``{"data": {...}, "time": t, "diff": d}`` lines (given in time order)."""
     to_json = codec.data_to_json
     for data, time, diff in history:
         fh.write(dumps({"data": to_json(data), "time": time, "diff": diff}) + "\n")

@@ -64,3 +64,13 @@ def spark(tmp_path_factory):
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(params=["local", "spark"])
+def engine(request):
+    """The ``verify --engine`` a CLI test runs with: both must print the same, exit the same.
+    The Spark engine runs on this session's Spark (the CLI's session is this one)."""
+    if request.param == "spark":
+        request.getfixturevalue("spark")
+        request.node.add_marker(pytest.mark.spark)
+    return request.param

@@ -97,9 +97,9 @@ def contract(summary):
     return {k: summary[k] for k in CONTRACT_FIELDS}
 
 
-def verify_json(bootstrap, topic, schema_file, *extra):
+def verify_json(bootstrap, topic, schema_file, *extra, engine="local"):
     result = cli("verify", "--bootstrap-servers", bootstrap, "--topic", topic,
-                 "--schema", schema_file, "--json", *extra)
+                 "--schema", schema_file, "--json", "--engine", engine, *extra)
     lines = result.stdout.splitlines()
     assert len(lines) == 1, result.stdout + result.stderr
     return result.exit_code, json.loads(lines[0]), result
@@ -108,13 +108,13 @@ def verify_json(bootstrap, topic, schema_file, *extra):
 # --- the reference example ------------------------------------------------------------------------
 
 
-def test_reference_example_verifies(kafka_bootstrap, topic_factory, codec, schema_file, tmp_path):
+def test_reference_example_verifies(engine, kafka_bootstrap, topic_factory, codec, schema_file, tmp_path):
     topic = topic_factory()
     write_messages(kafka_bootstrap, topic, codec, REFERENCE_UPDATES + REFERENCE_PROGRESS)
     out = tmp_path / "out.jsonl"
     hist = tmp_path / "hist.jsonl"
     code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file, "--until-frontier", "10",
-                                   "--timeout", "30", "--output", str(out), "--history", str(hist))
+                                   "--timeout", "30", "--output", str(out), "--history", str(hist), engine=engine)
     assert code == 0
     assert contract(summary) == {"frontier": [10], "messages": 6, "updates": 4, "duplicates": 0,
                                  "violations": []}
@@ -128,10 +128,10 @@ def test_reference_example_verifies(kafka_bootstrap, topic_factory, codec, schem
     )
 
 
-def test_reference_example_human_summary(kafka_bootstrap, topic_factory, codec, schema_file):
+def test_reference_example_human_summary(engine, kafka_bootstrap, topic_factory, codec, schema_file):
     topic = topic_factory()
     write_messages(kafka_bootstrap, topic, codec, REFERENCE_UPDATES + REFERENCE_PROGRESS)
-    result = cli("verify", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+    result = cli("verify", "--engine", engine, "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
                  "--schema", schema_file)
     assert result.exit_code == 0
     assert result.stdout == (
@@ -158,14 +158,14 @@ def test_tail_reference_example_is_the_documented_notation(
     assert limited.stdout == "".join(REFERENCE_TAIL.splitlines(keepends=True)[:2])
 
 
-def test_tail_raw_framing(kafka_bootstrap, topic_factory, schema_file):
+def test_tail_raw_framing(engine, kafka_bootstrap, topic_factory, schema_file):
     raw = CdcCodec(PRODUCTS, framing="raw")
     topic = topic_factory()
     write_messages(kafka_bootstrap, topic, raw, REFERENCE_UPDATES + REFERENCE_PROGRESS)
     result = cli("tail", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
                  "--schema", schema_file, "--framing", "raw")
     assert (result.exit_code, result.stdout) == (0, REFERENCE_TAIL)
-    code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file, "--framing", "raw")
+    code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file, "--framing", "raw", engine=engine)
     assert (code, summary["frontier"], summary["violations"]) == (0, [10], [])
 
 
@@ -197,7 +197,7 @@ def _products_history():
 
 
 def test_duplicates_and_reordering_across_partitions(
-    kafka_bootstrap, topic_factory, codec, schema_file, tmp_path
+    engine, kafka_bootstrap, topic_factory, codec, schema_file, tmp_path
 ):
     history, table = _products_history()
     rng = random.Random(11)
@@ -223,7 +223,7 @@ def test_duplicates_and_reordering_across_partitions(
     sent = sum(len(m) for m in messages if not isinstance(m, Progress))
     out, hist = tmp_path / "out.jsonl", tmp_path / "hist.jsonl"
     code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file, "--until-frontier", "6",
-                                   "--timeout", "30", "--output", str(out), "--history", str(hist))
+                                   "--timeout", "30", "--output", str(out), "--history", str(hist), engine=engine)
     assert code == 0, summary
     assert contract(summary) == {"frontier": [6], "messages": len(messages), "updates": sent,
                        "duplicates": sent - len(history), "violations": []}
@@ -275,11 +275,11 @@ VIOLATION_CASES = {
 
 
 @pytest.mark.parametrize("kind", sorted(VIOLATION_CASES))
-def test_violations_exit_1(kafka_bootstrap, topic_factory, codec, schema_file, kind):
+def test_violations_exit_1(engine, kafka_bootstrap, topic_factory, codec, schema_file, kind):
     messages, frontier, expected = VIOLATION_CASES[kind]
     topic = topic_factory()
     write_messages(kafka_bootstrap, topic, codec, messages)
-    code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file)
+    code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file, engine=engine)
     assert code == 1
     assert summary["frontier"] == frontier
     got = [(v["kind"], v["time"], v.get("partition"), v.get("offset")) for v in summary["violations"]]
@@ -288,7 +288,7 @@ def test_violations_exit_1(kafka_bootstrap, topic_factory, codec, schema_file, k
 
 
 def test_corrupt_message_is_reported_with_partition_and_offset(
-    kafka_bootstrap, topic_factory, codec, schema_file
+    engine, kafka_bootstrap, topic_factory, codec, schema_file
 ):
     topic = topic_factory(3)
     produce(kafka_bootstrap, topic, [
@@ -301,7 +301,7 @@ def test_corrupt_message_is_reported_with_partition_and_offset(
         (encode(codec, REFERENCE_PROGRESS[1]), 2),
     ])
     code, summary, result = verify_json(kafka_bootstrap, topic, schema_file,
-                                        "--until-frontier", "10", "--timeout", "30")
+                                        "--until-frontier", "10", "--timeout", "30", engine=engine)
     assert code == 1
     assert summary["frontier"] == [10]
     assert summary["messages"] == 7 and summary["updates"] == 4
@@ -309,7 +309,7 @@ def test_corrupt_message_is_reported_with_partition_and_offset(
     assert (violation["kind"], violation["time"], violation["partition"], violation["offset"]) == (
         "undecodable", None, 2, 1)
 
-    human = cli("verify", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+    human = cli("verify", "--engine", engine, "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
                 "--schema", schema_file)
     assert human.exit_code == 1
     lines = human.stdout.splitlines()
@@ -326,12 +326,12 @@ def test_corrupt_message_is_reported_with_partition_and_offset(
 
 
 def test_violation_takes_precedence_over_not_reached(
-    kafka_bootstrap, topic_factory, codec, schema_file
+    engine, kafka_bootstrap, topic_factory, codec, schema_file
 ):
     topic = topic_factory()
     write_messages(kafka_bootstrap, topic, codec, VIOLATION_CASES["conflicting_diff"][0])
     code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file,
-                                   "--until-frontier", "100", "--timeout", "2")
+                                   "--until-frontier", "100", "--timeout", "2", engine=engine)
     assert code == 1
     assert summary["frontier"] == [2]
     assert [v["kind"] for v in summary["violations"]] == ["conflicting_diff"]
@@ -340,16 +340,16 @@ def test_violation_takes_precedence_over_not_reached(
 # --- targets and timeouts -------------------------------------------------------------------------
 
 
-def test_frontier_not_reached_in_time_exits_3(kafka_bootstrap, topic_factory, codec, schema_file):
+def test_frontier_not_reached_in_time_exits_3(engine, kafka_bootstrap, topic_factory, codec, schema_file):
     topic = topic_factory()
     write_messages(kafka_bootstrap, topic, codec, REFERENCE_UPDATES + REFERENCE_PROGRESS[:1])
     code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file,
-                                   "--until-frontier", "10", "--timeout", "2")
+                                   "--until-frontier", "10", "--timeout", "2", engine=engine)
     assert code == 3
     assert contract(summary) == {"frontier": [3], "messages": 5, "updates": 4, "duplicates": 0,
                                  "violations": []}
     assert summary["verdict"] == "not_reached"
-    human = cli("verify", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+    human = cli("verify", "--engine", engine, "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
                 "--schema", schema_file, "--until-closed", "--timeout", "1.5")
     assert human.exit_code == 3
     assert human.stdout == (
@@ -359,7 +359,7 @@ def test_frontier_not_reached_in_time_exits_3(kafka_bootstrap, topic_factory, co
     )
 
 
-def test_until_closed_follows_new_messages(kafka_bootstrap, topic_factory, codec, schema_file):
+def test_until_closed_follows_new_messages(engine, kafka_bootstrap, topic_factory, codec, schema_file):
     import threading
     import time
 
@@ -374,25 +374,25 @@ def test_until_closed_follows_new_messages(kafka_bootstrap, topic_factory, codec
     writer.start()
     try:
         code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file, "--until-closed",
-                                       "--timeout", "30")
+                                       "--timeout", "30", engine=engine)
     finally:
         writer.join()
     assert code == 0
     assert summary["frontier"] == [] and summary["messages"] == 7
 
 
-def test_empty_topic_is_not_verified(kafka_bootstrap, topic_factory, codec, schema_file):
+def test_empty_topic_is_not_verified(engine, kafka_bootstrap, topic_factory, codec, schema_file):
     topic = topic_factory(2)
-    code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file)
+    code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file, engine=engine)
     assert code == 3
     assert contract(summary) == {"frontier": [0], "messages": 0, "updates": 0, "duplicates": 0,
                                  "violations": []}
     assert summary["verdict"] == "empty"
     code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file,
-                                   "--until-frontier", "0")
+                                   "--until-frontier", "0", engine=engine)
     assert code == 0
     code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file,
-                                   "--until-frontier", "1", "--timeout", "1")
+                                   "--until-frontier", "1", "--timeout", "1", engine=engine)
     assert code == 3
 
 

@@ -50,22 +50,22 @@ def cli(*args):
     return result
 
 
-def verify(bootstrap, topic, schema, *extra):
+def verify(bootstrap, topic, schema, *extra, engine="local"):
     return cli("verify", "--bootstrap-servers", bootstrap, "--topic", topic, "--schema", schema,
-               *extra)
+               "--engine", engine, *extra)
 
 
 # --- every statement against every other -------------------------------------------------------
 
 
-def test_a_disagreeing_statement_after_the_report_fails_verify(kafka_bootstrap, topic_factory, tmp_path):
+def test_a_disagreeing_statement_after_the_report_fails_verify(engine, kafka_bootstrap, topic_factory, tmp_path):
     topic = topic_factory()
     codec = CdcCodec(KV)
     write(kafka_bootstrap, topic, codec, [
         [Update((1, "a"), 1, 1)], Progress((0,), (2,), ((1, 1),)),
         [Update((1, "a"), 1, 1), Update((2, "b"), 1, 1)], Progress((0,), (2,), ((1, 2),)),
     ])
-    result = verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), "--json")
+    result = verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), "--json", engine=engine)
     assert result.exit_code == 1
     summary = json.loads(result.stdout)
     assert [(v["kind"], v["time"], v["partition"], v["offset"]) for v in summary["violations"]] == [
@@ -76,14 +76,14 @@ def test_a_disagreeing_statement_after_the_report_fails_verify(kafka_bootstrap, 
 # --- "verified" means proven ---------------------------------------------------------------------
 
 
-def test_a_count_the_topic_does_not_hold_is_incomplete(kafka_bootstrap, topic_factory, tmp_path):
+def test_a_count_the_topic_does_not_hold_is_incomplete(engine, kafka_bootstrap, topic_factory, tmp_path):
     topic = topic_factory()
     codec = CdcCodec(KV)
     write(kafka_bootstrap, topic, codec, [
         [Update((1, "a"), 0, 1)], Progress((0,), (1,), ((0, 1),)),
         [Update((2, "b"), 1, 1), Update((3, "c"), 1, 1)], Progress((1,), (3,), ((1, 3),)),
     ])
-    result = verify(kafka_bootstrap, topic, schema_path(tmp_path, KV))
+    result = verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), engine=engine)
     assert result.exit_code == 3
     assert result.stdout == (
         f"topic {topic}: frontier [1], end of topic read\n"
@@ -92,18 +92,18 @@ def test_a_count_the_topic_does_not_hold_is_incomplete(kafka_bootstrap, topic_fa
         "pending: 2 updates held at times 1, beyond frontier [1]\n"
         "NOT VERIFIED: the topic ends before it proves what it holds beyond frontier [1]\n"
     )
-    summary = json.loads(verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), "--json").stdout)
+    summary = json.loads(verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), "--json", engine=engine).stdout)
     assert summary["verdict"] == "incomplete"
     assert summary["pending"] == {"updates": 2, "times": [1], "progress": [3], "gap": None,
                                   "statements": 2,
                                   "stalled": [{"time": 1, "count": 3, "received": 2}]}
 
 
-def test_updates_without_any_progress_and_a_gap_are_incomplete(kafka_bootstrap, topic_factory, tmp_path):
+def test_updates_without_any_progress_and_a_gap_are_incomplete(engine, kafka_bootstrap, topic_factory, tmp_path):
     topic = topic_factory()
     codec = CdcCodec(KV)
     write(kafka_bootstrap, topic, codec, [[Update((k, "x"), k % 3, 1) for k in range(30)]])
-    result = verify(kafka_bootstrap, topic, schema_path(tmp_path, KV))
+    result = verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), engine=engine)
     assert result.exit_code == 3
     assert result.stdout.splitlines()[2:] == [
         "pending: 30 updates (at times 0, 1, 2) and no progress statement at all",
@@ -111,7 +111,7 @@ def test_updates_without_any_progress_and_a_gap_are_incomplete(kafka_bootstrap, 
     ]
     gap = topic_factory()
     write(kafka_bootstrap, gap, codec, [Progress((0,), (2,), ()), Progress((5,), (9,), ())])
-    result = verify(kafka_bootstrap, gap, schema_path(tmp_path, KV))
+    result = verify(kafka_bootstrap, gap, schema_path(tmp_path, KV), engine=engine)
     assert result.exit_code == 3
     assert "pending: no progress statement covers [2, 5); statements beyond it wait" in result.stdout
 
@@ -133,7 +133,7 @@ def test_held_updates_beyond_a_still_frontier_warn(kafka_bootstrap, topic_factor
 # --- values ---------------------------------------------------------------------------------------
 
 
-def test_nan_rows_cancel_and_output_is_strict_json(kafka_bootstrap, topic_factory, tmp_path):
+def test_nan_rows_cancel_and_output_is_strict_json(engine, kafka_bootstrap, topic_factory, tmp_path):
     import decimal
 
     topic = topic_factory()
@@ -148,7 +148,7 @@ def test_nan_rows_cancel_and_output_is_strict_json(kafka_bootstrap, topic_factor
         Progress((1,), (2,), ((1, 2),)),
     ])
     out = tmp_path / "out.jsonl"
-    result = verify(kafka_bootstrap, topic, schema_path(tmp_path, WIDE), "--json", "--output", str(out))
+    result = verify(kafka_bootstrap, topic, schema_path(tmp_path, WIDE), "--json", "--output", str(out), engine=engine)
     assert result.exit_code == 0, result.stdout
     summary = json.loads(result.stdout)
     assert (summary["duplicates"], summary["violations"], summary["frontier"]) == (1, [], [2])
@@ -160,7 +160,7 @@ def test_nan_rows_cancel_and_output_is_strict_json(kafka_bootstrap, topic_factor
     for line in lines:
         json.loads(line, parse_constant=lambda c: pytest.fail(f"bare {c} in --output"))
     hist = tmp_path / "hist.jsonl"
-    verify(kafka_bootstrap, topic, schema_path(tmp_path, WIDE), "--history", str(hist))
+    verify(kafka_bootstrap, topic, schema_path(tmp_path, WIDE), "--history", str(hist), engine=engine)
     assert hist.read_text().splitlines() == [
         '{"data":{"k":1,"x":"NaN","d":"0.0000000000"},"time":0,"diff":1}',
         '{"data":{"k":2,"x":"Infinity","d":null},"time":0,"diff":1}',
@@ -174,12 +174,12 @@ def test_nan_rows_cancel_and_output_is_strict_json(kafka_bootstrap, topic_factor
 # --- undecodable: the likely cause, once ---------------------------------------------------------
 
 
-def test_a_wrong_data_schema_is_named_once(kafka_bootstrap, topic_factory, tmp_path):
+def test_a_wrong_data_schema_is_named_once(engine, kafka_bootstrap, topic_factory, tmp_path):
     topic = topic_factory()
     write(kafka_bootstrap, topic, CdcCodec(WIDE), [
         [Update((k, 0.5, None), t, 1)] for t in range(30) for k in range(2)
     ] + [Progress((0,), (30,), tuple((t, 2) for t in range(30)))])
-    result = verify(kafka_bootstrap, topic, schema_path(tmp_path, KV))
+    result = verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), engine=engine)
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
     assert lines[2] == "60 violations:"
@@ -194,11 +194,11 @@ def test_a_wrong_data_schema_is_named_once(kafka_bootstrap, topic_factory, tmp_p
     assert lines[-1] == "FAILED: protocol violations"
 
 
-def test_raw_messages_read_as_confluent_name_the_framing(kafka_bootstrap, topic_factory, tmp_path):
+def test_raw_messages_read_as_confluent_name_the_framing(engine, kafka_bootstrap, topic_factory, tmp_path):
     topic = topic_factory()
     write(kafka_bootstrap, topic, CdcCodec(KV, framing="raw"),
           [[Update((1, "a"), 0, 1)], Progress((0,), (1,), ((0, 1),))])
-    summary = json.loads(verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), "--json").stdout)
+    summary = json.loads(verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), "--json", engine=engine).stdout)
     assert [v["kind"] for v in summary["violations"]] == ["undecodable", "undecodable"]
     assert summary["hints"] == [
         "the messages carry no Confluent header: read them with framing 'raw' (--framing raw)"]
@@ -232,7 +232,7 @@ def test_decode_workers_give_exactly_what_one_process_gives(kafka_bootstrap, top
 
 @pytest.mark.spark
 def test_strict_catches_a_second_writer_with_other_rows_of_the_same_count(
-        spark, kafka_bootstrap, topic_factory, tmp_path):
+        engine, spark, kafka_bootstrap, topic_factory, tmp_path):
     from cdc_emitter import CdcSink
     from cdc_emitter.spark_schema import data_schema
 
@@ -249,19 +249,19 @@ def test_strict_catches_a_second_writer_with_other_rows_of_the_same_count(
     assert (b.write(spark.createDataFrame([(5, "e")], ddl)).lower, stale.frontier) == (1, 1)
     schema = schema_path(tmp_path, data_schema(first.schema))
 
-    plain = json.loads(verify(kafka_bootstrap, topic, schema, "--json").stdout)
+    plain = json.loads(verify(kafka_bootstrap, topic, schema, "--json", engine=engine).stdout)
     assert (plain["verdict"], plain["frontier"]) == ("verified", [2]), plain  # the counts agree
     for mode in ("exact", "bloom"):
-        strict = verify(kafka_bootstrap, topic, schema, "--json", "--strict", mode)
+        strict = verify(kafka_bootstrap, topic, schema, "--json", "--strict", mode, engine=engine)
         assert strict.exit_code == 1
         summary = json.loads(strict.stdout)
         assert [(v["kind"], v["time"]) for v in summary["violations"]] == [("over_count", 1)]
         assert "(5, 'e')" in summary["violations"][0]["detail"]
-    assert verify(kafka_bootstrap, topic, schema, "--strict").exit_code == 1  # --strict alone: exact
+    assert verify(kafka_bootstrap, topic, schema, "--strict", engine=engine).exit_code == 1  # --strict alone: exact
 
     # a racing writer with another number of rows leaves a statement that disagrees
     c = CdcSink(kafka_bootstrap, topic)
     c.frontier = lambda: stale
     c.write(spark.createDataFrame([(6, "f"), (7, "g")], ddl))
-    plain = json.loads(verify(kafka_bootstrap, topic, schema, "--json").stdout)
+    plain = json.loads(verify(kafka_bootstrap, topic, schema, "--json", engine=engine).stdout)
     assert ("count_mismatch", 1) in [(v["kind"], v["time"]) for v in plain["violations"]]
