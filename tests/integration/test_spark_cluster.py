@@ -105,3 +105,17 @@ def test_export_remote_writes_an_exact_snapshot(spark_cluster, kafka_bootstrap, 
         counts[(k % 7, f"v{k % 3}")] = counts.get((k % 7, f"v{k % 3}"), 0) + 1
     assert json.loads(done.stdout.splitlines()[-1]) == {
         "frontier": [4], "verdict": "verified", "collection": sorted([*key, n] for key, n in counts.items())}
+    # verify --engine spark through Connect prints and writes what the local engine does
+    schema_file = tmp_path / "data.avsc"
+    schema_file.write_text(json.dumps(DATA))
+    outputs = []
+    for engine in ("local", "spark"):
+        out = tmp_path / f"{engine}.jsonl"
+        extra = ["--remote", connect] if engine == "spark" else []
+        done = subprocess.run(
+            [sys.executable, "-m", "cdc_emitter.cli", "verify", "--engine", engine, *extra,
+             "--bootstrap-servers", kafka_bootstrap, "--topic", topic, "--schema", str(schema_file),
+             "--json", "--output", str(out)], env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        outputs.append((done.stdout, out.read_bytes()))
+    assert outputs[0] == outputs[1] and outputs[0][1].count(b"\n") == len(counts)
