@@ -63,6 +63,14 @@ class CdcRead(VerifyResult):
         for row in rows.toLocalIterator():
             yield decode(bytes(row[0])), row[1]
 
+    def collection_as_of(self, time: int) -> Any:
+        """The collection as of ``time`` (every reported time below it): a DataFrame of the data
+        columns + ``count``; ``time`` must not be beyond the frontier."""
+        from pyspark.sql import functions as F
+
+        _cut(self.frontier, time)
+        return _collection(self.history.filter(F.col("time") < F.lit(time)), _data_fields(self.codec))
+
     def history_rows(self) -> Iterator[Update]:
         """The reported updates in ``verify --history`` order (by time, then data), streamed."""
         order = _data_order(self.history, self.codec)
@@ -305,13 +313,7 @@ def _verify(decoded: Any, codec: Any, until: int | None, strict: str | None) -> 
                                      & (F.col("__first.offset") == F.col("__lo"))
                                      & (F.col("__time") == F.col("__lt")), "left_anti")
         history = reported.select(*data_fields, F.col("__time").alias("time"), F.col("__first.__diff").alias("diff"))
-        by_data = [F.col(c) if not contains_map(history.schema[c].dataType)
-                   else canonical(F.col(c), history.schema[c].dataType).alias(f"__key{i}")
-                   for i, c in enumerate(data_fields)]
-        collection = (history.groupBy(*by_data)
-                      .agg(F.sum("diff").alias("count"),
-                           *[F.first(c).alias(c) for c in data_fields if contains_map(history.schema[c].dataType)])
-                      .filter(F.col("count") != 0).select(*data_fields, "count"))
+        collection = _collection(history, data_fields)
     finally:  # the DataFrames returned read the same pinned offsets again when used
         groups.unpersist()
     pending = counting.pending()
@@ -321,6 +323,19 @@ def _verify(decoded: Any, codec: Any, until: int | None, strict: str | None) -> 
         history=history, reached=True, target=None, pending=pending, hints=hints,
         statements=pending.statements, codec=codec,
     )
+
+
+def _collection(history: Any, data_fields: list[str]) -> Any:
+    """The multiset ``history`` adds up to: data columns + ``count``, zero counts left out."""
+    from pyspark.sql import functions as F
+
+    from .sink_jvm import canonical, contains_map
+
+    maps = [c for c in data_fields if contains_map(history.schema[c].dataType)]
+    by_data = [F.col(c) if c not in maps else canonical(F.col(c), history.schema[c].dataType).alias(f"__key{i}")
+               for i, c in enumerate(data_fields)]
+    return (history.groupBy(*by_data).agg(F.sum("diff").alias("count"), *[F.first(c).alias(c) for c in maps])
+            .filter(F.col("count") != 0).select(*data_fields, "count"))
 
 
 def _judge_singles(decoded: Any, codec: Any) -> tuple[list, list]:

@@ -518,9 +518,20 @@ def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, sou
 
 
 @main.command()
-@click.argument("source")
+@click.argument("source", required=False)
 @kafka_options
-@click.option("--topic", required=True, help="The topic to write to.")
+@click.option("--topic", help="The topic to write to.")
+@click.option("--from-topic", metavar="TOPIC",
+              help="The other way: write the table the CDC topic TOPIC holds (the collection at "
+              "its frontier, or at --as-of) to --to, read and verified with Spark.")
+@click.option("--to", "destination", metavar="PATH", help="With --from-topic: the table to write.")
+@click.option("--as-of", type=click.IntRange(min=0), metavar="N",
+              help="With --from-topic: the table as of time N (every time below N), at most the "
+              "topic's frontier.")
+@click.option("--schema", "schema_file", type=click.Path(exists=True, dir_okay=False, readable=True),
+              help="With --from-topic: the topic's Avro schema file (the union or the data record).")
+@click.option("--mode", type=click.Choice(["error", "overwrite"]), default="error", show_default=True,
+              help="With --from-topic: what to do when --to exists.")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="parquet", show_default=True,
               help="How Spark reads SOURCE (and --previous).")
 @click.option("-O", "read_options", multiple=True, metavar="KEY=VALUE", callback=_parse_settings,
@@ -538,8 +549,9 @@ def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, sou
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object.")
 @spark_options
 @handle_errors
-def export(source, bootstrap_servers, kafka_settings, broker_timeout, topic, fmt, read_options, at_time, previous,
-           close, create_topic, framing, schema_id, as_json, spark_packages, spark_conf, spark_remote):
+def export(source, bootstrap_servers, kafka_settings, broker_timeout, topic, from_topic, destination, as_of,
+           schema_file, mode, fmt, read_options, at_time, previous, close, create_topic, framing, schema_id,
+           as_json, spark_packages, spark_conf, spark_remote):
     """Write a table read by Spark to a topic as one CDC snapshot (or the difference of two).
 
     Every row of SOURCE becomes an update with diff +1 at time N (equal rows add up to a
@@ -556,7 +568,30 @@ def export(source, bootstrap_servers, kafka_settings, broker_timeout, topic, fmt
       cdc-emitter export orders --format jdbc -O url=jdbc:postgresql://db/shop \\
           -O driver=org.postgresql.Driver -O user=reader -O password=... \\
           --packages org.postgresql:postgresql:42.7.4 --topic orders
+
+    With --from-topic TOPIC it goes the other way: Spark reads and verifies the CDC topic (as
+    verify --engine spark does) and writes the table it holds at its frontier, or --as-of N,
+    to --to (--format, -O as writer options): each row as many times as its multiplicity,
+    so an exported table comes back as it was. Nothing is written when the topic has
+    violations (exit 1, the summary printed), when the time asked for is not proven (exit 3),
+    or when a row's multiplicity is negative (exit 2).
+
+    \b
+      cdc-emitter export --from-topic products --schema products.avsc --to products_v2.parquet
     """
+    if from_topic is not None:
+        return _export_from_topic(bootstrap_servers, kafka_settings, broker_timeout, from_topic, destination,
+                                  as_of, schema_file, mode, fmt, read_options, framing, as_json, spark_packages,
+                                  spark_conf, spark_remote, stray=[name for name, value in (
+                                      ("SOURCE", source), ("--topic", topic), ("--previous", previous),
+                                      ("--time", at_time), ("--close", close or None),
+                                      ("--create-topic", create_topic or None)) if value is not None])
+    if source is None or topic is None:
+        raise click.UsageError("give SOURCE and --topic (or --from-topic TOPIC --to PATH)")
+    stray = [name for name, value in (("--to", destination), ("--as-of", as_of), ("--schema", schema_file))
+             if value is not None]
+    if stray:
+        raise click.UsageError(f"{', '.join(stray)}: only with --from-topic")
     servers = _servers(bootstrap_servers)
     status = StatusLine()
     status.show(f"starting Spark to read {source}")
@@ -600,3 +635,68 @@ def export(source, bootstrap_servers, kafka_settings, broker_timeout, topic, fmt
     sys.exit(EXIT_OK)
 
 
+
+
+def _export_from_topic(bootstrap_servers, kafka_settings, broker_timeout, topic, destination, as_of,
+                       schema_file, mode, fmt, write_options, framing, as_json, spark_packages, spark_conf,
+                       spark_remote, stray):
+    """``export --from-topic``: the table a CDC topic holds, verified, written by Spark."""
+    if stray:
+        raise click.UsageError(f"--from-topic does not go with {', '.join(stray)}")
+    if destination is None or schema_file is None:
+        raise click.UsageError("--from-topic needs --to PATH and --schema FILE")
+    if fmt in ("jdbc", "table", "text"):
+        raise click.UsageError(f"--from-topic writes files: --format {fmt} is not one of them")
+    servers = _servers(bootstrap_servers)
+    data_schema = load_data_schema(schema_file)
+    status = StatusLine()
+    from ..spark_reader import read_cdc
+
+    status.show(f"starting Spark to read topic {topic}")
+    try:
+        spark = spark_session("cdc-emitter export", spark_packages, spark_conf, fmt, spark_remote)
+        status.show(f"reading and verifying topic {topic}")
+        result = read_cdc(spark, bootstrap_servers=servers, topic=topic, schema=data_schema, framing=framing,
+                          kafka_options=kafka_settings, broker_timeout=broker_timeout)
+        if result.violations:
+            status.done()
+            click.echo(verify_summary_text(topic, result, None))
+            sys.exit(EXIT_VIOLATIONS)
+        frontier = result.frontier
+        if as_of is not None and frontier and as_of > frontier[0]:
+            status.done()
+            click.echo(f"error: topic {topic} is proven only up to frontier {frontier_text(frontier)}: "
+                       f"--as-of {as_of} is beyond it, nothing written", err=True)
+            sys.exit(EXIT_NOT_REACHED)
+        from pyspark.sql import functions as F
+
+        collection = result.collection if as_of is None else result.collection_as_of(as_of)
+        negative = collection.filter(F.col("count") < 0).limit(1).collect()
+        if negative:
+            row = negative[0].asDict(recursive=True)
+            count = row.pop("count")
+            raise SchemaError(f"topic {topic} holds row {row} with multiplicity {count} at "
+                              f"{'time ' + str(as_of) if as_of is not None else 'its frontier'}: a "
+                              "table cannot hold it, nothing written")
+        data_cols = [c for c in collection.columns if c != "count"]
+        written = collection.agg(F.coalesce(F.sum("count"), F.lit(0))).first()[0]
+        rows = collection.select(*data_cols, F.explode(F.array_repeat(F.lit(True), F.col("count").cast("int")))
+                                 .alias("__one")).drop("__one")
+        status.show(f"writing the table of topic {topic} to {destination}")
+        try:
+            rows.write.format(fmt).options(**write_options).mode(
+                "errorifexists" if mode == "error" else "overwrite").save(destination)
+        except Exception as exc:  # noqa: BLE001 - Spark's own cause, not a traceback
+            raise ConfigError(f"cannot write {fmt} table {destination}: {spark_error_text(exc)}") from exc
+    finally:
+        status.done()
+    time = as_of if as_of is not None else (frontier[0] if frontier else None)
+    summary = {"topic": topic, "to": destination, "format": fmt, "as_of": time,
+               "frontier": list(frontier), "verdict": result.verdict, "rows": written}
+    if as_json:
+        click.echo(dumps(summary))
+    else:
+        at = f"as of time {time}" if time is not None else "closed history"
+        click.echo(f"exported topic {topic} ({at}, frontier {frontier_text(frontier)}) to {destination}: "
+                   f"{written} rows")
+    sys.exit(EXIT_OK)

@@ -39,7 +39,7 @@ def run(*args, env=None):
 
 def usage_error(command: str, message: str) -> str:
     return (
-        f"Usage: cdc-emitter {command} [OPTIONS]{' SOURCE' if command == 'export' else ''}\n"
+        f"Usage: cdc-emitter {command} [OPTIONS]{' [SOURCE]' if command == 'export' else ''}\n"
         f"Try 'cdc-emitter {command} --help' for help.\n\nError: {message}\n"
     )
 
@@ -262,10 +262,26 @@ def test_export_bad_reader_option():
         "text is not shown: it may hold a secret)")
 
 
-def test_export_needs_source():
-    result = run("export", "--topic", "t")
+@pytest.mark.parametrize("args, message", [
+    (["--topic", "t"], "give SOURCE and --topic (or --from-topic TOPIC --to PATH)"),
+    (["x.parquet"], "give SOURCE and --topic (or --from-topic TOPIC --to PATH)"),
+    (["x.parquet", "--topic", "t", "--as-of", "3", "--to", "y"], "--to, --as-of: only with --from-topic"),
+    (["--from-topic", "t", "--to", "y"], "--from-topic needs --to PATH and --schema FILE"),
+    (["--from-topic", "t", "--topic", "u", "--close"], "--from-topic does not go with --topic, --close"),
+])
+def test_export_needs_one_direction(args, message):
+    result = run("export", *args)
     assert result.exit_code == 2
-    assert result.stderr == usage_error("export", "Missing argument 'SOURCE'.")
+    assert result.stderr == usage_error("export", message)
+
+
+def test_verify_engine_options_are_usage_errors(schema_file):
+    local = run("verify", "--topic", "t", "--schema", schema_file, "--packages", "a:b:1")
+    assert (local.exit_code, local.stderr) == (2, usage_error(
+        "verify", "--packages and --conf are for --engine spark"))
+    spark = run("verify", "--topic", "t", "--schema", schema_file, "--engine", "spark", "--workers", "2")
+    assert (spark.exit_code, spark.stderr) == (2, usage_error(
+        "verify", "--workers is for --engine local (Spark decodes on its executors)"))
 
 
 # --- connection errors (exit 2) -----------------------------------------------------------------

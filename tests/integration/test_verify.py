@@ -498,6 +498,62 @@ def test_export_previous_writes_the_difference_and_close(
     ]
 
 
+def _parquet_rows(path):
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(str(path))
+    return sorted(zip(*(table.column(c).to_pylist() for c in ("id", "name", "price"))),
+                  key=lambda r: (r[0], r[1], r[2] is None, r[2] or 0))
+
+
+@pytest.mark.spark
+def test_export_from_topic_gives_back_each_exported_table(kafka_bootstrap, topic_factory, spark, tmp_path):
+    v1 = _write_parquet(tmp_path / "v1.parquet", V1)
+    v2 = _write_parquet(tmp_path / "v2.parquet", V2)
+    topic = topic_factory(2)
+    base = ["--bootstrap-servers", kafka_bootstrap]
+    assert cli("export", v1, *base, "--topic", topic, "--time", "1").exit_code == 0
+    assert cli("export", v2, "--previous", v1, *base, "--topic", topic, "--time", "3").exit_code == 0
+    schema_file = tmp_path / "s.avsc"
+    schema_file.write_text(cli("schema", "--from", v1).stdout)
+    back = ["export", "--from-topic", topic, "--schema", str(schema_file), *base]
+
+    latest = cli(*back, "--to", str(tmp_path / "latest"), "--json")
+    assert latest.exit_code == 0, latest.stderr
+    assert json.loads(latest.stdout) == {"topic": topic, "to": str(tmp_path / "latest"), "format": "parquet",
+                                         "as_of": 4, "frontier": [4], "verdict": "verified", "rows": 5}
+    assert _parquet_rows(tmp_path / "latest") == _parquet_rows(v2)
+    first = cli(*back, "--to", str(tmp_path / "first"), "--as-of", "2")
+    assert first.exit_code == 0, first.stderr
+    assert first.stdout == (f"exported topic {topic} (as of time 2, frontier [4]) to {tmp_path / 'first'}: "
+                            "5 rows\n")
+    assert _parquet_rows(tmp_path / "first") == _parquet_rows(v1)
+
+    beyond = cli(*back, "--to", str(tmp_path / "beyond"), "--as-of", "5")
+    assert (beyond.exit_code, beyond.stderr) == (3, f"error: topic {topic} is proven only up to frontier [4]: "
+                                                     "--as-of 5 is beyond it, nothing written\n")
+    again = cli(*back, "--to", str(tmp_path / "latest"))
+    assert again.exit_code == 2 and again.stderr.startswith(
+        f"error: cannot write parquet table {tmp_path / 'latest'}: ")
+    assert cli(*back, "--to", str(tmp_path / "latest"), "--mode", "overwrite", "--as-of", "2").exit_code == 0
+    assert _parquet_rows(tmp_path / "latest") == _parquet_rows(v1)
+    assert not (tmp_path / "beyond").exists()
+
+    # a topic with violations: the summary, exit 1, nothing written
+    from cdc_emitter.codec import data_schema_from_text
+
+    codec = CdcCodec(data_schema_from_text(schema_file.read_text()))
+    bad = topic_factory()
+    write_messages(kafka_bootstrap, bad, codec, [[Update((1, "a", 1), 0, 1), Update((2, "b", 1), 0, 1)],
+                                                 Progress((0,), (1,), ((0, 1),))])
+    refused = cli("export", "--from-topic", bad, "--schema", str(schema_file), *base, "--to", str(tmp_path / "bad"))
+    assert refused.exit_code == 1
+    assert refused.stdout.splitlines()[-1] == "FAILED: protocol violations"
+    assert not (tmp_path / "bad").exists()
+    mixed = cli("export", v1, "--from-topic", topic, "--schema", str(schema_file), *base, "--to", "x")
+    assert (mixed.exit_code, mixed.stderr.splitlines()[-1]) == (2, "Error: --from-topic does not go with SOURCE")
+
+
 @pytest.mark.spark
 def test_export_missing_source_is_an_error(kafka_bootstrap, topic_factory, spark, tmp_path):
     topic = topic_factory()
