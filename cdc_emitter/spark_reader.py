@@ -38,7 +38,7 @@ from typing import Any
 
 from .core import CountingReader, Progress, TimeCounts, Update
 from .errors import CdcError, DecodeError, SchemaError
-from .verify import DIAGNOSED, VerifyResult, reached_target
+from .verify import UndecodableReport, VerifyResult, reached_target
 
 __all__ = ["read_cdc", "CdcRead"]
 
@@ -284,7 +284,7 @@ def _verify(decoded: Any, codec: Any, until: int | None, strict: str | None) -> 
                  .agg(F.count(F.lit(1)).alias("fresh"), F.min("__first.__pos").alias("pos"))
                  .orderBy("partition", "offset", "pos"))
         hints: list[str] = []
-        diagnosed = 0
+        report_undecodable = UndecodableReport(counting, codec, hints)
         for (partition, offset), kind, payload in _in_order(fresh.toLocalIterator(), singles, extras):
             if kind == "progress":
                 counting.push(payload, partition=partition, offset=offset)
@@ -292,13 +292,7 @@ def _verify(decoded: Any, codec: Any, until: int | None, strict: str | None) -> 
                 counting.push_counts(payload, partition=partition, offset=offset)
             else:  # as verify_topic says it: the codec's error, the likely cause once
                 error, value = payload
-                counting.violate("undecodable", None, f"partition {partition} offset {offset}: {error}",
-                                 partition=partition, offset=offset)
-                diagnosed += 1
-                if value is not None and diagnosed <= DIAGNOSED:
-                    hint = codec.diagnose(value)
-                    if hint is not None and hint not in hints:
-                        hints.append(hint)
+                report_undecodable(partition, offset, value, error)
         sizes = decoded.agg(F.count(F.lit(1)).alias("messages"), F.sum(F.size("u")).alias("updates")).first()
         counting.messages = sizes["messages"]
         counting.updates_received = (sizes["updates"] or 0) - _updates_in(decoded, undecodable)

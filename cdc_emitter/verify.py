@@ -50,7 +50,7 @@ from .core import CdcReader, Pending, Progress, Update, Violation
 from .decode_pool import PROGRESS, ROWS, DecodePool, decode_chunk, default_workers
 from .kafka_io import BROKER_TIMEOUT, TopicScan
 
-__all__ = ["VerifyResult", "VerifyProgress", "verify_topic", "reached_target", "VERDICTS"]
+__all__ = ["VerifyResult", "VerifyProgress", "verify_topic", "reached_target", "UndecodableReport", "VERDICTS"]
 
 log = logging.getLogger(__name__)
 
@@ -149,6 +149,25 @@ class VerifyResult:
         }
 
 
+class UndecodableReport:
+    """How a message that does not decode is reported (by either engine): a violation naming its
+    partition and offset with the codec's error, and the likely cause, said once, looked for in
+    the first :data:`DIAGNOSED` such messages (appended to ``hints``)."""
+
+    def __init__(self, reader: CdcReader, codec: Any, hints: list[str]) -> None:
+        self.reader, self.codec, self.hints = reader, codec, hints
+        self.seen = 0
+
+    def __call__(self, partition: int, offset: int, value: bytes | None, error: str) -> None:
+        self.reader.violate("undecodable", None, f"partition {partition} offset {offset}: {error}",
+                            partition=partition, offset=offset)
+        self.seen += 1
+        if value is not None and self.seen <= DIAGNOSED:
+            hint = self.codec.diagnose(value)
+            if hint is not None and hint not in self.hints:
+                self.hints.append(hint)
+
+
 def reached_target(frontier: tuple[int, ...], target: tuple[int, ...]) -> bool:
     """Whether ``frontier`` has reached ``target`` (``()`` as a target means closed)."""
     if frontier == ():
@@ -227,18 +246,11 @@ def verify_topic(
             if finished:
                 take(finished)
 
-    undecodable_seen = 0
+    report_undecodable = UndecodableReport(reader, codec, hints)
 
     def undecodable(partition: int, offset: int, value: bytes | None, error: str) -> None:
-        nonlocal undecodable_seen
         reader.messages += 1
-        reader.violate("undecodable", None, f"partition {partition} offset {offset}: {error}",
-                       partition=partition, offset=offset)
-        undecodable_seen += 1
-        if value is not None and undecodable_seen <= DIAGNOSED:
-            hint = codec.diagnose(value)
-            if hint is not None and hint not in hints:
-                hints.append(hint)
+        report_undecodable(partition, offset, value, error)
 
     def warn_if_held() -> None:
         nonlocal next_warning
