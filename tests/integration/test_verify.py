@@ -381,6 +381,19 @@ def test_until_closed_follows_new_messages(engine, kafka_bootstrap, topic_factor
     assert summary["frontier"] == [] and summary["messages"] == 7
 
 
+def test_missing_topic_and_unreachable_broker_exit_2(engine, kafka_bootstrap, schema_file):
+    missing = cli("verify", "--engine", engine, "--bootstrap-servers", kafka_bootstrap, "--topic",
+                  "no-such-topic-verify", "--schema", schema_file)
+    assert (missing.exit_code, missing.stdout) == (2, "")
+    assert missing.stderr == (
+        f"error: topic 'no-such-topic-verify' does not exist on broker {kafka_bootstrap}: nothing "
+        "to read (check the topic name and the bootstrap servers)\n")
+    down = cli("verify", "--engine", engine, "--bootstrap-servers", "127.0.0.1:1", "--topic", "t",
+               "--schema", schema_file, "--broker-timeout", "2")
+    assert (down.exit_code, down.stdout, down.stderr.count("\n")) == (2, "", 1)
+    assert down.stderr.startswith("error: cannot reach Kafka at 127.0.0.1:1 (asking for topic 't', waited 2s)")
+
+
 def test_empty_topic_is_not_verified(engine, kafka_bootstrap, topic_factory, codec, schema_file):
     topic = topic_factory(2)
     code, summary, _ = verify_json(kafka_bootstrap, topic, schema_file, engine=engine)
