@@ -163,14 +163,15 @@ def read_cdc(spark: Any, *, bootstrap_servers: str, topic: str, schema: Any, fra
     config = dict(kafka_options or {})
     wait = BROKER_TIMEOUT if broker_timeout is None else broker_timeout
     deadline = None if timeout is None else _time.monotonic() + timeout
+    ends = end_offsets(bootstrap_servers, topic, config, timeout=wait)  # BrokerError: no topic
     while True:
-        ends = end_offsets(bootstrap_servers, topic, config, timeout=wait)  # BrokerError: no topic
         result = _read_once(spark, bootstrap_servers, topic, codec, config, ends, until, strict)
         result.target = target
         result.reached = target is None or reached_target(result.frontier, target)
         if result.reached or result.violations or (deadline is not None and _time.monotonic() >= deadline):
             return result
-        while ends == end_offsets(bootstrap_servers, topic, config, timeout=wait):
+        read = ends
+        while (ends := end_offsets(bootstrap_servers, topic, config, timeout=wait)) == read:
             if deadline is not None and _time.monotonic() + FOLLOW_INTERVAL > deadline:
                 return result
             _time.sleep(FOLLOW_INTERVAL)
