@@ -18,11 +18,12 @@ from .errors import (
     ReplayError,
     SchemaError,
 )
+from .sink_metrics import BatchResult
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "BadInputError", "BrokerError", "CdcError", "CdcReader", "CdcSink", "ConcurrentWriterError",
+    "BadInputError", "BatchResult", "BrokerError", "CdcError", "CdcReader", "CdcSink", "ConcurrentWriterError",
     "ConfigError", "DecodeError",
     "DeliveryError", "LateUpdateError", "Progress", "RefusedError", "ReplayError", "SchemaError", "Update", "Violation",
     "configure_spark", "consolidate", "progress_for", "progress_from_counts", "read_cdc",

@@ -43,7 +43,7 @@ import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import dataclasses
 from typing import Any
 
 from .core import MAX_LONG, MIN_LONG, progress_from_counts
@@ -70,6 +70,7 @@ from .frontier import (
 from .sink_tasks import _check_sizes, _produce_partition, _TaskSpec
 from .sink_jvm import DIFF as _DIFF, HASH as _HASH, TIME as _TIME  # one name per column, both paths
 from .sink_jvm import canonical, group_keys
+from .sink_metrics import BatchResult, PhaseClock
 from .spark_schema import data_schema
 
 __all__ = ["CdcSink", "BatchResult", "TopicFrontier", "HEADER_KIND", "HEADER_WRITER", "HEADER_BATCH",
@@ -129,19 +130,6 @@ _INTEGRAL = ("bigint", "int", "smallint", "tinyint")
 
 
 # --- the sink ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    """What one batch wrote: its interval (``upper`` None = closed) and how much."""
-
-    batch_id: int | None
-    lower: int
-    upper: int | None
-    updates: int
-    messages: int
-    counts: dict
-    reused: bool  # True when the interval was found recorded (a re-run batch)
 
 
 def _size_estimate(struct: Any) -> Any:
@@ -204,6 +192,10 @@ class CdcSink:
             topic's metadata and settings, its end offsets and tail, retried — before the batch
             fails with a :class:`~cdc_emitter.errors.BrokerError` that says how long it waited.
             (Deliveries are bounded by ``message.timeout.ms`` in ``producer_config``.)
+        on_batch: called with each batch's :class:`~cdc_emitter.sink_metrics.BatchResult` (its
+            interval, updates, messages, bytes and seconds per phase) once its progress statement
+            is acknowledged — to chart the sink. What it raises fails the batch *after* it was
+            written; Spark's re-run of the batch then writes nothing new and calls it again.
     """
 
     def __init__(
@@ -226,6 +218,7 @@ class CdcSink:
         encoder: str = "auto",
         flush_timeout: float | None = None,
         broker_timeout: float = 30.0,
+        on_batch: Callable[[BatchResult], None] | None = None,
     ) -> None:
         if late not in ("error", "advance"):
             raise ConfigError(f"late must be 'error' or 'advance', not {late!r}")
@@ -266,6 +259,10 @@ class CdcSink:
         self.encoder = encoder
         self.flush_timeout = flush_timeout
         self.broker_timeout = float(broker_timeout)
+        if on_batch is not None and not callable(on_batch):
+            raise ConfigError(f"on_batch must be a function taking a BatchResult, not {on_batch!r}")
+        self.on_batch = on_batch
+        self._clock = PhaseClock()  # the current batch's phases (see sink_metrics)
         self._topic_checked = False
         self._update_partitions: list | None = None  # where update messages go (see _TaskSpec)
         self._schema_checked: str | None = None  # the data schema found compatible with the topic
@@ -522,6 +519,7 @@ class CdcSink:
 
         from .codec import CdcCodec
 
+        self._clock = clock = PhaseClock()
         spark = df.sparkSession
         schema = df.schema
         columns = schema.fieldNames()
@@ -607,7 +605,9 @@ class CdcSink:
         diff_expr = F.col(diff_col).cast("long") if diff_col else F.lit(1).cast("long")
         prepared = df.select(*[F.col(c) for c in data_cols], time_expr.alias(_TIME), diff_expr.alias(_DIFF))
         partition0_end = None if state is None else state.partition0_end
-        if self._encoder(spark) == "jvm":
+        encoder = self._encoder(spark)
+        clock.mark("plan")
+        if encoder == "jvm":
             result = self._write_jvm(prepared, schema, data_cols, avro_data, codec, batch_id, writer,
                                      lower, recorded, batch_time, close, sinklog, spark,
                                      recorded_digest, partition0_end)
@@ -616,19 +616,20 @@ class CdcSink:
                 prepared, schema, data_cols, data_struct, avro_data, codec, batch_id, writer,
                 lower, recorded, batch_time, close, sinklog, spark, recorded_digest, partition0_end,
             )
+        result = dataclasses.replace(result, seconds=clock.seconds(), topic=self.topic, encoder=encoder)
         self.last_result = result
         log.info(
-            "cdc sink topic=%s batch=%s interval=[%d, %s) updates=%d messages=%d%s",
+            "cdc sink topic=%s batch=%s interval=[%d, %s) %s%s",
             self.topic, batch_id, result.lower, "∞" if result.upper is None else result.upper,
-            result.updates, result.messages, " (re-run: recorded interval)" if result.reused else "",
+            result.log_text(), " (re-run: recorded interval)" if result.reused else "",
         )
+        if self.on_batch is not None:
+            self.on_batch(result)
         return result
 
     def _validate_and_produce(self, prepared, schema, data_cols, data_struct, avro_data, codec, batch_id,
                               writer, lower, recorded, batch_time, close, sinklog, spark,
                               recorded_digest=None, partition0_end=None) -> BatchResult:
-        import time as _time
-
         from pyspark.sql import functions as F
 
         data_json = F.to_json(F.struct(*[F.col(c) for c in data_cols]))
@@ -638,7 +639,6 @@ class CdcSink:
 
         # 3. validation before the first message: one narrow scan of the input (no shuffle).
         # Examples are built only for bad rows (when() does not evaluate its value otherwise).
-        started = _time.perf_counter()
         st = prepared.agg(
             F.count(F.lit(1)).alias("rows"),
             F.count(F.when(t.isNull(), 1)).alias("null_times"),
@@ -712,7 +712,7 @@ class CdcSink:
                 )
 
         upper = self._upper(what, recorded, close, batch_time, max_time, lower)
-        validated = _time.perf_counter()
+        self._clock.mark("check")
 
         # another writer may have written since the interval was decided: check before writing
         if recorded is None:
@@ -722,7 +722,7 @@ class CdcSink:
         # 4. record the interval (decided once), then consolidate and produce on the executors
         self._record_interval(sinklog, what, batch_id, lower, upper, batch_time, writer, recorded)
         counts: dict[int, int] = {}
-        messages = 0
+        messages = n_bytes = 0
         digest = 0
         if rows:
             encoder = self._encoder(spark)
@@ -754,7 +754,8 @@ class CdcSink:
                 spec.data_types = []  # the task sees only (time, diff, item, hash)
             try:
                 produced = out.mapInArrow(lambda it, spec=spec: _produce_partition(spec, it),
-                                          "time long, n long, messages long, digest long").collect()
+                                          "time long, n long, messages long, bytes long, digest long"
+                                          ).collect()
             except Exception as exc:  # noqa: BLE001 - Spark wraps the task's error
                 ours = _task_error(exc)
                 if ours is None:
@@ -765,24 +766,20 @@ class CdcSink:
                 if row["time"] >= 0:
                     seen[row["time"]] += row["n"]
                 messages += row["messages"]
+                n_bytes += row["bytes"]
                 digest ^= row["digest"]
             counts = dict(seen)
         elif recorded_digest is not None and recorded_digest != (0, ()):
             raise ReplayError(self._replay_message(what, batch_id, recorded_digest, (0, ())))
-        produced_at = _time.perf_counter()
-        log.debug("%s: validation %.2fs, consolidate+produce %.2fs", what, validated - started,
-                  produced_at - validated)
-
+        self._clock.mark("write")
         return self._commit(what, writer, batch_id, lower, upper, counts, digest, avro_data, codec,
-                            partition0_end, messages, recorded is not None)
+                            partition0_end, messages, n_bytes, recorded is not None)
 
     def _write_jvm(self, prepared, schema, data_cols, avro_data, codec, batch_id, writer, lower,
                    recorded, batch_time, close, sinklog, spark, recorded_digest,
                    partition0_end) -> BatchResult:
         """The JVM data path (:mod:`cdc_emitter.sink_jvm`): one job validates, consolidates, encodes
         and counts; a second writes with Spark's Kafka writer; then the progress statement."""
-        import time as _time
-
         from pyspark.sql import functions as F
 
         from . import sink_jvm
@@ -790,7 +787,6 @@ class CdcSink:
         from .errors import DeliveryError
         from .sink_jvm import ROW, Check
 
-        started = _time.perf_counter()
         what, tcol = self._what(batch_id), self.time_column or "time"
         t, d = F.col(_TIME), F.col(_DIFF)
         checks = []
@@ -841,7 +837,7 @@ class CdcSink:
                 messages = plan.messages(prepared, checks, exact=True).persist()
             counts, digest, max_time = stats.counts, stats.digest, stats.max_time
             n_messages, n_bytes = stats.messages, stats.bytes
-            validated = _time.perf_counter()
+            self._clock.mark("check")
             upper = self._upper(what, recorded, close, batch_time, max_time, lower)
             if recorded_digest is not None:
                 return self._replayed(what, batch_id, recorded_digest,
@@ -870,14 +866,12 @@ class CdcSink:
                     ) from exc
         finally:
             messages.unpersist()
-        written = _time.perf_counter()
+        self._clock.mark("write")
         # the next batch spreads its updates over about as many groups as this one filled
         # messages (at least one; at most the shuffle partitions): small batches, few messages
         self._buckets = max(1, min(partitions, -(-n_bytes * 4 // self.max_message_bytes)))
-        log.debug("%s: prepare %.2fs, write %.2fs (%d messages, %d bytes)", what, validated - started,
-                  written - validated, n_messages, n_bytes)
         return self._commit(what, writer, batch_id, lower, upper, counts, digest, avro_data, codec,
-                            partition0_end, n_messages, recorded is not None)
+                            partition0_end, n_messages, n_bytes, recorded is not None)
 
     def _what(self, batch_id: int | None) -> str:
         """How messages name this batch: the topic, and the batch id when there is one."""
@@ -927,7 +921,7 @@ class CdcSink:
 
     def _commit(self, what: str, writer: str, batch_id: int | None, lower: int, upper: int | None,
                 counts: dict[int, int], digest: int, avro_data: dict, codec: Any,
-                partition0_end: int | None, messages: int, reused: bool) -> BatchResult:
+                partition0_end: int | None, messages: int, n_bytes: int, reused: bool) -> BatchResult:
         """Write the batch's progress statement — only after every update is acknowledged."""
         total = sum(counts.values())
         # unless another writer's statement took the interval meanwhile (a statement of ours on
@@ -944,8 +938,9 @@ class CdcSink:
         if batch_id is not None:
             headers.append((HEADER_BATCH, str(batch_id).encode()))
         producer = self._driver_producer()
+        value = codec.encode_progress(progress)
         try:
-            producer.produce(codec.encode_progress(progress), headers=headers, partition=0)
+            producer.produce(value, headers=headers, partition=0)
             producer.flush(self.flush_timeout)
         except BaseException:
             self._carried = None
@@ -953,7 +948,9 @@ class CdcSink:
             raise
         self._carry(writer, batch_id, lower, upper, avro_data, digest_text,
                     producer.last_offsets.get(0))
-        return BatchResult(batch_id, lower, upper, total, messages + 1, counts, reused)
+        self._clock.mark("commit")
+        return BatchResult(batch_id, lower, upper, total, messages + 1, counts, reused,
+                           n_bytes + len(value))
 
     def _driver_producer(self) -> Any:
         """The producer of progress statements: one for the sink's life (a new one per batch

@@ -192,7 +192,7 @@ def _produce_partition(spec: _TaskSpec, batches: Iterator[Any]) -> Iterator[Any]
     import numpy as np
 
     counts: Counter = Counter()
-    messages = 0
+    messages = n_bytes = 0
     digest = 0  # XOR of the updates' hashes (the last column): the batch's digest, any order
     ctx = TaskContext.get()
     task = ctx.partitionId() if ctx is not None else 0
@@ -216,6 +216,7 @@ def _produce_partition(spec: _TaskSpec, batches: Iterator[Any]) -> Iterator[Any]
                     spec.partitions[(task + messages) % len(spec.partitions)]
                 producer.produce(message, headers=spec.headers, partition=target)
                 messages += 1
+                n_bytes += len(message)
                 if fail_after is not None and messages >= fail_after:
                     producer.flush(spec.flush_timeout)
                     raise RuntimeError(
@@ -228,11 +229,12 @@ def _produce_partition(spec: _TaskSpec, batches: Iterator[Any]) -> Iterator[Any]
         except Exception:  # noqa: BLE001
             pass
         raise
-    # one row per time, plus a row (time -1) carrying the number of messages and the digest
+    # one row per time, plus a row (time -1) carrying the messages, their bytes and the digest
     yield pa.RecordBatch.from_pydict({
         "time": pa.array(list(counts.keys()) + [-1], pa.int64()),
         "n": pa.array(list(counts.values()) + [0], pa.int64()),
         "messages": pa.array([0] * len(counts) + [messages], pa.int64()),
+        "bytes": pa.array([0] * len(counts) + [n_bytes], pa.int64()),
         "digest": pa.array([0] * len(counts) + [digest], pa.int64()),
     })
 

@@ -128,6 +128,69 @@ def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(spark, k
     check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 1, d) for k, v, d in rows], (2,))
 
 
+@pytest.mark.parametrize("encoder", ["jvm", "python"])
+def test_each_batch_reports_its_figures_to_the_listener_and_the_log(spark, kafka_bootstrap, topic_factory,
+                                                                    tmp_path, caplog, encoder):
+    """Metrics: every batch's updates, messages, bytes and seconds per phase reach ``on_batch``
+    and the INFO log line, and the counts are those of the messages in the topic."""
+    import logging
+
+    from cdc_emitter import kafka_io
+
+    topic = topic_factory(2)
+    stream = FileStream(tmp_path)
+    for rows in BATCHES:
+        stream.add(rows)
+    seen = []
+    sink = CdcSink(kafka_bootstrap, topic, checkpoint_location=stream.checkpoint, encoder=encoder,
+                   max_message_bytes=64, on_batch=seen.append)
+    with caplog.at_level(logging.INFO, logger="cdc_emitter.sink"):
+        stream.run(spark, sink)
+    assert [r.batch_id for r in seen] == [0, 1, 2] and seen[-1] is sink.last_result
+    assert [r.updates for r in seen] == [2, 3, 1]  # consolidated: duplicates summed, cancels dropped
+    values = [r.value for r in kafka_io.read_topic(kafka_bootstrap, topic)]
+    assert sum(r.messages for r in seen) == len(values)
+    assert sum(r.bytes for r in seen) == sum(map(len, values))
+    for result in seen:
+        assert result.topic == topic and result.encoder == encoder
+        assert list(result.seconds) == ["plan", "check", "write", "commit", "total"]
+        assert all(v >= 0 for v in result.seconds.values())
+        assert result.seconds["total"] >= sum(v for k, v in result.seconds.items() if k != "total")
+    lines = [r.getMessage() for r in caplog.records if r.name == "cdc_emitter.sink" and "interval=" in r.message]
+    assert [line.split(" seconds:")[0] for line in lines] == [
+        f"cdc sink topic={topic} batch={r.batch_id} interval=[{r.lower}, {r.upper}) updates={r.updates} "
+        f"messages={r.messages} bytes={r.bytes}" for r in seen]
+    assert all("plan=" in line and "total=" in line for line in lines)
+
+
+def test_a_failing_listener_fails_the_batch_after_it_was_written_and_the_rerun_writes_nothing(
+        spark, kafka_bootstrap, topic_factory, tmp_path):
+    topic = topic_factory(1)
+    stream = FileStream(tmp_path)
+    stream.add(BATCHES[0])
+    calls = []
+
+    def listener(result):
+        calls.append(result)
+        if len(calls) == 1:
+            raise RuntimeError("metrics backend is down")
+
+    sink = CdcSink(kafka_bootstrap, topic, checkpoint_location=stream.checkpoint, on_batch=listener)
+    with pytest.raises(Exception, match="metrics backend is down"):
+        stream.run(spark, sink)
+    stream.run(spark, CdcSink(kafka_bootstrap, topic, checkpoint_location=stream.checkpoint, on_batch=listener))
+    assert [(r.batch_id, r.reused) for r in calls] == [(0, False), (0, True)]
+    assert calls[0].messages >= 2 and calls[1].messages == 0  # the re-run found it all written
+    check(kafka_bootstrap, topic, kv_codec(spark), expected_kv(BATCHES[:1], [0]), (1,))
+
+
+def test_on_batch_must_be_callable():
+    from cdc_emitter.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="on_batch must be a function taking a BatchResult, not 'log'"):
+        CdcSink("localhost:9092", "t", on_batch="log")
+
+
 @pytest.mark.parametrize("encoder", ["python", "avro"])
 def test_task_retry_after_partial_produce_only_duplicates(spark, kafka_bootstrap, topic_factory, encoder):
     topic = topic_factory(2)
