@@ -69,9 +69,11 @@ class SinkLogEntry(NamedTuple):
 class SinkLog:
     """Batch intervals under ``<checkpoint_location>/cdc-emitter-sink`` (Hadoop FileSystem)."""
 
-    def __init__(self, spark: Any, checkpoint_location: str, keep: int = KEEP) -> None:
-        self.location = str(checkpoint_location).rstrip("/") + "/" + DIRNAME
+    def __init__(self, spark: Any, checkpoint_location: str, keep: int = KEEP, *, dirname: str = DIRNAME,
+                 entry_type: Any = SinkLogEntry) -> None:
+        self.location = str(checkpoint_location).rstrip("/") + "/" + dirname
         self.keep = keep
+        self._entry = entry_type
         jvm = spark._jvm
         self._Path = jvm.org.apache.hadoop.fs.Path
         self._dir = self._Path(self.location)
@@ -99,7 +101,7 @@ class SinkLog:
                 lines.append(line)
         finally:
             stream.close()
-        return SinkLogEntry.from_lines(lines, f"{self.location}/{batch_id}")
+        return self._entry.from_lines(lines, f"{self.location}/{batch_id}")
 
     def put(self, entry: SinkLogEntry) -> SinkLogEntry:
         """Record ``entry`` atomically unless a record for its batch id exists; returns the record kept."""
@@ -153,11 +155,14 @@ def is_connect(spark: Any) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def open_sink_log(spark: Any, checkpoint_location: str) -> SinkLog | DataFrameSinkLog:
-    """The sink log for ``checkpoint_location``, in the way the session allows."""
+def open_sink_log(spark: Any, checkpoint_location: str, *, dirname: str = DIRNAME,
+                  entry_type: Any = SinkLogEntry) -> SinkLog | DataFrameSinkLog:
+    """The sink log for ``checkpoint_location``, in the way the session allows. ``dirname`` and
+    ``entry_type`` (a record with ``batch_id``, ``to_json()`` and ``from_lines()``) keep another
+    per-batch log the same way (a converter's decisions)."""
     if is_connect(spark):
-        return DataFrameSinkLog(spark, checkpoint_location)
-    return SinkLog(spark, checkpoint_location)
+        return DataFrameSinkLog(spark, checkpoint_location, dirname=dirname, entry_type=entry_type)
+    return SinkLog(spark, checkpoint_location, dirname=dirname, entry_type=entry_type)
 
 
 def query_id_from_checkpoint(spark: Any, checkpoint_location: str) -> str:
@@ -178,9 +183,11 @@ def query_id_from_checkpoint(spark: Any, checkpoint_location: str) -> str:
 class DataFrameSinkLog:
     """The sink log through the DataFrame API only (Spark Connect): one text dataset per record."""
 
-    def __init__(self, spark: Any, checkpoint_location: str) -> None:
-        self.location = str(checkpoint_location).rstrip("/") + "/" + DIRNAME
+    def __init__(self, spark: Any, checkpoint_location: str, *, dirname: str = DIRNAME,
+                 entry_type: Any = SinkLogEntry) -> None:
+        self.location = str(checkpoint_location).rstrip("/") + "/" + dirname
         self._spark = spark
+        self._entry = entry_type
 
     def _path(self, batch_id: int) -> str:
         return f"{self.location}/{int(batch_id)}"
@@ -195,7 +202,7 @@ class DataFrameSinkLog:
             raise CdcError(f"cannot read sink log record {self._path(batch_id)}: {exc}") from exc
         if not lines:
             return None
-        return SinkLogEntry.from_lines(lines, self._path(batch_id))
+        return self._entry.from_lines(lines, self._path(batch_id))
 
     def put(self, entry: SinkLogEntry) -> SinkLogEntry:
         """Record ``entry`` unless a record for its batch id exists; returns the record kept."""
