@@ -341,14 +341,7 @@ def _wait_for_topic(admin, topic: str, timeout: float = 15.0) -> None:
         time.sleep(0.1)
 
 
-@pytest.fixture
-def topic_factory(request: pytest.FixtureRequest, kafka_bootstrap: str):
-    """``make(partitions=1, *, config=None, bootstrap_servers=None) -> topic name``.
-
-    Each call creates a new topic named after the test plus a uuid (replication 1, optional
-    topic ``config`` such as ``{"max.message.bytes": "2000"}``); all are deleted afterwards
-    (best effort).
-    """
+def _topics(request: pytest.FixtureRequest, kafka_bootstrap: str):
     created: list[tuple[str, str]] = []
     base = re.sub(r"[^A-Za-z0-9._-]+", "-", request.node.name).strip("-")[:120] or "test"
 
@@ -371,6 +364,24 @@ def topic_factory(request: pytest.FixtureRequest, kafka_bootstrap: str):
             _admin(servers).delete_topics([name], operation_timeout=10)[name].result(timeout=15)
         except Exception:  # noqa: BLE001 - best effort
             pass
+
+
+@pytest.fixture
+def topic_factory(request: pytest.FixtureRequest, kafka_bootstrap: str):
+    """``make(partitions=1, *, config=None, bootstrap_servers=None) -> topic name``.
+
+    Each call creates a new topic named after the test plus a uuid (replication 1, optional
+    topic ``config`` such as ``{"max.message.bytes": "2000"}``); all are deleted afterwards
+    (best effort).
+    """
+    yield from _topics(request, kafka_bootstrap)
+
+
+@pytest.fixture(scope="module")
+def module_topic_factory(request: pytest.FixtureRequest, kafka_bootstrap: str):
+    """:func:`topic_factory` for a module-scoped fixture: topics named after the module, deleted
+    after its last test."""
+    yield from _topics(request, kafka_bootstrap)
 
 
 @pytest.fixture

@@ -1,0 +1,71 @@
+"""The Delta converter's job, in its own process (Delta needs its package and session extensions
+when the session starts; the test session has neither).
+
+    python delta_jobs.py BOOTSTRAP TOPIC WORKDIR
+
+Makes ``WORKDIR/products`` with its change data feed enabled and, in two rounds, commits of every
+kind (inserts, updates, a no-op update, deletes, a commit of many files), converting after each
+round with ``convert_delta(once=True, max_files_per_trigger=2)`` from the same checkpoint, so
+many-file commits are split over micro-batches. Also makes ``WORKDIR/plain`` without the change
+data feed. Prints one JSON line: the table's rows at each version (time travel), each batch's
+result, and the plans the converter recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def main(bootstrap: str, topic: str, workdir: str) -> None:
+    from cdc_emitter.convert_delta import convert_delta
+    from cdc_emitter.sources import DELTA_PACKAGES, spark_session
+
+    import pyspark
+
+    package = DELTA_PACKAGES[".".join(pyspark.__version__.split(".")[:2])]
+    spark = spark_session("delta-jobs", [package], {"spark.sql.shuffle.partitions": "2",
+                                                    "spark.master": "local[2]"}, "delta")
+    work = Path(workdir)
+    table = str(work / "products")
+    checkpoint = str(work / "checkpoint")
+    ident = f"delta.`{table}`"
+    spark.sql(f"CREATE TABLE {ident} (id long, name string, price int) USING delta "
+              "TBLPROPERTIES (delta.enableChangeDataFeed = true)")                        # v0
+    spark.sql(f"CREATE TABLE delta.`{work / 'plain'}` (id long) USING delta")
+
+    def insert(rows, files):
+        (spark.createDataFrame(rows, "id long, name string, price int").repartition(files)
+         .write.format("delta").mode("append").save(table))
+
+    results = []
+
+    def run():
+        query = convert_delta(spark, table, bootstrap_servers=bootstrap, topic=topic,
+                              checkpoint_location=checkpoint, once=True, max_files_per_trigger=2,
+                              create_topic=True, on_batch=results.append)
+        query.awaitTermination()
+
+    insert([(i, f"p{i}", 10 * i) for i in range(1, 6)], 5)                                 # v1: 5 files
+    spark.sql(f"UPDATE {ident} SET price = price + 1 WHERE id = 2")                        # v2
+    spark.sql(f"DELETE FROM {ident} WHERE id = 3")                                         # v3
+    insert([(i, f"bulk{i % 7}", i) for i in range(100, 160)], 6)                           # v4: 6 files
+    spark.sql(f"UPDATE {ident} SET name = name WHERE id = 1")                              # v5: no change
+    run()
+    first_run = len(results)
+    spark.sql(f"DELETE FROM {ident} WHERE id >= 130")                                      # v6: many files
+    insert([(7, "p7", 70), (1, "p1", 10)], 2)                                              # v7: a duplicate row
+    spark.sql(f"UPDATE {ident} SET price = 0 WHERE id < 110")                              # v8
+    run()
+    latest = spark.sql(f"DESCRIBE HISTORY {ident}").agg({"version": "max"}).collect()[0][0]
+    versions = {v: sorted(tuple(r) for r in spark.read.format("delta").option("versionAsOf", v).load(table)
+                          .collect()) for v in range(latest + 1)}
+    plans = sorted((json.loads(p.read_text()) for p in (work / "checkpoint" / "cdc-emitter-convert").iterdir()
+                    if p.name.isdigit()), key=lambda p: p["batch_id"])
+    print(json.dumps({"versions": versions, "first_run": first_run,
+                      "results": [r.as_dict() for r in results], "plans": plans}))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])
