@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""The Delta converter against its peer, ``CdcSink`` on the same rows made beforehand.
+
+Makes a Delta table with its change data feed: ``--rows`` narrow rows ``(id long, name string,
+price int)`` inserted in ``--commits`` commits, then an update of a tenth of them and a delete of
+a twentieth (every change row counts: inserts, both update images, deletes). Then, ``--runs``
+times, interleaved, each into a new topic of ``--partitions`` partitions:
+
+* ``sink``: the change rows, mapped to updates once (``delta_changes``) and saved as parquet
+  before the clock starts, written by ``CdcSink(time_column=_commit_version).write`` — one batch;
+* ``convert``: ``convert_delta(once=True)`` from a new checkpoint — the stream reads the change
+  feed itself and plans its versions (default ``maxFilesPerTrigger``).
+
+Prints seconds and change rows per second for each, and the ratio convert / sink; each run
+checks that both topics end at the same frontier. One Spark session (``local[2]``, 4 shuffle
+partitions) with Delta loaded. Kafka: ``KAFKA_BOOTSTRAP_SERVERS`` or a broker started here.
+
+    .venv/bin/python scripts/bench_convert.py --rows 1000000 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchkit import kafka  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--commits", type=int, default=10)
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--runs", type=int, default=3)
+    args = ap.parse_args()
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    import pyspark
+
+    from cdc_emitter import CdcSink
+    from cdc_emitter.convert_delta import DIFF, VERSION, convert_delta, delta_changes, read_changes
+    from cdc_emitter.kafka_io import ensure_topic
+    from cdc_emitter.sources import DELTA_PACKAGES, spark_session
+
+    package = DELTA_PACKAGES[".".join(pyspark.__version__.split(".")[:2])]
+    spark = spark_session("bench-convert", [package], {"spark.master": "local[2]",
+                                                       "spark.sql.shuffle.partitions": "4",
+                                                       "spark.driver.memory": "3g"}, "delta")
+    work = Path(tempfile.mkdtemp(prefix="bench-convert-"))
+    try:
+        table = str(work / "table")
+        from pyspark.sql import functions as F
+
+        spark.sql(f"CREATE TABLE delta.`{table}` (id long, name string, price int) USING delta "
+                  "TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+        per = args.rows // args.commits
+        for c in range(args.commits):
+            (spark.range(c * per, (c + 1) * per)
+             .select(F.col("id"), F.concat(F.lit("name-"), (F.col("id") % 1000).cast("string")).alias("name"),
+                     (F.col("id") % 997).cast("int").alias("price"))
+             .write.format("delta").mode("append").save(table))
+        spark.sql(f"UPDATE delta.`{table}` SET price = price + 1 WHERE id % 10 = 0")
+        spark.sql(f"DELETE FROM delta.`{table}` WHERE id % 20 = 1")
+        premade = str(work / "premade")
+        delta_changes(read_changes(spark, table, starting_version=0)).write.parquet(premade)
+        change_rows = spark.read.parquet(premade).count()
+        print(f"table: {args.rows} rows in {args.commits} commits, then an update and a delete: "
+              f"{change_rows} change rows; Kafka {args.partitions} partitions", flush=True)
+
+        with kafka() as bootstrap:
+            figures: dict[str, list[float]] = {"sink": [], "convert": []}
+            for run in range(1, args.runs + 1):
+                ends = {}
+                for who in ("sink", "convert"):
+                    topic = f"bench-convert-{who}-{uuid.uuid4().hex[:8]}"
+                    ensure_topic(bootstrap, topic, create=True, partitions=args.partitions)
+                    began = time.perf_counter()
+                    if who == "sink":
+                        sink = CdcSink(bootstrap, topic, time_column=VERSION, diff_column=DIFF)
+                        ends[who] = sink.write(spark.read.parquet(premade)).upper
+                    else:
+                        done = []
+                        query = convert_delta(spark, table, bootstrap_servers=bootstrap, topic=topic,
+                                              checkpoint_location=str(work / f"ck-{run}"), once=True,
+                                              on_batch=done.append)
+                        query.awaitTermination()
+                        ends[who] = done[-1].upper
+                    seconds = time.perf_counter() - began
+                    figures[who].append(seconds)
+                    print(f"run {run} {who:8s} {seconds:7.2f} s  {change_rows / seconds:12,.0f} change rows/s",
+                          flush=True)
+                if ends["sink"] != ends["convert"]:
+                    raise SystemExit(f"the topics end at different frontiers: {ends}")
+                print(f"run {run} ratio convert/sink (rows/s): {figures['sink'][-1] / figures['convert'][-1]:.2f}",
+                      flush=True)
+            for who, runs in figures.items():
+                print(f"{who:8s} seconds min {min(runs):.2f} median {statistics.median(runs):.2f} "
+                      f"max {max(runs):.2f}; median {change_rows / statistics.median(runs):,.0f} change rows/s")
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
