@@ -263,6 +263,7 @@ class CdcSink:
             raise ConfigError(f"on_batch must be a function taking a BatchResult, not {on_batch!r}")
         self.on_batch = on_batch
         self._clock = PhaseClock()  # the current batch's phases (see sink_metrics)
+        self._upper_hint: int | None = None  # write_upto's upper, for the batch being written
         self._topic_checked = False
         self._update_partitions: list | None = None  # where update messages go (see _TaskSpec)
         self._schema_checked: str | None = None  # the data schema found compatible with the topic
@@ -286,6 +287,22 @@ class CdcSink:
     def __call__(self, batch_df: Any, batch_id: int) -> BatchResult:
         """``foreachBatch`` entry point: write micro-batch ``batch_id``."""
         return self._write(batch_df, int(batch_id), fixed_time=None, close=False)
+
+    def write_upto(self, df: Any, batch_id: int, upper: int) -> BatchResult:
+        """Column mode, for a source that knows its watermark: write micro-batch ``batch_id``
+        and close every time below ``upper`` (not just below the largest time + 1) — e.g. a
+        converter whose source resolved times up to ``upper``, maybe with no rows in this batch.
+        An update at ``upper`` or later is a :class:`BadInputError`; a re-run keeps the recorded
+        interval."""
+        if self.time_column is None:
+            raise ConfigError("write_upto needs column mode (time_column=...)")
+        if isinstance(upper, bool) or not isinstance(upper, int) or upper < 0:
+            raise ConfigError(f"upper must be a non-negative integer, not {upper!r}")
+        self._upper_hint = upper
+        try:
+            return self._write(df, int(batch_id), fixed_time=None, close=False)
+        finally:
+            self._upper_hint = None
 
     def write(self, df: Any, time: int | None = None, close: bool = False) -> BatchResult:
         """Write one batch DataFrame outside streaming.
@@ -905,6 +922,11 @@ class CdcSink:
             return None
         if self.time_column is None:
             return batch_time + 1
+        if self._upper_hint is not None:
+            if max_time is not None and max_time >= self._upper_hint:
+                raise BadInputError(f"{what}: update at time {max_time} is not below the batch's upper "
+                                    f"{self._upper_hint} (write_upto)")
+            return max(self._upper_hint, lower)
         return max(max_time + 1 if max_time is not None else lower, lower)
 
     def _record_interval(self, sinklog: Any, what: str, batch_id: int | None, lower: int,
