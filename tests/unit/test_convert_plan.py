@@ -95,3 +95,35 @@ def test_a_plan_record_round_trips_and_a_bad_one_is_named():
         == PlanRecord(0, VersionPlan((), None, None))
     with pytest.raises(CdcError, match="converter log record ckpt/cdc-emitter-convert/7 is unreadable"):
         PlanRecord.from_lines(['{"batch_id": 7}'], "ckpt/cdc-emitter-convert/7")
+
+
+def test_the_watermark_is_the_smallest_resolved_time_over_every_partition():
+    from cdc_emitter.convert_plan import watermark_window
+
+    # partition 1 has no resolved message yet: nothing is complete
+    resolved, lower, upper, start, end = watermark_window(None, [0, 1], {0: 0, 1: 0}, {0: 5, 1: 3}, {0: 40})
+    assert (resolved, lower, upper, start, end) == ({0: 40}, 0, 0, {0: 0, 1: 0}, {0: 5, 1: 3})
+
+
+def test_the_next_window_starts_at_the_pending_offsets_and_never_moves_the_watermark_back():
+    from cdc_emitter.convert_plan import WatermarkRecord, watermark_window
+
+    previous = WatermarkRecord(4, {0: 40, 1: 30}, 10, 30, {0: 0, 1: 0}, {0: 5, 1: 3}, {0: 2, 1: 3})
+    resolved, lower, upper, start, end = watermark_window(previous, [0, 1, 2], {1: 3, 2: 0}, {1: 9, 2: 4},
+                                                          {1: 50, 2: 45})
+    assert resolved == {0: 40, 1: 50, 2: 45}
+    assert (lower, upper) == (30, 40)
+    assert start == {0: 2, 1: 3, 2: 0}  # pending offsets; a partition seen first: its first offset
+    assert end == {0: 5, 1: 9, 2: 4}
+    # an older resolved message (a replay) keeps the newer one
+    again = WatermarkRecord(5, resolved, lower, upper, start, end, start)
+    assert watermark_window(again, [0, 1, 2], {0: 5}, {0: 6}, {0: 12})[0:3] == ({0: 40, 1: 50, 2: 45}, 40, 40)
+
+
+def test_a_watermark_record_round_trips_and_a_bad_one_is_named():
+    from cdc_emitter.convert_plan import WatermarkRecord
+
+    record = WatermarkRecord(3, {0: 40, 1: 30}, 10, 30, {0: 0, 1: 0}, {0: 5, 1: 3}, {0: 2, 1: 3})
+    assert WatermarkRecord.from_lines(record.to_json().splitlines(), "x") == record
+    with pytest.raises(CdcError, match="converter log record ck/cdc-emitter-convert/3 is unreadable"):
+        WatermarkRecord.from_lines(['{"batch_id": 3, "resolved": []}'], "ck/cdc-emitter-convert/3")
