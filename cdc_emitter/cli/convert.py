@@ -15,7 +15,7 @@ from .output import StatusLine, dumps, frontier_text
 
 
 @main.command()
-@click.argument("fmt", metavar="FORMAT", type=click.Choice(["delta"]))
+@click.argument("fmt", metavar="FORMAT", type=click.Choice(["delta", "cockroachdb", "ydb"]))
 @click.argument("source")
 @kafka_options
 @click.option("--topic", required=True, help="The CDC topic to write.")
@@ -31,6 +31,16 @@ from .output import StatusLine, dumps, frontier_text
 @click.option("--max-files-per-trigger", type=click.IntRange(min=1), metavar="N",
               help="delta: at most about N files per micro-batch (a version split over batches is "
               "held open until all of it has arrived).")
+@click.option("--columns", metavar="DDL",
+              help="cockroachdb, ydb: the table's columns in the topic's order, e.g. "
+              "'id long not null, name string' (nullable unless 'not null').")
+@click.option("--key", "key_columns", metavar="COLS",
+              help="ydb: the primary-key columns (comma-separated), in the order of the messages' 'key'.")
+@click.option("--source-bootstrap-servers", metavar="HOST:PORT",
+              help="cockroachdb, ydb: the Kafka cluster of SOURCE (default: --bootstrap-servers; -X "
+              "security settings apply to both).")
+@click.option("--max-offsets-per-trigger", type=click.IntRange(min=1), metavar="N",
+              help="cockroachdb, ydb: at most N source messages per micro-batch.")
 @click.option("--trigger-interval", metavar="INTERVAL",
               help="Start a micro-batch at most this often, e.g. '10 seconds' (default: as soon as the "
               "previous one ends).")
@@ -38,8 +48,8 @@ from .output import StatusLine, dumps, frontier_text
 @spark_options
 @handle_errors
 def convert(fmt, source, bootstrap_servers, kafka_settings, broker_timeout, topic, checkpoint, once,
-            create_topic, starting_version, max_files_per_trigger, trigger_interval, as_json, spark_packages,
-            spark_conf, spark_remote):
+            create_topic, starting_version, max_files_per_trigger, columns, key_columns, source_bootstrap_servers,
+            max_offsets_per_trigger, trigger_interval, as_json, spark_packages, spark_conf, spark_remote):
     """Convert the changefeed of SOURCE into a CDCv2 topic, continuously or --once.
 
     \b
@@ -54,37 +64,73 @@ def convert(fmt, source, bootstrap_servers, kafka_settings, broker_timeout, topi
     the running Spark is loaded unless --packages names one.
 
     \b
+    cockroachdb: SOURCE is a Kafka topic of a CockroachDB changefeed in JSON, created WITH
+           updated, resolved, diff (wrapped envelope): 'before' counts -1, 'after' +1, at
+           the wall-clock nanoseconds of 'updated'; duplicates are written once.
+    ydb:   SOURCE is a Kafka topic of a YDB changefeed in JSON, MODE = 'NEW_AND_OLD_IMAGES',
+           VIRTUAL_TIMESTAMPS and resolved barriers: 'oldImage' -1, 'newImage' +1, at the
+           'step' of 'ts'; --key names the primary-key columns.
+    For both, --columns gives the table's columns, and a progress statement closes the times
+    below the smallest resolved timestamp of all partitions; later rows wait in SOURCE.
+
+    \b
     Example:
       cdc-emitter convert delta /data/products --topic products --checkpoint /ckpt/products \\
           --once --create-topic
     """
-    from ..convert_delta import convert_delta
-
+    kafka_source = fmt in ("cockroachdb", "ydb")
+    only = [(name, value) for name, value, applies in (
+        ("--starting-version", starting_version or None, not kafka_source),
+        ("--max-files-per-trigger", max_files_per_trigger, not kafka_source),
+        ("--columns", columns, kafka_source), ("--key", key_columns, fmt == "ydb"),
+        ("--source-bootstrap-servers", source_bootstrap_servers, kafka_source),
+        ("--max-offsets-per-trigger", max_offsets_per_trigger, kafka_source)) if value is not None and not applies]
+    if only:
+        raise click.UsageError(f"{', '.join(n for n, _v in only)}: not for {fmt}")
+    if kafka_source and not columns:
+        raise click.UsageError(f"{fmt} needs --columns: the table's columns, e.g. 'id long not null, name string'")
+    if fmt == "ydb" and not key_columns:
+        raise click.UsageError("ydb needs --key: the primary-key columns, in the order of the messages' 'key'")
     servers = _servers(bootstrap_servers)
     status = StatusLine()
     results: list[Any] = []
 
     def shown(result: Any) -> None:
         results.append(result)
-        status.show(f"batch {result.batch_id}: versions [{result.lower}, "
+        status.show(f"batch {result.batch_id}: times [{result.lower}, "
                     f"{'∞' if result.upper is None else result.upper}) written, {result.updates} updates "
                     f"({sum(r.updates for r in results)} in all)")
 
     status.show(f"starting Spark to read {source}")
+    table = "topic" if kafka_source else "table"
     packages = list(spark_packages)
-    if not spark_remote and not any(c.startswith("io.delta:") for c in packages):
+    if not kafka_source and not spark_remote and not any(c.startswith("io.delta:") for c in packages):
         import pyspark  # the Delta build for this Spark (a Connect server loads its own)
 
         package = DELTA_PACKAGES.get(".".join(pyspark.__version__.split(".")[:2]))
         packages += [package] if package else []
     query = None
     try:
-        spark = spark_session("cdc-emitter convert", packages, spark_conf, "delta", spark_remote)
-        query = convert_delta(spark, source, bootstrap_servers=servers, topic=topic,
-                              checkpoint_location=checkpoint, once=once, starting_version=starting_version,
-                              max_files_per_trigger=max_files_per_trigger, trigger_interval=trigger_interval,
-                              create_topic=create_topic, producer_config=kafka_settings or None,
-                              broker_timeout=broker_timeout, on_batch=shown)
+        spark = spark_session("cdc-emitter convert", packages, spark_conf, None if kafka_source else "delta",
+                              spark_remote)
+        sink_options = dict(create_topic=create_topic, producer_config=kafka_settings or None,
+                            broker_timeout=broker_timeout, on_batch=shown)
+        if kafka_source:
+            from ..convert_kafka import convert_kafka
+
+            key = [k.strip() for k in (key_columns or "").split(",") if k.strip()]
+            query = convert_kafka(spark, fmt, source, columns=columns, key=key, bootstrap_servers=servers,
+                                  topic=topic, checkpoint_location=checkpoint,
+                                  source_bootstrap_servers=source_bootstrap_servers, source_config=kafka_settings,
+                                  once=once, trigger_interval=trigger_interval,
+                                  max_offsets_per_trigger=max_offsets_per_trigger, **sink_options)
+        else:
+            from ..convert_delta import convert_delta
+
+            query = convert_delta(spark, source, bootstrap_servers=servers, topic=topic,
+                                  checkpoint_location=checkpoint, once=once, starting_version=starting_version,
+                                  max_files_per_trigger=max_files_per_trigger, trigger_interval=trigger_interval,
+                                  **sink_options)
         status.show(f"converting {source} to topic {topic}")
         try:
             query.awaitTermination()
@@ -101,8 +147,8 @@ def convert(fmt, source, bootstrap_servers, kafka_settings, broker_timeout, topi
     if as_json:
         click.echo(dumps(summary))
     elif frontier is None:
-        click.echo(f"converted {fmt} table {source} to topic {topic}: no new changes")
+        click.echo(f"converted {fmt} {table} {source} to topic {topic}: no new changes")
     else:
-        click.echo(f"converted {fmt} table {source} to topic {topic}: {summary['updates']} updates in "
+        click.echo(f"converted {fmt} {table} {source} to topic {topic}: {summary['updates']} updates in "
                    f"{summary['batches']} batches, frontier {frontier_text(frontier)}")
     sys.exit(EXIT_OK)
