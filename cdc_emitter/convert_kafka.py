@@ -27,14 +27,16 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .convert_plan import WatermarkRecord, watermark_window
 from .errors import CdcError, ConfigError, SchemaError
 from .sink_metrics import BatchResult
 
-__all__ = ["FORMATS", "changefeed_rows", "KafkaChangefeed", "convert_kafka"]
+__all__ = ["FORMATS", "changefeed_rows", "KafkaChangefeed", "convert_kafka", "await_conversion",
+           "conversion_error"]
 
 log = logging.getLogger(__name__)
 
@@ -368,3 +370,49 @@ def convert_kafka(spark: Any, fmt: str, source_topic: str, *, columns: str | Any
     elif trigger_interval:
         writer = writer.trigger(processingTime=trigger_interval)
     return writer.start()
+
+
+#: Spark 4.1.1's Kafka source fails the progress report of a batch re-run from the offset log
+#: after a restart (SPARK-55271: ``KafkaMicroBatchStream.metrics`` calls ``.map`` on ``Some(null)``)
+#: — after the batch ran and was committed. Starting the query again continues past it.
+_SPARK_55271 = 'Cannot invoke "scala.collection.IterableOps.map(scala.Function1)" because the return value of ' \
+               '"scala.Option.get()" is null'
+
+
+_OUR_ERROR = re.compile(r"cdc_emitter\.errors\.\w+: ([^\n]+)")
+_BAD_MESSAGE = re.compile(r"(cdc-emitter convert: [^\n]*?)(?: SQLSTATE: \w+)?(?:\n|$)")
+
+
+def conversion_error(exc: BaseException) -> str:
+    """The message of a converter query's failure: our error raised in the batch function, or a
+    bad message found by a Spark job (``cdc-emitter convert: topic ... offset ...: ...``), without
+    Spark's and Py4J's wrapping; else Spark's own first line."""
+    from .sources import spark_error_text
+
+    text = str(exc)
+    for pattern in (_BAD_MESSAGE, _OUR_ERROR):
+        found = pattern.search(text)
+        if found:
+            return found.group(1).strip()
+    return spark_error_text(exc)
+
+
+def await_conversion(start: Callable[[], Any], *, restarts: int = 3) -> Any:
+    """Start a converter's query with ``start()`` and wait for its end (``once``) or until
+    interrupted; returns the query. A failure that is Spark 4.1.1's SPARK-55271 (see above) starts
+    the query again, at most ``restarts`` times in a row; any other failure is raised."""
+    left = restarts
+    while True:
+        query = start()
+        try:
+            query.awaitTermination()
+            return query
+        except KeyboardInterrupt:
+            query.stop()
+            return query
+        except Exception as exc:  # noqa: BLE001 - re-raised unless it is the known Spark bug
+            if _SPARK_55271 not in str(exc) or left == 0:
+                raise
+            left -= 1
+            log.warning("the query failed in Spark's Kafka source progress report after a restart "
+                        "(SPARK-55271, fixed after Spark 4.1.1); its batch was committed: starting it again")

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..errors import CdcError
-from ..sources import DELTA_PACKAGES, spark_error_text, spark_session
+from ..sources import DELTA_PACKAGES, spark_session
 from .console import EXIT_OK, _servers, handle_errors, kafka_options, main, spark_options
 from .output import StatusLine, dumps, frontier_text
 
@@ -109,7 +109,6 @@ def convert(fmt, source, bootstrap_servers, kafka_settings, broker_timeout, topi
 
         package = DELTA_PACKAGES.get(".".join(pyspark.__version__.split(".")[:2]))
         packages += [package] if package else []
-    query = None
     try:
         spark = spark_session("cdc-emitter convert", packages, spark_conf, None if kafka_source else "delta",
                               spark_remote)
@@ -119,25 +118,30 @@ def convert(fmt, source, bootstrap_servers, kafka_settings, broker_timeout, topi
             from ..convert_kafka import convert_kafka
 
             key = [k.strip() for k in (key_columns or "").split(",") if k.strip()]
-            query = convert_kafka(spark, fmt, source, columns=columns, key=key, bootstrap_servers=servers,
-                                  topic=topic, checkpoint_location=checkpoint,
-                                  source_bootstrap_servers=source_bootstrap_servers, source_config=kafka_settings,
-                                  once=once, trigger_interval=trigger_interval,
-                                  max_offsets_per_trigger=max_offsets_per_trigger, **sink_options)
+
+            def start():
+                return convert_kafka(spark, fmt, source, columns=columns, key=key, bootstrap_servers=servers,
+                                     topic=topic, checkpoint_location=checkpoint,
+                                     source_bootstrap_servers=source_bootstrap_servers,
+                                     source_config=kafka_settings, once=once, trigger_interval=trigger_interval,
+                                     max_offsets_per_trigger=max_offsets_per_trigger, **sink_options)
         else:
             from ..convert_delta import convert_delta
 
-            query = convert_delta(spark, source, bootstrap_servers=servers, topic=topic,
-                                  checkpoint_location=checkpoint, once=once, starting_version=starting_version,
-                                  max_files_per_trigger=max_files_per_trigger, trigger_interval=trigger_interval,
-                                  **sink_options)
+            def start():
+                return convert_delta(spark, source, bootstrap_servers=servers, topic=topic,
+                                     checkpoint_location=checkpoint, once=once, starting_version=starting_version,
+                                     max_files_per_trigger=max_files_per_trigger,
+                                     trigger_interval=trigger_interval, **sink_options)
         status.show(f"converting {source} to topic {topic}")
+        from ..convert_kafka import await_conversion, conversion_error
+
         try:
-            query.awaitTermination()
-        except KeyboardInterrupt:
-            query.stop()
+            await_conversion(start)
+        except CdcError:
+            raise
         except Exception as exc:  # noqa: BLE001 - the query's failure, ours or Spark's
-            raise CdcError(f"converting {source} to topic {topic} failed: {spark_error_text(exc)}") from None
+            raise CdcError(f"converting {source} to topic {topic} failed: {conversion_error(exc)}") from None
     finally:
         status.done()
     frontier = () if results and results[-1].upper is None else (results[-1].upper,) if results else None
