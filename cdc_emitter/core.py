@@ -285,6 +285,22 @@ def progress_from_counts(lower: int, upper: int | None, counts: Mapping[int, int
     return Progress((lower,), () if upper is None else (upper,), tuple(listed))
 
 
+def split_progress(statement: Progress, max_times: int) -> list[Progress]:
+    """``statement`` as consecutive statements that tile its interval, each counting at most
+    ``max_times`` times (a statement must fit in one message): the first starts at its lower,
+    each next one at the first time it counts, the last ends at its upper. A reader grafts them
+    onto its frontier one after another; together they say exactly what ``statement`` says."""
+    if max_times < 1:
+        raise ValueError(f"max_times must be at least 1, not {max_times}")
+    counts = statement.counts
+    if len(counts) <= max_times:
+        return [statement]
+    groups = [counts[i:i + max_times] for i in range(0, len(counts), max_times)]
+    starts = [statement.lower] + [(group[0][0],) for group in groups[1:]]
+    ends = starts[1:] + [statement.upper]
+    return [Progress(lo, hi, group) for lo, hi, group in zip(starts, ends, groups)]
+
+
 def progress_for(updates: Iterable[Update], lower: int, upper: int | None) -> Progress:
     """The progress statement for ``[lower, upper)`` covering consolidated ``updates``.
 

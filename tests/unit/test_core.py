@@ -393,3 +393,24 @@ def test_canonical_nan_makes_nan_rows_equal():
     reader = CdcReader()
     run(reader, [[Update(a, 0, 1)], [Update(b, 0, 1)], [Update(b, 0, -1)]])
     assert [v.kind for v in reader.violations] == ["conflicting_diff"] and reader.duplicates == 1
+
+
+def test_split_progress_tiles_the_interval_with_statements_of_at_most_n_times():
+    from cdc_emitter.core import Progress, split_progress
+
+    whole = progress_from_counts(0, 20, {4: 1, 6: 2, 9: 1, 12: 5, 15: 1})
+    parts = split_progress(whole, 2)
+    assert parts == [Progress((0,), (9,), ((4, 1), (6, 2))), Progress((9,), (15,), ((9, 1), (12, 5))),
+                     Progress((15,), (20,), ((15, 1),))]
+    assert split_progress(whole, 5) == [whole]
+    closed = split_progress(progress_from_counts(0, None, {1: 1, 2: 1}), 1)
+    assert closed == [Progress((0,), (2,), ((1, 1),)), Progress((2,), (), ((2, 1),))]
+    # a reader grafts them one after another onto the same frontier as the whole statement
+    reader = CdcReader()
+    for part in parts:
+        list(reader.push(part))
+    list(reader.push([Update("a", t, 1) for t, n in whole.counts] +
+                     [Update(("b", i), t, 1) for t, n in whole.counts for i in range(n - 1)]))
+    assert reader.frontier == (20,) and reader.violations == []
+    with pytest.raises(ValueError, match="max_times must be at least 1, not 0"):
+        split_progress(whole, 0)
