@@ -21,7 +21,8 @@ from typing import Any
 from .core import Progress
 
 __all__ = ["TopicFrontier", "topic_frontier", "retrying", "HEADER_KIND", "HEADER_WRITER", "HEADER_BATCH",
-           "HEADER_LOWER", "HEADER_UPPER", "HEADER_SCHEMA", "HEADER_DIGEST"]
+           "HEADER_LOWER", "HEADER_UPPER", "HEADER_SCHEMA", "HEADER_DIGEST", "HEADER_BATCH_LOWER",
+           "HEADER_BATCH_UPPER"]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +33,10 @@ HEADER_LOWER = "cdc-emitter-lower"  # progress messages: the interval
 HEADER_UPPER = "cdc-emitter-upper"  # empty value: the history is closed
 HEADER_SCHEMA = "cdc-emitter-schema"  # progress messages: the data record schema (compact JSON)
 HEADER_DIGEST = "cdc-emitter-digest"  # progress messages: {"xor": hex, "counts": [[t, n]...]}
+# a batch whose counts do not fit one message writes several statements tiling its interval:
+# each carries the batch's interval here (its own in HEADER_LOWER/UPPER); the digest is on the last
+HEADER_BATCH_LOWER = "cdc-emitter-batch-lower"
+HEADER_BATCH_UPPER = "cdc-emitter-batch-upper"
 
 
 # --- reading the topic's frontier ---------------------------------------------------------------
@@ -175,6 +180,9 @@ def topic_frontier(
             if HEADER_WRITER in p[2] and p[2].get(HEADER_BATCH):
                 key = (p[2][HEADER_WRITER].decode(), int(p[2][HEADER_BATCH]))
                 batches[key] = p[:2]
+                if HEADER_BATCH_LOWER in p[2]:  # one of several statements: the batch's interval
+                    batch_upper = p[2].get(HEADER_BATCH_UPPER, b"")
+                    batches[key] = (int(p[2][HEADER_BATCH_LOWER]), int(batch_upper) if batch_upper else None)
                 if p[2].get(HEADER_DIGEST):
                     digests[key] = p[2][HEADER_DIGEST].decode()
             if best is None or best[1] is not None and (p[1] is None or p[1] > best[1]):

@@ -37,6 +37,7 @@ readers discard; it never moves a batch to a new time.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -46,7 +47,7 @@ from collections.abc import Callable, Mapping
 import dataclasses
 from typing import Any
 
-from .core import MAX_LONG, MIN_LONG, progress_from_counts
+from .core import MAX_LONG, MIN_LONG, progress_from_counts, split_progress
 from .errors import (
     BadInputError,
     CdcError,
@@ -58,6 +59,8 @@ from .errors import (
 )
 from .frontier import (
     HEADER_BATCH,
+    HEADER_BATCH_LOWER,
+    HEADER_BATCH_UPPER,
     HEADER_DIGEST,
     HEADER_KIND,
     HEADER_LOWER,
@@ -109,20 +112,42 @@ def _task_error(exc: BaseException) -> CdcError | None:
     return kind(f"{message.strip()} (raised in a Spark task, which failed every attempt)")
 
 
+#: Times a digest header lists; a batch with more lists a hash of its counts (a header must fit
+#: in the message) — a re-run then still compares exactly, and says less about what changed.
+DIGEST_TIMES = 1000
+
+
+def _digest_form(xor: int, counts: tuple) -> tuple:
+    """``(xor, counts)`` as a digest header keeps it: ``counts`` as ``((time, n), ...)``, or when
+    there are more than :data:`DIGEST_TIMES`, ``("sha256", hex, total, times)``."""
+    if len(counts) <= DIGEST_TIMES or (counts and counts[0] == "sha256"):
+        return xor, counts
+    text = json.dumps([list(c) for c in counts], separators=(",", ":")).encode()
+    return xor, ("sha256", hashlib.sha256(text).hexdigest(), sum(n for _t, n in counts), len(counts))
+
+
 def _format_digest(xor: int, counts: dict[int, int]) -> str:
-    """The digest header: the XOR of the updates' hashes and the counts per time."""
-    return json.dumps({"xor": f"{xor & (2**64 - 1):016x}", "counts": sorted(counts.items())},
-                      separators=(",", ":"))
+    """The digest header: the XOR of the updates' hashes and the counts per time (or their hash)."""
+    _xor, form = _digest_form(xor, tuple(sorted(counts.items())))
+    out: dict = {"xor": f"{xor & (2**64 - 1):016x}"}
+    if form and form[0] == "sha256":
+        out.update(sha256=form[1], total=form[2], times=form[3])
+    else:
+        out["counts"] = form
+    return json.dumps(out, separators=(",", ":"))
 
 
 def _parse_digest(text: str | None) -> tuple[int, tuple] | None:
-    """``(xor, ((time, updates), ...))`` from a digest header; None when absent or unreadable."""
+    """``(xor, counts)`` in :func:`_digest_form` from a digest header; None when absent or unreadable."""
     if text is None:
         return None
     try:
         obj = json.loads(text)
         xor = int(obj["xor"], 16)
-        counts = tuple((int(t), int(n)) for t, n in obj["counts"])
+        if "sha256" in obj:
+            counts: tuple = ("sha256", str(obj["sha256"]), int(obj["total"]), int(obj["times"]))
+        else:
+            counts = tuple((int(t), int(n)) for t, n in obj["counts"])
     except (ValueError, KeyError, TypeError):
         return None
     return (xor - 2**64 if xor >= 2**63 else xor), counts
@@ -898,8 +923,8 @@ class CdcSink:
                   upper: int | None) -> BatchResult:
         """A re-run of a batch whose first attempt is complete in the topic: the same data
         (digest and counts per time) writes nothing; other data raises :class:`ReplayError`."""
-        if now != recorded_digest:
-            raise ReplayError(self._replay_message(what, batch_id, recorded_digest, now))
+        if _digest_form(*now) != recorded_digest:
+            raise ReplayError(self._replay_message(what, batch_id, recorded_digest, _digest_form(*now)))
         log.info("%s: re-run with the same data as its first attempt, which is complete "
                  "in the topic: nothing to write", what)
         counts = dict(now[1])
@@ -952,17 +977,26 @@ class CdcSink:
                                     written=total, since=partition0_end)
         progress = progress_from_counts(lower, upper, counts)  # counts lie inside: validated
         digest_text = _format_digest(digest, counts)
-        headers = [(HEADER_KIND, b"progress"), (HEADER_WRITER, writer.encode()),
-                   (HEADER_LOWER, str(lower).encode()),
-                   (HEADER_UPPER, b"" if upper is None else str(upper).encode()),
-                   (HEADER_SCHEMA, json.dumps(avro_data, separators=(",", ":")).encode()),
-                   (HEADER_DIGEST, digest_text.encode())]
+        common = [(HEADER_KIND, b"progress"), (HEADER_WRITER, writer.encode()),
+                  (HEADER_SCHEMA, json.dumps(avro_data, separators=(",", ":")).encode())]
         if batch_id is not None:
-            headers.append((HEADER_BATCH, str(batch_id).encode()))
+            common.append((HEADER_BATCH, str(batch_id).encode()))
+        # a statement counting more times than one message holds is written as several that
+        # tile the interval, each naming the batch's interval; the digest goes on the last
+        statements = split_progress(progress, self._times_per_statement())
+        batch_interval = [] if len(statements) == 1 else [
+            (HEADER_BATCH_LOWER, str(lower).encode()),
+            (HEADER_BATCH_UPPER, b"" if upper is None else str(upper).encode())]
         producer = self._driver_producer()
-        value = codec.encode_progress(progress)
+        values = [codec.encode_progress(statement) for statement in statements]
         try:
-            producer.produce(value, headers=headers, partition=0)
+            for n, (statement, value) in enumerate(zip(statements, values), 1):
+                headers = [*common, (HEADER_LOWER, str(statement.lower[0]).encode()),
+                           (HEADER_UPPER, str(statement.upper[0]).encode() if statement.upper else b""),
+                           *batch_interval]
+                if n == len(statements):
+                    headers.append((HEADER_DIGEST, digest_text.encode()))
+                producer.produce(value, headers=headers, partition=0)
             producer.flush(self.flush_timeout)
         except BaseException:
             self._carried = None
@@ -971,8 +1005,13 @@ class CdcSink:
         self._carry(writer, batch_id, lower, upper, avro_data, digest_text,
                     producer.last_offsets.get(0))
         self._clock.mark("commit")
-        return BatchResult(batch_id, lower, upper, total, messages + 1, counts, reused,
-                           n_bytes + len(value))
+        return BatchResult(batch_id, lower, upper, total, messages + len(values), counts, reused,
+                           n_bytes + sum(map(len, values)))
+
+    def _times_per_statement(self) -> int:
+        """How many counted times one progress statement may hold: a count is a record of two
+        longs (at most 20 bytes in Avro), and the message keeps 1 KiB for the rest."""
+        return max(1, (self.max_message_bytes - 1024) // 20)
 
     def _driver_producer(self) -> Any:
         """The producer of progress statements: one for the sink's life (a new one per batch
@@ -1036,6 +1075,8 @@ class CdcSink:
 
     def _replay_message(self, what: str, batch_id: int | None, first: tuple, now: tuple) -> str:
         def said(counts: tuple) -> str:
+            if counts and counts[0] == "sha256":
+                return f"{counts[2]} updates at {counts[3]} times"
             total = sum(n for _t, n in counts)
             times = ", ".join(f"{n} at time {t}" for t, n in counts[:5]) + (", ..." if len(counts) > 5 else "")
             return f"{total} updates ({times})" if counts else "no updates"

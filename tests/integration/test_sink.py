@@ -269,6 +269,46 @@ def test_column_mode_restart_reemits_recorded_interval(spark, kafka_bootstrap, t
           expected, (10,))
 
 
+@pytest.mark.parametrize("with_log", [True, False], ids=["sink-log", "progress-headers"])
+def test_a_batch_counting_more_times_than_a_statement_holds_writes_several_that_tile_it(
+        spark, kafka_bootstrap, topic_factory, tmp_path, with_log):
+    """Column mode with many distinct times: the progress statement is written as several
+    (each fits a message), and a re-run of the batch finds it complete from the last one."""
+    from cdc_emitter import kafka_io
+    from cdc_emitter.codec import CdcCodec as Codec
+
+    topic = topic_factory(2)
+    stream = FileStream(tmp_path, TKV_ARROW)
+    b0 = [(i, f"v{i}", 10 + i, 1) for i in range(300)]
+    b1 = [(i, f"w{i}", 400 + i, 1) for i in range(200)] + [(0, "v0", 450, -1)]
+    stream.add(b0)
+    stream.add(b1)
+    checkpoint = stream.checkpoint if with_log else None
+    # (1524 - 1024) // 20 = 25 times per statement
+    sink = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint, time_column="t", max_message_bytes=1524)
+    crashed, results = [], []
+
+    def crash_once(df, batch_id):
+        results.append(sink(df, batch_id))
+        if batch_id == 0 and not crashed:
+            crashed.append(0)
+            raise RuntimeError("simulated crash after the statements, before Spark's commit")
+
+    with pytest.raises(Exception, match="simulated crash"):
+        stream.run(spark, crash_once, ddl=TKV)
+    sink = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint, time_column="t", max_message_bytes=1524)
+    stream.run(spark, crash_once, ddl=TKV)
+    assert [(r.batch_id, r.lower, r.upper, r.reused) for r in results] == [
+        (0, 0, 310, False), (0, 0, 310, True), (1, 310, 600, False)]
+    assert results[1].messages == 0  # the last of batch 0's statements carries its digest
+    codec = codec_for(spark.createDataFrame([], TKV), drop=("diff", "t"))
+    check(kafka_bootstrap, topic, codec, [((k, v), t, d) for k, v, t, d in b0 + b1], (600,))
+    statements = [Codec.decode(codec, r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)
+                  if dict(r.headers or []).get("cdc-emitter-kind") == b"progress"]
+    assert len(statements) == 12 + 8  # 300 times / 25, then 200 times / 25
+    assert max(len(s.counts) for s in statements) == 25
+
+
 def test_late_updates_error_and_advance(spark, kafka_bootstrap, topic_factory):
     topic = topic_factory(1)
     codec = codec_for(spark.createDataFrame([], TKV), drop=("diff", "t"))
