@@ -63,9 +63,11 @@ def _image(text: Any, struct: Any, columns: Sequence[str], exclude: Sequence[str
 
     fields = [f for f in struct.fields if f.name not in exclude]
     parsed = F.from_json(text, T.StructType(fields))
+    # every value as its JSON text, in one more parse (not one get_json_object per column)
+    texts = F.from_json(text, T.StructType([T.StructField(f.name, T.StringType()) for f in fields]))
     error = F.lit(None).cast("string")
     for f in reversed(fields):
-        raw = F.get_json_object(text, f"$['{f.name}']")
+        raw = texts[f.name]
         bad = raw.isNotNull() & parsed[f.name].isNull()
         error = F.when(text.isNotNull() & bad, F.concat(
             F.lit(f"column {f.name!r} value "), F.substring(raw, 1, 80),
