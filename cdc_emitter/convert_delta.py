@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 CHANGE_TYPE, VERSION, COMMIT_TIMESTAMP = "_change_type", "_commit_version", "_commit_timestamp"
 #: The diff column the converter adds (a table column of this name is refused).
 DIFF = "_cdc_diff"
-LOG_DIRNAME = "cdc-emitter-convert"
 ENABLE_HINT = "ALTER TABLE {ident} SET TBLPROPERTIES (delta.enableChangeDataFeed = true)"
 
 
@@ -118,23 +117,14 @@ class DeltaChangefeed:
     def __call__(self, batch_df: Any, batch_id: int) -> BatchResult | None:
         from pyspark.sql import functions as F
 
-        from .sinklog import open_sink_log
+        from .sinklog import converter_records
 
         spark = batch_df.sparkSession
         batch_id = int(batch_id)
-        plans = open_sink_log(spark, self.checkpoint_location, dirname=LOG_DIRNAME, entry_type=PlanRecord)
-        record = plans.get(batch_id)
-        if record is None:  # a new batch (a re-run takes the plan its first attempt recorded)
-            held = None
-            if batch_id > 0:
-                previous = plans.get(batch_id - 1)
-                if previous is None:
-                    raise CdcError(
-                        f"delta table {self.source!r} batch {batch_id}: {plans.location} has no record "
-                        f"of batch {batch_id - 1}; this checkpoint was not started by the converter: "
-                        "start from a new checkpoint"
-                    )
-                held = previous.plan.held
+        plans, record, previous = converter_records(spark, self.checkpoint_location, PlanRecord, batch_id,
+                                                    f"delta table {self.source!r}")
+        if record is None:  # a new batch
+            held = previous.plan.held if previous is not None else None
             counts = {int(r[0]): int(r[1]) for r in batch_df.groupBy(VERSION).count().collect()}
             plan = plan_versions(counts, held, self._table_count(spark),
                                  where=f"delta table {self.source!r} batch {batch_id}")

@@ -41,7 +41,6 @@ __all__ = ["FORMATS", "changefeed_rows", "KafkaChangefeed", "convert_kafka", "aw
 log = logging.getLogger(__name__)
 
 TIME, DIFF = "_cdc_time", "_cdc_diff"
-LOG_DIRNAME = "cdc-emitter-convert"
 FORMATS = ("cockroachdb", "ydb")
 # parsed columns (beside partition and offset)
 _KIND, _T, _TICK, _KEY, _STAMP, _BEFORE, _AFTER, _ERROR = (
@@ -305,22 +304,13 @@ class KafkaChangefeed:
         return WatermarkRecord(batch_id, resolved, lower, upper, start, ends, pending)
 
     def __call__(self, batch_df: Any, batch_id: int) -> BatchResult | None:
-        from .sinklog import open_sink_log
+        from .sinklog import converter_records
 
         spark = batch_df.sparkSession
         batch_id = int(batch_id)
-        plans = open_sink_log(spark, self.checkpoint_location, dirname=LOG_DIRNAME, entry_type=WatermarkRecord)
-        record = plans.get(batch_id)
-        if record is None:  # a new batch (a re-run takes what its first attempt recorded)
-            previous = None
-            if batch_id > 0:
-                previous = plans.get(batch_id - 1)
-                if previous is None:
-                    raise CdcError(
-                        f"topic {self.source_topic!r} batch {batch_id}: {plans.location} has no record of "
-                        f"batch {batch_id - 1}; this checkpoint was not started by the converter: start "
-                        "from a new checkpoint"
-                    )
+        plans, record, previous = converter_records(spark, self.checkpoint_location, WatermarkRecord, batch_id,
+                                                    f"topic {self.source_topic!r}")
+        if record is None:  # a new batch
             record = plans.put(self.plan(batch_df, batch_id, previous))
         if record.upper == record.lower:
             missing = [p for p in self.partitions if p not in record.resolved]

@@ -220,3 +220,25 @@ class DataFrameSinkLog:
             cause = spark_error_text(failure) if failure is not None else "written, yet not read back"
             raise CdcError(f"cannot write sink log record {self._path(entry.batch_id)}: {cause}") from failure
         return kept
+
+
+#: Where converters record their per-batch decisions, beside the sink's own log.
+CONVERT_DIRNAME = "cdc-emitter-convert"
+
+
+def converter_records(spark: Any, checkpoint_location: str, entry_type: Any, batch_id: int,
+                      what: str) -> tuple[Any, Any, Any]:
+    """``(log, record, previous)`` of a converter's batch: its log under
+    ``<checkpoint>/cdc-emitter-convert``, the record of ``batch_id`` (a re-run takes what its first
+    attempt decided) or None, and when that is None the record of the batch before (None for
+    batch 0). :class:`CdcError` naming ``what`` when a later batch has no record before it: the
+    checkpoint was not started by the converter."""
+    records = open_sink_log(spark, checkpoint_location, dirname=CONVERT_DIRNAME, entry_type=entry_type)
+    record = records.get(batch_id)
+    previous = None
+    if record is None and batch_id > 0:
+        previous = records.get(batch_id - 1)
+        if previous is None:
+            raise CdcError(f"{what} batch {batch_id}: {records.location} has no record of batch {batch_id - 1}; "
+                           "this checkpoint was not started by the converter: start from a new checkpoint")
+    return records, record, previous
