@@ -60,7 +60,6 @@ def main() -> None:
 
     from cdc_emitter import CdcSink
     from cdc_emitter.convert_delta import DIFF, VERSION, convert_delta, delta_changes, read_changes
-    from cdc_emitter.kafka_io import ensure_topic
     from cdc_emitter.sources import DELTA_PACKAGES, spark_session
 
     package = DELTA_PACKAGES[".".join(pyspark.__version__.split(".")[:2])]
@@ -89,37 +88,47 @@ def main() -> None:
               f"{change_rows} change rows; Kafka {args.partitions} partitions", flush=True)
 
         with kafka() as bootstrap:
-            figures: dict[str, list[float]] = {"sink": [], "convert": []}
-            for run in range(1, args.runs + 1):
-                ends = {}
-                for who in ("sink", "convert"):
-                    topic = f"bench-convert-{who}-{uuid.uuid4().hex[:8]}"
-                    ensure_topic(bootstrap, topic, create=True, partitions=args.partitions)
-                    began = time.perf_counter()
-                    if who == "sink":
-                        sink = CdcSink(bootstrap, topic, time_column=VERSION, diff_column=DIFF)
-                        ends[who] = sink.write(spark.read.parquet(premade)).upper
-                    else:
-                        done = []
-                        query = convert_delta(spark, table, bootstrap_servers=bootstrap, topic=topic,
-                                              checkpoint_location=str(work / f"ck-{run}"), once=True,
-                                              on_batch=done.append)
-                        query.awaitTermination()
-                        ends[who] = done[-1].upper
-                    seconds = time.perf_counter() - began
-                    figures[who].append(seconds)
-                    print(f"run {run} {who:8s} {seconds:7.2f} s  {change_rows / seconds:12,.0f} change rows/s",
-                          flush=True)
-                if ends["sink"] != ends["convert"]:
-                    raise SystemExit(f"the topics end at different frontiers: {ends}")
-                print(f"run {run} ratio convert/sink (rows/s): {figures['sink'][-1] / figures['convert'][-1]:.2f}",
-                      flush=True)
-            for who, runs in figures.items():
-                print(f"{who:8s} seconds min {min(runs):.2f} median {statistics.median(runs):.2f} "
-                      f"max {max(runs):.2f}; median {change_rows / statistics.median(runs):,.0f} change rows/s")
+            def sink(topic: str, run: int) -> int | None:
+                return CdcSink(bootstrap, topic, time_column=VERSION, diff_column=DIFF).write(
+                    spark.read.parquet(premade)).upper
+
+            def convert(topic: str, run: int) -> int | None:
+                done = []
+                convert_delta(spark, table, bootstrap_servers=bootstrap, topic=topic,
+                              checkpoint_location=str(work / f"ck-{run}"), once=True,
+                              on_batch=done.append).awaitTermination()
+                return done[-1].upper
+
+            compare(bootstrap, args, change_rows, "change rows", sink, convert)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def compare(bootstrap: str, args, rows: int, unit: str, sink, convert) -> None:
+    """``--runs`` interleaved runs of ``sink(topic, run)`` and ``convert(topic, run)`` (each returns
+    the upper it ended at) into new topics: seconds, ``unit`` per second, the ratio per run, and
+    min / median / max."""
+    from cdc_emitter.kafka_io import ensure_topic
+
+    figures: dict[str, list[float]] = {"sink": [], "convert": []}
+    for run in range(1, args.runs + 1):
+        ends = {}
+        for who, write in (("sink", sink), ("convert", convert)):
+            topic = f"bench-convert-{who}-{uuid.uuid4().hex[:8]}"
+            ensure_topic(bootstrap, topic, create=True, partitions=args.partitions)
+            began = time.perf_counter()
+            ends[who] = write(topic, run)
+            seconds = time.perf_counter() - began
+            figures[who].append(seconds)
+            print(f"run {run} {who:8s} {seconds:7.2f} s  {rows / seconds:12,.0f} {unit}/s", flush=True)
+        if ends["sink"] != ends["convert"]:
+            raise SystemExit(f"the topics end at different frontiers: {ends}")
+        print(f"run {run} ratio convert/sink ({unit}/s): {figures['sink'][-1] / figures['convert'][-1]:.2f}",
+              flush=True)
+    for who, runs in figures.items():
+        print(f"{who:8s} seconds min {min(runs):.2f} median {statistics.median(runs):.2f} "
+              f"max {max(runs):.2f}; median {rows / statistics.median(runs):,.0f} {unit}/s")
 
 
 def img(row: dict | None) -> dict | None:
@@ -200,33 +209,19 @@ def bench_changefeed(args) -> None:
                         producer.poll(0.1)
             if producer.flush(60):
                 raise SystemExit("the changefeed was not acknowledged")
-            figures: dict[str, list[float]] = {"sink": [], "convert": []}
-            for run in range(1, args.runs + 1):
-                ends = {}
-                for who in ("sink", "convert"):
-                    topic = f"bench-convert-{who}-{uuid.uuid4().hex[:8]}"
-                    ensure_topic(bootstrap, topic, create=True, partitions=args.partitions)
-                    began = time.perf_counter()
-                    if who == "sink":
-                        sink = CdcSink(bootstrap, topic, time_column=TIME, diff_column=DIFF)
-                        ends[who] = sink.write_upto(spark.read.parquet(premade), 0, last).upper
-                    else:
-                        done = []
-                        await_conversion(lambda: convert_kafka(
-                            spark, args.fmt, source, columns=columns, key=["id"], bootstrap_servers=bootstrap,
-                            topic=topic, checkpoint_location=str(work / f"ck-{run}"), once=True,
-                            on_batch=done.append))
-                        ends[who] = done[-1].upper
-                    seconds = time.perf_counter() - began
-                    figures[who].append(seconds)
-                    print(f"run {run} {who:8s} {seconds:7.2f} s  {args.rows / seconds:12,.0f} changes/s", flush=True)
-                if ends["sink"] != ends["convert"]:
-                    raise SystemExit(f"the topics end at different frontiers: {ends}")
-                print(f"run {run} ratio convert/sink (rows/s): {figures['sink'][-1] / figures['convert'][-1]:.2f}",
-                      flush=True)
-            for who, runs in figures.items():
-                print(f"{who:8s} seconds min {min(runs):.2f} median {statistics.median(runs):.2f} "
-                      f"max {max(runs):.2f}; median {args.rows / statistics.median(runs):,.0f} changes/s")
+
+            def sink(topic: str, run: int) -> int | None:
+                return CdcSink(bootstrap, topic, time_column=TIME, diff_column=DIFF).write_upto(
+                    spark.read.parquet(premade), 0, last).upper
+
+            def convert(topic: str, run: int) -> int | None:
+                done = []
+                await_conversion(lambda: convert_kafka(
+                    spark, args.fmt, source, columns=columns, key=["id"], bootstrap_servers=bootstrap,
+                    topic=topic, checkpoint_location=str(work / f"ck-{run}"), once=True, on_batch=done.append))
+                return done[-1].upper
+
+            compare(bootstrap, args, args.rows, "changes", sink, convert)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
