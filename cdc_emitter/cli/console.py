@@ -1,4 +1,5 @@
-"""The ``cdc-emitter`` commands: verify, tail, schema, export (thin: library calls + output).
+"""The ``cdc-emitter`` commands: verify, tail, schema, export (thin: library calls + output);
+``convert`` is in :mod:`.convert`, on the shared options defined here.
 
 Exit codes (every command): 0 success; 2 usage, schema, configuration or connection error
 (printed as ``error: ...`` on stderr, never a traceback). ``verify`` adds 1 (protocol violations,
@@ -7,7 +8,7 @@ target the topic is empty or ends with part of its history unproven); ``tail`` e
 message could not be decoded.
 
 Spark is imported only by the commands that need it (``export``, ``schema --columns/--from``,
-``verify --engine spark``), so ``verify`` and ``tail`` start fast and run where no JVM is installed.
+``verify --engine spark``, ``convert``), so ``verify`` and ``tail`` start fast and run where no JVM is installed.
 """
 
 from __future__ import annotations
