@@ -338,7 +338,7 @@ def convert_kafka(spark: Any, fmt: str, source_topic: str, *, columns: str | Any
     from .kafka_io import end_offsets
     from .sink import CdcSink
     from .sources import columns_struct
-    from .spark_reader import _source_options
+    from .sink_jvm import kafka_read_options
 
     if fmt not in FORMATS:
         raise ConfigError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
@@ -348,7 +348,7 @@ def convert_kafka(spark: Any, fmt: str, source_topic: str, *, columns: str | Any
             raise SchemaError(f"--columns has a column named {name!r}, the converter's own: rename it")
     servers = source_bootstrap_servers or bootstrap_servers
     partitions = sorted(end_offsets(servers, source_topic, dict(source_config or {})))
-    options = _source_options(servers, dict(source_config or {}))
+    options = kafka_read_options(servers, dict(source_config or {}), user="convert")
     sink = CdcSink(bootstrap_servers, topic, checkpoint_location=checkpoint_location, time_column=TIME,
                    diff_column=DIFF, **sink_options)
     function = KafkaChangefeed(fmt, source_topic, options, struct, key, sink, checkpoint_location, partitions)

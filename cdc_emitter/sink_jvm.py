@@ -332,6 +332,19 @@ def java_client_options(config: Mapping[str, Any], *, unknown: str, unsupported:
     return options
 
 
+def kafka_read_options(bootstrap_servers: str, config: Mapping[str, Any], *, user: str) -> dict[str, str]:
+    """Spark's Kafka source options for librdkafka-style ``config`` (security settings; producer
+    settings dropped); ``user`` names who reads, in the error for a key without a Java equivalent."""
+    producer_only = {"acks", "enable.idempotence", "delivery.timeout.ms", "linger.ms", "batch.size",
+                     "compression.type", "max.request.size", "max.in.flight.requests.per.connection"}
+    options = java_client_options(
+        config, unknown=f"kafka_options key {{key!r}} has no equivalent in Spark's Kafka source, which "
+                        f"{user} uses: leave it out",
+        unsupported=f"sasl.mechanism {{mechanism!r}} is not supported by {user}")
+    return {"kafka.bootstrap.servers": bootstrap_servers,
+            **{k: v for k, v in options.items() if k[len("kafka."):] not in producer_only}}
+
+
 def kafka_write_options(bootstrap_servers: str, topic: str, producer_config: Mapping[str, Any]) -> dict:
     """Options for Spark's Kafka writer from the sink's librdkafka ``producer_config``.
 

@@ -119,20 +119,6 @@ def _data_schema(schema: Any) -> dict:
     raise SchemaError(f"schema must be a path or an Avro schema (dict or list), not {type(schema).__name__}")
 
 
-def _source_options(bootstrap_servers: str, config: Mapping[str, Any]) -> dict[str, str]:
-    """Spark's Kafka source options for librdkafka-style ``config`` (security settings)."""
-    from .sink_jvm import java_client_options
-
-    producer_only = {"acks", "enable.idempotence", "delivery.timeout.ms", "linger.ms", "batch.size",
-                     "compression.type", "max.request.size", "max.in.flight.requests.per.connection"}
-    options = java_client_options(
-        config, unknown="kafka_options key {key!r} has no equivalent in Spark's Kafka source, which "
-                        "read_cdc uses: leave it out",
-        unsupported="sasl.mechanism {mechanism!r} is not supported by read_cdc")
-    return {"kafka.bootstrap.servers": bootstrap_servers,
-            **{k: v for k, v in options.items() if k[len("kafka."):] not in producer_only}}
-
-
 def read_cdc(spark: Any, *, bootstrap_servers: str, topic: str, schema: Any, framing: str = "confluent",
              kafka_options: Mapping[str, Any] | None = None, until: int | None = None,
              strict: str | None = None, until_frontier: int | None = None, until_closed: bool = False,
@@ -182,7 +168,9 @@ def _read_once(spark: Any, servers: str, topic: str, codec: Any, config: dict, e
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro, to_avro
 
-    options = _source_options(servers, config)
+    from .sink_jvm import kafka_read_options
+
+    options = kafka_read_options(servers, config, user="read_cdc")
     reader = spark.read.format("kafka").options(**options).option("subscribe", topic)
     reader = reader.option("startingOffsets", json.dumps({topic: {str(p): low for p, (low, _h) in ends.items()}}))
     raw = reader.option("endingOffsets", json.dumps({topic: {str(p): high for p, (_l, high) in ends.items()}})).load()

@@ -82,3 +82,13 @@ def test_bad_client_config_raises_config_error_without_secrets():
     assert "no.such.property" in str(info.value)
     assert "hunter2" not in str(info.value)
     assert isinstance(info.value, CdcError)
+
+
+def test_spark_kafka_source_options_keep_security_settings_and_name_their_reader_on_a_bad_key():
+    from cdc_emitter.sink_jvm import kafka_read_options
+
+    options = kafka_read_options("b:9092", {"security.protocol": "SSL", "linger.ms": "5"}, user="convert")
+    assert options == {"kafka.bootstrap.servers": "b:9092", "kafka.security.protocol": "SSL"}
+    with pytest.raises(ConfigError, match="kafka_options key 'fetch.wait.max.ms' has no equivalent in "
+                                          "Spark's Kafka source, which convert uses: leave it out"):
+        kafka_read_options("b:9092", {"fetch.wait.max.ms": "5"}, user="convert")
