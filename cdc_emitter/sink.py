@@ -37,6 +37,7 @@ readers discard; it never moves a batch to a new time.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -44,7 +45,6 @@ import re
 import uuid
 from collections import Counter
 from collections.abc import Callable, Mapping
-import dataclasses
 from typing import Any
 
 from .core import MAX_LONG, MIN_LONG, progress_from_counts, split_progress
@@ -120,7 +120,7 @@ DIGEST_TIMES = 1000
 def _digest_form(xor: int, counts: tuple) -> tuple:
     """``(xor, counts)`` as a digest header keeps it: ``counts`` as ``((time, n), ...)``, or when
     there are more than :data:`DIGEST_TIMES`, ``("sha256", hex, total, times)``."""
-    if len(counts) <= DIGEST_TIMES or (counts and counts[0] == "sha256"):
+    if len(counts) <= DIGEST_TIMES:
         return xor, counts
     text = json.dumps([list(c) for c in counts], separators=(",", ":")).encode()
     return xor, ("sha256", hashlib.sha256(text).hexdigest(), sum(n for _t, n in counts), len(counts))
@@ -923,8 +923,9 @@ class CdcSink:
                   upper: int | None) -> BatchResult:
         """A re-run of a batch whose first attempt is complete in the topic: the same data
         (digest and counts per time) writes nothing; other data raises :class:`ReplayError`."""
-        if _digest_form(*now) != recorded_digest:
-            raise ReplayError(self._replay_message(what, batch_id, recorded_digest, _digest_form(*now)))
+        kept = _digest_form(*now)
+        if kept != recorded_digest:
+            raise ReplayError(self._replay_message(what, batch_id, recorded_digest, kept))
         log.info("%s: re-run with the same data as its first attempt, which is complete "
                  "in the topic: nothing to write", what)
         counts = dict(now[1])
