@@ -144,7 +144,8 @@ def convert(fmt, source, bootstrap_servers, kafka_settings, broker_timeout, topi
             raise CdcError(f"converting {source} to topic {topic} failed: {conversion_error(exc)}") from None
     finally:
         status.done()
-    frontier = () if results and results[-1].upper is None else (results[-1].upper,) if results else None
+    # the last batch's upper is the topic's frontier (None: no batch wrote anything this run)
+    frontier = None if not results else () if results[-1].upper is None else (results[-1].upper,)
     summary = {"source": source, "format": fmt, "topic": topic, "batches": len(results),
                "updates": sum(r.updates for r in results), "messages": sum(r.messages for r in results),
                "frontier": None if frontier is None else list(frontier)}
