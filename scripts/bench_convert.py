@@ -88,16 +88,16 @@ def main() -> None:
               f"{change_rows} change rows; Kafka {args.partitions} partitions", flush=True)
 
         with kafka() as bootstrap:
-            def sink(topic: str, run: int) -> int | None:
-                return CdcSink(bootstrap, topic, time_column=VERSION, diff_column=DIFF).write(
-                    spark.read.parquet(premade)).upper
+            def sink(topic: str, run: int) -> list:
+                return [CdcSink(bootstrap, topic, time_column=VERSION, diff_column=DIFF).write(
+                    spark.read.parquet(premade))]
 
-            def convert(topic: str, run: int) -> int | None:
+            def convert(topic: str, run: int) -> list:
                 done = []
                 convert_delta(spark, table, bootstrap_servers=bootstrap, topic=topic,
                               checkpoint_location=str(work / f"ck-{run}"), once=True,
                               on_batch=done.append).awaitTermination()
-                return done[-1].upper
+                return done
 
             compare(bootstrap, args, change_rows, "change rows", sink, convert)
     finally:
@@ -107,8 +107,8 @@ def main() -> None:
 
 def compare(bootstrap: str, args, rows: int, unit: str, sink, convert) -> None:
     """``--runs`` interleaved runs of ``sink(topic, run)`` and ``convert(topic, run)`` (each returns
-    the upper it ended at) into new topics: seconds, ``unit`` per second, the ratio per run, and
-    min / median / max."""
+    its batches' results) into new topics: seconds, ``unit`` per second, the Kafka messages
+    written, the ratio per run, and min / median / max."""
     from cdc_emitter.kafka_io import ensure_topic
 
     figures: dict[str, list[float]] = {"sink": [], "convert": []}
@@ -118,10 +118,12 @@ def compare(bootstrap: str, args, rows: int, unit: str, sink, convert) -> None:
             topic = f"bench-convert-{who}-{uuid.uuid4().hex[:8]}"
             ensure_topic(bootstrap, topic, create=True, partitions=args.partitions)
             began = time.perf_counter()
-            ends[who] = write(topic, run)
+            results = write(topic, run)
             seconds = time.perf_counter() - began
+            ends[who] = results[-1].upper
             figures[who].append(seconds)
-            print(f"run {run} {who:8s} {seconds:7.2f} s  {rows / seconds:12,.0f} {unit}/s", flush=True)
+            print(f"run {run} {who:8s} {seconds:7.2f} s  {rows / seconds:12,.0f} {unit}/s  "
+                  f"{sum(r.messages for r in results):,} messages", flush=True)
         if ends["sink"] != ends["convert"]:
             raise SystemExit(f"the topics end at different frontiers: {ends}")
         print(f"run {run} ratio convert/sink ({unit}/s): {figures['sink'][-1] / figures['convert'][-1]:.2f}",
@@ -210,16 +212,16 @@ def bench_changefeed(args) -> None:
             if producer.flush(60):
                 raise SystemExit("the changefeed was not acknowledged")
 
-            def sink(topic: str, run: int) -> int | None:
-                return CdcSink(bootstrap, topic, time_column=TIME, diff_column=DIFF).write_upto(
-                    spark.read.parquet(premade), 0, last).upper
+            def sink(topic: str, run: int) -> list:
+                return [CdcSink(bootstrap, topic, time_column=TIME, diff_column=DIFF).write_upto(
+                    spark.read.parquet(premade), 0, last)]
 
-            def convert(topic: str, run: int) -> int | None:
+            def convert(topic: str, run: int) -> list:
                 done = []
                 await_conversion(lambda: convert_kafka(
                     spark, args.fmt, source, columns=columns, key=["id"], bootstrap_servers=bootstrap,
                     topic=topic, checkpoint_location=str(work / f"ck-{run}"), once=True, on_batch=done.append))
-                return done[-1].upper
+                return done
 
             compare(bootstrap, args, args.rows, "changes", sink, convert)
     finally:
