@@ -23,7 +23,13 @@ def main() -> int:
     if spec is None:
         return 0
     options = json.loads(spec)
-    codec = CdcCodec(options["data_schema"], framing=options["framing"], schema_id=options["schema_id"])
+    writer_schemas = None
+    if "registry" in options:
+        from .registry import SchemaRegistry
+
+        writer_schemas = SchemaRegistry(**options["registry"]).data_schema
+    codec = CdcCodec(options["data_schema"], framing=options["framing"], schema_id=options["schema_id"],
+                     writer_schemas=writer_schemas)
     while True:
         frame = read_frame(stdin)
         if frame is None:

@@ -292,7 +292,14 @@ def _strip_logical(schema: Any) -> Any:
 
 
 class CdcCodec:
-    """Encodes and decodes CDC messages for one data record schema and one framing."""
+    """Encodes and decodes CDC messages for one data record schema and one framing.
+
+    ``writer_schemas``: with confluent framing, a function from a schema id to the data schema
+    registered under it (a schema registry's). A message that names another id than
+    ``schema_id`` is then decoded with its writer's schema and resolved into this codec's by
+    Avro's schema resolution (fields added with defaults, removed, promoted), so a topic whose
+    schema evolved reads as one. Without it, every message is read with this codec's schema.
+    """
 
     def __init__(
         self,
@@ -301,6 +308,7 @@ class CdcCodec:
         framing: str = "confluent",
         schema_id: int = 0,
         max_message_bytes: int = 900_000,
+        writer_schemas: Callable[[int], dict] | None = None,
     ):
         if framing not in FRAMINGS:
             raise ConfigError(f"framing must be one of {', '.join(FRAMINGS)}, got {framing!r}")
@@ -317,6 +325,8 @@ class CdcCodec:
         #: what every message starts with: the Confluent header (magic 0, 4-byte schema id) or nothing
         self.frame = b"\x00" + struct.pack(">I", schema_id) if framing == "confluent" else b""
         self._skip = len(self.frame)
+        self.writer_schemas = writer_schemas if framing == "confluent" else None
+        self._writers: dict[int, tuple] = {}  # schema id -> (array, progress) writer schemas
 
         named: dict = {}
         parsed = fastavro.parse_schema(self.union, named_schemas=named)
@@ -489,8 +499,17 @@ class CdcCodec:
         buf = io.BytesIO(value)
         buf.seek(skip + 1)
         what = "update array" if branch == 0 else "progress record"
+        writer = None
+        if self.writer_schemas is not None:
+            schema_id = int.from_bytes(value[1:5], "big")
+            if schema_id != self.schema_id:
+                writer = self._writer(schema_id)[0 if branch == 0 else 1]
+                what += f" (written with schema id {schema_id})"
         try:
-            datum = fastavro.schemaless_reader(buf, schema, None)
+            if writer is None:
+                datum = fastavro.schemaless_reader(buf, schema, None)
+            else:
+                datum = fastavro.schemaless_reader(buf, writer, schema)
         except Exception as exc:
             reason = str(exc) or ("ran past the end of the message" if isinstance(exc, EOFError) else "")
             raise DecodeError(
@@ -503,6 +522,17 @@ class CdcCodec:
                 f"{len(value)} bytes unread"
             )
         return branch, datum
+
+    def _writer(self, schema_id: int) -> tuple:
+        """The writer's array and progress schemas for ``schema_id``, parsed once."""
+        found = self._writers.get(schema_id)
+        if found is None:
+            try:
+                union = union_schema(self.writer_schemas(schema_id))
+            except SchemaError as exc:  # an unknown id, a schema that is no CDC union: this message
+                raise DecodeError(f"schema id {schema_id}: {exc}") from None
+            found = self._writers[schema_id] = (fastavro.parse_schema(union[0]), fastavro.parse_schema(union[1]))
+        return found
 
     def decode(self, value: bytes) -> list[Update] | Progress:
         """The updates (data as tuples in field order) or the :class:`Progress` of one message."""

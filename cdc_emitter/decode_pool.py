@@ -156,9 +156,15 @@ class DecodePool:
         if workers < 1:
             raise ValueError(f"a decode pool needs at least one worker, got {workers}")
         self._codec = codec
-        spec = json.dumps({
-            "data_schema": codec.data_schema, "framing": codec.framing, "schema_id": codec.schema_id,
-        }).encode()
+        options = {"data_schema": codec.data_schema, "framing": codec.framing, "schema_id": codec.schema_id}
+        if codec.writer_schemas is not None:
+            # other ids' schemas come from the same registry, opened in each worker (its settings
+            # travel through the worker's stdin, never its command line)
+            registry = getattr(codec.writer_schemas, "__self__", None)
+            if not hasattr(registry, "spec"):
+                raise ValueError("a decode pool needs the codec's writer schemas from a SchemaRegistry")
+            options["registry"] = registry.spec()
+        spec = json.dumps(options).encode()
         self._workers = [_Worker(spec) for _ in range(workers)]
         self._next = 0
         self._order: deque[tuple[int, list]] = deque()  # (worker index, chunk) not yet answered
