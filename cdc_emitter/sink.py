@@ -200,6 +200,13 @@ class CdcSink:
         late: ``"error"`` (LateUpdateError) or ``"advance"`` (move late updates to the lower
             bound of the batch's interval, then consolidate) for column-mode times below it.
         framing, schema_id, max_message_bytes: the message format (see ``CdcCodec``).
+        schema_registry_url, schema_registry_config: a Confluent-compatible schema registry and
+            its client settings (``basic.auth.user.info``, ``bearer.auth.*``, ``ssl.*``; never
+            printed). Before a batch's first message, the topic's union schema is registered
+            under ``<topic>-value`` and every message is framed with the id the registry gave;
+            the subject's compatibility rule is the registry's to apply, and a schema it refuses
+            fails the batch with the registry's reason. A data schema other than the topic's is
+            accepted only then, and only if the subject's compatibility is not ``NONE``.
         producer_config: librdkafka settings on top of the safe defaults (never mutated).
         create_topic, topic_partitions: create a missing topic instead of failing.
         writer_id: identifies this writer in progress headers; default: the streaming query's
@@ -235,6 +242,8 @@ class CdcSink:
         late: str = "error",
         framing: str = "confluent",
         schema_id: int = 0,
+        schema_registry_url: str | None = None,
+        schema_registry_config: Mapping[str, Any] | None = None,
         producer_config: Mapping[str, Any] | None = None,
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         create_topic: bool = False,
@@ -266,6 +275,20 @@ class CdcSink:
         self.late = late
         self.framing = framing
         self.schema_id = schema_id
+        self.registry = None
+        if schema_registry_url is not None:
+            from .registry import SchemaRegistry
+
+            if framing != "confluent":
+                raise ConfigError("schema_registry_url needs framing='confluent': the registry's id "
+                                  "travels in the Confluent header")
+            if schema_id:
+                raise ConfigError(f"schema_id={schema_id} conflicts with schema_registry_url: the "
+                                  "registry gives the id; drop schema_id")
+            self.registry = SchemaRegistry(schema_registry_url, schema_registry_config)
+        elif schema_registry_config:
+            raise ConfigError("schema_registry_config given without schema_registry_url")
+        self._registered: dict[str, int] = {}  # schema text -> the registry's id for it
         self.producer_config = dict(producer_config or {})  # a copy: the caller's dict is theirs
         self.max_message_bytes = int(max_message_bytes)
         from .kafka_io import PRODUCER_DEFAULTS
@@ -467,12 +490,52 @@ class CdcSink:
             )
         self._topic_checked = True
 
-    def _check_schema(self, state: TopicFrontier, avro_data: dict, codec: Any) -> None:
+    def _codec(self, avro_data: dict) -> Any:
+        from .codec import CdcCodec
+
+        return CdcCodec(avro_data, framing=self.framing, schema_id=self.schema_id,
+                        max_message_bytes=self.max_message_bytes,
+                        writer_schemas=None if self.registry is None else self.registry.data_schema)
+
+    def _register(self, avro_data: dict, schema_text: str, evolves: list[str]) -> int:
+        """The registry's id for this batch's union schema under ``<topic>-value``.
+
+        A data schema that differs from the topic's (``evolves``) is left to the subject's
+        compatibility rule, which must then be one (not ``NONE``): readers resolve the older
+        messages into the newer schema by their ids only if the registry vouches they can.
+        """
+        from .registry import schema_text_of, subject_for
+
+        subject = subject_for(self.topic)
+        if evolves:
+            level = self.registry.compatibility(subject)
+            if level.upper() == "NONE":
+                raise SchemaError(
+                    f"topic {self.topic!r} was written with another data schema than this batch's: "
+                    f"{'; '.join(evolves)}; the {self.registry.where} would accept any schema for "
+                    f"subject {subject!r} (compatibility NONE), so it cannot vouch that readers "
+                    "resolve the older messages. Nothing was written. Set the subject's "
+                    "compatibility (BACKWARD, FULL, ...) or write this data to a new topic"
+                )
+        try:
+            schema_id = self.registry.register(subject, schema_text_of(avro_data))
+        except SchemaError as exc:
+            raise SchemaError(f"topic {self.topic!r}: {exc}. Nothing was written") from None
+        log.info("cdc sink topic=%s: %s gave schema id %d for subject %s",
+                 self.topic, self.registry.where, schema_id, subject)
+        self._registered[schema_text] = schema_id
+        return schema_id
+
+    def _check_schema(self, state: TopicFrontier, avro_data: dict, codec: Any) -> list[str]:
         """Refuse a batch whose data schema is not the one the topic was written with.
 
         Kafka is append-only: messages under two data schemas leave a topic no single schema
         reads. The topic's schema comes from the newest progress statement's header; a topic
         without one (another writer) is checked by decoding its newest update message.
+
+        With a schema registry, readers resolve each message by its schema id, so a different
+        schema is not refused here: its differences are returned for :meth:`_register` to put
+        to the registry's compatibility rule.
         """
         from .codec import type_text, schema_differences
         from .errors import DecodeError
@@ -485,12 +548,14 @@ class CdcSink:
             except ValueError:
                 written = None
             differences = [] if written is None else schema_differences(written, avro_data)
+            if differences and self.registry is not None:
+                return differences
             if differences:
                 raise SchemaError(
                     f"topic {self.topic!r} was written with another data schema than this "
                     f"batch's: {'; '.join(differences)}. {way_out}"
                 )
-            return
+            return []
         sample = state.update_sample
         skip = 5 if self.framing == "confluent" else 0
         if sample is not None and len(sample) > skip and sample[skip] == 0:
@@ -502,6 +567,7 @@ class CdcSink:
                     f"topic {self.topic!r} holds update messages that do not decode with this "
                     f"batch's data schema ({fields}): {exc}. {way_out}"
                 ) from None
+        return []
 
     def _log(self, spark: Any) -> Any:
         if self.checkpoint_location is None:
@@ -559,8 +625,6 @@ class CdcSink:
         from pyspark.sql import functions as F
         from pyspark.sql import types as T
 
-        from .codec import CdcCodec
-
         self._clock = clock = PhaseClock()
         spark = df.sparkSession
         schema = df.schema
@@ -579,16 +643,20 @@ class CdcSink:
                     f"column {name!r} must be an integer type (long, int, short, byte), "
                     f"not {schema[name].dataType.simpleString()}"
                 )
-        codec = CdcCodec(avro_data, framing=self.framing, schema_id=self.schema_id,
-                         max_message_bytes=self.max_message_bytes)
+        schema_text = json.dumps(avro_data, separators=(",", ":"))
+        if self.registry is not None and schema_text in self._registered:
+            self.schema_id = self._registered[schema_text]
+        codec = self._codec(avro_data)
         self._ensure_topic()
         writer = self._writer(spark, batch_id)
         sinklog = self._log(spark) if batch_id is not None else None
         state = None
-        schema_text = json.dumps(avro_data, separators=(",", ":"))
         if self._schema_checked != schema_text:  # once per sink and schema: a tail read
             state = self._learn_frontier()
-            self._check_schema(state, avro_data, codec)
+            evolves = self._check_schema(state, avro_data, codec)
+            if self.registry is not None:  # registered before the first message, once per schema
+                self.schema_id = self._register(avro_data, schema_text, evolves)
+                codec = self._codec(avro_data)
             self._schema_checked = schema_text
 
         # 1. the interval, decided once: recorded, or from the topic's frontier
