@@ -26,12 +26,18 @@ def sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def create_source_sql(name: str, bootstrap_servers: str, topic: str, union: list) -> str:
-    """The Materialize statement that reads ``topic`` with the CDC ``union`` schema."""
-    schema = json.dumps(union, separators=(",", ":"), ensure_ascii=False)
+def create_source_sql(name: str, bootstrap_servers: str, topic: str, union: list,
+                      registry_url: str | None = None) -> str:
+    """The Materialize statement that reads ``topic`` with the CDC ``union`` schema: inline, or
+    (``registry_url``) from a Confluent schema registry, where the sink registered it."""
+    if registry_url is None:
+        schema = json.dumps(union, separators=(",", ":"), ensure_ascii=False)
+        form = f"FORMAT AVRO USING SCHEMA {sql_string(schema)}"
+    else:
+        form = f"FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY {sql_string(registry_url)}"
     return (
         f"CREATE SOURCE {sql_identifier(name)}\n"
         f"FROM KAFKA BROKER {sql_string(bootstrap_servers)} TOPIC {sql_string(topic)}\n"
-        f"FORMAT AVRO USING SCHEMA {sql_string(schema)}\n"
+        f"{form}\n"
         f"ENVELOPE MATERIALIZE;"
     )

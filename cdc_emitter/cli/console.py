@@ -26,7 +26,6 @@ from .. import __version__
 from ..errors import CdcError, ConfigError, SchemaError
 from ..materialize import create_source_sql
 from ..materialize import source_name as default_source_name
-from ..registry import fetch_registry_schema
 from ..sources import FORMATS, columns_struct, read_table, spark_error_text, spark_session
 from .output import (
     StatusLine,
@@ -62,6 +61,53 @@ def _parse_settings(ctx: click.Context, param: click.Parameter, values: tuple[st
     return out
 
 
+def _parse_registry_settings(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict:
+    """As :func:`_parse_settings`, and ``@FILE``: the ``key=value`` lines of a properties file
+    (so a password need not be on the command line)."""
+    items: list[str] = []
+    for item in values:
+        if item.startswith("@"):
+            try:
+                with open(item[1:], encoding="utf-8") as fh:
+                    items += [line.strip() for line in fh
+                              if line.strip() and not line.lstrip().startswith(("#", "!"))]
+            except OSError as exc:
+                raise click.BadParameter(f"cannot read {item[1:]}: {exc.strerror}", ctx=ctx, param=param)
+        else:
+            items.append(item)
+    return _parse_settings(ctx, param, tuple(items))
+
+
+def registry_options(func: Callable) -> Callable:
+    """--schema-registry URL and repeated --schema-registry-config KEY=VALUE|@FILE."""
+    func = click.option(
+        "--schema-registry-config", "registry_settings", multiple=True, metavar="KEY=VALUE|@FILE",
+        callback=_parse_registry_settings,
+        help="A schema registry client setting (repeatable), e.g. basic.auth.user.info=USER:PASSWORD, "
+        "bearer.auth.token=..., ssl.ca.location=FILE; @FILE reads key=value lines from FILE. "
+        "Values are never echoed.",
+    )(func)
+    func = click.option(
+        "--schema-registry", metavar="URL",
+        help="A Confluent-compatible schema registry. Writing: register the topic's schema under "
+        "subject TOPIC-value and frame messages with its id. Reading: each message's writer "
+        "schema by the id in its header.",
+    )(func)
+    return func
+
+
+def check_registry_options(registry: str | None, settings: dict, framing: str, schema_id: int | None) -> None:
+    """Usage errors for --schema-registry with options it excludes (writing commands)."""
+    if registry is None:
+        if settings:
+            raise click.UsageError("--schema-registry-config needs --schema-registry")
+        return
+    if framing != "confluent":
+        raise click.UsageError("--schema-registry needs --framing confluent: the schema id is in the header")
+    if schema_id is not None:
+        raise click.UsageError("--schema-id and --schema-registry exclude each other: the registry gives the id")
+
+
 def kafka_options(func: Callable) -> Callable:
     """--bootstrap-servers, repeated -X key=value (librdkafka settings) and --broker-timeout."""
     func = click.option(
@@ -94,9 +140,16 @@ def codec_options(func: Callable) -> Callable:
         help="confluent: a 0x00 byte and a 4-byte schema id before the Avro body; raw: none.",
     )(func)
     func = click.option(
+        "--schema-registry-config", "registry_settings", multiple=True, metavar="KEY=VALUE|@FILE",
+        callback=_parse_registry_settings,
+        help="A schema registry client setting (repeatable), e.g. basic.auth.user.info=USER:PASSWORD; "
+        "@FILE reads key=value lines from FILE. Values are never echoed.",
+    )(func)
+    func = click.option(
         "--schema-registry", metavar="URL",
-        help="Take the writer schema from this Confluent schema registry, by --schema-id "
-        "(default: the id in the header of the topic's first message), instead of --schema.",
+        help="Read with this Confluent schema registry instead of --schema: the reader schema is "
+        "the one of --schema-id (default: the id in the header of the topic's newest message), "
+        "and each message is decoded with the schema of the id in its header, resolved into it.",
     )(func)
     func = click.option(
         "--schema", "schema_file", type=click.Path(exists=True, dir_okay=False, readable=True),
@@ -175,7 +228,7 @@ def load_data_schema(path: str) -> dict:
 
 
 def _topic_schema_id(servers: str, topic: str, settings: dict) -> int:
-    """The schema id in the Confluent header of the first message found in ``topic``."""
+    """The schema id in the Confluent header of the newest message found in ``topic``."""
     from ..kafka_io import last_messages
 
     for record in last_messages(servers, topic, 1, config=settings):
@@ -190,25 +243,25 @@ def _topic_schema_id(servers: str, topic: str, settings: dict) -> int:
 
 def load_codec(path: str | None, framing: str, schema_id: int | None, registry: str | None = None,
                servers: str | None = None, topic: str | None = None,
-               settings: dict | None = None) -> Any:
-    """The codec from --schema FILE, or from --schema-registry URL (by id)."""
-    from ..codec import CdcCodec, data_schema_from_text
+               settings: dict | None = None, registry_settings: dict | None = None) -> Any:
+    """The codec from --schema FILE, or from --schema-registry URL (by id; other ids in the
+    topic's headers are resolved into that schema)."""
+    from ..codec import CdcCodec
+    from ..registry import SchemaRegistry
 
     if (path is None) == (registry is None):
         raise click.UsageError("give exactly one of --schema FILE or --schema-registry URL")
+    if registry is None and registry_settings:
+        raise click.UsageError("--schema-registry-config needs --schema-registry")
     if registry is not None:
+        if framing != "confluent":
+            raise click.UsageError("--schema-registry needs --framing confluent: the schema id is in the header")
         if schema_id is None:
-            if framing != "confluent":
-                raise click.UsageError("--schema-registry with --framing raw needs --schema-id")
             schema_id = _topic_schema_id(servers, topic, settings or {})
-        text = fetch_registry_schema(registry, schema_id)
-        try:
-            data_schema = data_schema_from_text(text)
-        except SchemaError as exc:
-            raise SchemaError(f"schema registry {registry}: schema id {schema_id}: {exc}") from None
-    else:
-        data_schema = load_data_schema(path)
-    return CdcCodec(data_schema, framing=framing, schema_id=schema_id or 0)
+        source = SchemaRegistry(registry, registry_settings)
+        return CdcCodec(source.data_schema(schema_id), framing=framing, schema_id=schema_id,
+                        writer_schemas=source.data_schema)
+    return CdcCodec(load_data_schema(path), framing=framing, schema_id=schema_id or 0)
 
 
 # --- the group ------------------------------------------------------------------------------------
@@ -267,7 +320,7 @@ def main() -> None:
 @spark_options
 @handle_errors
 def verify(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file, schema_registry,
-           framing, schema_id, until_frontier, until_closed, timeout, as_json, output, history_file,
+           registry_settings, framing, schema_id, until_frontier, until_closed, timeout, as_json, output, history_file,
            strict, workers, engine, spark_packages, spark_conf, spark_remote):
     """Read a CDC topic from the beginning and prove it exact.
 
@@ -312,7 +365,7 @@ def verify(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file
 
     servers = _servers(bootstrap_servers)
     codec = load_codec(schema_file, framing, schema_id, schema_registry, servers, topic,
-                       kafka_settings)
+                       kafka_settings, registry_settings)
     status = StatusLine()
     if engine == "spark":
         result = _verify_with_spark(status, servers, topic, codec, kafka_settings, broker_timeout,
@@ -405,7 +458,8 @@ def _verify_report(topic, result, codec, timeout, as_json, output, collection, h
 @click.option("--timeout", type=click.FloatRange(min=0), metavar="S",
               help="Stop after S seconds (with --follow; without it, give up reading).")
 @handle_errors
-def tail(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file, schema_registry, framing,
+def tail(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file, schema_registry,
+         registry_settings, framing,
          schema_id, follow, max_messages, timeout):
     """Print a CDC topic's messages as Avro-JSON lines, from the beginning.
 
@@ -425,7 +479,7 @@ def tail(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file, 
 
     servers = _servers(bootstrap_servers)
     codec = load_codec(schema_file, framing, schema_id, schema_registry, servers, topic,
-                       kafka_settings)
+                       kafka_settings, registry_settings)
     if max_messages == 0:
         sys.exit(EXIT_OK)
     printed = bad = 0
@@ -473,10 +527,14 @@ def tail(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file, 
               help="The Materialize source name, for --sql (default: the topic name).")
 @click.option("--bootstrap-servers", envvar=ENV_BOOTSTRAP, metavar="HOST:PORT", show_envvar=True,
               help="The broker Materialize connects to, for --sql.")
+@click.option("--schema-registry", metavar="URL",
+              help="For --sql: Materialize takes the schema from this Confluent schema registry "
+              "(FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY), where a sink or export given the same "
+              "registry registered it.")
 @spark_options
 @handle_errors
 def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, source_name,
-           bootstrap_servers, spark_packages, spark_conf, spark_remote):
+           bootstrap_servers, schema_registry, spark_packages, spark_conf, spark_remote):
     """Print the CDC Avro schema for a table, or the Materialize statement reading its topic.
 
     Give the table's columns in exactly one way: --columns (a Spark DDL string), --from
@@ -496,6 +554,8 @@ def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, sou
         raise click.UsageError("give exactly one of --columns, --from or --data-schema")
     if sql and not topic:
         raise click.UsageError("--sql needs --topic")
+    if schema_registry and not sql:
+        raise click.UsageError("--schema-registry is for --sql")
     if sql:
         servers = _servers(bootstrap_servers)
     from ..codec import union_schema
@@ -510,7 +570,10 @@ def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, sou
         data_schema = spark_to_avro(read_table(spark, source, fmt, read_options).schema)
     union = union_schema(data_schema)
     if sql:
-        click.echo(create_source_sql(source_name or default_source_name(topic), servers, topic, union))
+        from ..registry import safe_url
+
+        click.echo(create_source_sql(source_name or default_source_name(topic), servers, topic, union,
+                                     None if schema_registry is None else safe_url(schema_registry)))
     else:
         click.echo(json.dumps(union, indent=2, ensure_ascii=False))
 
@@ -545,14 +608,16 @@ def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, sou
 @click.option("--create-topic", is_flag=True, help="Create the topic if it does not exist.")
 @click.option("--framing", type=click.Choice(["confluent", "raw"]), default="confluent",
               show_default=True, help="Message framing.")
-@click.option("--schema-id", type=click.IntRange(0, 2**31 - 1), default=0, show_default=True,
-              help="Schema id in the Confluent header.")
+@click.option("--schema-id", type=click.IntRange(0, 2**31 - 1), default=None,
+              help="Schema id in the Confluent header (default 0; with --schema-registry, the "
+              "registry's id).")
+@registry_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object.")
 @spark_options
 @handle_errors
 def export(source, bootstrap_servers, kafka_settings, broker_timeout, topic, from_topic, destination, as_of,
            schema_file, mode, fmt, read_options, at_time, previous, close, create_topic, framing, schema_id,
-           as_json, spark_packages, spark_conf, spark_remote):
+           schema_registry, registry_settings, as_json, spark_packages, spark_conf, spark_remote):
     """Write a table read by Spark to a topic as one CDC snapshot (or the difference of two).
 
     Every row of SOURCE becomes an update with diff +1 at time N (equal rows add up to a
@@ -580,6 +645,8 @@ def export(source, bootstrap_servers, kafka_settings, broker_timeout, topic, fro
     \b
       cdc-emitter export --from-topic products --schema products.avsc --to products_v2.parquet
     """
+    if from_topic is not None and (schema_registry or registry_settings):
+        raise click.UsageError("--schema-registry is for writing a topic, not with --from-topic")
     if from_topic is not None:
         return _export_from_topic(bootstrap_servers, kafka_settings, broker_timeout, from_topic, destination,
                                   as_of, schema_file, mode, fmt, read_options, framing, as_json, spark_packages,
@@ -593,6 +660,7 @@ def export(source, bootstrap_servers, kafka_settings, broker_timeout, topic, fro
              if value is not None]
     if stray:
         raise click.UsageError(f"{', '.join(stray)}: only with --from-topic")
+    check_registry_options(schema_registry, registry_settings, framing, schema_id)
     servers = _servers(bootstrap_servers)
     status = StatusLine()
     status.show(f"starting Spark to read {source}")
@@ -617,7 +685,8 @@ def export(source, bootstrap_servers, kafka_settings, broker_timeout, topic, fro
         from ..sink import CdcSink
 
         sink = CdcSink(
-            servers, topic, framing=framing, schema_id=schema_id,
+            servers, topic, framing=framing, schema_id=schema_id or 0,
+            schema_registry_url=schema_registry, schema_registry_config=registry_settings or None,
             producer_config=kafka_settings or None, create_topic=create_topic, broker_timeout=broker_timeout,
         )
         written = sink.write(df, time=at_time, close=close)

@@ -10,7 +10,16 @@ import click
 
 from ..errors import CdcError
 from ..sources import DELTA_PACKAGES, spark_session
-from .console import EXIT_OK, _servers, handle_errors, kafka_options, main, spark_options
+from .console import (
+    EXIT_OK,
+    _servers,
+    check_registry_options,
+    handle_errors,
+    kafka_options,
+    main,
+    registry_options,
+    spark_options,
+)
 from .output import StatusLine, dumps, frontier_text
 
 
@@ -44,12 +53,14 @@ from .output import StatusLine, dumps, frontier_text
 @click.option("--trigger-interval", metavar="INTERVAL",
               help="Start a micro-batch at most this often, e.g. '10 seconds' (default: as soon as the "
               "previous one ends).")
+@registry_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object at the end.")
 @spark_options
 @handle_errors
 def convert(fmt, source, bootstrap_servers, kafka_settings, broker_timeout, topic, checkpoint, once,
             create_topic, starting_version, max_files_per_trigger, columns, key_columns, source_bootstrap_servers,
-            max_offsets_per_trigger, trigger_interval, as_json, spark_packages, spark_conf, spark_remote):
+            max_offsets_per_trigger, trigger_interval, schema_registry, registry_settings, as_json, spark_packages,
+            spark_conf, spark_remote):
     """Convert the changefeed of SOURCE into a CDCv2 topic, continuously or --once.
 
     \b
@@ -91,6 +102,7 @@ def convert(fmt, source, bootstrap_servers, kafka_settings, broker_timeout, topi
         raise click.UsageError(f"{fmt} needs --columns: the table's columns, e.g. 'id long not null, name string'")
     if fmt == "ydb" and not key_columns:
         raise click.UsageError("ydb needs --key: the primary-key columns, in the order of the messages' 'key'")
+    check_registry_options(schema_registry, registry_settings, "confluent", None)
     servers = _servers(bootstrap_servers)
     status = StatusLine()
     results: list[Any] = []
@@ -113,7 +125,8 @@ def convert(fmt, source, bootstrap_servers, kafka_settings, broker_timeout, topi
         spark = spark_session("cdc-emitter convert", packages, spark_conf, None if kafka_source else "delta",
                               spark_remote)
         sink_options = dict(create_topic=create_topic, producer_config=kafka_settings or None,
-                            broker_timeout=broker_timeout, on_batch=shown)
+                            broker_timeout=broker_timeout, on_batch=shown,
+                            schema_registry_url=schema_registry, schema_registry_config=registry_settings or None)
         if kafka_source:
             from ..convert_kafka import convert_kafka
 
