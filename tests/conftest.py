@@ -254,6 +254,26 @@ def secure_kafka():
 
 
 @pytest.fixture(scope="session")
+def schema_registry():
+    """A real schema registry (Apicurio Registry's Confluent-compatible API, behind basic
+    credentials) from ``scripts/schema-registry-local``, started once per session:
+    ``(url, client settings)`` — the settings hold ``basic.auth.user.info``."""
+    home = tempfile.mkdtemp(prefix="cdc-emitter-registry-")
+    script = str(ROOT / "scripts" / "schema-registry-local")
+    env = {**os.environ, "CDC_REGISTRY_HOME": home}
+    proc = subprocess.run([script, "start"], env=env, capture_output=True, text=True, timeout=1800)
+    if proc.returncode != 0:
+        pytest.fail(f"cannot start scripts/schema-registry-local (exit {proc.returncode}):\n{proc.stderr[-3000:]}",
+                    pytrace=False)
+    try:
+        with open(os.path.join(home, "client.properties"), encoding="utf-8") as fh:
+            settings = dict(line.strip().split("=", 1) for line in fh if "=" in line)
+        yield proc.stdout.strip().splitlines()[-1], settings
+    finally:
+        subprocess.run([script, "stop"], env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="session")
 def proxied_kafka():
     """A third kafka-local broker that advertises the port of a :class:`faultproxy.FaultProxy`
     in front of it, so every client connection goes through the proxy: ``(bootstrap, proxy)``.
