@@ -78,7 +78,8 @@ class SchemaRegistry:
                 ) from None
         return self._client
 
-    def _call(self, what: str, fn, *args) -> Any:
+    def _call(self, what: str, fn, *args, missing: str | None = None) -> Any:
+        """``fn(*args)``, its failures as CdcErrors; ``missing``: the text for an HTTP 404."""
         from confluent_kafka.schema_registry.error import SchemaRegistryError
 
         try:
@@ -94,15 +95,13 @@ class SchemaRegistry:
             if status == 409:
                 raise SchemaError(f"{self.where} refused the schema while {what} (HTTP 409): {reason}") from None
             if status == 404:
-                raise SchemaError(f"{self.where}: not found while {what} (HTTP 404): {reason}") from None
+                raise SchemaError(f"{self.where} {missing or 'has no answer'} (HTTP 404)") from None
             raise ConfigError(f"{self.where} failed while {what} (HTTP {status}): {reason}") from None
-        except (OSError, ValueError) as exc:
-            raise ConfigError(f"cannot reach the {self.where} while {what}: {_no_secrets(exc, self.config)}") from None
-        except Exception as exc:  # httpx's transport errors are not OSErrors
-            if type(exc).__module__.startswith(("httpx", "httpcore", "httpx2")):
+        except Exception as exc:  # transport errors: OSError, httpx's own
+            if isinstance(exc, (OSError, ValueError)) or type(exc).__module__.startswith(("httpx", "httpcore")):
                 raise ConfigError(
-                    f"cannot reach the {self.where} while {what}: {type(exc).__name__}: "
-                    f"{_no_secrets(exc, self.config)}"
+                    f"cannot reach the schema registry at {safe_url(self.url)}: "
+                    f"{_no_secrets(exc, self.config) or type(exc).__name__} (while {what})"
                 ) from None
             raise
 
@@ -122,7 +121,8 @@ class SchemaRegistry:
         client = self.client()
         try:
             return str(self._call(f"reading the compatibility of subject {subject!r}",
-                                  client.get_compatibility, subject))
+                                  client.get_compatibility, subject,
+                                  missing=f"has no compatibility level for subject {subject!r}"))
         except SchemaError:  # no level of its own (HTTP 404): the registry's default applies
             return str(self._call("reading the default compatibility", client.get_compatibility))
 
@@ -130,7 +130,8 @@ class SchemaRegistry:
         """The schema registered under ``schema_id`` (cached)."""
         text = self._texts.get(schema_id)
         if text is None:
-            schema = self._call(f"reading schema id {schema_id}", self.client().get_schema, schema_id)
+            schema = self._call(f"reading schema id {schema_id}", self.client().get_schema, schema_id,
+                                missing=f"has no schema id {schema_id}")
             text = self._texts[schema_id] = schema.schema_str
         return text
 
@@ -140,8 +141,9 @@ class SchemaRegistry:
         if found is None:
             from .codec import data_schema_from_text
 
+            text = self.schema_text(schema_id)
             try:
-                found = data_schema_from_text(self.schema_text(schema_id))
+                found = data_schema_from_text(text)
             except SchemaError as exc:
                 raise SchemaError(f"{self.where}: schema id {schema_id}: {exc}") from None
             self._data_schemas[schema_id] = found
@@ -158,7 +160,7 @@ def _no_secrets(exc: Any, config: Mapping[str, Any]) -> str:
     for key, value in config.items():
         if not any(word in key for word in SECRET_WORDS):
             continue
-        for secret in {str(value), *str(value).split(":", 1)[1:]}:
+        for secret in sorted({str(value), *str(value).split(":", 1)[1:]}, key=len, reverse=True):
             if len(secret) >= 4:
                 text = text.replace(secret, "***")
     return text

@@ -381,38 +381,6 @@ def test_schema_columns_unsupported_type_names_the_column():
 # --- --schema-registry --------------------------------------------------------------------------
 
 
-@pytest.fixture
-def registry():
-    """A minimal Confluent schema registry: GET /schemas/ids/<id> for the ids in `schemas`."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, HTTPServer
-
-    schemas: dict[int, str] = {}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            prefix = "/schemas/ids/"
-            sid = self.path[len(prefix):] if self.path.startswith(prefix) else ""
-            if sid.isdigit() and int(sid) in schemas:
-                body = json.dumps({"schema": schemas[int(sid)]}).encode()
-                self.send_response(200)
-            else:
-                body = b'{"error_code":40403,"message":"Schema not found"}'
-                self.send_response(404)
-            self.send_header("Content-Type", "application/json")
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_port}", schemas
-    server.shutdown()
-
-
 def test_schema_and_schema_registry_exclude_each_other(schema_file):
     result = run("verify", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t",
                  "--schema", schema_file, "--schema-registry", "http://127.0.0.1:1")
@@ -425,12 +393,38 @@ def test_schema_and_schema_registry_exclude_each_other(schema_file):
         "tail", "give exactly one of --schema FILE or --schema-registry URL")
 
 
-def test_schema_registry_unknown_id(registry):
-    url, _schemas = registry
+def _registry_settings(settings: dict) -> list[str]:
+    return [arg for key, value in settings.items() for arg in ("--schema-registry-config", f"{key}={value}")]
+
+
+@pytest.mark.kafka
+def test_schema_registry_unknown_id(schema_registry):
+    url, settings = schema_registry
     result = run("verify", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t",
-                 "--schema-registry", url, "--schema-id", "9")
+                 "--schema-registry", url, *_registry_settings(settings), "--schema-id", "987654")
     assert result.exit_code == 2
-    assert result.stderr == f"error: schema registry {url} has no schema id 9 (HTTP 404)\n"
+    assert result.stderr == f"error: schema registry {url} has no schema id 987654 (HTTP 404)\n"
+
+
+def test_schema_registry_options_that_exclude_each_other(schema_file):
+    result = run("verify", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--schema", schema_file,
+                 "--schema-registry-config", "basic.auth.user.info=u:secret")
+    assert result.exit_code == 2
+    assert result.stderr == usage_error("verify", "--schema-registry-config needs --schema-registry")
+    result = run("tail", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--schema-registry",
+                 "http://127.0.0.1:1", "--framing", "raw")
+    assert result.exit_code == 2
+    assert result.stderr == usage_error(
+        "tail", "--schema-registry needs --framing confluent: the schema id is in the header")
+    result = run("export", "data.parquet", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t",
+                 "--schema-registry", "http://127.0.0.1:1", "--schema-id", "4")
+    assert result.exit_code == 2
+    assert result.stderr == usage_error(
+        "export", "--schema-id and --schema-registry exclude each other: the registry gives the id")
+    result = run("verify", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--schema-registry",
+                 "http://127.0.0.1:1", "--schema-registry-config", "@/nonexistent/registry.properties")
+    assert result.exit_code == 2
+    assert "cannot read /nonexistent/registry.properties: No such file or directory" in result.stderr
 
 
 def test_schema_registry_unreachable():
@@ -441,24 +435,27 @@ def test_schema_registry_unreachable():
 
 
 @pytest.mark.kafka
-def test_schema_registry_id_from_the_topic(kafka_bootstrap, topic_factory, registry):
+def test_schema_registry_id_from_the_topic(kafka_bootstrap, topic_factory, schema_registry):
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
     from cdc_emitter.codec import CdcCodec
     from cdc_emitter.core import Progress, Update
     from cdc_emitter.kafka_io import CdcProducer
 
-    url, schemas = registry
-    schemas[7] = json.dumps(union(PRODUCTS))
-    codec = CdcCodec(PRODUCTS, schema_id=7)
+    url, settings = schema_registry
     topic = topic_factory()
+    schema_id = SchemaRegistryClient({"url": url, **settings}).register_schema(
+        f"{topic}-value", Schema(json.dumps(union(PRODUCTS)), "AVRO"))
+    codec = CdcCodec(PRODUCTS, schema_id=schema_id)
     with CdcProducer(kafka_bootstrap, topic) as producer:
         producer.produce(codec.encode_updates([Update((5, 10), 1, 1)])[0])
         producer.produce(codec.encode_progress(Progress((0,), (2,), ((1, 1),))))
     result = run("verify", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
-                 "--schema-registry", url, "--json")
+                 "--schema-registry", url, *_registry_settings(settings), "--json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["frontier"] == [2]
     tailed = run("tail", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
-                 "--schema-registry", url, "--schema-id", "7")
+                 "--schema-registry", url, *_registry_settings(settings), "--schema-id", str(schema_id))
     assert tailed.stdout == (
         '{"array":[{"data":{"id":5,"price":{"int":10}},"time":1,"diff":1}]}\n'
         '{"com.materialize.cdc.progress":{"lower":[0],"upper":[2],"counts":[{"time":1,"count":1}]}}\n'
