@@ -119,13 +119,19 @@ def _data_schema(schema: Any) -> dict:
     raise SchemaError(f"schema must be a path or an Avro schema (dict or list), not {type(schema).__name__}")
 
 
-def read_cdc(spark: Any, *, bootstrap_servers: str, topic: str, schema: Any, framing: str = "confluent",
+def read_cdc(spark: Any, *, bootstrap_servers: str, topic: str, schema: Any = None, framing: str = "confluent",
              kafka_options: Mapping[str, Any] | None = None, until: int | None = None,
              strict: str | None = None, until_frontier: int | None = None, until_closed: bool = False,
-             timeout: float | None = None, broker_timeout: float | None = None) -> CdcRead:
+             timeout: float | None = None, broker_timeout: float | None = None,
+             schema_registry_url: str | None = None, schema_registry_config: Mapping[str, Any] | None = None,
+             schema_id: int | None = None) -> CdcRead:
     """Read ``topic`` with Spark and verify it (see the module docstring).
 
-    ``schema``: the data record (or the whole documented union) as a path or a dict;
+    ``schema``: the data record (or the whole documented union) as a path or a dict; or
+    ``schema_registry_url`` (and its client settings ``schema_registry_config``): the reader
+    schema is the one registered under ``schema_id`` (default: the id in the newest message's
+    header), and each message is decoded with the schema of the id in its header, resolved into
+    it by Avro's rules (``from_avro``'s ``avroSchema`` option), so an evolved topic reads as one;
     ``kafka_options``: librdkafka-style client settings, as ``-X`` takes them (security
     settings are translated for Spark's Kafka source); ``until``: report the collection and
     history as of time ``until`` (times below it), which must not be beyond the frontier;
@@ -145,9 +151,28 @@ def read_cdc(spark: Any, *, bootstrap_servers: str, topic: str, schema: Any, fra
     if until_frontier is not None and until_closed:
         raise ValueError("until_frontier and until_closed exclude each other")
     target = () if until_closed else (None if until_frontier is None else (until_frontier,))
-    codec = CdcCodec(_data_schema(schema), framing=framing)
     config = dict(kafka_options or {})
     wait = BROKER_TIMEOUT if broker_timeout is None else broker_timeout
+    if (schema is None) == (schema_registry_url is None):
+        raise CdcError("give read_cdc exactly one of schema or schema_registry_url")
+    if schema_registry_url is None:
+        codec = CdcCodec(_data_schema(schema), framing=framing)
+    else:
+        from .kafka_io import last_messages
+        from .registry import SchemaRegistry
+
+        if framing != "confluent":
+            raise CdcError("schema_registry_url needs framing='confluent': the schema id is in the header")
+        registry = SchemaRegistry(schema_registry_url, schema_registry_config)
+        if schema_id is None:
+            newest = [r.value for r in last_messages(bootstrap_servers, topic, 1, config=config)
+                      if r.value is not None and len(r.value) >= 5 and r.value[0] == 0]
+            if not newest:
+                raise SchemaError(f"topic {topic!r} has no message with a Confluent header to take a "
+                                  "schema id from; pass schema_id")
+            schema_id = int.from_bytes(newest[0][1:5], "big")
+        codec = CdcCodec(registry.data_schema(schema_id), framing=framing, schema_id=schema_id,
+                         writer_schemas=registry.data_schema)
     deadline = None if timeout is None else _time.monotonic() + timeout
     ends = end_offsets(bootstrap_servers, topic, config, timeout=wait)  # BrokerError: no topic
     while True:
@@ -182,14 +207,20 @@ def _read_once(spark: Any, servers: str, topic: str, codec: Any, config: dict, e
     branch = F.when(framed, F.substring(value, skip + 1, 1))
     body = F.expr(f"substring(value, {skip + 2})")
     permissive = {"mode": "PERMISSIVE"}
-    parsed = raw.select(
-        "partition", "offset", "value", body.alias("body"),
-        F.when(branch == F.lit(b"\x00"), from_avro(body, array_schema, permissive)).alias("u"),
-        F.when(branch == F.lit(b"\x02"), from_avro(body, progress_schema, permissive)).alias("p"),
-    )
+    is_array, is_progress = branch == F.lit(b"\x00"), branch == F.lit(b"\x02")
+    u = F.when(is_array, from_avro(body, array_schema, permissive))
+    p = F.when(is_progress, from_avro(body, progress_schema, permissive))
+    as_written = F.lit(None).cast("binary")
+    if codec.writer_schemas is not None:
+        # messages of other schema ids: decoded with their writer's schema, resolved into the
+        # reader's; their length is checked by re-encoding them as their writer wrote them
+        u, p, as_written = _resolved_ids(raw, codec, body, is_array, is_progress, u, p, as_written)
+    parsed = raw.select("partition", "offset", "value", body.alias("body"), u.alias("u"), p.alias("p"),
+                        as_written.alias("as_written"))
     # Spark's Avro reader ignores bytes left after the record, which the local codec refuses:
     # a body that re-encodes to another length goes to the driver's codec to be judged
-    reencoded = F.coalesce(to_avro(F.col("u"), array_schema), to_avro(F.col("p"), progress_schema))
+    reencoded = F.coalesce(F.col("as_written"), to_avro(F.col("u"), array_schema),
+                           to_avro(F.col("p"), progress_schema))
     suspect = F.col("value").isNull() | F.coalesce(F.octet_length(reencoded) != F.octet_length("body"), F.lit(True))
     decoded = parsed.select("partition", "offset", "u", "p", F.when(suspect, F.col("value")).alias("suspect"),
                             F.when(F.col("value").isNull(), True).alias("tombstone")).persist()
@@ -197,6 +228,39 @@ def _read_once(spark: Any, servers: str, topic: str, codec: Any, config: dict, e
         return _verify(decoded, codec, until, strict)
     finally:
         decoded.unpersist()
+
+
+def _resolved_ids(raw: Any, codec: Any, body: Any, is_array: Any, is_progress: Any, u: Any, p: Any,
+                  as_written: Any) -> tuple[Any, Any, Any]:
+    """``u``, ``p`` and the body re-encoded with its writer's schema, with a branch for each
+    schema id in the topic other than the reader's (one job finds the ids)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import from_avro, to_avro
+
+    from .codec import union_schema
+
+    header_id = F.substring(F.col("value"), 2, 4)
+    ids = [int.from_bytes(bytes(row[0]), "big") for row in
+           raw.where(F.substring(F.col("value"), 1, 1) == F.lit(b"\x00")).select(header_id).distinct().collect()
+           if row[0] is not None and len(row[0]) == 4]
+    reader = {"mode": "PERMISSIVE"}
+    array_reader, progress_reader = json.dumps(codec.union[0]), json.dumps(codec.union[1])
+    for schema_id in sorted(set(ids) - {codec.schema_id}):
+        try:
+            writer = union_schema(codec.writer_schemas(schema_id))
+        except SchemaError:
+            continue  # no such id: Spark fails to decode those messages; the driver names the cause
+        this = header_id == F.lit(schema_id.to_bytes(4, "big"))
+        array_writer, progress_writer = json.dumps(writer[0]), json.dumps(writer[1])
+        written = F.coalesce(
+            to_avro(F.when(is_array, from_avro(body, array_writer, reader)), array_writer),
+            to_avro(F.when(is_progress, from_avro(body, progress_writer, reader)), progress_writer))
+        u = F.when(this & is_array, from_avro(body, array_writer, {**reader, "avroSchema": array_reader})) \
+            .otherwise(u)
+        p = F.when(this & is_progress, from_avro(body, progress_writer, {**reader, "avroSchema": progress_reader})) \
+            .otherwise(p)
+        as_written = F.when(this, written).otherwise(as_written)
+    return u, p, as_written
 
 
 def _verify(decoded: Any, codec: Any, until: int | None, strict: str | None) -> CdcRead:

@@ -412,10 +412,15 @@ def _verify_with_spark(status, servers, topic, codec, kafka_settings, broker_tim
     try:
         spark = spark_session("cdc-emitter verify", spark_packages, spark_conf, None, spark_remote)
         status.show(f"reading topic {topic} with Spark")
-        return read_cdc(spark, bootstrap_servers=servers, topic=topic, schema=codec.data_schema,
+        registry = getattr(codec.writer_schemas, "__self__", None)  # --schema-registry's
+        by_registry = {} if registry is None else {
+            "schema_registry_url": registry.url, "schema_registry_config": registry.config,
+            "schema_id": codec.schema_id}
+        return read_cdc(spark, bootstrap_servers=servers, topic=topic,
+                        schema=None if registry is not None else codec.data_schema,
                         framing=codec.framing, kafka_options=kafka_settings, strict=strict,
                         until_frontier=until_frontier, until_closed=until_closed, timeout=timeout,
-                        broker_timeout=broker_timeout)
+                        broker_timeout=broker_timeout, **by_registry)
     except KeyboardInterrupt:
         status.done()
         click.echo("interrupted", err=True)

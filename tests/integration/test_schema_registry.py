@@ -149,6 +149,19 @@ def test_a_compatible_evolution_reads_as_one_history(spark, kafka_bootstrap, top
     # the first batch's rows read with name = null (the default), and the retraction cancels one
     assert rows == [(1, 11, "one", 1), (2, 20, None, 1), (3, 30, "three", 1)]
 
+    # Spark reads it the same way: each id's writer schema, resolved into the newest
+    from cdc_emitter import read_cdc
+
+    read = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema_registry_url=url,
+                    schema_registry_config=settings)
+    assert (read.verdict, read.violations, read.frontier) == ("verified", [], (2,))
+    assert sorted(tuple(r) for r in read.collection.collect()) == rows
+    on_spark = CliRunner().invoke(main, [
+        "verify", "--engine", "spark", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
+        "--schema-registry", url, "--schema-registry-config", _settings_file(tmp_path, settings), "--json"])
+    assert on_spark.exit_code == 0, on_spark.output
+    assert json.loads(on_spark.stdout)["verdict"] == "verified"
+
 
 def test_wrong_credentials_fail_with_exit_2_and_no_secret(spark, kafka_bootstrap, topic_factory, schema_registry,
                                                           tmp_path):
@@ -173,3 +186,19 @@ def test_wrong_credentials_fail_with_exit_2_and_no_secret(spark, kafka_bootstrap
     assert "refused the credentials" in str(info.value) and secret not in str(info.value)
     assert secret not in repr(sink.registry)
     assert count_messages(kafka_bootstrap, topic) == before
+
+
+def test_export_registers_and_frames_with_the_registry_id(spark, kafka_bootstrap, topic_factory, schema_registry,
+                                                         tmp_path):
+    url, settings = schema_registry
+    topic = topic_factory()
+    source = str(tmp_path / "products.parquet")
+    _df(spark, [(1, 10), (2, 20)], _v1()).write.parquet(source)
+    result = CliRunner().invoke(main, [
+        "export", source, "--bootstrap-servers", kafka_bootstrap, "--topic", topic, "--time", "1",
+        "--schema-registry", url, "--schema-registry-config", _settings_file(tmp_path, settings), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["updates"] == 2
+    latest = _client(url, settings).get_latest_version(f"{topic}-value")
+    assert set(_header_ids(kafka_bootstrap, topic)) == {latest.schema_id}
+    assert settings["basic.auth.user.info"].split(":", 1)[1] not in result.output
