@@ -358,6 +358,14 @@ class CdcProducer:
         self._producer.poll(timeout)
         self._raise_if_failed()
 
+    def settle(self, timeout: float) -> None:
+        """Give queued messages up to ``timeout`` seconds to land, raising nothing: for a task that
+        fails anyway (its retry writes them again), so as few as possible are left in flight."""
+        try:
+            self._producer.flush(timeout)
+        except Exception:  # noqa: BLE001 - the task's own error is the one to report
+            log.debug("settling the producer of topic %r failed", self.topic, exc_info=True)
+
     def flush(self, timeout: float | None = None) -> None:
         """Wait until every queued message is acknowledged; raise DeliveryError otherwise.
 

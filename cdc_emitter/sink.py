@@ -323,7 +323,7 @@ class CdcSink:
         self._buckets: int | None = None  # JVM path: update groups per batch (see _write_jvm)
         self._message_plan: Any = None  # JVM path: (key, MessagePlan) of the last layout
         self._resolved_encoder: str | None = None
-        self._test_fail_after_messages: int | None = None  # test hook (see _produce_partition)
+        self._task_producer: Any = None  # the executors' producer_factory (see _TaskSpec): a test seam
         self.last_result: BatchResult | None = None
 
     def __repr__(self) -> str:
@@ -1169,5 +1169,5 @@ class CdcSink:
             self.bootstrap_servers, self.topic, dict(self.producer_config), avro_data, self.framing,
             self.schema_id, self.max_message_bytes, headers,
             [f.dataType for f in data_struct.fields], self.flush_timeout, encoder,
-            self._update_partitions, self._test_fail_after_messages,
+            self._update_partitions, self._task_producer,
         )

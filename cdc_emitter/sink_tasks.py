@@ -37,7 +37,18 @@ class _TaskSpec:
     #: the partitions update messages go to: all but partition 0 when there are several, so
     #: progress statements have partition 0 to themselves (None: the producer's choice)
     partitions: list | None = None
-    fail_after_messages: int | None = None  # test hook: fail attempt 0 of partition 0
+    #: makes the task's producer from the spec (None: a :class:`~cdc_emitter.kafka_io.CdcProducer`);
+    #: the seam where tests put a producer that fails on cue
+    producer_factory: Callable[[Any], Any] | None = None
+
+
+def _producer(spec: _TaskSpec) -> Any:
+    """The task's producer: ``produce``, ``flush`` (raises on a failed delivery) and ``settle``."""
+    if spec.producer_factory is not None:
+        return spec.producer_factory(spec)
+    from .kafka_io import CdcProducer
+
+    return CdcProducer(spec.bootstrap_servers, spec.topic, spec.producer_config)
 
 
 def _codec(spec: _TaskSpec) -> Any:
@@ -184,8 +195,6 @@ def _produce_partition(spec: _TaskSpec, batches: Iterator[Any]) -> Iterator[Any]
     import pyarrow as pa
     from pyspark import TaskContext
 
-    from .kafka_io import CdcProducer
-
     codec = _codec(spec)
     arrays = _ArrayEncoder(spec) if spec.encoder == "python" else None
     ncols = len(spec.data_types)
@@ -196,10 +205,7 @@ def _produce_partition(spec: _TaskSpec, batches: Iterator[Any]) -> Iterator[Any]
     digest = 0  # XOR of the updates' hashes (the last column): the batch's digest, any order
     ctx = TaskContext.get()
     task = ctx.partitionId() if ctx is not None else 0
-    fail_after = spec.fail_after_messages
-    if fail_after is not None and not (ctx is not None and ctx.attemptNumber() == 0 and ctx.partitionId() == 0):
-        fail_after = None
-    producer = CdcProducer(spec.bootstrap_servers, spec.topic, spec.producer_config)
+    producer = _producer(spec)
     try:
         for batch in batches:
             if batch.num_rows == 0:
@@ -217,17 +223,9 @@ def _produce_partition(spec: _TaskSpec, batches: Iterator[Any]) -> Iterator[Any]
                 producer.produce(message, headers=spec.headers, partition=target)
                 messages += 1
                 n_bytes += len(message)
-                if fail_after is not None and messages >= fail_after:
-                    producer.flush(spec.flush_timeout)
-                    raise RuntimeError(
-                        f"cdc-emitter test hook: task attempt 0 fails after {messages} messages"
-                    )
         producer.flush(spec.flush_timeout)
     except BaseException:
-        try:
-            producer._producer.flush(5)  # let what was queued land; the retry repeats it anyway
-        except Exception:  # noqa: BLE001
-            pass
+        producer.settle(5)  # let what was queued land; the retry repeats it anyway
         raise
     # one row per time, plus a row (time -1) carrying the messages, their bytes and the digest
     yield pa.RecordBatch.from_pydict({

@@ -196,8 +196,11 @@ def test_task_retry_after_partial_produce_only_duplicates(spark, kafka_bootstrap
     topic = topic_factory(2)
     rows = [(i % 300, f"v{i % 300}", 1) for i in range(900)] + [(7, "v7", -3)]
     df = spark.createDataFrame(rows, KV)
+    from faulty_producer import FailAfterMessages, pickled_by_value
+
+    pickled_by_value()
     sink = CdcSink(kafka_bootstrap, topic, max_message_bytes=120, encoder=encoder)
-    sink._test_fail_after_messages = 3  # attempt 0 of partition 0 dies after 3 acknowledged messages
+    sink._task_producer = FailAfterMessages(3)  # attempt 0 of partition 0 dies after 3 acknowledged messages
     result = sink.write(df, time=4)
     assert result.updates == 299
     expected = [((k, v), 4, d) for k, v, d in rows]
