@@ -70,6 +70,8 @@ from .frontier import (
     TopicFrontier,
     topic_frontier,
 )
+from .sink_interval import Recorded, batch_upper, recorded_from_statement
+from .sink_interval import batch_time as decide_batch_time
 from .sink_tasks import _check_sizes, _produce_partition, _TaskSpec
 from .sink_jvm import DIFF as _DIFF, HASH as _HASH, TIME as _TIME  # one name per column, both paths
 from .sink_jvm import canonical, group_keys
@@ -667,15 +669,13 @@ class CdcSink:
                 log.warning("sink log %s records batch %d for topic %r, not %r: ignored",
                             sinklog.location, batch_id, entry.topic, self.topic)
             elif entry is not None:
-                recorded = (entry.lower, entry.upper, entry.time)
+                recorded = Recorded(entry.lower, entry.upper, entry.time)
                 writer = entry.writer or writer  # the batch's writer, as first recorded
         if recorded is None:
             state = state or self._learn_frontier()
             found = state.recorded(writer, batch_id) if batch_id is not None else None
             if found is not None:
-                f_lower, f_upper = found
-                recorded = (f_lower, f_upper, None if self.time_column else
-                            (None if f_upper is None else f_upper - 1))
+                recorded = recorded_from_statement(*found, column_mode=self.time_column is not None)
         recorded_digest = None
         if recorded is not None:
             lower = recorded[0]
@@ -691,19 +691,8 @@ class CdcSink:
             lower = state.frontier
 
         if self.time_column is None:
-            if recorded is not None:
-                batch_time = recorded[2] if recorded[2] is not None else lower
-            elif fixed_time is not None:
-                if fixed_time < lower and self.late == "error":
-                    raise LateUpdateError(
-                        f"time {fixed_time} is late: topic {self.topic!r} is complete up to "
-                        f"frontier {lower}; write at a time >= {lower} or pass late='advance'"
-                    )
-                batch_time = max(fixed_time, lower)
-            elif batch_id is not None:
-                batch_time = max(self.time_offset + batch_id, lower)
-            else:
-                batch_time = lower
+            batch_time = decide_batch_time(topic=self.topic, lower=lower, recorded=recorded, fixed_time=fixed_time,
+                                           batch_id=batch_id, time_offset=self.time_offset, late=self.late)
             time_expr = F.lit(batch_time).cast("long")
         else:
             batch_time = None
@@ -999,29 +988,12 @@ class CdcSink:
         counts = dict(now[1])
         return BatchResult(batch_id, lower, upper, sum(counts.values()), 0, counts, True)
 
-    def _upper(self, what: str, recorded: Any, close: bool, batch_time: int | None,
+    def _upper(self, what: str, recorded: Recorded | None, close: bool, batch_time: int | None,
                max_time: int | None, lower: int) -> int | None:
-        """The batch's upper bound: recorded, none (``close``), the batch's time + 1, or (column
-        mode) the largest time + 1."""
-        if recorded is not None:
-            upper = recorded[1]
-            if upper is not None and max_time is not None and max_time >= upper:
-                raise BadInputError(
-                    f"{what} is a re-run whose recorded interval is [{lower}, {upper}), but now has "
-                    f"an update at time {max_time}: the batch's input changed between attempts "
-                    "(a streaming source must replay the same data)"
-                )
-            return upper
-        if close:
-            return None
-        if self.time_column is None:
-            return batch_time + 1
-        if self._upper_hint is not None:
-            if max_time is not None and max_time >= self._upper_hint:
-                raise BadInputError(f"{what}: update at time {max_time} is not below the batch's upper "
-                                    f"{self._upper_hint} (write_upto)")
-            return max(self._upper_hint, lower)
-        return max(max_time + 1 if max_time is not None else lower, lower)
+        """The batch's upper bound (see :func:`~cdc_emitter.sink_interval.batch_upper`)."""
+        return batch_upper(what=what, lower=lower, recorded=recorded, close=close,
+                           column_mode=self.time_column is not None, time=batch_time, max_time=max_time,
+                           upper_hint=self._upper_hint)
 
     def _record_interval(self, sinklog: Any, what: str, batch_id: int | None, lower: int,
                          upper: int | None, batch_time: int | None, writer: str, recorded: Any) -> None:
