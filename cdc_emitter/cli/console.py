@@ -149,7 +149,8 @@ def codec_options(func: Callable) -> Callable:
         "--schema-registry", metavar="URL",
         help="Read with this Confluent schema registry instead of --schema: the reader schema is "
         "the one of --schema-id (default: the id in the header of the topic's newest message), "
-        "and each message is decoded with the schema of the id in its header, resolved into it.",
+        "and each message is decoded with the schema of the id in its header, resolved into it "
+        "(--framing raw: every message with --schema-id's).",
     )(func)
     func = click.option(
         "--schema", "schema_file", type=click.Path(exists=True, dir_okay=False, readable=True),
@@ -254,13 +255,14 @@ def load_codec(path: str | None, framing: str, schema_id: int | None, registry: 
     if registry is None and registry_settings:
         raise click.UsageError("--schema-registry-config needs --schema-registry")
     if registry is not None:
-        if framing != "confluent":
-            raise click.UsageError("--schema-registry needs --framing confluent: the schema id is in the header")
         if schema_id is None:
+            if framing != "confluent":
+                raise click.UsageError("--schema-registry with --framing raw needs --schema-id")
             schema_id = _topic_schema_id(servers, topic, settings or {})
         source = SchemaRegistry(registry, registry_settings)
+        # raw messages name no id: every one is read with the schema of --schema-id
         return CdcCodec(source.data_schema(schema_id), framing=framing, schema_id=schema_id,
-                        writer_schemas=source.data_schema)
+                        writer_schemas=source.data_schema if framing == "confluent" else None)
     return CdcCodec(load_data_schema(path), framing=framing, schema_id=schema_id or 0)
 
 

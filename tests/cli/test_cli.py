@@ -414,8 +414,7 @@ def test_schema_registry_options_that_exclude_each_other(schema_file):
     result = run("tail", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--schema-registry",
                  "http://127.0.0.1:1", "--framing", "raw")
     assert result.exit_code == 2
-    assert result.stderr == usage_error(
-        "tail", "--schema-registry needs --framing confluent: the schema id is in the header")
+    assert result.stderr == usage_error("tail", "--schema-registry with --framing raw needs --schema-id")
     result = run("export", "data.parquet", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t",
                  "--schema-registry", "http://127.0.0.1:1", "--schema-id", "4")
     assert result.exit_code == 2
@@ -460,6 +459,26 @@ def test_schema_registry_id_from_the_topic(kafka_bootstrap, topic_factory, schem
         '{"array":[{"data":{"id":5,"price":{"int":10}},"time":1,"diff":1}]}\n'
         '{"com.materialize.cdc.progress":{"lower":[0],"upper":[2],"counts":[{"time":1,"count":1}]}}\n'
     )
+
+
+@pytest.mark.kafka
+def test_schema_registry_with_raw_framing_reads_by_schema_id(kafka_bootstrap, topic_factory, schema_registry):
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    from cdc_emitter.codec import CdcCodec
+    from cdc_emitter.core import Update
+    from cdc_emitter.kafka_io import CdcProducer
+
+    url, settings = schema_registry
+    topic = topic_factory()
+    schema_id = SchemaRegistryClient({"url": url, **settings}).register_schema(
+        f"{topic}-value", Schema(json.dumps(union(PRODUCTS)), "AVRO"))
+    with CdcProducer(kafka_bootstrap, topic) as producer:
+        producer.produce(CdcCodec(PRODUCTS, framing="raw").encode_updates([Update((5, 10), 1, 1)])[0])
+    tailed = run("tail", "--bootstrap-servers", kafka_bootstrap, "--topic", topic, "--framing", "raw",
+                 "--schema-registry", url, *_registry_settings(settings), "--schema-id", str(schema_id))
+    assert tailed.exit_code == 0, tailed.stderr
+    assert tailed.stdout == '{"array":[{"data":{"id":5,"price":{"int":10}},"time":1,"diff":1}]}\n'
 
 
 def test_delta_session_settings_only_with_a_delta_package_and_user_conf_wins():
