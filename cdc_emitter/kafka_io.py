@@ -558,18 +558,37 @@ def topic_settings(
 
 # --- reading -----------------------------------------------------------------------------------
 
+# A partition without a leader for a moment (a broker restarting, a leader moving): worth asking again.
+_LEADERLESS = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError._TRANSPORT,
+    KafkaError._ALL_BROKERS_DOWN,
+}
+
 
 def _watermarks(
     consumer: Any, bootstrap_servers: str, topic: str, parts: list[int], timeout: float
 ) -> dict[int, tuple[int, int]]:
+    """Each partition's (low, high) offsets. A partition between leaders (just after a broker
+    restart or a leader move) is asked again until ``timeout`` has passed, as a producer would
+    retry it: the answer is only an error once the cluster has had that long to elect one."""
     out = {}
+    deadline = time.monotonic() + timeout
     for p in parts:
-        try:
-            out[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout, cached=False)
-        except KafkaException as exc:
-            raise BrokerError(
-                f"cannot read the offsets of topic {topic!r} partition {p} on {bootstrap_servers}: {exc}"
-            ) from exc
+        while True:
+            try:
+                out[p] = consumer.get_watermark_offsets(
+                    TopicPartition(topic, p), timeout=max(deadline - time.monotonic(), 1.0), cached=False)
+                break
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+                leaderless = err is not None and (err.code() in _LEADERLESS or err.retriable())
+                if not leaderless or time.monotonic() >= deadline:
+                    raise BrokerError(
+                        f"cannot read the offsets of topic {topic!r} partition {p} on {bootstrap_servers}: {exc}"
+                    ) from exc
+                time.sleep(0.2)
         if out[p] is None:
             raise BrokerError(f"no offsets for topic {topic!r} partition {p} on {bootstrap_servers}")
     return out
