@@ -1,15 +1,18 @@
-"""Pure parts of the Kafka layer: configuration defaults, overrides and redaction (no broker)."""
+"""Pure parts of the Kafka layer: configuration defaults, overrides and redaction, and how offset
+questions are retried (no broker)."""
 
 from __future__ import annotations
 
 import copy
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
-from cdc_emitter.errors import CdcError, ConfigError
+from cdc_emitter.errors import BrokerError, CdcError, ConfigError
 from cdc_emitter.kafka_io import (
     PRODUCER_DEFAULTS,
     CdcProducer,
+    _watermarks,
     consumer_config,
     producer_config,
     redact_config,
@@ -92,3 +95,35 @@ def test_spark_kafka_source_options_keep_security_settings_and_name_their_reader
     with pytest.raises(ConfigError, match="kafka_options key 'fetch.wait.max.ms' has no equivalent in "
                                           "Spark's Kafka source, which convert uses: leave it out"):
         kafka_read_options("b:9092", {"fetch.wait.max.ms": "5"}, user="convert")
+
+
+class _LeaderlessFor:
+    """A consumer whose partition has no leader for its first ``misses`` questions."""
+
+    def __init__(self, misses: int, code: int):
+        self.misses, self.code, self.asked = misses, code, 0
+
+    def get_watermark_offsets(self, tp, timeout, cached):
+        self.asked += 1
+        if self.asked <= self.misses:
+            raise KafkaException(KafkaError(self.code))
+        return (0, 7)
+
+
+def test_offsets_are_asked_again_while_a_partition_has_no_leader():
+    consumer = _LeaderlessFor(2, KafkaError.NOT_LEADER_FOR_PARTITION)
+    assert _watermarks(consumer, "127.0.0.1:9092", "t", [0], timeout=5.0) == {0: (0, 7)}
+    assert consumer.asked == 3
+
+
+def test_a_partition_still_leaderless_after_the_timeout_names_topic_partition_and_servers():
+    consumer = _LeaderlessFor(10**6, KafkaError.LEADER_NOT_AVAILABLE)
+    with pytest.raises(BrokerError, match=r"cannot read the offsets of topic 't' partition 0 on 127.0.0.1:9092"):
+        _watermarks(consumer, "127.0.0.1:9092", "t", [0], timeout=0.5)
+
+
+def test_a_permanent_error_on_offsets_fails_at_once():
+    consumer = _LeaderlessFor(10**6, KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    with pytest.raises(BrokerError):
+        _watermarks(consumer, "127.0.0.1:9092", "t", [0], timeout=30.0)
+    assert consumer.asked == 1
