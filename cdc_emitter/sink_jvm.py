@@ -36,7 +36,7 @@ from .core import MAX_LONG, MIN_LONG
 from .errors import BadInputError, CdcError, ConfigError, LateUpdateError
 from .spark_schema import contains_map
 
-__all__ = ["Check", "MessagePlan", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options", "java_client_options",
+__all__ = ["Check", "MessagePlan", "EncodedRows", "normalized", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options", "java_client_options",
            "canonical", "group_keys", "task_error", "kafka_cause"]
 
 TIME = "__cdc_time"
@@ -234,6 +234,74 @@ class MessagePlan:
         return (encoded.withColumn("__cdc_chunk", self._chunk_exact if exact else self._chunk_spread)
                 .groupBy("__cdc_bucket", t, "__cdc_chunk").agg(*self._packed)
                 .select(*self._message))
+
+
+def _has_float(dtype: Any) -> bool:
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, (T.FloatType, T.DoubleType)):
+        return True
+    if isinstance(dtype, T.ArrayType):
+        return _has_float(dtype.elementType)
+    if isinstance(dtype, T.StructType):
+        return any(_has_float(f.dataType) for f in dtype.fields)
+    return False
+
+
+def normalized(c: Any, dtype: Any, nullable: bool) -> Any:
+    """``c`` with every float as Spark's grouping sees it (-0.0 as 0.0, one NaN), nullability
+    kept: rows that consolidate together then encode to the same bytes."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if not _has_float(dtype):
+        return c
+    if isinstance(dtype, (T.FloatType, T.DoubleType)):
+        zero, nan = F.lit(0.0).cast(dtype), F.lit(float("nan")).cast(dtype)
+        return F.when(F.isnan(c), nan).when(c == zero, zero).otherwise(c)
+    if isinstance(dtype, T.ArrayType):
+        return F.transform(c, lambda e: normalized(e, dtype.elementType, dtype.containsNull))
+    inner = F.struct(*[normalized(c[f.name], f.dataType, f.nullable).alias(f.name) for f in dtype.fields])
+    return F.when(c.isNull(), F.lit(None)).otherwise(inner) if nullable else inner
+
+
+class EncodedRows:
+    """A small batch's rows for the driver to finish (:mod:`cdc_emitter.small_batch`), in one
+    narrow Spark job (no shuffle): ``data``, each row's data record encoded by ``to_avro``
+    (floats normalized: equal rows, equal bytes); ``h``, Spark's ``xxhash64`` of its data
+    columns — the distributed path's update hash before time and diff; ``t`` and ``d``, the
+    time and diff columns as longs when the rows carry them. Built once per layout; not for
+    data holding maps (equal maps can encode their entries in other orders)."""
+
+    def __init__(self, *, schema: Any, data_cols: Sequence[str], data_record: dict,
+                 time_column: str | None, diff_column: str | None) -> None:
+        from pyspark.sql import functions as F
+        from pyspark.sql.avro.functions import to_avro
+
+        data = [normalized(F.col(c), schema[c].dataType, schema[c].nullable).alias(c) for c in data_cols]
+        self.columns = [to_avro(F.struct(*data), json.dumps(data_record)).alias("data"),
+                        F.xxhash64(*data).alias("h")]
+        if time_column is not None:
+            self.columns.append(F.col(time_column).cast("long").alias("t"))
+        if diff_column is not None:
+            self.columns.append(F.col(diff_column).cast("long").alias("d"))
+
+    @staticmethod
+    def key_of(*, schema: Any, data_cols: Sequence[str], data_record: dict, time_column: str | None,
+               diff_column: str | None) -> tuple:
+        return schema.json(), tuple(data_cols), json.dumps(data_record), time_column, diff_column
+
+    def collect(self, df: Any) -> Any:
+        """The rows as a pyarrow Table (one Spark job)."""
+        import pyarrow as pa
+
+        selected = df.select(*self.columns)
+        if hasattr(selected, "toArrow"):  # pyspark >= 4.0, classic and Connect
+            return selected.toArrow()
+        rows = selected.collect()
+        names = selected.columns
+        types = {"data": pa.binary(), "h": pa.int64(), "t": pa.int64(), "d": pa.int64()}
+        return pa.table({n: pa.array([r[i] for r in rows], types[n]) for i, n in enumerate(names)})
 
 
 @dataclass(frozen=True)
