@@ -53,6 +53,9 @@ class BatchResult:
     seconds: Mapping[str, float] = field(default_factory=dict)  # per phase (see PHASES), and total
     topic: str | None = None
     encoder: str | None = None
+    #: where the batch was consolidated and produced: "driver" (a small batch, one narrow Spark
+    #: job) or "executors"
+    finished_on: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The result as plain JSON values (``upper`` None: the batch closed the history)."""
@@ -60,7 +63,7 @@ class BatchResult:
             "topic": self.topic, "batch_id": self.batch_id, "lower": self.lower, "upper": self.upper,
             "updates": self.updates, "messages": self.messages, "bytes": self.bytes,
             "counts": {str(t): n for t, n in sorted(self.counts.items())},
-            "reused": self.reused, "encoder": self.encoder,
+            "reused": self.reused, "encoder": self.encoder, "finished_on": self.finished_on,
             "seconds": {k: round(v, 6) for k, v in self.seconds.items()},
         }
 
