@@ -31,6 +31,13 @@ Attach it to a streaming query with ``writeStream.foreachBatch(CdcSink(...))``, 
    progress statement for the interval (to partition 0, with headers naming the writer, the
    batch and the interval) and flushes it.
 
+**Small batches** (the JVM data path, after a batch of at most ``small_batch_rows`` rows) skip
+steps 3 and 5's Spark work: one narrow Spark job (no shuffle) brings each row to the driver with
+its data encoded by ``to_avro`` and hashed by ``xxhash64``; the driver checks every row,
+consolidates on those bytes (:mod:`cdc_emitter.small_batch`) and produces the update arrays
+through the producer it keeps for progress statements — same checks and messages, same digest,
+nothing produced before every row passed.
+
 A retry therefore only ever causes duplicates (identical ``(data, time, diff)`` triples) that
 readers discard; it never moves a batch to a new time.
 """
@@ -112,6 +119,29 @@ def _task_error(exc: BaseException) -> CdcError | None:
     if not (isinstance(kind, type) and issubclass(kind, CdcError)):
         return None
     return kind(f"{message.strip()} (raised in a Spark task, which failed every attempt)")
+
+
+#: By default, a batch after one of at most this many rows (updates, when the rows were not
+#: counted) and bytes of messages is finished on the driver (see ``CdcSink._write_small``): a Spark job and
+#: its shuffle cost more than the driver's work on so few rows.
+SMALL_BATCH_ROWS = 100_000
+SMALL_BATCH_BYTES = 16 * 2**20
+
+
+class _RowText:
+    """Row ``i`` of a small batch as JSON, decoded from its encoded data record (for messages)."""
+
+    def __init__(self, data: Any, data_record: dict) -> None:
+        self.data, self.data_record = data, data_record
+
+    def __call__(self, i: int) -> str:
+        import io
+
+        import fastavro
+
+        record = fastavro.schemaless_reader(io.BytesIO(self.data[i].as_py()),
+                                            fastavro.parse_schema(self.data_record))
+        return json.dumps(record, default=str, separators=(",", ":"), ensure_ascii=False)
 
 
 #: Times a digest header lists; a batch with more lists a hash of its counts (a header must fit
@@ -230,6 +260,12 @@ class CdcSink:
             interval, updates, messages, bytes and seconds per phase) once its progress statement
             is acknowledged — to chart the sink. What it raises fails the batch *after* it was
             written; Spark's re-run of the batch then writes nothing new and calls it again.
+        small_batch_rows: with the JVM data path, a batch that follows one of at most this many
+            rows (and 16 MiB of messages) is finished on the driver: one narrow Spark job brings
+            its rows encoded by ``to_avro``, the driver consolidates them and produces them with
+            the sink's own producer — no shuffle, no second job. Same checks, messages and
+            digest as the distributed way; a batch too big for ``spark.driver.maxResultSize``
+            goes the distributed way. 0: never.
     """
 
     def __init__(
@@ -255,6 +291,7 @@ class CdcSink:
         flush_timeout: float | None = None,
         broker_timeout: float = 30.0,
         on_batch: Callable[[BatchResult], None] | None = None,
+        small_batch_rows: int = SMALL_BATCH_ROWS,
     ) -> None:
         if late not in ("error", "advance"):
             raise ConfigError(f"late must be 'error' or 'advance', not {late!r}")
@@ -312,6 +349,9 @@ class CdcSink:
         if on_batch is not None and not callable(on_batch):
             raise ConfigError(f"on_batch must be a function taking a BatchResult, not {on_batch!r}")
         self.on_batch = on_batch
+        if isinstance(small_batch_rows, bool) or not isinstance(small_batch_rows, int) or small_batch_rows < 0:
+            raise ConfigError(f"small_batch_rows must be a non-negative integer, not {small_batch_rows!r}")
+        self.small_batch_rows = small_batch_rows
         self._clock = PhaseClock()  # the current batch's phases (see sink_metrics)
         self._upper_hint: int | None = None  # write_upto's upper, for the batch being written
         self._topic_checked = False
@@ -324,6 +364,10 @@ class CdcSink:
         self._carried: TopicFrontier | None = None  # the frontier after our last statement
         self._buckets: int | None = None  # JVM path: update groups per batch (see _write_jvm)
         self._message_plan: Any = None  # JVM path: (key, MessagePlan) of the last layout
+        self._encoded_rows: Any = None  # small-batch path: (key, EncodedRows) of the last layout
+        # the next batch goes the small-batch path (see _write_small) when the last was small;
+        # the first goes the distributed way, whatever its size
+        self._small_next = False
         self._resolved_encoder: str | None = None
         self._task_producer: Any = None  # the executors' producer_factory (see _TaskSpec): a test seam
         self.last_result: BatchResult | None = None
@@ -690,45 +734,49 @@ class CdcSink:
                 )
             lower = state.frontier
 
-        if self.time_column is None:
-            batch_time = decide_batch_time(topic=self.topic, lower=lower, recorded=recorded, fixed_time=fixed_time,
-                                           batch_id=batch_id, time_offset=self.time_offset, late=self.late)
-            time_expr = F.lit(batch_time).cast("long")
-        else:
-            batch_time = None
-            time_expr = F.col(self.time_column).cast("long")
-            if self.late == "advance":
-                time_expr = F.when((time_expr >= 0) & (time_expr < lower), F.lit(lower).cast("long")).otherwise(time_expr)
-
-        # 2. the rows with their times and diffs (nothing is computed yet)
-        diff_expr = F.col(diff_col).cast("long") if diff_col else F.lit(1).cast("long")
-        prepared = df.select(*[F.col(c) for c in data_cols], time_expr.alias(_TIME), diff_expr.alias(_DIFF))
-        partition0_end = None if state is None else state.partition0_end
+        batch_time = None if self.time_column is not None else decide_batch_time(
+            topic=self.topic, lower=lower, recorded=recorded, fixed_time=fixed_time, batch_id=batch_id,
+            time_offset=self.time_offset, late=self.late)
         encoder = self._encoder(spark)
-        clock.mark("plan")
-        if encoder == "jvm":
-            result = self._write_jvm(prepared, schema, data_cols, avro_data, codec, batch_id, writer,
-                                     lower, recorded, batch_time, close, sinklog, spark,
-                                     recorded_digest, partition0_end)
-        else:
-            result = self._validate_and_produce(
-                prepared, schema, data_cols, data_struct, avro_data, codec, batch_id, writer,
-                lower, recorded, batch_time, close, sinklog, spark, recorded_digest, partition0_end,
-            )
-        result = dataclasses.replace(result, seconds=clock.seconds(), topic=self.topic, encoder=encoder)
+        partition0_end = None if state is None else state.partition0_end
+        args = (schema, data_cols, avro_data, codec, batch_id, writer, lower, recorded, batch_time, close,
+                sinklog, recorded_digest, partition0_end)
+        result = None
+        if encoder == "jvm" and self._small_next and self._small_layout(schema, data_cols):
+            clock.mark("plan")
+            result = self._write_small(df, diff_col, *args)  # None: too big for the driver after all
+        finished_on_driver = result is not None
+        if result is None:
+            # 2. the rows with their times and diffs (nothing is computed yet)
+            if batch_time is not None:
+                time_expr = F.lit(batch_time).cast("long")
+            else:
+                time_expr = F.col(self.time_column).cast("long")
+                if self.late == "advance":
+                    time_expr = (F.when((time_expr >= 0) & (time_expr < lower), F.lit(lower).cast("long"))
+                                 .otherwise(time_expr))
+            diff_expr = F.col(diff_col).cast("long") if diff_col else F.lit(1).cast("long")
+            prepared = df.select(*[F.col(c) for c in data_cols], time_expr.alias(_TIME), diff_expr.alias(_DIFF))
+            clock.mark("plan")
+            if encoder == "jvm":
+                result = self._write_jvm(prepared, spark, *args)
+            else:
+                result = self._validate_and_produce(prepared, data_struct, spark, *args)
+        result = dataclasses.replace(result, seconds=clock.seconds(), topic=self.topic, encoder=encoder,
+                                     finished_on="driver" if finished_on_driver else "executors")
         self.last_result = result
         log.info(
-            "cdc sink topic=%s batch=%s interval=[%d, %s) %s%s",
+            "cdc sink topic=%s batch=%s interval=[%d, %s) %s finished on the %s%s",
             self.topic, batch_id, result.lower, "∞" if result.upper is None else result.upper,
-            result.log_text(), " (re-run: recorded interval)" if result.reused else "",
+            result.log_text(), result.finished_on, " (re-run: recorded interval)" if result.reused else "",
         )
         if self.on_batch is not None:
             self.on_batch(result)
         return result
 
-    def _validate_and_produce(self, prepared, schema, data_cols, data_struct, avro_data, codec, batch_id,
-                              writer, lower, recorded, batch_time, close, sinklog, spark,
-                              recorded_digest=None, partition0_end=None) -> BatchResult:
+    def _validate_and_produce(self, prepared, data_struct, spark, schema, data_cols, avro_data, codec,
+                              batch_id, writer, lower, recorded, batch_time, close, sinklog,
+                              recorded_digest, partition0_end) -> BatchResult:
         from pyspark.sql import functions as F
 
         data_json = F.to_json(F.struct(*[F.col(c) for c in data_cols]))
@@ -874,9 +922,8 @@ class CdcSink:
         return self._commit(what, writer, batch_id, lower, upper, counts, digest, avro_data, codec,
                             partition0_end, messages, n_bytes, recorded is not None)
 
-    def _write_jvm(self, prepared, schema, data_cols, avro_data, codec, batch_id, writer, lower,
-                   recorded, batch_time, close, sinklog, spark, recorded_digest,
-                   partition0_end) -> BatchResult:
+    def _write_jvm(self, prepared, spark, schema, data_cols, avro_data, codec, batch_id, writer, lower,
+                   recorded, batch_time, close, sinklog, recorded_digest, partition0_end) -> BatchResult:
         """The JVM data path (:mod:`cdc_emitter.sink_jvm`): one job validates, consolidates, encodes
         and counts; a second writes with Spark's Kafka writer; then the progress statement."""
         from pyspark.sql import functions as F
@@ -969,8 +1016,94 @@ class CdcSink:
         # the next batch spreads its updates over about as many groups as this one filled
         # messages (at least one; at most the shuffle partitions): small batches, few messages
         self._buckets = max(1, min(partitions, -(-n_bytes * 4 // self.max_message_bytes)))
+        self._small_next = self._small_after(sum(counts.values()), n_bytes)
         return self._commit(what, writer, batch_id, lower, upper, counts, digest, avro_data, codec,
                             partition0_end, n_messages, n_bytes, recorded is not None)
+
+    def _small_after(self, rows: int, n_bytes: int) -> bool:
+        """Whether a batch after one of ``rows`` rows and ``n_bytes`` of messages goes the small way."""
+        return 0 < self.small_batch_rows and rows <= self.small_batch_rows and n_bytes <= SMALL_BATCH_BYTES
+
+    def _small_layout(self, schema: Any, data_cols: list[str]) -> bool:
+        """Whether the driver can finish this layout's batches: it consolidates on each row's
+        encoded bytes, which equal rows share unless they hold maps (entries in any order)."""
+        from .spark_schema import contains_map
+
+        return bool(data_cols) and not any(contains_map(schema[c].dataType) for c in data_cols)
+
+    def _write_small(self, df, diff_col, schema, data_cols, avro_data, codec, batch_id, writer, lower,
+                     recorded, batch_time, close, sinklog, recorded_digest,
+                     partition0_end) -> BatchResult | None:
+        """The small-batch path: one narrow Spark job brings the rows to the driver encoded and
+        hashed (:class:`~cdc_emitter.sink_jvm.EncodedRows`); the driver checks, consolidates
+        (:mod:`cdc_emitter.small_batch`) and produces them through the sink's own producer,
+        then writes the progress statement. Same checks, messages, digest and interval as the
+        distributed path; nothing is produced before every row passed. None when the rows
+        were too many for the driver to take (spark.driver.maxResultSize): the caller then
+        writes the batch the distributed way."""
+        import numpy as np
+        import pyarrow as pa
+
+        from . import small_batch
+        from .sink_jvm import _ENVELOPE, EncodedRows
+
+        what = self._what(batch_id)
+        layout = dict(schema=schema, data_cols=data_cols, data_record=codec.data_schema,
+                      time_column=self.time_column, diff_column=diff_col)
+        key = (type(df.sparkSession), EncodedRows.key_of(**layout))
+        if self._encoded_rows is None or self._encoded_rows[0] != key:
+            self._encoded_rows = (key, EncodedRows(**layout))
+        try:
+            table = self._encoded_rows[1].collect(df)
+        except Exception as exc:  # noqa: BLE001 - only a result too big for the driver is ours
+            if "maxResultSize" not in str(exc):
+                raise
+            log.info("%s: too big to finish on the driver (%s); writing it from the executors",
+                     what, str(exc).splitlines()[0][:200])
+            self._small_next = False
+            return None
+        rows = table.num_rows
+        data = table.column("data").combine_chunks()
+        describe = _RowText(data, codec.data_schema)
+        times = table.column("t").combine_chunks() if self.time_column else pa.array(np.full(rows, batch_time, np.int64))
+        t, d = small_batch.check_rows(
+            times, table.column("d").combine_chunks() if diff_col else None, what=what,
+            time_column=self.time_column, diff_column=self.diff_column, lower=lower,
+            late_advance=self.late == "advance", rerun_upper=None if recorded is None else recorded[1],
+            describe=describe)
+        hashes = table.column("h").combine_chunks().to_numpy(zero_copy_only=False)
+        batch = small_batch.consolidate(data, hashes, t, d, what=what, describe=describe,
+                                        max_item_bytes=self.max_message_bytes - _ENVELOPE,
+                                        max_message_bytes=self.max_message_bytes)
+        self._clock.mark("check")
+        upper = self._upper(what, recorded, close, batch_time, batch.max_time, lower)
+        if recorded_digest is not None:
+            return self._replayed(what, batch_id, recorded_digest,
+                                  (batch.digest, tuple(sorted(batch.counts.items()))), lower, upper)
+        if recorded is None:
+            self._check_no_other_writer(what, writer, batch_id, lower, upper, "was being prepared",
+                                        written=False, since=partition0_end)
+        self._record_interval(sinklog, what, batch_id, lower, upper, batch_time, writer, recorded)
+        messages = list(codec.pack_items(batch.items))
+        headers = [(HEADER_KIND, b"updates"), (HEADER_WRITER, writer.encode())]
+        if batch_id is not None:
+            headers.append((HEADER_BATCH, str(batch_id).encode()))
+        targets = self._update_partitions
+        producer = self._driver_producer()
+        try:
+            for n, message in enumerate(messages):
+                producer.produce(message, headers=headers,
+                                 partition=None if not targets else targets[n % len(targets)])
+            producer.flush(self.flush_timeout)
+        except BaseException:
+            self._carried = None
+            self.close()  # its first error is latched: the next batch gets a new producer
+            raise
+        self._clock.mark("write")
+        n_bytes = sum(map(len, messages))
+        self._small_next = self._small_after(rows, n_bytes)
+        return self._commit(what, writer, batch_id, lower, upper, batch.counts, batch.digest, avro_data,
+                            codec, partition0_end, len(messages), n_bytes, recorded is not None)
 
     def _what(self, batch_id: int | None) -> str:
         """How messages name this batch: the topic, and the batch id when there is one."""

@@ -1,0 +1,173 @@
+"""Small batches finished on the driver (``CdcSink._write_small``) against a real broker: the
+same history, digest and guards as the distributed way, and nothing written on bad input."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import math
+import uuid
+
+import pytest
+
+from cdc_emitter import CdcSink
+from cdc_emitter.codec import CdcCodec
+from cdc_emitter.errors import BadInputError, LateUpdateError, ReplayError
+from cdc_emitter.frontier import HEADER_DIGEST
+from cdc_emitter.kafka_io import read_topic
+from cdc_emitter.spark_schema import data_schema
+
+from helpers import as_history, count_messages, read_history
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+
+ROWS_DDL = ("id long, x double, f float, s string, dec decimal(20,4), dt date, "
+            "st struct<a: double, tags: array<string>>, arr array<double>, diff long")
+
+
+def typed_rows():
+    """Rows whose equal values are not all equal bytes (-0.0 and 0.0; NaN), nulls, nesting,
+    duplicates and a cancellation."""
+    day = datetime.date(2024, 2, 29)
+    dec = decimal.Decimal("12.5000")
+    nan = float("nan")
+    return [
+        (1, 0.0, 0.0, "a", dec, day, (0.0, ["p"]), [0.0, 1.5], 1),
+        (1, -0.0, -0.0, "a", dec, day, (-0.0, ["p"]), [-0.0, 1.5], 2),  # the same row as the one above
+        (2, nan, nan, "ü", None, None, (nan, []), [nan], 1),
+        (2, nan, nan, "ü", None, None, (nan, []), [nan], 1),
+        (3, None, None, None, None, None, None, None, 5),
+        (4, 2.5, 1.25, "z", dec, day, (1.0, None), [], 1),
+        (4, 2.5, 1.25, "z", dec, day, (1.0, None), [], -1),  # cancels
+    ]
+
+
+def digests(bootstrap, topic):
+    """The digest header of each progress statement, in offset order."""
+    return [dict(r.headers)[HEADER_DIGEST].decode() for r in read_topic(bootstrap, topic)
+            if HEADER_DIGEST in dict(r.headers)]
+
+
+def normal(history):
+    """A history with NaN made comparable (NaN != NaN)."""
+    def fix(v):
+        if isinstance(v, float) and math.isnan(v):
+            return "NaN"
+        if isinstance(v, tuple):
+            return tuple(map(fix, v))
+        return v
+    return [(fix(u.data), u.time, u.diff) for u in history]
+
+
+def test_a_small_batch_on_the_driver_writes_what_the_executors_would(spark, kafka_bootstrap, topic_factory):
+    df = spark.createDataFrame(typed_rows(), ROWS_DDL)
+    warm_up = spark.createDataFrame(typed_rows()[:1], ROWS_DDL)
+    results = {}
+    for way, rows in (("driver", 100_000), ("executors", 0)):
+        topic = topic_factory(3)
+        sink = CdcSink(kafka_bootstrap, topic, small_batch_rows=rows)
+        assert sink.write(warm_up, time=0).finished_on == "executors"  # a first batch: size unknown
+        result = sink.write(df, time=1)
+        assert result.finished_on == way
+        codec = CdcCodec(data_schema(df.drop("diff").schema))
+        history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
+        assert (violations, frontier) == ([], (2,))
+        results[way] = (result.counts, normal(history), digests(kafka_bootstrap, topic))
+    assert results["driver"] == results["executors"]
+    counts, history, _ = results["driver"]
+    assert counts == {1: 3}  # -0.0 rows joined the 0.0 row, NaN rows joined, row 4 cancelled
+    assert [(d[0], t, n) for d, t, n in history if t == 1] == [(1, 1, 3), (2, 1, 2), (3, 1, 5)]
+
+
+def test_the_way_follows_the_size_of_the_last_batch(spark, kafka_bootstrap, topic_factory):
+    topic = topic_factory(1)
+    sink = CdcSink(kafka_bootstrap, topic, small_batch_rows=3)
+    frames = [spark.createDataFrame([(i, "v", 1) for i in range(n)], "k long, v string, diff long")
+              for n in (2, 2, 10, 10, 1, 0, 2)]
+    ways = [sink.write(df).finished_on for df in frames]
+    # the first batch's size is unknown; a batch over 3 rows sends the next one to the executors
+    assert ways == ["executors", "driver", "driver", "executors", "executors", "driver", "driver"]
+    codec = CdcCodec(data_schema(frames[0].drop("diff").schema))
+    history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
+    assert (violations, frontier) == ([], (7,))
+    expected = [((i, "v"), t, 1) for t, df in enumerate(frames) for i in range(df.count())]
+    assert history == as_history(expected)
+
+
+SMALL_BAD = {
+    "null-time": ("k long, t long", [(1, 5), (2, None)], {"time_column": "t"},
+                  BadInputError, r"""null time in column 't' \(e.g. row \{"k":2\}\)"""),
+    "negative-time": ("k long, t long", [(1, 5), (2, -5)], {"time_column": "t"},
+                      BadInputError, r"""negative time -5 in column 't' \(e.g. row \{"k":2\}\)"""),
+    "late-time": ("k long, t long", [(1, 5), (2, 0)], {"time_column": "t"},
+                  LateUpdateError, r"""update at time 0 in column 't' is late \(e.g. row \{"k":2\}\): the """
+                                   r"topic is complete up to frontier 1"),
+    "null-diff": ("k long, diff long", [(1, 1), (2, None)], {},
+                  BadInputError, r"""null diff in column 'diff' \(e.g. row \{"k":2\}\)"""),
+    "diff-overflow": ("k long, diff long", [(1, 2**62), (1, 2**62), (2, 1)], {},
+                      BadInputError, r'row \{"k":1\} at time \d+ is 9223372036854775808, which overflows'),
+    "oversized-row": ("k long, v string", [(1, "x"), (2, "y" * 5000)], {"max_message_bytes": 2000},
+                      BadInputError, r"""row \{"k":2,"v":"yyy.*over the message limit of 2000"""),
+}
+
+
+@pytest.mark.parametrize("case", list(SMALL_BAD))
+def test_bad_input_in_a_small_batch_writes_nothing(spark, kafka_bootstrap, topic_factory, case):
+    ddl, rows, options, error, pattern = SMALL_BAD[case]
+    topic = topic_factory(1)
+    sink = CdcSink(kafka_bootstrap, topic, **options)
+    good = rows[:1] if "time_column" not in options else [(1, 0)]
+    assert sink.write(spark.createDataFrame(good, ddl)).finished_on == "executors"
+    written = count_messages(kafka_bootstrap, topic)
+    with pytest.raises(error, match=pattern) as info:
+        sink.write(spark.createDataFrame(rows, ddl))
+    assert str(info.value).startswith(f"topic {topic!r}: ")
+    assert count_messages(kafka_bootstrap, topic) == written
+    assert sink.write(spark.createDataFrame(good, ddl).limit(0)).finished_on == "driver"  # still usable
+
+
+def test_a_rerun_is_compared_whichever_way_each_attempt_went(spark, kafka_bootstrap, topic_factory):
+    topic = topic_factory(2)
+    ddl = "k long, x double, diff long"
+    writer = uuid.uuid4().hex
+    first = CdcSink(kafka_bootstrap, topic, writer_id=writer)
+    first(spark.createDataFrame([(0, 0.0, 1)], ddl), 0)
+    batch = [(1, -0.0, 1), (2, 1.5, 2), (2, 1.5, -1)]
+    assert first(spark.createDataFrame(batch, ddl), 1).finished_on == "driver"
+    written = count_messages(kafka_bootstrap, topic)
+
+    # a restarted query re-runs batch 1 the distributed way (its first batch): the same digest
+    again = CdcSink(kafka_bootstrap, topic, writer_id=writer, small_batch_rows=0)
+    rerun = again(spark.createDataFrame(list(reversed(batch)), ddl).repartition(2), 1)
+    assert (rerun.reused, rerun.messages, rerun.counts, rerun.finished_on) == (True, 0, {1: 2}, "executors")
+    # and the small way, on the sink that wrote it: compared, refused when the data changed
+    assert first(spark.createDataFrame(batch, ddl), 1).messages == 0
+    with pytest.raises(ReplayError, match=r"the same number of updates but other rows"):
+        first(spark.createDataFrame([(1, 0.0, 1), (2, 1.5, 2)], ddl), 1)
+    assert count_messages(kafka_bootstrap, topic) == written
+    codec = CdcCodec(data_schema(spark.createDataFrame([], ddl).drop("diff").schema))
+    history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
+    assert (violations, frontier) == ([], (2,))
+    assert history == as_history([((0, 0.0), 0, 1), ((1, 0.0), 1, 1), ((2, 1.5), 1, 1)])
+    assert json.loads(digests(kafka_bootstrap, topic)[-1])["counts"] == [[1, 2]]
+
+
+def test_the_kept_producer_survives_a_broker_restart_between_batches(spark, kafka_local):
+    from cdc_emitter.kafka_io import ensure_topic
+
+    bootstrap = kafka_local.bootstrap_servers
+    topic = f"sink-small-restart-{uuid.uuid4().hex[:8]}"
+    ensure_topic(bootstrap, topic, create=True, partitions=2)
+    ddl = "k long, v string"
+    sink = CdcSink(bootstrap, topic)
+    ways = [sink.write(spark.createDataFrame([(1, "a")], ddl)).finished_on,
+            sink.write(spark.createDataFrame([(2, "b")], ddl)).finished_on]
+    kafka_local.stop_broker()
+    kafka_local.start_broker()
+    ways.append(sink.write(spark.createDataFrame([(3, "c"), (3, "c")], ddl)).finished_on)
+    assert ways == ["executors", "driver", "driver"]
+    codec = CdcCodec(data_schema(spark.createDataFrame([], ddl).schema))
+    history, frontier, violations, _ = read_history(bootstrap, topic, codec)
+    assert (violations, frontier) == ([], (3,))
+    assert history == as_history([((1, "a"), 0, 1), ((2, "b"), 1, 1), ((3, "c"), 2, 2)])
