@@ -18,6 +18,9 @@ import time
 from pathlib import Path
 
 DDL = "k long, v string, t long, diff long"
+#: The standalone job's files (part, rows): two batches above its ``small_batch_rows``, two below
+#: (the sink picks a batch's way by the size of the batch before it).
+PARTS = ((0, 60_000), (1, 60_000), (2, 20_000), (3, 20_000))
 
 
 def rows(part: int, n: int) -> list[dict]:
@@ -43,7 +46,8 @@ def run_query(spark, source: Path, checkpoint: Path, function) -> None:
 def standalone(master: str, bootstrap: str, topic: str, workdir: str, spark_local: str) -> None:
     """Executors whose Python does not exist (nothing of ours may run there). After the first
     batch the worker is lost and a new one registers (``spark-local restart-worker``); every
-    executor is SIGKILLed while the second batch's updates are being written."""
+    executor is SIGKILLed while the second batch's updates are being written. The fourth batch
+    follows a small one, so the driver finishes it from rows the (new) executors encoded."""
     from pyspark.sql import SparkSession
 
     from cdc_emitter import CdcSink, configure_spark
@@ -56,9 +60,11 @@ def standalone(master: str, bootstrap: str, topic: str, workdir: str, spark_loca
              .config("spark.sql.shuffle.partitions", "4").config("spark.sql.session.timeZone", "UTC")
              .getOrCreate())
     source, checkpoint = Path(workdir) / "in", Path(workdir) / "checkpoint"
-    for part in range(3):
-        add_file(source, part, 60_000)
-    sink = CdcSink(bootstrap, topic, checkpoint_location=str(checkpoint), time_column="t")
+    for part, n in PARTS:
+        add_file(source, part, n)
+    sink = CdcSink(bootstrap, topic, checkpoint_location=str(checkpoint), time_column="t",
+                   small_batch_rows=50_000)
+    finished_on = []
     write = sink_jvm.write_messages
     killed = []
 
@@ -76,11 +82,13 @@ def standalone(master: str, bootstrap: str, topic: str, workdir: str, spark_loca
             sink(df, batch_id)
         finally:
             sink_jvm.write_messages = write
+        finished_on.append(sink.last_result.finished_on)
         if batch_id == 0:
             subprocess.run(f"{spark_local} restart-worker", shell=True, check=True)
 
     run_query(spark, source, checkpoint, batch)
     assert killed, "the executor kill never ran"
+    assert finished_on == ["executors", "executors", "executors", "driver"], finished_on
     killed[0].join()
     spark.stop()
     print("done")
