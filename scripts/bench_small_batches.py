@@ -3,7 +3,10 @@
 rounds, after ``--warmup``, each writing the same ``--rows``-row DataFrame (cached) once through
 every contender, interleaved, in one local[2] Spark session:
 
-* ``jvm``: ``CdcSink(encoder="jvm").write(df, time=i)`` (the default with the packages loaded);
+* ``jvm``: ``CdcSink(encoder="jvm").write(df, time=i)`` (the default with the packages loaded):
+  after the first batch, a small batch is finished on the driver (one narrow Spark job);
+* ``jvm-executors``: the same with ``small_batch_rows=0``: every batch consolidated and written
+  on the executors (a shuffle job, then Spark's Kafka writer);
 * ``jvm-stream``: the same sink as a ``foreachBatch`` function, ``sink(df, i)``, with a
   checkpoint location: what a streaming query's batch costs in the sink, its sink log included;
 * ``python``: ``CdcSink(encoder="python")``, librdkafka on the executors;
@@ -70,10 +73,13 @@ def main() -> int:
             ensure_topic(bootstrap, python_topic, create=True, partitions=2)
             stream_topic = f"bench-small-stream-{uuid.uuid4().hex[:8]}"
             ensure_topic(bootstrap, stream_topic, create=True, partitions=2)
+            executors_topic = f"bench-small-exec-{uuid.uuid4().hex[:8]}"
+            ensure_topic(bootstrap, executors_topic, create=True, partitions=2)
             checkpoint = tempfile.mkdtemp(prefix="cdc-bench-checkpoint-")
             sinks = {"jvm": CdcSink(bootstrap, topic, encoder="jvm"),
                      "jvm-stream": CdcSink(bootstrap, stream_topic, encoder="jvm",
                                            checkpoint_location=checkpoint, writer_id="bench"),
+                     "jvm-executors": CdcSink(bootstrap, executors_topic, encoder="jvm", small_batch_rows=0),
                      "python": CdcSink(bootstrap, python_topic, encoder="python")}
             schema = ('{"type":"record","name":"r","fields":[{"name":"k","type":"long"},'
                       '{"name":"v","type":"string"}]}')
@@ -85,6 +91,7 @@ def main() -> int:
 
             contenders = {"jvm": lambda i: sinks["jvm"].write(df, time=i),
                           "jvm-stream": lambda i: sinks["jvm-stream"](df, i),
+                          "jvm-executors": lambda i: sinks["jvm-executors"].write(df, time=i),
                           "python": lambda i: sinks["python"].write(df, time=i), "peer": peer}
             seconds: dict = {name: [] for name in contenders}
             for i in range(args.warmup + args.batches):
@@ -99,10 +106,10 @@ def main() -> int:
             shutil.rmtree(checkpoint, ignore_errors=True)
     print(f"{args.rows}-row batches, {args.batches} rounds after {args.warmup} warm-up (seconds per batch):")
     for name, values in seconds.items():
-        print(f"  {name:10s} median {statistics.median(values):.3f}  min {min(values):.3f}  "
+        print(f"  {name:13s} median {statistics.median(values):.3f}  min {min(values):.3f}  "
               f"max {max(values):.3f}")
     peer_median = statistics.median(seconds["peer"])
-    for name in ("jvm", "jvm-stream", "python"):
+    for name in ("jvm", "jvm-stream", "jvm-executors", "python"):
         print(f"  {name}/peer median ratio: {statistics.median(seconds[name]) / peer_median:.2f}x")
     return 0
 
