@@ -29,6 +29,11 @@ Usage::
     # or without KAFKA_BOOTSTRAP_SERVERS: starts scripts/kafka-local
 
 Prints updates/s for each pipeline and the ratios; ``--json`` prints one JSON object too.
+
+``--small`` measures the other figure, the fixed cost of a small batch against Spark's Kafka sink
+(``scripts/bench_small_batches.py``; the arguments after ``--small`` go to it)::
+
+    .venv/bin/python scripts/bench_sink.py --small --rows 200 --batches 12
 """
 
 from __future__ import annotations
@@ -83,7 +88,11 @@ def broker() -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    if sys.argv[1:2] == ["--small"]:
+        small = [sys.executable, str(ROOT / "scripts" / "bench_small_batches.py"), *sys.argv[2:]]
+        return subprocess.run(small).returncode
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 epilog="--small [ARGS]: the small-batch benchmark instead (bench_small_batches.py)")
     ap.add_argument("--rows", type=int, default=4_000_000)
     ap.add_argument("--partitions", type=int, default=2, help="topic partitions")
     ap.add_argument("--packages-version", default=None)
