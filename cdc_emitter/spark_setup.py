@@ -28,10 +28,14 @@ def scala_version() -> str:
 
 
 def sink_packages(spark_version: str | None = None) -> list[str]:
-    """Maven coordinates of the two Spark packages the sink's JVM data path uses."""
+    """Maven coordinates of the two Spark packages the sink's JVM data path uses: at
+    ``spark_version``, else ``$CDC_SPARK_PACKAGES_VERSION`` (for a PySpark release whose packages
+    your Maven repository does not have yet: the nearest release below it of the same major
+    version), else the installed PySpark's version."""
     import pyspark
 
-    version = spark_version or pyspark.__version__.split("+")[0]
+    version = (spark_version or os.environ.get("CDC_SPARK_PACKAGES_VERSION", "").strip()
+               or pyspark.__version__.split("+")[0])
     scala = scala_version()
     return [f"org.apache.spark:spark-avro_{scala}:{version}",
             f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version}"]

@@ -7,7 +7,6 @@ the UI is off; times are UTC.
 
 from __future__ import annotations
 
-import glob
 import os
 import sys
 
@@ -15,23 +14,18 @@ import pytest
 
 
 def spark_packages() -> str:
-    """Maven coordinates of spark-avro and spark-sql-kafka-0-10 at exactly the installed Spark and
-    Scala versions (what :func:`cdc_emitter.configure_spark` adds).
+    """Maven coordinates of spark-avro and spark-sql-kafka-0-10 at the installed Spark and Scala
+    versions (what :func:`cdc_emitter.configure_spark` adds; ``CDC_SPARK_PACKAGES_VERSION``
+    chooses another version).
 
     The session loads them through ``spark.jars.packages`` (fetched from Maven Central once, then
     from Ivy's cache), so the sink's JVM data path is what the tests run by default, never skipped.
     ``CDC_SPARK_AVRO_JAR`` names local jars instead (comma-separated; for machines without Maven
     Central).
     """
-    import pyspark
+    from cdc_emitter.spark_setup import sink_packages
 
-    jars = glob.glob(os.path.join(os.path.dirname(pyspark.__file__), "jars", "scala-library-*.jar"))
-    scala = "2.13"
-    if jars:
-        scala = ".".join(os.path.basename(jars[0])[len("scala-library-"):].split(".")[:2])
-    version = pyspark.__version__
-    return (f"org.apache.spark:spark-avro_{scala}:{version},"
-            f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version}")
+    return ",".join(sink_packages())
 
 
 @pytest.fixture(scope="session")
