@@ -34,7 +34,7 @@ from typing import Any
 
 from .core import MAX_LONG, MIN_LONG
 from .errors import BadInputError, CdcError, ConfigError, LateUpdateError
-from .spark_schema import contains_map
+from .spark_schema import contains_map, contains_type
 
 __all__ = ["Check", "MessagePlan", "EncodedRows", "normalized", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options", "java_client_options",
            "canonical", "group_keys", "task_error", "kafka_cause"]
@@ -239,13 +239,7 @@ class MessagePlan:
 def _has_float(dtype: Any) -> bool:
     from pyspark.sql import types as T
 
-    if isinstance(dtype, (T.FloatType, T.DoubleType)):
-        return True
-    if isinstance(dtype, T.ArrayType):
-        return _has_float(dtype.elementType)
-    if isinstance(dtype, T.StructType):
-        return any(_has_float(f.dataType) for f in dtype.fields)
-    return False
+    return contains_type(dtype, (T.FloatType, T.DoubleType))
 
 
 def normalized(c: Any, dtype: Any, nullable: bool) -> Any:

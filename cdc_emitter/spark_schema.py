@@ -36,7 +36,7 @@ from pyspark.sql import types as T
 
 from .errors import SchemaError
 
-__all__ = ["data_schema", "avro_type", "check_supported", "contains_map", "parse_ddl_columns", "DdlUnknown"]
+__all__ = ["data_schema", "avro_type", "check_supported", "contains_map", "contains_type", "parse_ddl_columns", "DdlUnknown"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -67,15 +67,21 @@ def avro_type(dtype: T.DataType, nullable: bool = True, path: str = "value") -> 
     return _type(dtype, nullable, path.split("."), names)
 
 
-def contains_map(dtype: T.DataType) -> bool:
-    """True when ``dtype`` is or contains a map (maps cannot be grouped on directly in Spark)."""
-    if isinstance(dtype, T.MapType):
+def contains_type(dtype: T.DataType, kinds: tuple[type, ...]) -> bool:
+    """True when ``dtype`` is one of ``kinds`` or holds one in an array element or struct field
+    (a map counts as a whole: its keys and values are not searched)."""
+    if isinstance(dtype, kinds):
         return True
     if isinstance(dtype, T.ArrayType):
-        return contains_map(dtype.elementType)
+        return contains_type(dtype.elementType, kinds)
     if isinstance(dtype, T.StructType):
-        return any(contains_map(f.dataType) for f in dtype.fields)
+        return any(contains_type(f.dataType, kinds) for f in dtype.fields)
     return False
+
+
+def contains_map(dtype: T.DataType) -> bool:
+    """True when ``dtype`` is or contains a map (maps cannot be grouped on directly in Spark)."""
+    return contains_type(dtype, (T.MapType,))
 
 
 def _unique(base: str, names: set[str]) -> str:
