@@ -81,7 +81,7 @@ from .sink_interval import Recorded, batch_upper, recorded_from_statement
 from .sink_interval import batch_time as decide_batch_time
 from .sink_tasks import _check_sizes, _produce_partition, _TaskSpec
 from .sink_jvm import DIFF as _DIFF, HASH as _HASH, TIME as _TIME  # one name per column, both paths
-from .sink_jvm import canonical, group_keys
+from .sink_jvm import digest_share, group_keys, hash_columns
 from .sink_metrics import BatchResult, PhaseClock
 from .spark_schema import data_schema
 
@@ -149,6 +149,11 @@ class _RowText:
 DIGEST_TIMES = 1000
 
 
+#: How update hashes are made (:func:`cdc_emitter.sink_jvm.digest_share`); 2 since the hash
+#: became xxhash64(xxhash64(data, time), diff) — a digest of another version is not compared.
+DIGEST_VERSION = 2
+
+
 def _digest_form(xor: int, counts: tuple) -> tuple:
     """``(xor, counts)`` as a digest header keeps it: ``counts`` as ``((time, n), ...)``, or when
     there are more than :data:`DIGEST_TIMES`, ``("sha256", hex, total, times)``."""
@@ -161,7 +166,7 @@ def _digest_form(xor: int, counts: tuple) -> tuple:
 def _format_digest(xor: int, counts: dict[int, int]) -> str:
     """The digest header: the XOR of the updates' hashes and the counts per time (or their hash)."""
     _xor, form = _digest_form(xor, tuple(sorted(counts.items())))
-    out: dict = {"xor": f"{xor & (2**64 - 1):016x}"}
+    out: dict = {"v": DIGEST_VERSION, "xor": f"{xor & (2**64 - 1):016x}"}
     if form and form[0] == "sha256":
         out.update(sha256=form[1], total=form[2], times=form[3])
     else:
@@ -170,11 +175,15 @@ def _format_digest(xor: int, counts: dict[int, int]) -> str:
 
 
 def _parse_digest(text: str | None) -> tuple[int, tuple] | None:
-    """``(xor, counts)`` in :func:`_digest_form` from a digest header; None when absent or unreadable."""
+    """``(xor, counts)`` in :func:`_digest_form` from a digest header; None when absent,
+    unreadable or of another digest version (a re-run then cannot compare, and writes its
+    updates again: duplicates at most)."""
     if text is None:
         return None
     try:
         obj = json.loads(text)
+        if obj.get("v") != DIGEST_VERSION:
+            return None
         xor = int(obj["xor"], 16)
         if "sha256" in obj:
             counts: tuple = ("sha256", str(obj["sha256"]), int(obj["total"]), int(obj["times"]))
@@ -738,6 +747,9 @@ class CdcSink:
             topic=self.topic, lower=lower, recorded=recorded, fixed_time=fixed_time, batch_id=batch_id,
             time_offset=self.time_offset, late=self.late)
         encoder = self._encoder(spark)
+        # opened now, so that its connection and idempotence handshake (~0.5 s on a new sink)
+        # overlap the Spark job instead of delaying the progress statement
+        self._driver_producer()
         partition0_end = None if state is None else state.partition0_end
         args = (schema, data_cols, avro_data, codec, batch_id, writer, lower, recorded, batch_time, close,
                 sinklog, recorded_digest, partition0_end)
@@ -882,8 +894,8 @@ class CdcSink:
             out = (prepared.groupBy(*keys, t).agg(total_diff.alias("__cdc_sum"), *firsts)
                    .filter(s != 0).select(*[F.col(c) for c in data_cols], t, s.alias(_DIFF)))
             # each update's 64-bit hash; their XOR is the batch's digest, whatever the order
-            canon = [canonical(F.col(c), schema[c].dataType) for c in data_cols]
-            out = out.withColumn(_HASH, F.xxhash64(*canon, t, F.col(_DIFF)))
+            inner = F.xxhash64(*hash_columns(schema, data_cols), t)
+            out = out.withColumn(_HASH, digest_share(inner, F.col(_DIFF)))
             if recorded_digest is not None:
                 # a re-run whose first attempt completed: same data, or refuse before writing
                 return self._replayed(what, batch_id, recorded_digest, self._digest_of(out),

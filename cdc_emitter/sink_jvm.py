@@ -36,12 +36,14 @@ from .core import MAX_LONG, MIN_LONG
 from .errors import BadInputError, CdcError, ConfigError, LateUpdateError
 from .spark_schema import contains_map, contains_type
 
-__all__ = ["Check", "MessagePlan", "EncodedRows", "normalized", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options", "java_client_options",
+__all__ = ["Check", "MessagePlan", "EncodedRows", "normalized", "hash_columns", "digest_share", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options", "java_client_options",
            "canonical", "group_keys", "task_error", "kafka_cause"]
 
 TIME = "__cdc_time"
 DIFF = "__cdc_diff"
 HASH = "__cdc_hash"
+ORDER = "__cdc_order"
+DATA = "__cdc_data"
 #: Marks our own messages inside Spark's error text (raise_error), with the error class to raise.
 _MARK = "[cdc-emitter:{kind}] "
 _MARKED = re.compile(r"\[cdc-emitter:(\w+)\] (.*?)(?: SQLSTATE: \w+)?(?:\n|$)")
@@ -126,14 +128,30 @@ class MessagePlan:
                  max_message_bytes: int, buckets: int, partitions: Sequence[int] | None) -> None:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
-        from pyspark.sql.avro.functions import to_avro
+        from pyspark.sql.avro.functions import from_avro, to_avro
 
         t, d = F.col(TIME), F.col(DIFF)
-        self._data = [F.col(c) for c in data_cols]
-        self.row_json = F.to_json(F.struct(*self._data))
-        self._keys, self._firsts = group_keys(schema, data_cols)
-        canon = [canonical(F.col(c), schema[c].dataType) for c in data_cols]
-        self._bucket = F.pmod(F.xxhash64(*canon, TIME), F.lit(buckets))
+        self.row_json = F.to_json(F.struct(*[F.col(c) for c in data_cols]))  # before the shuffle
+        # 1. before the shuffle: each row's hash of data and time (its bucket, its order in
+        # packing, and the seed of its digest share) and, unless the data holds maps (equal
+        # maps can encode their entries in other orders) or collated strings (equal strings can
+        # differ in bytes), its data record as to_avro bytes: rows are consolidated on those
+        # bytes, so the shuffle and the grouping see one compact column instead of every column
+        self._order = F.xxhash64(*hash_columns(schema, data_cols), TIME)
+        self.by_bytes = not any(contains_map(schema[c].dataType) or _collated(schema[c].dataType)
+                                for c in data_cols)
+        if self.by_bytes:
+            record = json.dumps(update_schema["fields"][0]["type"])
+            self._data_bytes = to_avro(F.struct(*[
+                normalized(F.col(c), schema[c].dataType, schema[c].nullable).alias(c) for c in data_cols]),
+                record)
+            self._keys, self._firsts, self._data = [F.col(DATA)], [], [F.col(DATA)]
+            after_json = F.to_json(from_avro(F.col(DATA), record))  # only for an error's text
+        else:
+            self._keys, self._firsts = group_keys(schema, data_cols)
+            self._data = [F.col(c) for c in data_cols]
+            after_json = self.row_json
+        self._bucket = F.pmod(F.col(ORDER), F.lit(buckets))
         # 2. consolidation: the 64-bit sum as high and low 32-bit halves, which cannot overflow
         # (fewer than 2^31 rows per update), joined exactly
         self._sums = (F.sum(F.shiftright(d, 32)).alias("__cdc_hi"),
@@ -142,18 +160,22 @@ class MessagePlan:
         exact = F.col("__cdc_hi").cast("decimal(38,0)") * two32 + F.col("__cdc_lo").cast("decimal(38,0)")
         fast = F.try_add(F.try_multiply(F.col("__cdc_hi"), F.lit(4294967296)), F.col("__cdc_lo"))
         slow = (F.when((exact > F.lit(MAX_LONG)) | (exact < F.lit(MIN_LONG)),
-                       _fail("BadInputError", F.lit(f"{BATCH}: the consolidated diff of row "), self.row_json,
+                       _fail("BadInputError", F.lit(f"{BATCH}: the consolidated diff of row "), after_json,
                              F.lit(" at time "), t.cast("string"), F.lit(" is "), exact.cast("string"),
                              F.lit(", which overflows a 64-bit long")).cast("long"))
                 .otherwise(exact.cast("long")))
         self._total = F.when(fast.isNotNull(), fast).otherwise(slow).alias(DIFF)
-        # 3. encode each update; its hash is the digest's share (the same as the Python path's)
-        update = F.struct(F.struct(*self._data).alias("data"), t.alias("time"), d.alias("diff"))
+        # 3. encode each update (an Avro record is its fields' encodings in order: the data
+        # record, then time and diff as zig-zag varints); its hash is the digest's share
+        if self.by_bytes:
+            item = F.concat(F.col(DATA), to_avro(t, '"long"'), to_avro(d, '"long"'))
+        else:
+            update = F.struct(F.struct(*self._data).alias("data"), t.alias("time"), d.alias("diff"))
+            item = to_avro(update, json.dumps(update_schema))
         live = d != 0
         limit = max_message_bytes - _ENVELOPE
         half = limit // 2
-        item = to_avro(update, json.dumps(update_schema))
-        too_big = _fail("BadInputError", F.lit(f"{BATCH}: row "), self.row_json, F.lit(" at time "),
+        too_big = _fail("BadInputError", F.lit(f"{BATCH}: row "), after_json, F.lit(" at time "),
                         t.cast("string"), F.lit(" encodes to "), F.octet_length(item).cast("string"),
                         F.lit(f" bytes, over the message limit of {max_message_bytes} bytes less "
                               f"{_ENVELOPE} for the message envelope (max_message_bytes)"))
@@ -161,9 +183,8 @@ class MessagePlan:
                         .when(F.octet_length(item) > F.lit(limit), too_big.cast("binary"))
                         .otherwise(item))
         self._encoded = (F.col("__cdc_bucket"), t, checked_item.alias("__cdc_item"),
-                         F.when(live, F.xxhash64(*canon, t, d)).alias(HASH),
-                         F.when(live, 1).otherwise(0).alias("__cdc_live"),
-                         F.xxhash64(*canon, t).alias("__cdc_order"))
+                         F.when(live, digest_share(F.col(ORDER), d)).alias(HASH),
+                         F.when(live, 1).otherwise(0).alias("__cdc_live"), F.col(ORDER))
         self._size = F.coalesce(F.octet_length("__cdc_item"), F.lit(0))
         # 4. packing, two ways. Spread: a bucket and time's updates are spread by their hash over
         # as many arrays as half-full ones would take (no sort: one sum per group); an array
@@ -173,8 +194,8 @@ class MessagePlan:
         no_item = F.col("__cdc_item").isNull()
         total = F.sum("__cdc_size").over(Window.partitionBy("__cdc_bucket", TIME))
         arrays = F.greatest(F.lit(1), F.ceil(total / F.lit(half)))
-        self._chunk_spread = F.when(no_item, F.lit(None)).otherwise(F.pmod(F.col("__cdc_order"), arrays))
-        window = Window.partitionBy("__cdc_bucket", TIME).orderBy("__cdc_order")
+        self._chunk_spread = F.when(no_item, F.lit(None)).otherwise(F.pmod(F.col(ORDER), arrays))
+        window = Window.partitionBy("__cdc_bucket", TIME).orderBy(ORDER)
         small = F.col("__cdc_size") <= F.lit(half)
         running = F.sum(F.when(small, F.col("__cdc_size")).otherwise(0)).over(
             window.rowsBetween(Window.unboundedPreceding, Window.currentRow))
@@ -183,9 +204,9 @@ class MessagePlan:
                              .otherwise(-F.row_number().over(window)))
         self._packed = (F.sum("__cdc_live").alias("n"),
                         F.bit_xor(F.coalesce(F.col(HASH), F.lit(0).cast("long"))).alias("xor"),
-                        F.array_join(F.collect_list(F.col("__cdc_item").cast("string")), "").alias("__cdc_body"))
+                        _concat_all(F.col("__cdc_item")).alias("__cdc_body"))
         value = F.concat(F.lit(frame + b"\x00"), to_avro(F.col("n").cast("long"), '"long"'),
-                         F.col("__cdc_body").cast("binary"), F.lit(b"\x00"))
+                         F.col("__cdc_body"), F.lit(b"\x00"))
         if partitions:
             spread = F.xxhash64("__cdc_bucket", t, "__cdc_chunk")
             partition = F.element_at(F.array(*[F.lit(p) for p in partitions]),
@@ -225,15 +246,63 @@ class MessagePlan:
                      for p in check.parts]
             fail = _fail(check.kind, *parts)
             checked = F.when(check.condition, fail) if checked is None else checked.when(check.condition, fail)
-        rows = (prepared.withColumn(TIME, t if checked is None else checked.otherwise(t))
-                .withColumn("__cdc_bucket", self._bucket)
-                .repartition("__cdc_bucket"))
-        consolidated = (rows.groupBy("__cdc_bucket", *self._keys, t).agg(*self._sums, *self._firsts)
-                        .select("__cdc_bucket", *self._data, t, self._total))
+        rows = prepared.withColumn(TIME, t if checked is None else checked.otherwise(t))
+        rows = rows.withColumn(ORDER, self._order)
+        if self.by_bytes:
+            rows = rows.select(self._data_bytes.alias(DATA), t, F.col(DIFF), F.col(ORDER))
+        rows = rows.withColumn("__cdc_bucket", self._bucket).repartition("__cdc_bucket")
+        consolidated = (rows.groupBy("__cdc_bucket", ORDER, *self._keys, t).agg(*self._sums, *self._firsts)
+                        .select("__cdc_bucket", ORDER, *self._data, t, self._total))
         encoded = consolidated.select(*self._encoded).withColumn("__cdc_size", self._size)
         return (encoded.withColumn("__cdc_chunk", self._chunk_exact if exact else self._chunk_spread)
                 .groupBy("__cdc_bucket", t, "__cdc_chunk").agg(*self._packed)
                 .select(*self._message))
+
+
+def _concat_all(item: Any) -> Any:
+    """The aggregate that joins a group's non-null binary values into one: ``listagg`` where
+    Spark has it (4.0+: about 40% less time than collecting a list and joining it, measured on
+    4M updates), else the list joined as strings (the bytes pass through unchanged)."""
+    from pyspark.sql import functions as F
+
+    if hasattr(F, "listagg"):
+        return F.listagg(item)
+    return F.array_join(F.collect_list(item.cast("string")), "").cast("binary")
+
+
+def _collated(dtype: Any) -> bool:
+    """True when ``dtype`` holds a string whose collation groups other bytes together
+    (UTF8_LCASE, ICU collations: Spark 4)."""
+    from pyspark.sql import types as T
+
+    if isinstance(dtype, T.StringType):
+        return getattr(dtype, "collation", "UTF8_BINARY") not in ("UTF8_BINARY", None)
+    if isinstance(dtype, T.ArrayType):
+        return _collated(dtype.elementType)
+    if isinstance(dtype, T.MapType):
+        return _collated(dtype.keyType) or _collated(dtype.valueType)
+    if isinstance(dtype, T.StructType):
+        return any(_collated(f.dataType) for f in dtype.fields)
+    return False
+
+
+def hash_columns(schema: Any, data_cols: Sequence[str]) -> list:
+    """The data columns as every data path hashes them: maps as sorted entries
+    (:func:`canonical`), floats as Spark's grouping sees them (:func:`normalized`)."""
+    from pyspark.sql import functions as F
+
+    return [canonical(F.col(c), schema[c].dataType) if contains_map(schema[c].dataType)
+            else normalized(F.col(c), schema[c].dataType, schema[c].nullable) for c in data_cols]
+
+
+def digest_share(order: Any, diff: Any) -> Any:
+    """An update's share of its batch's digest (the digest is their XOR, in any order):
+    ``xxhash64(xxhash64(data, time), diff)``, ``order`` being the inner hash. Every data path
+    computes the same (:func:`cdc_emitter.small_batch.consolidate` in numpy), so a re-run
+    compares whichever path wrote the first attempt."""
+    from pyspark.sql import functions as F
+
+    return F.xxhash64(order, diff)
 
 
 def _has_float(dtype: Any) -> bool:

@@ -22,3 +22,10 @@ def test_many_times_are_hashed_and_compare_equal_only_for_the_same_counts():
     other = {**counts, 0: 9}
     assert _parse_digest(_format_digest(2**63 + 5, other)) != parsed
     assert _parse_digest("{not json") is None
+
+
+def test_a_digest_of_another_version_is_not_compared():
+    # written before update hashes became xxhash64(xxhash64(data, time), diff): no "v"
+    assert _parse_digest('{"xor":"0000000000000007","counts":[[3,1]]}') is None
+    assert _parse_digest('{"v":1,"xor":"0000000000000007","counts":[[3,1]]}') is None
+    assert _parse_digest(_format_digest(7, {3: 1})) == (7, ((3, 1),))

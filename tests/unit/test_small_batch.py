@@ -94,9 +94,10 @@ def test_equal_rows_at_one_time_sum_and_zero_sums_vanish():
     assert sorted(batch.items) == sorted([item(b"a", 5, 4), item(b"a", 6, 1)])
     assert batch.counts == {5: 1, 6: 1}
     assert batch.max_time == 6
-    seeds = np.array([11, 11], np.int64)
+    # Spark's xxhash64(xxhash64(data columns, time), diff), the data columns' hash being 11
+    inner = spark_xxhash64_long(np.array([5, 6], np.int64), np.array([11, 11], np.int64))
     expected = spark_xxhash64_long(np.array([4, 1], np.int64),
-                                   spark_xxhash64_long(np.array([5, 6], np.int64), seeds))
+                                   spark_xxhash64_long(inner, np.array([42, 42], np.int64)))
     assert batch.digest == int(expected[0] ^ expected[1])
 
 
