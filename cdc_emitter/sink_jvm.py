@@ -5,10 +5,12 @@ A batch is two Spark jobs over one plan:
 
 1. **Prepare** (``MessagePlan.messages`` then ``batch_stats``): every row is checked in the map
    stage, before the shuffle (``raise_error``: a null, negative or late time, a null diff, a
-   time beyond a re-run's recorded interval); rows are shuffled by a hash of their data and
-   time, consolidated (diff sums computed exactly: a 64-bit sum that overflows on the way to a
-   total that fits is still right, and a total that does not fit fails the job), encoded with
-   ``to_avro``, and packed into update arrays of at most ``max_message_bytes`` — each message
+   time beyond a re-run's recorded interval); there too each row's data record is encoded by
+   ``to_avro`` and hashed with its time; rows are shuffled by that hash, consolidated on the
+   encoded bytes (diff sums computed exactly: a 64-bit sum that overflows on the way to a
+   total that fits is still right, and a total that does not fit fails the job), each update
+   made of its data bytes, time and diff, and packed into update arrays of at most
+   ``max_message_bytes`` (joined by ``listagg`` on Spark 4) — each message
    the Confluent header (one owner: :attr:`CdcCodec.frame <cdc_emitter.codec.CdcCodec.frame>`),
    the union branch, the array's block count (``to_avro`` of a long is its zig-zag varint), the
    encoded updates and the closing zero. The messages are cached; the job's result is the

@@ -149,6 +149,11 @@ def convert(fmt, source, bootstrap_servers, kafka_settings, broker_timeout, topi
         status.show(f"converting {source} to topic {topic}")
         from ..convert_kafka import await_conversion, conversion_error
 
+        # on Spark Connect the sink runs in the server's Python: on_batch is never seen here,
+        # so what the run did is read from the topic itself
+        before = (_topic_frontier(servers, topic, kafka_settings, broker_timeout, before=True)
+                  if spark_remote else None)
+
         try:
             await_conversion(start)
         except CdcError:
@@ -157,16 +162,45 @@ def convert(fmt, source, bootstrap_servers, kafka_settings, broker_timeout, topi
             raise CdcError(f"converting {source} to topic {topic} failed: {conversion_error(exc)}") from None
     finally:
         status.done()
-    # the last batch's upper is the topic's frontier (None: no batch wrote anything this run)
-    frontier = None if not results else () if results[-1].upper is None else (results[-1].upper,)
-    summary = {"source": source, "format": fmt, "topic": topic, "batches": len(results),
-               "updates": sum(r.updates for r in results), "messages": sum(r.messages for r in results),
-               "frontier": None if frontier is None else list(frontier)}
+    if spark_remote:
+        after = _topic_frontier(servers, topic, kafka_settings, broker_timeout)
+        frontier = None if after == before else after
+        summary = {"source": source, "format": fmt, "topic": topic, "batches": None, "updates": None,
+                   "messages": None, "frontier": None if frontier is None else list(frontier)}
+    else:
+        # the last batch's upper is the topic's frontier (None: no batch wrote anything this run)
+        frontier = None if not results else () if results[-1].upper is None else (results[-1].upper,)
+        summary = {"source": source, "format": fmt, "topic": topic, "batches": len(results),
+                   "updates": sum(r.updates for r in results), "messages": sum(r.messages for r in results),
+                   "frontier": None if frontier is None else list(frontier)}
     if as_json:
         click.echo(dumps(summary))
     elif frontier is None:
         click.echo(f"converted {fmt} {table} {source} to topic {topic}: no new changes")
+    elif spark_remote:
+        click.echo(f"converted {fmt} {table} {source} to topic {topic}: frontier {frontier_text(frontier)} "
+                   "(each batch's figures are in the Spark Connect server's log)")
     else:
         click.echo(f"converted {fmt} {table} {source} to topic {topic}: {summary['updates']} updates in "
                    f"{summary['batches']} batches, frontier {frontier_text(frontier)}")
     sys.exit(EXIT_OK)
+
+
+def _topic_frontier(servers: str, topic: str, settings: dict, broker_timeout: float, *,
+                    before: bool = False) -> tuple | None:
+    """The topic's frontier as its progress statements say (``()``: closed). ``before`` the run,
+    a topic that cannot be read yet (``--create-topic`` makes it) is None: the run itself then
+    reports a broker that cannot be reached."""
+    from ..errors import BrokerError
+    from ..sink import CdcSink
+
+    sink = CdcSink(servers, topic, producer_config=settings or None, broker_timeout=broker_timeout)
+    try:
+        state = sink.frontier()
+    except BrokerError:
+        if not before:
+            raise
+        return None
+    finally:
+        sink.close()
+    return () if state.frontier is None else (state.frontier,)

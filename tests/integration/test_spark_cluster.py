@@ -125,3 +125,32 @@ def test_export_remote_writes_an_exact_snapshot(spark_cluster, kafka_bootstrap, 
         assert done.returncode == 0, done.stderr[-3000:]
         outputs.append((done.stdout, out.read_bytes()))
     assert outputs[0] == outputs[1] and outputs[0][1].count(b"\n") == len(counts)
+
+
+def test_convert_remote_writes_the_changefeed_as_a_local_session_would(spark_cluster, kafka_bootstrap,
+                                                                       topic_factory, tmp_path):
+    """`convert cockroachdb --remote`: the streaming query runs on the Connect server, its
+    foreachBatch sink in the server's Python; the topic holds the table at the resolved time."""
+    from changefeeds import Table, cockroachdb_messages, produce, resolved_wall
+    from test_convert_kafka import COLUMNS, codec, collection_at, state_at
+
+    _master, connect, env = spark_cluster
+    source, out = topic_factory(2), topic_factory(1)
+    table = Table(seed=11)
+    table.apply(20)
+    produce(kafka_bootstrap, source, cockroachdb_messages(table.changes, 2, resolved_tick=20, seed=11))
+    args = [sys.executable, "-m", "cdc_emitter.cli", "convert", "cockroachdb", source, "--columns", COLUMNS,
+            "--topic", out, "--checkpoint", str(tmp_path / "ck"), "--once", "--remote", connect,
+            "--bootstrap-servers", kafka_bootstrap]
+    done = subprocess.run([*args, "--json"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(done.stdout.splitlines()[-1])
+    history, frontier, violations, _ = read_history(kafka_bootstrap, out, codec())
+    assert violations == [] and frontier == (resolved_wall(20),)
+    # the sink ran in the server's Python: the summary is what the topic shows
+    assert summary == {"source": source, "format": "cockroachdb", "topic": out, "batches": None,
+                       "updates": None, "messages": None, "frontier": [resolved_wall(20)]}
+    assert collection_at(history, resolved_wall(20)) == state_at(table.changes, 20)
+    again = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert again.stdout == f"converted cockroachdb topic {source} to topic {out}: no new changes\n"
