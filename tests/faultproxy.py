@@ -102,12 +102,16 @@ class FaultProxy:
                 self._conns.discard(sink)
 
 
-def flapping(proxy: FaultProxy, every: float, until: threading.Event) -> threading.Thread:
-    """A thread that cuts every connection each ``every`` seconds until ``until`` is set."""
+def flapping(proxy: FaultProxy, every: float, until: threading.Event,
+             first: float | None = None) -> threading.Thread:
+    """A thread that cuts every connection ``first`` seconds after it starts (default ``every``),
+    then each ``every`` seconds, until ``until`` is set."""
 
     def run() -> None:
-        while not until.wait(every):
+        wait = every if first is None else first
+        while not until.wait(wait):
             proxy.cut()
+            wait = every
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()

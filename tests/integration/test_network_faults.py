@@ -35,7 +35,9 @@ def test_batches_land_exactly_through_cut_and_stalled_connections(spark, proxied
     for batch in range(BATCHES):
         df = spark.range(batch * ROWS, (batch + 1) * ROWS).selectExpr("id AS k", "cast(id % 97 AS string) AS v")
         stop = threading.Event()
-        flap = flapping(proxy, 1.5, stop)  # every connection cut every 1.5 s while the batch runs
+        # every connection cut 0.3 s into the batch (a batch can take less than 1.5 s), then
+        # every 1.5 s while it runs
+        flap = flapping(proxy, 1.5, stop, first=0.3)
         if batch == 1:
             proxy.stall(3.0)  # and in the middle one, nothing moves for 3 s first
         try:
