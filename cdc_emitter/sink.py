@@ -83,7 +83,7 @@ from .sink_tasks import _check_sizes, _produce_partition, _TaskSpec
 from .sink_jvm import DIFF as _DIFF, HASH as _HASH, TIME as _TIME  # one name per column, both paths
 from .sink_jvm import digest_share, group_keys, hash_columns
 from .sink_metrics import BatchResult, PhaseClock
-from .spark_schema import data_schema
+from .spark_schema import data_schema, without_collation
 
 __all__ = ["CdcSink", "BatchResult", "TopicFrontier", "HEADER_KIND", "HEADER_WRITER", "HEADER_BATCH",
            "HEADER_LOWER", "HEADER_UPPER", "topic_frontier"]
@@ -682,6 +682,9 @@ class CdcSink:
 
         self._clock = clock = PhaseClock()
         spark = df.sparkSession
+        plain = {f.name: without_collation(f.dataType) for f in df.schema.fields}
+        if any(plain.values()):  # collated strings as written and compared: by their bytes
+            df = df.select(*[F.col(c).cast(t).alias(c) if t is not None else F.col(c) for c, t in plain.items()])
         schema = df.schema
         columns = schema.fieldNames()
         diff_col = self.diff_column if self.diff_column in columns else None

@@ -136,12 +136,12 @@ class MessagePlan:
         self.row_json = F.to_json(F.struct(*[F.col(c) for c in data_cols]))  # before the shuffle
         # 1. before the shuffle: each row's hash of data and time (its bucket, its order in
         # packing, and the seed of its digest share) and, unless the data holds maps (equal
-        # maps can encode their entries in other orders) or collated strings (equal strings can
-        # differ in bytes), its data record as to_avro bytes: rows are consolidated on those
-        # bytes, so the shuffle and the grouping see one compact column instead of every column
+        # maps can encode their entries in other orders), its data record as to_avro bytes: rows
+        # are consolidated on those bytes — what readers compare (a collation that groups 'A'
+        # with 'a' does not merge them: they are different data in the topic) — so the shuffle
+        # and the grouping see one compact column instead of every column
         self._order = F.xxhash64(*hash_columns(schema, data_cols), TIME)
-        self.by_bytes = not any(contains_map(schema[c].dataType) or _collated(schema[c].dataType)
-                                for c in data_cols)
+        self.by_bytes = not any(contains_map(schema[c].dataType) for c in data_cols)
         if self.by_bytes:
             record = json.dumps(update_schema["fields"][0]["type"])
             self._data_bytes = to_avro(F.struct(*[
@@ -270,22 +270,6 @@ def _concat_all(item: Any) -> Any:
     if hasattr(F, "listagg"):
         return F.listagg(item)
     return F.array_join(F.collect_list(item.cast("string")), "").cast("binary")
-
-
-def _collated(dtype: Any) -> bool:
-    """True when ``dtype`` holds a string whose collation groups other bytes together
-    (UTF8_LCASE, ICU collations: Spark 4)."""
-    from pyspark.sql import types as T
-
-    if isinstance(dtype, T.StringType):
-        return getattr(dtype, "collation", "UTF8_BINARY") not in ("UTF8_BINARY", None)
-    if isinstance(dtype, T.ArrayType):
-        return _collated(dtype.elementType)
-    if isinstance(dtype, T.MapType):
-        return _collated(dtype.keyType) or _collated(dtype.valueType)
-    if isinstance(dtype, T.StructType):
-        return any(_collated(f.dataType) for f in dtype.fields)
-    return False
 
 
 def hash_columns(schema: Any, data_cols: Sequence[str]) -> list:

@@ -36,7 +36,7 @@ from pyspark.sql import types as T
 
 from .errors import SchemaError
 
-__all__ = ["data_schema", "avro_type", "check_supported", "contains_map", "contains_type", "parse_ddl_columns", "DdlUnknown"]
+__all__ = ["data_schema", "avro_type", "check_supported", "contains_map", "contains_type", "without_collation", "parse_ddl_columns", "DdlUnknown"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -82,6 +82,30 @@ def contains_type(dtype: T.DataType, kinds: tuple[type, ...]) -> bool:
 def contains_map(dtype: T.DataType) -> bool:
     """True when ``dtype`` is or contains a map (maps cannot be grouped on directly in Spark)."""
     return contains_type(dtype, (T.MapType,))
+
+
+def without_collation(dtype: T.DataType) -> T.DataType | None:
+    """``dtype`` with every collated string (Spark 4: ``STRING COLLATE UTF8_LCASE``…) as a plain
+    string, or None when it has none. Avro strings carry no collation: ``to_avro`` refuses
+    collated ones, and readers compare the bytes, so 'A' and 'a' are different data."""
+    if isinstance(dtype, T.StringType):
+        collated = getattr(dtype, "collation", "UTF8_BINARY") not in ("UTF8_BINARY", None)
+        return T.StringType() if collated else None
+    if isinstance(dtype, T.ArrayType):
+        inner = without_collation(dtype.elementType)
+        return None if inner is None else T.ArrayType(inner, dtype.containsNull)
+    if isinstance(dtype, T.MapType):
+        key, value = without_collation(dtype.keyType), without_collation(dtype.valueType)
+        if key is None and value is None:
+            return None
+        return T.MapType(key or dtype.keyType, value or dtype.valueType, dtype.valueContainsNull)
+    if isinstance(dtype, T.StructType):
+        fields = [without_collation(f.dataType) for f in dtype.fields]
+        if all(f is None for f in fields):
+            return None
+        return T.StructType([T.StructField(f.name, new or f.dataType, f.nullable, f.metadata)
+                             for f, new in zip(dtype.fields, fields)])
+    return None
 
 
 def _unique(base: str, names: set[str]) -> str:

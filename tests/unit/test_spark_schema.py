@@ -121,3 +121,24 @@ def test_unsupported_inside_array_and_bad_names():
         data_schema(T.StructType([T.StructField("a b", T.LongType())]))
     with pytest.raises(SchemaError, match="at least one"):
         data_schema(T.StructType([]))
+
+
+def test_collated_strings_become_plain_strings_wherever_they_are_nested():
+    from pyspark.sql import types as T
+
+    from cdc_emitter.spark_schema import without_collation
+
+    if not hasattr(T.StringType(), "collation"):
+        pytest.skip("collations need Spark 4")
+    lcase = T.StringType("UTF8_LCASE")
+    assert without_collation(T.StringType()) is None
+    assert without_collation(T.LongType()) is None
+    assert without_collation(lcase) == T.StringType()
+    nested = T.StructType([T.StructField("a", T.ArrayType(lcase, False), False),
+                           T.StructField("m", T.MapType(T.StringType(), lcase, True)),
+                           T.StructField("n", T.LongType())])
+    assert without_collation(nested) == T.StructType([
+        T.StructField("a", T.ArrayType(T.StringType(), False), False),
+        T.StructField("m", T.MapType(T.StringType(), T.StringType(), True)),
+        T.StructField("n", T.LongType())])
+    assert without_collation(T.StructType([T.StructField("s", T.StringType())])) is None
