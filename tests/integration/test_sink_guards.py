@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 def _df(spark, rows, ddl, *, not_null=()):
     from pyspark.sql import types as T
 
-    struct = T.StructType.fromDDL(ddl)
+    struct = spark.createDataFrame([], ddl).schema  # StructType.fromDDL is PySpark 4 only
     struct = T.StructType([T.StructField(f.name, f.dataType, f.name not in not_null)
                            for f in struct.fields])
     return spark.createDataFrame(rows, struct)
