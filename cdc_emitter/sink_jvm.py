@@ -38,7 +38,7 @@ from .core import MAX_LONG, MIN_LONG
 from .errors import BadInputError, CdcError, ConfigError, LateUpdateError
 from .spark_schema import contains_map, contains_type
 
-__all__ = ["Check", "MessagePlan", "EncodedRows", "normalized", "hash_columns", "digest_share", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options", "java_client_options",
+__all__ = ["Check", "MessagePlan", "EncodedRows", "normalized", "hash_columns", "encoded_data", "digest_share", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options", "java_client_options",
            "canonical", "group_keys", "task_error", "kafka_cause"]
 
 TIME = "__cdc_time"
@@ -143,12 +143,10 @@ class MessagePlan:
         self._order = F.xxhash64(*hash_columns(schema, data_cols), TIME)
         self.by_bytes = not any(contains_map(schema[c].dataType) for c in data_cols)
         if self.by_bytes:
-            record = json.dumps(update_schema["fields"][0]["type"])
-            self._data_bytes = to_avro(F.struct(*[
-                normalized(F.col(c), schema[c].dataType, schema[c].nullable).alias(c) for c in data_cols]),
-                record)
+            record = update_schema["fields"][0]["type"]
+            self._data_bytes = encoded_data(schema, data_cols, record)
             self._keys, self._firsts, self._data = [F.col(DATA)], [], [F.col(DATA)]
-            after_json = F.to_json(from_avro(F.col(DATA), record))  # only for an error's text
+            after_json = F.to_json(from_avro(F.col(DATA), json.dumps(record)))  # only for an error's text
         else:
             self._keys, self._firsts = group_keys(schema, data_cols)
             self._data = [F.col(c) for c in data_cols]
@@ -281,6 +279,17 @@ def hash_columns(schema: Any, data_cols: Sequence[str]) -> list:
             else normalized(F.col(c), schema[c].dataType, schema[c].nullable) for c in data_cols]
 
 
+def encoded_data(schema: Any, data_cols: Sequence[str], data_record: dict) -> Any:
+    """Each row's data record as ``to_avro`` bytes, floats normalized (:func:`normalized`), so
+    rows that consolidate together encode to the same bytes. Not for data holding maps (equal
+    maps can encode their entries in other orders)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import to_avro
+
+    data = [normalized(F.col(c), schema[c].dataType, schema[c].nullable).alias(c) for c in data_cols]
+    return to_avro(F.struct(*data), json.dumps(data_record))
+
+
 def digest_share(order: Any, diff: Any) -> Any:
     """An update's share of its batch's digest (the digest is their XOR, in any order):
     ``xxhash64(xxhash64(data, time), diff)``, ``order`` being the inner hash. Every data path
@@ -325,11 +334,9 @@ class EncodedRows:
     def __init__(self, *, schema: Any, data_cols: Sequence[str], data_record: dict,
                  time_column: str | None, diff_column: str | None) -> None:
         from pyspark.sql import functions as F
-        from pyspark.sql.avro.functions import to_avro
 
-        data = [normalized(F.col(c), schema[c].dataType, schema[c].nullable).alias(c) for c in data_cols]
-        self.columns = [to_avro(F.struct(*data), json.dumps(data_record)).alias("data"),
-                        F.xxhash64(*data).alias("h")]
+        self.columns = [encoded_data(schema, data_cols, data_record).alias("data"),
+                        F.xxhash64(*hash_columns(schema, data_cols)).alias("h")]
         if time_column is not None:
             self.columns.append(F.col(time_column).cast("long").alias("t"))
         if diff_column is not None:
