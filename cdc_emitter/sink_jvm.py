@@ -168,20 +168,22 @@ class MessagePlan:
         # 3. encode each update (an Avro record is its fields' encodings in order: the data
         # record, then time and diff as zig-zag varints); its hash is the digest's share
         if self.by_bytes:
-            item = F.concat(F.col(DATA), to_avro(t, '"long"'), to_avro(d, '"long"'))
+            item = F.concat(F.col(DATA), to_avro(t, '"long"'), _long_bytes(d))
         else:
             update = F.struct(F.struct(*self._data).alias("data"), t.alias("time"), d.alias("diff"))
             item = to_avro(update, json.dumps(update_schema))
         live = d != 0
         limit = max_message_bytes - _ENVELOPE
         half = limit // 2
+        # the item is its own column, so that the size check and the value share one encoding
+        self._items = (F.col("__cdc_bucket"), t, F.col(ORDER), d, *self._data,  # data: for the error's text
+                       F.when(live, item).alias("__cdc_item"))
+        size = F.octet_length("__cdc_item")
         too_big = _fail("BadInputError", F.lit(f"{BATCH}: row "), after_json, F.lit(" at time "),
-                        t.cast("string"), F.lit(" encodes to "), F.octet_length(item).cast("string"),
+                        t.cast("string"), F.lit(" encodes to "), size.cast("string"),
                         F.lit(f" bytes, over the message limit of {max_message_bytes} bytes less "
                               f"{_ENVELOPE} for the message envelope (max_message_bytes)"))
-        checked_item = (F.when(~live, F.lit(None).cast("binary"))
-                        .when(F.octet_length(item) > F.lit(limit), too_big.cast("binary"))
-                        .otherwise(item))
+        checked_item = F.when(size > F.lit(limit), too_big.cast("binary")).otherwise(F.col("__cdc_item"))
         self._encoded = (F.col("__cdc_bucket"), t, checked_item.alias("__cdc_item"),
                          F.when(live, digest_share(F.col(ORDER), d)).alias(HASH),
                          F.when(live, 1).otherwise(0).alias("__cdc_live"), F.col(ORDER))
@@ -194,7 +196,11 @@ class MessagePlan:
         no_item = F.col("__cdc_item").isNull()
         total = F.sum("__cdc_size").over(Window.partitionBy("__cdc_bucket", TIME))
         arrays = F.greatest(F.lit(1), F.ceil(total / F.lit(half)))
-        self._chunk_spread = F.when(no_item, F.lit(None)).otherwise(F.pmod(F.col(ORDER), arrays))
+        # the array from the hash's high half: the bucket is the hash modulo the buckets, and
+        # an array index from the same bits would leave arrays empty whenever the two counts
+        # share a factor (4 buckets, 10 arrays: only 5 used, each twice as big)
+        self._chunk_spread = F.when(no_item, F.lit(None)).otherwise(
+            F.pmod(F.shiftright(F.col(ORDER), 32), arrays))
         window = Window.partitionBy("__cdc_bucket", TIME).orderBy(ORDER)
         small = F.col("__cdc_size") <= F.lit(half)
         running = F.sum(F.when(small, F.col("__cdc_size")).otherwise(0)).over(
@@ -253,10 +259,20 @@ class MessagePlan:
         rows = rows.withColumn("__cdc_bucket", self._bucket).repartition("__cdc_bucket")
         consolidated = (rows.groupBy("__cdc_bucket", ORDER, *self._keys, t).agg(*self._sums, *self._firsts)
                         .select("__cdc_bucket", ORDER, *self._data, t, self._total))
-        encoded = consolidated.select(*self._encoded).withColumn("__cdc_size", self._size)
+        encoded = consolidated.select(*self._items).select(*self._encoded).withColumn("__cdc_size", self._size)
         return (encoded.withColumn("__cdc_chunk", self._chunk_exact if exact else self._chunk_spread)
                 .groupBy("__cdc_bucket", t, "__cdc_chunk").agg(*self._packed)
                 .select(*self._message))
+
+
+def _long_bytes(c: Any) -> Any:
+    """A long column's Avro encoding (a zig-zag varint), with the common diffs +1 and -1 as
+    constants instead of a ``to_avro`` call each."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import to_avro
+
+    return (F.when(c == F.lit(1), F.lit(b"\x02")).when(c == F.lit(-1), F.lit(b"\x01"))
+            .otherwise(to_avro(c, '"long"')))
 
 
 def _concat_all(item: Any) -> Any:

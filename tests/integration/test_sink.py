@@ -128,6 +128,30 @@ def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(spark, k
     check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 1, d) for k, v, d in rows], (2,))
 
 
+def test_jvm_path_spreads_over_every_array_when_buckets_and_arrays_share_a_factor(
+        spark, kafka_bootstrap, topic_factory, monkeypatch):
+    """4 buckets (the session's shuffle partitions) and an even number of arrays per bucket:
+    every array gets its share, no message is over the limit, and the batch is computed once
+    (an array index taken from the bits that chose the bucket used only half the arrays)."""
+    from cdc_emitter import kafka_io, sink_jvm
+
+    topic = topic_factory(2)
+    rows = [(i, f"value-{i % 100:03d}", 1) for i in range(3000)]  # ~17 bytes per update
+    calls = []
+    messages = sink_jvm.MessagePlan.messages
+    monkeypatch.setattr(sink_jvm.MessagePlan, "messages",
+                        lambda self, *a, **kw: calls.append(kw.get("exact", False)) or messages(self, *a, **kw))
+    # about 13 kB per bucket in arrays of half of 2,000 bytes: 12 to 14 arrays per bucket
+    result = CdcSink(kafka_bootstrap, topic, encoder="jvm", max_message_bytes=2032,
+                     small_batch_rows=0).write(spark.createDataFrame(rows, KV), time=1)
+    assert calls == [False]
+    sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)
+             if ("cdc-emitter-kind", b"updates") in r.headers]
+    assert max(sizes) <= 2032 and len(sizes) >= 40 and len(sizes) == result.messages - 1
+    assert result.updates == 3000
+    check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 1, d) for k, v, d in rows], (2,))
+
+
 @pytest.mark.parametrize("encoder", ["jvm", "python"])
 def test_each_batch_reports_its_figures_to_the_listener_and_the_log(spark, kafka_bootstrap, topic_factory,
                                                                     tmp_path, caplog, encoder):
