@@ -38,7 +38,7 @@ from .core import MAX_LONG, MIN_LONG
 from .errors import BadInputError, CdcError, ConfigError, LateUpdateError
 from .spark_schema import contains_map, contains_type
 
-__all__ = ["Check", "MessagePlan", "EncodedRows", "normalized", "hash_columns", "encoded_data", "digest_share", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options", "java_client_options",
+__all__ = ["Check", "MessagePlan", "bucket_of", "partition_labels", "spark_hash_long", "EncodedRows", "normalized", "hash_columns", "encoded_data", "digest_share", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options", "java_client_options",
            "canonical", "group_keys", "task_error", "kafka_cause"]
 
 TIME = "__cdc_time"
@@ -151,7 +151,10 @@ class MessagePlan:
             self._keys, self._firsts = group_keys(schema, data_cols)
             self._data = [F.col(c) for c in data_cols]
             after_json = self.row_json
-        self._bucket = F.pmod(F.col(ORDER), F.lit(buckets))
+        # each bucket a label that Spark's hash partitioning sends to a task of its own (the
+        # numbers 0..buckets-1 would share tasks: with 4, one task got two buckets, another none)
+        self._buckets = buckets
+        self._bucket = bucket_of(F.col(ORDER), buckets)
         # 2. consolidation: the 64-bit sum as high and low 32-bit halves, which cannot overflow
         # (fewer than 2^31 rows per update), joined exactly
         self._sums = (F.sum(F.shiftright(d, 32)).alias("__cdc_hi"),
@@ -256,13 +259,64 @@ class MessagePlan:
         rows = rows.withColumn(ORDER, self._order)
         if self.by_bytes:
             rows = rows.select(self._data_bytes.alias(DATA), t, F.col(DIFF), F.col(ORDER))
-        rows = rows.withColumn("__cdc_bucket", self._bucket).repartition("__cdc_bucket")
+        rows = rows.withColumn("__cdc_bucket", self._bucket).repartition(self._buckets, "__cdc_bucket")
         consolidated = (rows.groupBy("__cdc_bucket", ORDER, *self._keys, t).agg(*self._sums, *self._firsts)
                         .select("__cdc_bucket", ORDER, *self._data, t, self._total))
         encoded = consolidated.select(*self._items).select(*self._encoded).withColumn("__cdc_size", self._size)
         return (encoded.withColumn("__cdc_chunk", self._chunk_exact if exact else self._chunk_spread)
                 .groupBy("__cdc_bucket", t, "__cdc_chunk").agg(*self._packed)
                 .select(*self._message))
+
+
+def spark_hash_long(value: int, seed: int = 42) -> int:
+    """Spark's ``hash`` (Murmur3 x86 32-bit) of one long column: what its hash partitioning uses."""
+    def mix_k1(k: int) -> int:
+        k = (k * 0xCC9E2D51) & 0xFFFFFFFF
+        k = ((k << 15) | (k >> 17)) & 0xFFFFFFFF
+        return (k * 0x1B873593) & 0xFFFFFFFF
+
+    def mix_h1(h: int, k: int) -> int:
+        h ^= k
+        h = ((h << 13) | (h >> 19)) & 0xFFFFFFFF
+        return (h * 5 + 0xE6546B64) & 0xFFFFFFFF
+
+    value &= 0xFFFFFFFFFFFFFFFF
+    h = mix_h1(seed & 0xFFFFFFFF, mix_k1(value & 0xFFFFFFFF))
+    h = mix_h1(h, mix_k1(value >> 32))
+    h ^= 8
+    h ^= h >> 16
+    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
+    h ^= h >> 16
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def bucket_of(order: Any, buckets: int) -> Any:
+    """The bucket of a row whose hash is ``order``: one of :func:`partition_labels` (longs), so
+    that ``repartition(buckets, bucket)`` gives every bucket a task of its own."""
+    from pyspark.sql import functions as F
+
+    labels = F.array(*[F.lit(label).cast("long") for label in partition_labels(buckets)])
+    return F.element_at(labels, (F.pmod(order, F.lit(buckets)) + 1).cast("int"))
+
+
+_LABELS: dict[int, tuple[int, ...]] = {}
+
+
+def partition_labels(count: int) -> tuple[int, ...]:
+    """``count`` longs, the i-th of which Spark's hash partitioning into ``count`` partitions
+    sends to partition i (the smallest such non-negative long)."""
+    if count not in _LABELS:
+        labels: list[int | None] = [None] * count
+        missing, value = count, 0
+        while missing:
+            partition = spark_hash_long(value) % count  # Python's % is Spark's pmod here
+            if labels[partition] is None:
+                labels[partition], missing = value, missing - 1
+            value += 1
+        _LABELS[count] = tuple(labels)  # type: ignore[arg-type]
+    return _LABELS[count]
 
 
 def _long_bytes(c: Any) -> Any:

@@ -542,3 +542,21 @@ def test_sink_log_put_get_prune(spark, tmp_path):
     assert log.latest().batch_id == 4
     closed = log.put(SinkLogEntry(5, 10, None, None, "w", "t"))
     assert SinkLog(spark, f"file://{tmp_path}/checkpoint").get(5) == closed
+
+
+def test_bucket_labels_go_each_to_a_task_of_their_own(spark):
+    """The JVM path's buckets are labels that Spark's hash partitioning sends one to a task
+    (``spark_hash_long`` is Spark's ``hash`` of a long, checked here against Spark itself)."""
+    from pyspark.sql import functions as F
+
+    from cdc_emitter.sink_jvm import bucket_of, partition_labels, spark_hash_long
+
+    values = [0, 1, -1, 7, 2**40 + 7, -(2**63), 2**63 - 1, 123456789]
+    hashed = spark.createDataFrame([(v,) for v in values], "v long").select(F.hash("v").alias("h")).collect()
+    assert [r.h for r in hashed] == [spark_hash_long(v) for v in values]
+    for count in (1, 3, 4, 8, 200):
+        labels = partition_labels(count)
+        hashes = spark.range(-3 * count, 3 * count).select(F.col("id").alias("order"))
+        placed = (hashes.withColumn("b", bucket_of(F.col("order"), count)).repartition(count, "b")
+                  .select("b", F.spark_partition_id().alias("p")).distinct().collect())
+        assert sorted((r.p, r.b) for r in placed) == list(enumerate(labels))
