@@ -126,6 +126,9 @@ def _task_error(exc: BaseException) -> CdcError | None:
 #: its shuffle cost more than the driver's work on so few rows.
 SMALL_BATCH_ROWS = 100_000
 SMALL_BATCH_BYTES = 16 * 2**20
+#: The JVM path's arrays per bucket in a batch of one time, at most: each task then packs this
+#: many groups, well under the 128 after which Spark's object aggregation falls back to sorting.
+FANOUT_ARRAYS = 64
 
 
 class _RowText:
@@ -372,6 +375,7 @@ class CdcSink:
         self._topic_offsets: Any = None  # the topic's end offsets and tail (see _offsets)
         self._carried: TopicFrontier | None = None  # the frontier after our last statement
         self._buckets: int | None = None  # JVM path: update groups per batch (see _write_jvm)
+        self._fanout = FANOUT_ARRAYS  # JVM path: arrays per bucket, one-time batches (see _write_jvm)
         self._message_plan: Any = None  # JVM path: (key, MessagePlan) of the last layout
         self._encoded_rows: Any = None  # small-batch path: (key, EncodedRows) of the last layout
         # the next batch goes the small-batch path (see _write_small) when the last was small;
@@ -978,9 +982,12 @@ class CdcSink:
         if self._message_plan is None or self._message_plan[0] != key:
             self._message_plan = (key, sink_jvm.MessagePlan(**layout))
         plan = self._message_plan[1]
-        # spread by hash (no sort); packed exactly only in the rare case a message came out
-        # too big — nothing is written before the stats of the messages that will be
-        messages = plan.messages(prepared, checks).persist()
+        # spread by hash (no sort): a batch of one time over a fixed number of arrays per bucket
+        # (no window to size them), else as many as its size needs; packed exactly only in the
+        # rare case a message came out too big — nothing is written before the stats of the
+        # messages that will be
+        fanout = self._fanout if self.time_column is None else None
+        messages = plan.messages(prepared, checks, fanout=fanout).persist()
         try:
             for exact in (False, True):
                 try:
@@ -1031,6 +1038,9 @@ class CdcSink:
         # the next batch spreads its updates over about as many groups as this one filled
         # messages (at least one; at most the shuffle partitions): small batches, few messages
         self._buckets = max(1, min(partitions, -(-n_bytes * 4 // self.max_message_bytes)))
+        # and arrays of about 1/16 of the limit if it is as big as this one: room to grow 16-fold
+        # before an array comes out too big
+        self._fanout = max(1, min(FANOUT_ARRAYS, -(-n_bytes * 16 // (self._buckets * self.max_message_bytes))))
         self._small_next = self._small_after(sum(counts.values()), n_bytes)
         return self._commit(what, writer, batch_id, lower, upper, counts, digest, avro_data, codec,
                             partition0_end, n_messages, n_bytes, recorded is not None)

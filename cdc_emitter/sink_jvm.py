@@ -232,7 +232,8 @@ class MessagePlan:
         return (schema.json(), tuple(data_cols), json.dumps(update_schema), frame, max_message_bytes,
                 buckets, tuple(partitions or ()))
 
-    def messages(self, prepared: Any, checks: Sequence[Check], *, exact: bool = False) -> Any:
+    def messages(self, prepared: Any, checks: Sequence[Check], *, exact: bool = False,
+                 fanout: int | None = None) -> Any:
         """The batch's messages as a DataFrame (nothing computed yet): one row per update array
         with ``time``, ``n`` (updates), ``xor`` (XOR of the updates' hashes), ``value`` (the
         message) and ``partition`` (null: Kafka's choice); plus one row with ``n = 0`` and a null
@@ -242,7 +243,10 @@ class MessagePlan:
         batch's own (built per batch: they hold its frontier). ``exact``: pack by running size,
         every message at most ``max_message_bytes``; else spread by hash (no sort, ~30% less
         time on big batches), where a message can exceed it — check the largest message
-        (:func:`batch_stats`) before writing, and pack exactly when it does."""
+        (:func:`batch_stats`) before writing, and pack exactly when it does. ``fanout``: spread
+        each bucket and time over that many arrays by hash, without the window that sizes
+        them (one pass less over the updates; an array over the limit is caught the same
+        way). For batches of one time: with many times, the arrays would be many and small."""
         from pyspark.sql import functions as F
 
         t = F.col(TIME)
@@ -263,7 +267,14 @@ class MessagePlan:
         consolidated = (rows.groupBy("__cdc_bucket", ORDER, *self._keys, t).agg(*self._sums, *self._firsts)
                         .select("__cdc_bucket", ORDER, *self._data, t, self._total))
         encoded = consolidated.select(*self._items).select(*self._encoded).withColumn("__cdc_size", self._size)
-        return (encoded.withColumn("__cdc_chunk", self._chunk_exact if exact else self._chunk_spread)
+        if exact:
+            chunk = self._chunk_exact
+        elif fanout is not None:
+            chunk = F.when(F.col("__cdc_item").isNull(), F.lit(None)).otherwise(
+                F.pmod(F.shiftright(F.col(ORDER), 32), F.lit(max(1, fanout))))
+        else:
+            chunk = self._chunk_spread
+        return (encoded.withColumn("__cdc_chunk", chunk)
                 .groupBy("__cdc_bucket", t, "__cdc_chunk").agg(*self._packed)
                 .select(*self._message))
 

@@ -128,28 +128,34 @@ def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(spark, k
     check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 1, d) for k, v, d in rows], (2,))
 
 
+@pytest.mark.parametrize("time_column", [None, "t"])
 def test_jvm_path_spreads_over_every_array_when_buckets_and_arrays_share_a_factor(
-        spark, kafka_bootstrap, topic_factory, monkeypatch):
+        spark, kafka_bootstrap, topic_factory, monkeypatch, time_column):
     """4 buckets (the session's shuffle partitions) and an even number of arrays per bucket:
     every array gets its share, no message is over the limit, and the batch is computed once
-    (an array index taken from the bits that chose the bucket used only half the arrays)."""
+    (an array index taken from the bits that chose the bucket used only half the arrays).
+    A batch of one time takes a fixed number of arrays per bucket (no window sizes them); with
+    a time column, as many as each bucket and time needs."""
     from cdc_emitter import kafka_io, sink_jvm
+    from cdc_emitter.sink import FANOUT_ARRAYS
 
     topic = topic_factory(2)
-    rows = [(i, f"value-{i % 100:03d}", 1) for i in range(3000)]  # ~17 bytes per update
+    rows = [(i, f"value-{i % 100:03d}", 1, 1) for i in range(3000)]  # ~17 bytes per update
     calls = []
     messages = sink_jvm.MessagePlan.messages
-    monkeypatch.setattr(sink_jvm.MessagePlan, "messages",
-                        lambda self, *a, **kw: calls.append(kw.get("exact", False)) or messages(self, *a, **kw))
+    monkeypatch.setattr(sink_jvm.MessagePlan, "messages", lambda self, *a, **kw: calls.append(
+        (kw.get("exact", False), kw.get("fanout"))) or messages(self, *a, **kw))
+    df = spark.createDataFrame(rows, KV + ", t long")
     # about 13 kB per bucket in arrays of half of 2,000 bytes: 12 to 14 arrays per bucket
-    result = CdcSink(kafka_bootstrap, topic, encoder="jvm", max_message_bytes=2032,
-                     small_batch_rows=0).write(spark.createDataFrame(rows, KV), time=1)
-    assert calls == [False]
+    sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", max_message_bytes=2032, small_batch_rows=0,
+                   time_column=time_column)
+    result = sink.write(df) if time_column else sink.write(df.drop("t"), time=1)
+    assert calls == [(False, None if time_column else FANOUT_ARRAYS)]
     sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)
              if ("cdc-emitter-kind", b"updates") in r.headers]
     assert max(sizes) <= 2032 and len(sizes) >= 40 and len(sizes) == result.messages - 1
     assert result.updates == 3000
-    check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 1, d) for k, v, d in rows], (2,))
+    check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 1, d) for k, v, d, _ in rows], (2,))
 
 
 @pytest.mark.parametrize("encoder", ["jvm", "python"])
