@@ -191,11 +191,12 @@ class MessagePlan:
                          F.when(live, digest_share(F.col(ORDER), d)).alias(HASH),
                          F.when(live, 1).otherwise(0).alias("__cdc_live"), F.col(ORDER))
         self._size = F.coalesce(F.octet_length("__cdc_item"), F.lit(0))
-        # 4. packing, two ways. Spread: a bucket and time's updates are spread by their hash over
-        # as many arrays as half-full ones would take (no sort: one sum per group); an array
-        # can come out over the limit, which batch_stats shows. Exact: by running size in hash
-        # order; updates up to half the limit share an array (ends within one half-limit
-        # window: at most a whole limit), bigger ones go alone.
+        # 4. packing, three ways. Spread: a bucket and time's updates are spread by their hash
+        # over as many arrays as half-full ones would take (a window sums each group's sizes);
+        # fanned out (see messages): over a given number of arrays, with no window; either way
+        # an array can come out over the limit, which batch_stats shows. Exact: by running size
+        # in hash order; updates up to half the limit share an array (ends within one
+        # half-limit window: at most a whole limit), bigger ones go alone.
         no_item = F.col("__cdc_item").isNull()
         total = F.sum("__cdc_size").over(Window.partitionBy("__cdc_bucket", TIME))
         arrays = F.greatest(F.lit(1), F.ceil(total / F.lit(half)))
