@@ -200,11 +200,7 @@ class MessagePlan:
         no_item = F.col("__cdc_item").isNull()
         total = F.sum("__cdc_size").over(Window.partitionBy("__cdc_bucket", TIME))
         arrays = F.greatest(F.lit(1), F.ceil(total / F.lit(half)))
-        # the array from the hash's high half: the bucket is the hash modulo the buckets, and
-        # an array index from the same bits would leave arrays empty whenever the two counts
-        # share a factor (4 buckets, 10 arrays: only 5 used, each twice as big)
-        self._chunk_spread = F.when(no_item, F.lit(None)).otherwise(
-            F.pmod(F.shiftright(F.col(ORDER), 32), arrays))
+        self._chunk_spread = _array_index(arrays)
         window = Window.partitionBy("__cdc_bucket", TIME).orderBy(ORDER)
         small = F.col("__cdc_size") <= F.lit(half)
         running = F.sum(F.when(small, F.col("__cdc_size")).otherwise(0)).over(
@@ -271,13 +267,23 @@ class MessagePlan:
         if exact:
             chunk = self._chunk_exact
         elif fanout is not None:
-            chunk = F.when(F.col("__cdc_item").isNull(), F.lit(None)).otherwise(
-                F.pmod(F.shiftright(F.col(ORDER), 32), F.lit(max(1, fanout))))
+            chunk = _array_index(F.lit(max(1, fanout)))
         else:
             chunk = self._chunk_spread
         return (encoded.withColumn("__cdc_chunk", chunk)
                 .groupBy("__cdc_bucket", t, "__cdc_chunk").agg(*self._packed)
                 .select(*self._message))
+
+
+def _array_index(arrays: Any) -> Any:
+    """Which of ``arrays`` arrays of its bucket and time an update goes to (null: no update),
+    for both spread packings: from the hash's high half. The bucket is the hash modulo the
+    buckets, and an index from the same bits would leave arrays empty whenever the two counts
+    share a factor (4 buckets, 10 arrays: only 5 used, each twice as big)."""
+    from pyspark.sql import functions as F
+
+    return F.when(F.col("__cdc_item").isNull(), F.lit(None)).otherwise(
+        F.pmod(F.shiftright(F.col(ORDER), 32), arrays))
 
 
 def spark_hash_long(value: int, seed: int = 42) -> int:
