@@ -376,7 +376,6 @@ class CdcSink:
         self._carried: TopicFrontier | None = None  # the frontier after our last statement
         self._buckets: int | None = None  # JVM path: update groups per batch (see _write_jvm)
         self._fanout = FANOUT_ARRAYS  # JVM path: arrays per bucket, one-time batches (see _write_jvm)
-        self._message_plan: Any = None  # JVM path: (key, MessagePlan) of the last layout
         self._encoded_rows: Any = None  # small-batch path: (key, EncodedRows) of the last layout
         # the next batch goes the small-batch path (see _write_small) when the last was small;
         # the first goes the distributed way, whatever its size
@@ -978,10 +977,7 @@ class CdcSink:
         layout = dict(schema=schema, data_cols=data_cols, update_schema=union_schema(avro_data)[0]["items"],
                       frame=codec.frame, max_message_bytes=self.max_message_bytes, buckets=buckets,
                       partitions=self._update_partitions)
-        key = (type(spark), sink_jvm.MessagePlan.key_of(**layout))  # a kind of session's Columns
-        if self._message_plan is None or self._message_plan[0] != key:
-            self._message_plan = (key, sink_jvm.MessagePlan(**layout))
-        plan = self._message_plan[1]
+        plan = sink_jvm.MessagePlan.shared(type(spark), **layout)
         # spread by hash (no sort): a batch of one time over a fixed number of arrays per bucket
         # (no window to size them), else as many as its size needs; packed exactly only in the
         # rare case a message came out too big — nothing is written before the stats of the

@@ -566,3 +566,36 @@ def test_bucket_labels_go_each_to_a_task_of_their_own(spark):
         placed = (hashes.withColumn("b", bucket_of(F.col("order"), count)).repartition(count, "b")
                   .select("b", F.spark_partition_id().alias("p")).distinct().collect())
         assert sorted((r.p, r.b) for r in placed) == list(enumerate(labels))
+
+
+def test_message_plans_are_shared_by_sinks_of_one_layout(spark, kafka_bootstrap, topic_factory, monkeypatch):
+    """A new sink of a layout already planned reuses its plan (building one is ~1,000 round
+    trips to the JVM); another layout gets its own; the least recently used go first."""
+    from cdc_emitter import sink_jvm
+    from cdc_emitter.codec import union_schema
+    from cdc_emitter.spark_schema import data_schema
+
+    built = []
+    original = sink_jvm.MessagePlan.__init__
+
+    def counting(self, **layout):
+        built.append(layout["buckets"])
+        original(self, **layout)
+
+    monkeypatch.setattr(sink_jvm.MessagePlan, "__init__", counting)
+    monkeypatch.setattr(sink_jvm, "_shared", {})
+    df = spark.createDataFrame([(i, f"v{i}") for i in range(20)], "k long, v string")
+    for _ in range(2):  # two sinks, one layout: one plan
+        CdcSink(kafka_bootstrap, topic_factory(1), encoder="jvm", small_batch_rows=0).write(df, time=1)
+    assert len(built) == 1
+
+    schema = df.schema
+    layout = dict(schema=schema, data_cols=["k", "v"], frame=b"\0\0\0\0\1", max_message_bytes=1000,
+                  update_schema=union_schema(data_schema(schema))[0]["items"], partitions=None)
+    first = sink_jvm.MessagePlan.shared(type(spark), buckets=2, **layout)
+    assert sink_jvm.MessagePlan.shared(type(spark), buckets=2, **layout) is first
+    assert sink_jvm.MessagePlan.shared(type(spark), buckets=3, **layout) is not first
+    for buckets in range(10, 10 + sink_jvm.SHARED_PLANS):  # first is now the least recently used
+        sink_jvm.MessagePlan.shared(type(spark), buckets=buckets, **layout)
+    assert len(sink_jvm._shared) == sink_jvm.SHARED_PLANS
+    assert sink_jvm.MessagePlan.shared(type(spark), buckets=2, **layout) is not first
