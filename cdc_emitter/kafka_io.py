@@ -663,13 +663,19 @@ def _consume(
 
 
 def _open_reader(
-    bootstrap_servers: str, topic: str, config: Mapping[str, Any] | None, timeout: float = BROKER_TIMEOUT
+    bootstrap_servers: str, topic: str, config: Mapping[str, Any] | None, timeout: float = BROKER_TIMEOUT,
+    *, missing_ok: bool = False,
 ) -> tuple[Any, list[int]]:
+    """A consumer for ``topic`` and the topic's partition ids. A missing topic raises
+    BrokerError, or with ``missing_ok`` gives ``(None, [])``."""
     bootstrap_servers = _check_bootstrap(bootstrap_servers)
     consumer = _make(Consumer, consumer_config(bootstrap_servers, config))
     try:
         parts = _partitions(consumer, bootstrap_servers, topic, timeout)
         if parts is None:
+            if missing_ok:
+                consumer.close()
+                return None, []
             raise _missing(topic, bootstrap_servers, reading=True)
     except BaseException:
         consumer.close()
@@ -839,14 +845,24 @@ class TopicOffsets:
         self._consumer: Any = None
         self.partitions: list[int] = []
 
-    def _open(self) -> Any:
+    def _open(self, *, missing_ok: bool = False) -> Any:
         if self._consumer is None:
             # a short long-poll: a fetch left in flight by the last read delays the next one
             # by up to fetch.wait.max.ms (librdkafka sends one fetch at a time per broker)
             config = {**(self._config or {}), "fetch.wait.max.ms": 10}
             self._consumer, self.partitions = _open_reader(self.servers, self.topic, config,
-                                                           self.broker_timeout)
+                                                           self.broker_timeout, missing_ok=missing_ok)
         return self._consumer
+
+    def partition_count(self) -> int | None:
+        """The topic's number of partitions, or None when it does not exist; asked through the
+        kept client, so that the questions after it reuse its connection (a new client's first
+        metadata request waits ~50 ms for one)."""
+        try:
+            return None if self._open(missing_ok=True) is None else len(self.partitions)
+        except BaseException:
+            self.close()
+            raise
 
     def end(self, partition: int = 0) -> int:
         """The high watermark of ``partition``: the offset its next message will get."""

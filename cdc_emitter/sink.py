@@ -532,9 +532,12 @@ class CdcSink:
 
         needed = self.max_message_bytes + RECORD_OVERHEAD
         created = {"max.message.bytes": str(needed)} if needed > KAFKA_DEFAULT_MAX_MESSAGE_BYTES else None
-        count = ensure_topic(self.bootstrap_servers, self.topic, create=self.create_topic,
-                             partitions=self.topic_partitions, config=self._client_config(),
-                             topic_config=created, timeout=self.broker_timeout)
+        # asked through the client kept for the frontier, which the tail read then reuses
+        count = self._offsets().partition_count()
+        if count is None:  # missing: created, or refused with what to do
+            count = ensure_topic(self.bootstrap_servers, self.topic, create=self.create_topic,
+                                 partitions=self.topic_partitions, config=self._client_config(),
+                                 topic_config=created, timeout=self.broker_timeout)
         self._update_partitions = list(range(1, count)) if count > 1 else None
         settings = topic_settings(self.bootstrap_servers, self.topic, config=self._client_config(),
                                   timeout=self.broker_timeout)
