@@ -118,10 +118,10 @@ def _fail(kind: str, *parts: Any) -> Any:
 class MessagePlan:
     """How a batch's rows become its messages, for one data schema and message layout.
 
-    The expressions are built once and reused by every batch (:meth:`messages`): on a classic
-    session each piece of an expression is a round trip to the JVM, some 1,500 per batch when
-    built anew. Texts that name the batch say :data:`BATCH` instead; :func:`task_error` puts the
-    batch's name back.
+    The expressions are built once and reused by every batch (:meth:`messages`), and by every
+    sink of the same layout (:meth:`shared`): on a classic session each piece of an expression
+    is a round trip to the JVM, some 1,500 per plan. Texts that name the batch say
+    :data:`BATCH` instead; :func:`task_error` puts the batch's name back.
 
     ``buckets``: how many groups the updates are spread over (each packs its own arrays);
     ``partitions``: where messages go (None: Kafka's choice).
@@ -234,9 +234,9 @@ class MessagePlan:
     def shared(cls, session_kind: type, **layout: Any) -> MessagePlan:
         """The plan for ``layout`` on sessions of ``session_kind`` (classic or Connect: their
         Columns differ), built once per process and shared by every sink. A plan's Columns are
-        expressions bound to no session or batch, and building them takes ~1,000 round trips
-        to the JVM (0.13-0.19 s measured) — otherwise paid again by each new sink of the same
-        layout, e.g. one per ``write``. The :data:`SHARED_PLANS` layouts used last are kept."""
+        expressions bound to no session or batch, and building them took 0.13-0.19 s of round
+        trips to the JVM — otherwise paid again by each new sink of the same layout, e.g. one
+        per ``write``. The :data:`SHARED_PLANS` layouts used last are kept."""
         key = (session_kind, cls.key_of(**layout))
         with _shared_lock:
             plan = _shared.pop(key, None)

@@ -569,8 +569,8 @@ def test_bucket_labels_go_each_to_a_task_of_their_own(spark):
 
 
 def test_message_plans_are_shared_by_sinks_of_one_layout(spark, kafka_bootstrap, topic_factory, monkeypatch):
-    """A new sink of a layout already planned reuses its plan (building one is ~1,000 round
-    trips to the JVM); another layout gets its own; the least recently used go first."""
+    """A new sink of a layout already planned reuses its plan (building one is some 1,500
+    round trips to the JVM); another layout gets its own; the least recently used go first."""
     from cdc_emitter import sink_jvm
     from cdc_emitter.codec import union_schema
     from cdc_emitter.spark_schema import data_schema
