@@ -28,7 +28,8 @@ Usage::
     KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 .venv/bin/python scripts/bench_sink.py --rows 4000000
     # or without KAFKA_BOOTSTRAP_SERVERS: starts scripts/kafka-local
 
-Prints updates/s for each pipeline and the ratios; ``--json`` prints one JSON object too.
+Prints updates/s for each pipeline (its fastest round) and the ratios of those; with ``--repeat``
+above 1, each ratio also round by round (min, median, max); ``--json`` prints one JSON object too.
 
 ``--small`` measures the other figure, the fixed cost of a small batch against Spark's Kafka sink
 (``scripts/bench_small_batches.py``; the arguments after ``--small`` go to it)::
@@ -42,6 +43,7 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -209,11 +211,14 @@ def main() -> int:
     # rounds, each pipeline once per round: a pipeline timed first would otherwise also pay the
     # JIT's compilation of the big-input code paths that the others then find compiled
     best: dict = {}
+    rounds: list[dict] = []  # each round's rate per pipeline
     for round_ in range(1, max(1, args.repeat) + 1):
+        rounds.append({})
         for key in chosen:
             elapsed, updates, msgs = plan[key][1](df)
             print(f"  round {round_} {key:6s} {elapsed:6.2f}s", file=sys.stderr, flush=True)
             best[key] = min(best.get(key, (elapsed, updates, msgs)), (elapsed, updates, msgs))
+            rounds[-1][key] = updates / elapsed
     for key in chosen:
         elapsed, updates, msgs = best[key]
         rates[key] = updates / elapsed
@@ -222,7 +227,12 @@ def main() -> int:
     for ours in ("jvm", "python", "avro"):
         for peer in ("diy", "raw", "floor"):
             if ours in rates and peer in rates:
-                print(f"ratio {ours}/{peer}: {rates[ours] / rates[peer]:.2f}x")
+                line = f"ratio {ours}/{peer}: {rates[ours] / rates[peer]:.2f}x"
+                if len(rounds) > 1:  # the same ratio within each round: how much the best hides
+                    within = sorted(r[ours] / r[peer] for r in rounds)
+                    line += (f" (round by round: min {within[0]:.2f}x, median "
+                             f"{statistics.median(within):.2f}x, max {within[-1]:.2f}x)")
+                print(line)
     if args.json:
         print(json.dumps({"rows": n, "updates_per_second": rates}))
     spark.stop()
