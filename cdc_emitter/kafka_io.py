@@ -857,12 +857,8 @@ class TopicOffsets:
     def partition_count(self) -> int | None:
         """The topic's number of partitions, or None when it does not exist; asked through the
         kept client, so that the questions after it reuse its connection (a new client's first
-        metadata request waits ~50 ms for one)."""
-        try:
-            return None if self._open(missing_ok=True) is None else len(self.partitions)
-        except BaseException:
-            self.close()
-            raise
+        metadata request waits ~50 ms for one). A client that fails to open is closed there."""
+        return None if self._open(missing_ok=True) is None else len(self.partitions)
 
     def end(self, partition: int = 0) -> int:
         """The high watermark of ``partition``: the offset its next message will get."""
