@@ -203,14 +203,6 @@ _INTEGRAL = ("bigint", "int", "smallint", "tinyint")
 # --- the sink ---------------------------------------------------------------------------------
 
 
-def _observes_writes(spark: Any) -> bool:
-    """Whether Spark reports ``observe``'s figures for a Kafka write (PySpark 4: classic and
-    Connect), which the one-job write needs."""
-    import pyspark
-
-    return int(pyspark.__version__.split(".")[0]) >= 4
-
-
 def _size_estimate(struct: Any) -> Any:
     """A cheap JVM-side bound related to a row's Avro size, to find rows that might not fit.
 
@@ -996,12 +988,6 @@ class CdcSink:
         # rare case a message came out too big — nothing is written before the stats of the
         # messages that will be
         fanout = self._fanout if self.time_column is None else None
-        if recorded is None and fanout is not None and plan.by_bytes and _observes_writes(spark):
-            result = self._write_one_job(plan, prepared, checks, fanout, what, batch_id, writer, lower,
-                                         batch_time, close, sinklog, avro_data, codec, partition0_end,
-                                         partitions)
-            if result is not None:
-                return result
         messages = plan.messages(prepared, checks, fanout=fanout).persist()
         try:
             for exact in (False, True):
@@ -1050,91 +1036,15 @@ class CdcSink:
         finally:
             messages.unpersist()
         self._clock.mark("write")
-        self._size_next(partitions, sum(counts.values()), n_bytes)
-        return self._commit(what, writer, batch_id, lower, upper, counts, digest, avro_data, codec,
-                            partition0_end, n_messages, n_bytes, recorded is not None)
-
-    def _size_next(self, partitions: int, updates: int, n_bytes: int) -> None:
-        """Size the next batch's spread from this one's ``updates`` and ``n_bytes`` of messages."""
-        # over about as many groups as this one filled messages (at least one; at most the
-        # shuffle partitions): small batches, few messages
+        # the next batch spreads its updates over about as many groups as this one filled
+        # messages (at least one; at most the shuffle partitions): small batches, few messages
         self._buckets = max(1, min(partitions, -(-n_bytes * 4 // self.max_message_bytes)))
         # and arrays of about 1/16 of the limit if it is as big as this one: room to grow 16-fold
         # before an array comes out too big
         self._fanout = max(1, min(FANOUT_ARRAYS, -(-n_bytes * 16 // (self._buckets * self.max_message_bytes))))
-        self._small_next = self._small_after(updates, n_bytes)
-
-    def _write_one_job(self, plan, prepared, checks, fanout, what, batch_id, writer, lower, batch_time,
-                       close, sinklog, avro_data, codec, partition0_end, partitions) -> BatchResult | None:
-        """A new batch of one time in one Spark job (:func:`sink_jvm.write_observed`): its interval
-        is known before its rows are read, so it is checked and recorded first, and its messages
-        go to Kafka as they are made, their figures observed on the way — no cache, no job for
-        the figures alone. Every check that can fail a row runs in the map stage, before the
-        first message; a batch whose rows could overflow that stage's bounds (a row near the
-        message limit, a diff beyond 2^31) returns None for the two-job write, having written
-        nothing. Spread arrays that come out over the limit are held back and their updates
-        written packed exactly by a second job (each update is in one array: none is written
-        twice)."""
-        from . import sink_jvm
-        from .errors import DeliveryError
-
-        upper = self._upper(what, None, close, batch_time, None, lower)
-        self._check_no_other_writer(what, writer, batch_id, lower, upper, "was being prepared",
-                                    written=False, since=partition0_end)
-        self._record_interval(sinklog, what, batch_id, lower, upper, batch_time, writer, None)
-        self._clock.mark("check")
-        headers = [(HEADER_KIND, b"updates"), (HEADER_WRITER, writer.encode())]
-        if batch_id is not None:
-            headers.append((HEADER_BATCH, str(batch_id).encode()))
-        options = sink_jvm.kafka_write_options(self.bootstrap_servers, self.topic, self.producer_config)
-        held: list[str] | None = None
-        counts: dict[int, int] = {}
-        digest = n_messages = n_bytes = 0
-        while True:
-            if held is None:
-                messages = plan.messages(prepared, checks, fanout=fanout, guarded=True)
-            else:
-                log.debug("%s: %d spread arrays over %d bytes held back: packing their updates exactly",
-                          what, len(held), self.max_message_bytes)
-                messages = plan.messages(prepared, checks, exact=True, fanout=fanout, only=held, guarded=True)
-            try:
-                stats, over = sink_jvm.write_observed(messages, options, headers, time=batch_time,
-                                                      max_message_bytes=self.max_message_bytes, what=what)
-            except CdcError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
-                if sink_jvm.unguarded(exc):
-                    if held is None:
-                        log.debug("%s: a row is beyond the one-job write's bounds: writing in two jobs", what)
-                        return None
-                    raise CdcError(
-                        f"{what}: its input changed between its two Spark jobs (a row beyond the "
-                        f"bounds of the first now); {n_messages} messages with {sum(counts.values())} "
-                        "updates are in the topic without a progress statement. A streaming source "
-                        "must replay the same data; a re-run of the batch writes them again") from None
-                ours = sink_jvm.task_error(exc, what) or _task_error(exc)
-                if ours is not None:  # a bad row: the map stage failed, nothing was written
-                    raise ours from None
-                from .sources import spark_error_text
-
-                cause = sink_jvm.kafka_cause(exc) or spark_error_text(exc)
-                raise DeliveryError(
-                    f"delivery to topic {self.topic!r} failed in Spark's Kafka writer "
-                    f"(delivery.timeout.ms={options['kafka.delivery.timeout.ms']} per attempt): {cause}. "
-                    f"No progress statement was written for {what}; a re-run of the batch writes "
-                    "the same updates again") from exc
-            for t, n in stats.counts.items():
-                counts[t] = counts.get(t, 0) + n
-            digest ^= stats.digest
-            n_messages += stats.messages
-            n_bytes += stats.bytes
-            if held is not None or not over:
-                break
-            held = over
-        self._clock.mark("write")
-        self._size_next(partitions, sum(counts.values()), n_bytes)
+        self._small_next = self._small_after(sum(counts.values()), n_bytes)
         return self._commit(what, writer, batch_id, lower, upper, counts, digest, avro_data, codec,
-                            partition0_end, n_messages, n_bytes, False)
+                            partition0_end, n_messages, n_bytes, recorded is not None)
 
     def _small_after(self, rows: int, n_bytes: int) -> bool:
         """Whether a batch after one of ``rows`` rows and ``n_bytes`` of messages goes the small way."""

@@ -20,15 +20,6 @@ A batch is two Spark jobs over one plan:
    fails the task, and Spark retries it — a retry can only duplicate whole update arrays, which
    readers discard.
 
-A new batch of one time (the default time mode: its interval is known before its rows are
-read) is written in **one** job instead (:func:`write_observed`): the messages go to Kafka as
-they are made and their figures are observed on the way — no cache, no job for the figures
-alone. Every check that can fail a row then runs in the map stage, before the shuffle (Spark
-starts no task of the writing stage before the map stage is done), and so do two guards that
-send the batch back to the two jobs above, having written nothing: a row that could make a
-message too big on its own, a diff that could overflow a consolidated sum. Spread arrays that
-come out over the limit are held back, and a second job writes their updates packed exactly.
-
 Guarantees: no message is written before every row of the batch passed validation and every
 consolidated diff fits 64 bits; every message is at most ``max_message_bytes``; the counts are
 those of the messages written; the executors need only Spark and the two Spark packages
@@ -64,8 +55,6 @@ _MARKED = re.compile(r"\[cdc-emitter:(\w+)\] (.*?)(?: SQLSTATE: \w+)?(?:\n|$)")
 _ENVELOPE = 32
 
 
-#: The error kind of a guard of the one-job write: not bad input, the batch takes the two-job write.
-UNGUARDED = "Unguarded"
 #: In a :class:`Check`'s message parts: the bad row's data columns as JSON.
 ROW = "\0row"
 #: In the texts of a :class:`MessagePlan`: the batch's name, put back by :func:`task_error`.
@@ -232,14 +221,7 @@ class MessagePlan:
         else:
             partition = F.lit(None).cast("int")
         self._message = (t.alias("time"), F.col("n"), F.col("xor"),
-                         F.when(F.col("n") > 0, value).alias("value"), partition.alias("partition"),
-                         F.concat_ws(":", "__cdc_bucket", "__cdc_chunk").alias("array"))
-        # the one-job write's guards (see messages(guarded=True)): a row whose update could come
-        # out over the limit (its data, its time and a diff of at most 10 bytes), or whose diff
-        # could make a consolidated sum overflow 64 bits (more than 2^31 in size: fewer than 2^31
-        # rows per update cannot reach 2^62), sends the batch back to the two-job write
-        self._guards = (octet_length_over(F.col(DATA), limit - 20),
-                        (d > F.lit(1 << 31)) | (d < F.lit(-(1 << 31))))
+                         F.when(F.col("n") > 0, value).alias("value"), partition.alias("partition"))
 
     @staticmethod
     def key_of(*, schema: Any, data_cols: Sequence[str], update_schema: dict, frame: bytes,
@@ -266,8 +248,7 @@ class MessagePlan:
         return plan
 
     def messages(self, prepared: Any, checks: Sequence[Check], *, exact: bool = False,
-                 fanout: int | None = None, guarded: bool = False,
-                 only: Sequence[str] | None = None) -> Any:
+                 fanout: int | None = None) -> Any:
         """The batch's messages as a DataFrame (nothing computed yet): one row per update array
         with ``time``, ``n`` (updates), ``xor`` (XOR of the updates' hashes), ``value`` (the
         message) and ``partition`` (null: Kafka's choice); plus one row with ``n = 0`` and a null
@@ -280,14 +261,7 @@ class MessagePlan:
         (:func:`batch_stats`) before writing, and pack exactly when it does. ``fanout``: spread
         each bucket and time over that many arrays by hash, without the window that sizes
         them (one pass less over the updates; an array over the limit is caught the same
-        way). For batches of one time: with many times, the arrays would be many and small.
-
-        For the one-job write (:func:`write_observed`), where messages are written while later
-        updates are still being consolidated, so every failure must come before the shuffle:
-        ``guarded`` fails the map stage with :data:`UNGUARDED` on a row that could make a
-        message too big on its own or a consolidated diff overflow (both checked after the
-        shuffle otherwise); ``only``: with ``exact`` and the ``fanout`` that spread them, just
-        the updates of these arrays (``array`` values of the spread messages)."""
+        way). For batches of one time: with many times, the arrays would be many and small."""
         from pyspark.sql import functions as F
 
         t = F.col(TIME)
@@ -304,22 +278,10 @@ class MessagePlan:
         rows = rows.withColumn(ORDER, self._order)
         if self.by_bytes:
             rows = rows.select(self._data_bytes.alias(DATA), t, F.col(DIFF), F.col(ORDER))
-        if guarded:
-            if not self.by_bytes:
-                raise ValueError("guarded messages need data encoded before the shuffle (no maps)")
-            big, huge = self._guards
-            unguarded = _fail(UNGUARDED, F.lit(f"{BATCH}: a row can exceed the one-job write's bounds"))
-            rows = rows.select(F.when(big | huge, unguarded.cast("binary")).otherwise(F.col(DATA)).alias(DATA),
-                               t, F.col(DIFF), F.col(ORDER))
         rows = rows.withColumn("__cdc_bucket", self._bucket).repartition(self._buckets, "__cdc_bucket")
         consolidated = (rows.groupBy("__cdc_bucket", ORDER, *self._keys, t).agg(*self._sums, *self._firsts)
                         .select("__cdc_bucket", ORDER, *self._data, t, self._total))
         encoded = consolidated.select(*self._items).select(*self._encoded).withColumn("__cdc_size", self._size)
-        if only is not None:
-            if not exact or fanout is None:
-                raise ValueError("only= takes exact=True and the fanout that spread the arrays")
-            spread = F.concat_ws(":", "__cdc_bucket", _array_index(F.lit(max(1, fanout))))
-            encoded = encoded.filter(spread.isin(list(only)))
         if exact:
             chunk = self._chunk_exact
         elif fanout is not None:
@@ -335,13 +297,6 @@ class MessagePlan:
 SHARED_PLANS = 8
 _shared: dict[tuple, MessagePlan] = {}
 _shared_lock = threading.Lock()
-
-
-def octet_length_over(c: Any, bound: int) -> Any:
-    """True where binary ``c`` holds more than ``bound`` bytes."""
-    from pyspark.sql import functions as F
-
-    return F.octet_length(c) > F.lit(bound)
 
 
 def _array_index(arrays: Any) -> Any:
@@ -655,8 +610,7 @@ def kafka_write_options(bootstrap_servers: str, topic: str, producer_config: Map
     return options
 
 
-def write_messages(messages: Any, options: Mapping[str, str], headers: Sequence[tuple[str, bytes]],
-                   mode: str | None = None) -> None:
+def write_messages(messages: Any, options: Mapping[str, str], headers: Sequence[tuple[str, bytes]]) -> None:
     """Write the messages that hold updates with Spark's Kafka writer (one Spark job).
 
     A password in the options (``kafka.sasl.jaas.config``) is kept out of what Spark prints
@@ -674,98 +628,12 @@ def write_messages(messages: Any, options: Mapping[str, str], headers: Sequence[
         _redact_jaas(messages.sparkSession)
         py4j.setLevel(max(logging.INFO, py4j.getEffectiveLevel()))  # Py4J logs each command at DEBUG
     try:
-        writer = out.write.format("kafka") if mode is None else out.write.mode(mode).format("kafka")
+        writer = out.write.format("kafka")
         for key, value in options.items():
             writer = writer.option(key, value)
         writer.save()
     finally:
         py4j.setLevel(level)
-
-
-#: Spark's setting that names the sources written through their version-1 API; Kafka is one by
-#: default, and a version-1 write runs its query where ``observe`` sees nothing (``Observation.get``
-#: then waits forever), so the one-job write takes it out of the list while it writes.
-_V1_SOURCES = "spark.sql.sources.useV1SourceList"
-#: One-job writes of this process, one at a time: each takes Kafka out of that session-wide list
-#: and puts it back, and a write that started while another put it back would not be observed.
-_v1_lock = threading.Lock()
-#: How long to wait for a written batch's observed figures (they come with the job's end).
-OBSERVATION_TIMEOUT_S = 120.0
-
-
-def observed_figures(messages: Any, observation: Any, max_message_bytes: int) -> Any:
-    """``messages`` (of :meth:`MessagePlan.messages`) observed: what the messages at most
-    ``max_message_bytes`` hold (counted as :class:`BatchStats`, one time) and the ``array`` names
-    of the bigger ones, which :func:`write_observed` holds back."""
-    from pyspark.sql import functions as F
-
-    over = F.octet_length("value") > F.lit(max_message_bytes)
-    kept = lambda c: F.when(~over | F.col("value").isNull(), c)  # noqa: E731 - a column filter
-    return messages.observe(
-        observation, F.coalesce(F.sum(kept(F.col("n"))), F.lit(0)).alias("n"),
-        F.coalesce(F.bit_xor(kept(F.col("xor"))), F.lit(0).cast("long")).alias("x"),
-        F.count(kept(F.col("value"))).alias("m"),
-        F.coalesce(F.sum(kept(F.octet_length("value"))), F.lit(0)).alias("b"),
-        F.coalesce(F.max(kept(F.octet_length("value"))), F.lit(0)).alias("l"),
-        F.collect_list(F.when(over, F.col("array"))).alias("held"))
-
-
-def write_observed(messages: Any, options: Mapping[str, str], headers: Sequence[tuple[str, bytes]], *,
-                   time: int, max_message_bytes: int, what: str) -> tuple[BatchStats, list[str]]:
-    """Write a batch of one ``time`` in one Spark job: the messages at most ``max_message_bytes``
-    go to Kafka as they are made, and what they hold is observed on the way (no cache, no job
-    of its own for the figures). Returns their figures and the arrays held back for being over
-    the limit (their updates are in no message written: write them packed exactly).
-
-    Guarantees, with ``messages`` guarded (:meth:`MessagePlan.messages`): a bad row fails the map
-    stage, before any message is written; the figures are those of the messages written (a
-    retried task's come once: Spark counts a result task's first success)."""
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F
-
-    observation = Observation()
-    observed = observed_figures(messages, observation, max_message_bytes)
-    over = F.octet_length("value") > F.lit(max_message_bytes)
-    written = observed.filter(F.col("value").isNotNull() & ~over)
-    spark = messages.sparkSession
-    with _v1_lock:
-        before = spark.conf.get(_V1_SOURCES)
-        spark.conf.set(_V1_SOURCES, ",".join(s for s in before.split(",") if s.strip().lower() != "kafka"))
-        try:
-            write_messages(written, options, headers, mode="append")
-        finally:
-            spark.conf.set(_V1_SOURCES, before)
-    figures = _await(observation, what)
-    stats = BatchStats({time: int(figures["n"])} if figures["n"] else {}, int(figures["x"]), time,
-                       int(figures["m"]), int(figures["b"]), int(figures["l"]))
-    return stats, [str(a) for a in figures["held"] or []]
-
-
-def _await(observation: Any, what: str) -> dict:
-    """The observation's figures; a CdcError if they do not come (a write Spark ran where
-    ``observe`` cannot see it)."""
-    box: dict = {}
-
-    def get() -> None:
-        try:
-            box["figures"] = observation.get
-        except Exception as exc:  # noqa: BLE001 - handed to the caller
-            box["error"] = exc
-
-    waiter = threading.Thread(target=get, name="cdc-observation", daemon=True)
-    waiter.start()
-    waiter.join(OBSERVATION_TIMEOUT_S)
-    if "figures" in box:
-        return box["figures"]
-    raise CdcError(f"{what}: its messages were written but Spark reported no figures for them "
-                   f"({box.get('error') or f'none after {OBSERVATION_TIMEOUT_S:.0f} s'}); no progress statement "
-                   "was written, and a re-run of the batch writes its updates again")
-
-
-def unguarded(exc: BaseException) -> bool:
-    """Whether a failed job is a one-job write's guard (:data:`UNGUARDED`): not bad input."""
-    found = _MARKED.findall(str(exc))
-    return bool(found) and found[-1][0] == UNGUARDED
 
 
 def _redact_jaas(spark: Any) -> None:

@@ -11,13 +11,10 @@ The phases, in order (``seconds`` holds those a batch went through, and ``total`
     sink log, the data schema against the topic's.
 ``check``
     one Spark job validates every row and consolidates: counts, digest, largest message
-    (``encoder="jvm"``); the validation scan (other encoders). A new batch of one time on the
-    JVM path is written in one job: here only the driver's checks before it (no other writer
-    took the interval; the sink log records it).
+    (``encoder="jvm"``); the validation scan (other encoders).
 ``write``
-    update messages are produced and acknowledged (``jvm``: Spark's Kafka writer — for a batch
-    written in one job, also its validation and consolidation; other encoders: consolidation and
-    production on the executors, one job).
+    update messages are produced and acknowledged (``jvm``: Spark's Kafka writer; other encoders:
+    consolidation and production on the executors, one job).
 ``commit``
     the progress statement is written and acknowledged, after the check that no other writer
     took the interval.

@@ -110,9 +110,7 @@ def test_streaming_query_exact_history_multi_partition(spark, kafka_bootstrap, t
 def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(spark, kafka_bootstrap, topic_factory,
                                                                         monkeypatch):
     """The JVM path spreads updates over arrays by hash; updates near half the limit make some
-    array too big. A new batch of one time (written in one job) holds those arrays back and
-    writes their updates packed by running size; no message is over the limit, no update is
-    written twice."""
+    array too big, and the batch is then packed by running size before anything is written."""
     from cdc_emitter import kafka_io, sink_jvm
 
     topic = topic_factory(2)
@@ -128,54 +126,6 @@ def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(spark, k
     sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
     assert max(sizes) <= 400 and len(sizes) == result.messages
     check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 1, d) for k, v, d in rows], (2,))
-
-
-def test_one_job_write_takes_two_jobs_for_rows_beyond_its_bounds(spark, kafka_bootstrap, topic_factory,
-                                                                 monkeypatch):
-    """A new batch of one time is written in one job, its messages made while they are written,
-    so a row that could make a message too big on its own, or a diff that could overflow a
-    consolidated sum, fails that job's map stage before any message — and the batch is written
-    in two jobs instead, whole: here a row that fits the limit only with a small diff, and a
-    diff of 2^40."""
-    from cdc_emitter import kafka_io, sink_jvm
-
-    calls = []
-    messages = sink_jvm.MessagePlan.messages
-    monkeypatch.setattr(sink_jvm.MessagePlan, "messages",
-                        lambda self, *a, **kw: calls.append(kw.get("guarded", False)) or messages(self, *a, **kw))
-    near = [(i, f"{i}-" + "x" * 100, 1) for i in range(300)] + [(1000, "y" * 350, 1)]  # 355 bytes of data
-    huge = [(i, f"{i}", 1) for i in range(300)] + [(1000, "z", 2**40), (1000, "z", -1)]
-    for rows, expected in ((near, near), (huge, huge[:-2] + [(1000, "z", 2**40 - 1)])):
-        topic = topic_factory(2)
-        calls.clear()
-        result = CdcSink(kafka_bootstrap, topic, encoder="jvm", max_message_bytes=400).write(
-            spark.createDataFrame(rows, KV), time=3)
-        # the one-job write stopped in its map stage, then the two-job write (packed exactly
-        # when a spread array came out over the limit)
-        assert calls[0] and calls[1:] in ([False], [False, False])
-        assert result.updates == len(expected) and result.counts == {3: len(expected)}
-        sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
-        assert max(sizes) <= 400 and len(sizes) == result.messages
-        check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 3, d) for k, v, d in expected], (4,))
-
-
-def test_one_job_write_fails_on_a_bad_row_before_any_task_writes(spark, kafka_bootstrap, topic_factory):
-    """A bad row among many, in a batch written in one job over several tasks: the map stage
-    fails, no task of the writing stage starts, the topic holds nothing; the session's list of
-    version-1 sources (taken Kafka out of while the job writes) is as it was."""
-    from pyspark.sql import functions as F
-
-    topic = topic_factory(2)
-    before = spark.conf.get("spark.sql.sources.useV1SourceList")
-    df = (spark.range(50_000, numPartitions=4)
-          .select(F.col("id").alias("k"), F.col("id").cast("string").alias("v"),
-                  F.when(F.col("id") == 31_337, F.lit(None)).otherwise(F.lit(1)).cast("long").alias("diff")))
-    with pytest.raises(BadInputError, match=r"""null diff in column 'diff' \(e.g. row \{"k":31337,"v":"31337"\}\)"""):
-        CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0).write(df, time=0)
-    assert count_messages(kafka_bootstrap, topic) == 0
-    assert spark.conf.get("spark.sql.sources.useV1SourceList") == before
-    result = CdcSink(kafka_bootstrap, topic, encoder="jvm").write(df.where("diff IS NOT NULL"), time=0)
-    assert result.updates == 49_999 and spark.conf.get("spark.sql.sources.useV1SourceList") == before
 
 
 @pytest.mark.parametrize("time_column", [None, "t"])
@@ -525,8 +475,6 @@ BAD = {
                       BadInputError, r"negative time -5 in column 't'"),
     "diff-overflow": ("k long, diff long", [(1, 2**62), (1, 2**62), (2, 1)], {},
                       BadInputError, r'row \{"k":1\}.*overflows'),
-    "null-diff": ("k long, diff long", [(1, 1), (2, None)], {},
-                  BadInputError, r"""null diff in column 'diff' \(e.g. row \{"k":2\}\)"""),
     "unsupported-type": ("k long, span interval day to second", None, {},
                          SchemaError, r"column 'span' has type interval day"),
     "oversized-row": ("k long, v string", [(1, "x"), (2, "y" * 5000)], {"max_message_bytes": 2000},
