@@ -128,6 +128,26 @@ def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(spark, k
     check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 1, d) for k, v, d in rows], (2,))
 
 
+def test_a_bad_row_among_many_writes_nothing_and_the_batch_then_goes_through(spark, kafka_bootstrap,
+                                                                            topic_factory):
+    """One bad row among 50,000 over four input partitions, in a batch the executors write:
+    the job that validates fails before any message is written; the same rows without it
+    then write whole."""
+    from pyspark.sql import functions as F
+
+    topic = topic_factory(2)
+    df = (spark.range(50_000, numPartitions=4)
+          .select(F.col("id").alias("k"), F.col("id").cast("string").alias("v"),
+                  F.when(F.col("id") == 31_337, F.lit(None)).otherwise(F.lit(1)).cast("long").alias("diff")))
+    with pytest.raises(BadInputError, match=r"""null diff in column 'diff' \(e.g. row \{"k":31337,"v":"31337"\}\)"""):
+        CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0).write(df, time=0)
+    assert count_messages(kafka_bootstrap, topic) == 0
+    result = CdcSink(kafka_bootstrap, topic, encoder="jvm").write(df.where("diff IS NOT NULL"), time=0)
+    assert (result.lower, result.upper, result.updates) == (0, 1, 49_999)
+    _history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec_for(df))
+    assert (violations, frontier) == ([], (1,))
+
+
 @pytest.mark.parametrize("time_column", [None, "t"])
 def test_jvm_path_spreads_over_every_array_when_buckets_and_arrays_share_a_factor(
         spark, kafka_bootstrap, topic_factory, monkeypatch, time_column):
@@ -475,6 +495,8 @@ BAD = {
                       BadInputError, r"negative time -5 in column 't'"),
     "diff-overflow": ("k long, diff long", [(1, 2**62), (1, 2**62), (2, 1)], {},
                       BadInputError, r'row \{"k":1\}.*overflows'),
+    "null-diff": ("k long, diff long", [(1, 1), (2, None)], {},
+                  BadInputError, r"""null diff in column 'diff' \(e.g. row \{"k":2\}\)"""),
     "unsupported-type": ("k long, span interval day to second", None, {},
                          SchemaError, r"column 'span' has type interval day"),
     "oversized-row": ("k long, v string", [(1, "x"), (2, "y" * 5000)], {"max_message_bytes": 2000},
