@@ -144,8 +144,9 @@ def test_a_bad_row_among_many_writes_nothing_and_the_batch_then_goes_through(spa
     assert count_messages(kafka_bootstrap, topic) == 0
     result = CdcSink(kafka_bootstrap, topic, encoder="jvm").write(df.where("diff IS NOT NULL"), time=0)
     assert (result.lower, result.upper, result.updates) == (0, 1, 49_999)
-    _history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec_for(df))
+    history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec_for(df))
     assert (violations, frontier) == ([], (1,))
+    assert history == as_history(((k, str(k)), 0, 1) for k in range(50_000) if k != 31_337)
 
 
 @pytest.mark.parametrize("time_column", [None, "t"])
