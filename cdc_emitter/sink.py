@@ -984,13 +984,18 @@ class CdcSink:
                       partitions=self._update_partitions)
         plan = sink_jvm.MessagePlan.shared(type(spark), **layout)
         # spread by hash (no sort): a batch of one time over a fixed number of arrays per bucket
-        # (no window to size them), else as many as its size needs; packed exactly only in the
-        # rare case a message came out too big — nothing is written before the stats of the
-        # messages that will be
+        # (no window to size them), each row its own update unless the last such batch of its
+        # data layout had repeated rows (sink_jvm.expect_repeats); else as many arrays as its
+        # size needs. Consolidated when a repeat is found, packed exactly in the rare case a
+        # message came out too big — nothing is written before the stats of the messages that
+        # will be
         fanout = self._fanout if self.time_column is None else None
-        messages = plan.messages(prepared, checks, fanout=fanout).persist()
+        may_skip_consolidation = fanout is not None and plan.by_bytes
+        consolidate = not may_skip_consolidation or sink_jvm.expect_repeats(schema, data_cols)
+        exact = False
+        messages = plan.messages(prepared, checks, fanout=fanout, consolidate=consolidate).persist()
         try:
-            for exact in (False, True):
+            while True:
                 try:
                     stats = sink_jvm.batch_stats(messages, one_time=self.time_column is None)
                 except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
@@ -998,12 +1003,19 @@ class CdcSink:
                     if ours is None:
                         raise
                     raise ours from None
-                if exact or stats.largest <= self.max_message_bytes:
+                if not consolidate and stats.repeated:
+                    log.debug("%s: rows with the same data and time: consolidating", what)
+                    consolidate = True
+                elif exact or stats.largest <= self.max_message_bytes:
                     break
-                log.debug("%s: a spread message has %d bytes, over %d: packing exactly", what,
-                          stats.largest, self.max_message_bytes)
+                else:
+                    log.debug("%s: a spread message has %d bytes, over %d: packing exactly", what,
+                              stats.largest, self.max_message_bytes)
+                    exact = consolidate = True
                 messages.unpersist()
-                messages = plan.messages(prepared, checks, exact=True).persist()
+                messages = plan.messages(prepared, checks, fanout=fanout, exact=exact).persist()
+            if may_skip_consolidation:  # consolidated, the stats still tell whether rows repeated
+                sink_jvm.note_repeats(schema, data_cols, stats.repeated)
             counts, digest, max_time = stats.counts, stats.digest, stats.max_time
             n_messages, n_bytes = stats.messages, stats.bytes
             self._clock.mark("check")

@@ -10,7 +10,11 @@ A batch is two Spark jobs over one plan:
    encoded bytes (diff sums computed exactly: a 64-bit sum that overflows on the way to a
    total that fits is still right, and a total that does not fit fails the job), each update
    made of its data bytes, time and diff, and packed into update arrays of at most
-   ``max_message_bytes`` (joined by ``listagg`` on Spark 4) — each message
+   ``max_message_bytes`` (joined by ``listagg`` on Spark 4). A batch of one time is first
+   packed unconsolidated instead, each row its own update (no aggregation over every row), and
+   consolidated only if two of its rows turn out to share data and time (found per array
+   before anything is written; the next such batch of the same data layout is then
+   consolidated straight away). Each message is
    the Confluent header (one owner: :attr:`CdcCodec.frame <cdc_emitter.codec.CdcCodec.frame>`),
    the union branch, the array's block count (``to_avro`` of a long is its zig-zag varint), the
    encoded updates and the closing zero. The messages are cached; the job's result is the
@@ -40,13 +44,14 @@ from .errors import BadInputError, CdcError, ConfigError, LateUpdateError
 from .spark_schema import contains_map, contains_type
 
 __all__ = ["Check", "MessagePlan", "bucket_of", "partition_labels", "spark_hash_long", "EncodedRows", "normalized", "hash_columns", "encoded_data", "digest_share", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options", "java_client_options",
-           "canonical", "group_keys", "task_error", "kafka_cause"]
+           "canonical", "group_keys", "task_error", "kafka_cause", "expect_repeats", "note_repeats"]
 
 TIME = "__cdc_time"
 DIFF = "__cdc_diff"
 HASH = "__cdc_hash"
 ORDER = "__cdc_order"
 DATA = "__cdc_data"
+REPEAT = "__cdc_repeat"
 #: Marks our own messages inside Spark's error text (raise_error), with the error class to raise.
 _MARK = "[cdc-emitter:{kind}] "
 _MARKED = re.compile(r"\[cdc-emitter:(\w+)\] (.*?)(?: SQLSTATE: \w+)?(?:\n|$)")
@@ -159,7 +164,8 @@ class MessagePlan:
         # 2. consolidation: the 64-bit sum as high and low 32-bit halves, which cannot overflow
         # (fewer than 2^31 rows per update), joined exactly
         self._sums = (F.sum(F.shiftright(d, 32)).alias("__cdc_hi"),
-                      F.sum(d.bitwiseAND(F.lit(0xFFFFFFFF))).alias("__cdc_lo"))
+                      F.sum(d.bitwiseAND(F.lit(0xFFFFFFFF))).alias("__cdc_lo"),
+                      F.count(F.when(d != 0, F.lit(1))).alias("__cdc_rows"))  # live rows behind the update
         two32 = F.lit(4294967296).cast("decimal(38,0)")
         exact = F.col("__cdc_hi").cast("decimal(38,0)") * two32 + F.col("__cdc_lo").cast("decimal(38,0)")
         fast = F.try_add(F.try_multiply(F.col("__cdc_hi"), F.lit(4294967296)), F.col("__cdc_lo"))
@@ -181,7 +187,7 @@ class MessagePlan:
         half = limit // 2
         # the item is its own column, so that the size check and the value share one encoding
         self._items = (F.col("__cdc_bucket"), t, F.col(ORDER), d, *self._data,  # data: for the error's text
-                       F.when(live, item).alias("__cdc_item"))
+                       F.when(live, item).alias("__cdc_item"), F.col(REPEAT))
         size = F.octet_length("__cdc_item")
         too_big = _fail("BadInputError", F.lit(f"{BATCH}: row "), after_json, F.lit(" at time "),
                         t.cast("string"), F.lit(" encodes to "), size.cast("string"),
@@ -190,7 +196,7 @@ class MessagePlan:
         checked_item = F.when(size > F.lit(limit), too_big.cast("binary")).otherwise(F.col("__cdc_item"))
         self._encoded = (F.col("__cdc_bucket"), t, checked_item.alias("__cdc_item"),
                          F.when(live, digest_share(F.col(ORDER), d)).alias(HASH),
-                         F.when(live, 1).otherwise(0).alias("__cdc_live"), F.col(ORDER))
+                         F.when(live, 1).otherwise(0).alias("__cdc_live"), F.col(ORDER), F.col(REPEAT))
         self._size = F.coalesce(F.octet_length("__cdc_item"), F.lit(0))
         # 4. packing, three ways. Spread: a bucket and time's updates are spread by their hash
         # over as many arrays as half-full ones would take (a window sums each group's sizes);
@@ -212,6 +218,12 @@ class MessagePlan:
         self._packed = (F.sum("__cdc_live").alias("n"),
                         F.bit_xor(F.coalesce(F.col(HASH), F.lit(0).cast("long"))).alias("xor"),
                         _concat_all(F.col("__cdc_item")).alias("__cdc_body"))
+        # whether an array holds an update made of more than one live row (consolidated), or,
+        # unconsolidated, two live rows of one hash — the same (data, time) or, rarely, a
+        # collision: either way the array is not to be written
+        self._repeated = F.bool_or(REPEAT).alias("repeated")
+        orders = F.collect_list(F.when(F.col("__cdc_live") == 1, F.col(ORDER)))
+        self._repeated_unconsolidated = (F.size(F.array_distinct(orders)) < F.size(orders)).alias("repeated")
         value = F.concat(F.lit(frame + b"\x00"), to_avro(F.col("n").cast("long"), '"long"'),
                          F.col("__cdc_body"), F.lit(b"\x00"))
         if partitions:
@@ -221,7 +233,8 @@ class MessagePlan:
         else:
             partition = F.lit(None).cast("int")
         self._message = (t.alias("time"), F.col("n"), F.col("xor"),
-                         F.when(F.col("n") > 0, value).alias("value"), partition.alias("partition"))
+                         F.when(F.col("n") > 0, value).alias("value"), partition.alias("partition"),
+                         F.col("repeated"))
 
     @staticmethod
     def key_of(*, schema: Any, data_cols: Sequence[str], update_schema: dict, frame: bytes,
@@ -248,11 +261,12 @@ class MessagePlan:
         return plan
 
     def messages(self, prepared: Any, checks: Sequence[Check], *, exact: bool = False,
-                 fanout: int | None = None) -> Any:
+                 fanout: int | None = None, consolidate: bool = True) -> Any:
         """The batch's messages as a DataFrame (nothing computed yet): one row per update array
         with ``time``, ``n`` (updates), ``xor`` (XOR of the updates' hashes), ``value`` (the
-        message) and ``partition`` (null: Kafka's choice); plus one row with ``n = 0`` and a null
-        value for each bucket and time whose updates all cancelled (so the largest time is known).
+        message), ``partition`` (null: Kafka's choice) and ``repeated`` (see ``consolidate``);
+        plus one row with ``n = 0`` and a null value for each bucket and time whose updates all
+        cancelled (so the largest time is known).
 
         ``prepared`` has the data columns, ``__cdc_time`` and ``__cdc_diff``; ``checks`` are the
         batch's own (built per batch: they hold its frontier). ``exact``: pack by running size,
@@ -261,8 +275,19 @@ class MessagePlan:
         (:func:`batch_stats`) before writing, and pack exactly when it does. ``fanout``: spread
         each bucket and time over that many arrays by hash, without the window that sizes
         them (one pass less over the updates; an array over the limit is caught the same
-        way). For batches of one time: with many times, the arrays would be many and small."""
+        way). For batches of one time: with many times, the arrays would be many and small.
+
+        ``consolidate=False`` (only with :attr:`by_bytes`): each row with a non-zero diff is an
+        update of its own, with no aggregation over every row — right exactly when no two of the
+        batch's rows have the same data and time. ``repeated`` is then true for an array with two
+        live rows of one hash (two such rows always share one, so it is never false when they
+        exist); such messages are not to be written: consolidate instead. Consolidated,
+        ``repeated`` says the array holds an update made of several live rows: whether an
+        unconsolidated attempt of the same rows would have found a repeat."""
         from pyspark.sql import functions as F
+
+        if not (consolidate or self.by_bytes):
+            raise ValueError("rows are left unconsolidated only when their data is grouped as bytes")
 
         t = F.col(TIME)
         # 1. map stage: each bad row fails the task with its own message (when() evaluates a
@@ -279,8 +304,14 @@ class MessagePlan:
         if self.by_bytes:
             rows = rows.select(self._data_bytes.alias(DATA), t, F.col(DIFF), F.col(ORDER))
         rows = rows.withColumn("__cdc_bucket", self._bucket).repartition(self._buckets, "__cdc_bucket")
-        consolidated = (rows.groupBy("__cdc_bucket", ORDER, *self._keys, t).agg(*self._sums, *self._firsts)
-                        .select("__cdc_bucket", ORDER, *self._data, t, self._total))
+        if consolidate:
+            consolidated = (rows.groupBy("__cdc_bucket", ORDER, *self._keys, t).agg(*self._sums, *self._firsts)
+                            .select("__cdc_bucket", ORDER, *self._data, t, self._total,
+                                    (F.col("__cdc_rows") > 1).alias(REPEAT)))
+            repeated = self._repeated
+        else:  # each row its own update
+            consolidated = rows.select("__cdc_bucket", ORDER, *self._data, t, F.col(DIFF), F.lit(False).alias(REPEAT))
+            repeated = self._repeated_unconsolidated
         encoded = consolidated.select(*self._items).select(*self._encoded).withColumn("__cdc_size", self._size)
         if exact:
             chunk = self._chunk_exact
@@ -289,7 +320,7 @@ class MessagePlan:
         else:
             chunk = self._chunk_spread
         return (encoded.withColumn("__cdc_chunk", chunk)
-                .groupBy("__cdc_bucket", t, "__cdc_chunk").agg(*self._packed)
+                .groupBy("__cdc_bucket", t, "__cdc_chunk").agg(*self._packed, repeated)
                 .select(*self._message))
 
 
@@ -297,6 +328,29 @@ class MessagePlan:
 SHARED_PLANS = 8
 _shared: dict[tuple, MessagePlan] = {}
 _shared_lock = threading.Lock()
+#: Data layouts whose last batch of one time, in this process, had repeated rows (see
+#: :func:`expect_repeats`); at most :data:`SHARED_PLANS`, the most recently noted last.
+_repeating: dict[tuple, bool] = {}
+
+
+def expect_repeats(schema: Any, data_cols: Sequence[str]) -> bool:
+    """Whether the last batch of one time with this data layout, written by any sink of this
+    process, had rows of the same data and time. Such a batch is best consolidated straight
+    away: left unconsolidated, its messages are computed, found unfit and computed again (about
+    1.5 times the time of consolidating at once). A hint for speed only: either way the
+    messages written are consolidated."""
+    with _shared_lock:
+        return _repeating.get((schema.json(), tuple(data_cols)), False)
+
+
+def note_repeats(schema: Any, data_cols: Sequence[str], repeated: bool) -> None:
+    """Record whether a batch of one time with this data layout had repeated rows."""
+    key = (schema.json(), tuple(data_cols))
+    with _shared_lock:
+        _repeating.pop(key, None)
+        _repeating[key] = repeated
+        while len(_repeating) > SHARED_PLANS:
+            _repeating.pop(next(iter(_repeating)))
 
 
 def _array_index(arrays: Any) -> Any:
@@ -482,6 +536,7 @@ class BatchStats:
     messages: int
     bytes: int
     largest: int  # bytes of the largest message
+    repeated: bool = False  # some message has ``repeated`` (see MessagePlan.messages)
 
 
 def batch_stats(messages: Any, *, one_time: bool = False) -> BatchStats:
@@ -496,13 +551,13 @@ def batch_stats(messages: Any, *, one_time: bool = False) -> BatchStats:
     if one_time:  # a row per message: its bytes are also the largest of its row
         rows = messages.select("time", "n", F.col("xor").alias("x"),
                                F.col("value").isNotNull().cast("long").alias("m"),
-                               F.octet_length("value").alias("b")).collect()
+                               F.octet_length("value").alias("b"), F.col("repeated").alias("r")).collect()
         largest = max((int(r["b"] or 0) for r in rows), default=0)
     else:
         rows = (messages.groupBy("time")
                 .agg(F.sum("n").alias("n"), F.bit_xor("xor").alias("x"),
                      F.count(F.col("value")).alias("m"), F.sum(F.octet_length("value")).alias("b"),
-                     F.max(F.octet_length("value")).alias("l"))
+                     F.max(F.octet_length("value")).alias("l"), F.bool_or("repeated").alias("r"))
                 .collect())
         largest = max((int(r["l"] or 0) for r in rows), default=0)
     counts: dict[int, int] = {}
@@ -512,7 +567,8 @@ def batch_stats(messages: Any, *, one_time: bool = False) -> BatchStats:
         if r["n"]:
             counts[r["time"]] = counts.get(r["time"], 0) + int(r["n"])
     return BatchStats(counts, xor, max((r["time"] for r in rows), default=None),
-                      sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows), largest)
+                      sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows), largest,
+                      any(bool(r["r"]) for r in rows))
 
 
 #: librdkafka settings and their Java client equivalents (the JVM path's producers are Java's).

@@ -128,6 +128,68 @@ def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(spark, k
     check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 1, d) for k, v, d in rows], (2,))
 
 
+def test_jvm_path_consolidates_only_a_batch_with_repeated_rows(spark, kafka_bootstrap, topic_factory,
+                                                              monkeypatch):
+    """A big batch of one time goes unconsolidated first (each row its own update: no
+    aggregation over every row). Rows of the same data and time — duplicates, a row and its
+    retraction — are found before anything is written, and the batch is consolidated; the
+    next batch of that data layout, even by a new sink, is then consolidated straight away and,
+    having no repeats, lets the one after go unconsolidated again. Rows with a zero diff are
+    no updates either way."""
+    from cdc_emitter import sink_jvm
+
+    topic = topic_factory(2)
+    calls = []
+    messages = sink_jvm.MessagePlan.messages
+    monkeypatch.setattr(sink_jvm.MessagePlan, "messages", lambda self, *a, **kw: calls.append(
+        kw.get("consolidate", True)) or messages(self, *a, **kw))
+    monkeypatch.setattr(sink_jvm, "_repeating", {})  # what earlier tests' batches noted
+    batches = [
+        [(k, f"v{k}", 1) for k in range(2000)],
+        [(k, f"v{k}", -1) for k in range(1000)]
+        + [(5000, "a", 1), (5000, "a", 1), (5001, "b", 1), (5001, "b", -1), (5002, "c", 0), (5002, "c", 3)],
+        [(k, f"w{k}", 1) for k in range(1500)],
+        [(k, f"x{k}", 2) for k in range(1500)]
+        + [(6000, "z", 0), (6001, "y", 0), (6001, "y", 0), (6002, "w", 0), (6002, "w", 1)],
+    ]
+    seen, updates = [], []
+    for time_, rows in enumerate(batches):
+        calls.clear()
+        if time_ in (0, 2):
+            sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0)
+        updates.append(sink.write(spark.createDataFrame(rows, KV), time=time_).updates)
+        seen.append(calls[:])
+    assert seen == [[False], [False, True], [True], [False]]
+    assert updates == [2000, 1002, 1500, 1501]
+    expected = [((k, v), t, d) for t, rows in enumerate(batches) for k, v, d in rows]
+    check(kafka_bootstrap, topic, kv_codec(spark), expected, (4,))
+
+
+def test_unconsolidated_messages_hold_what_consolidated_ones_do(spark):
+    """On rows that are all different, the arrays left unconsolidated hold the same updates as
+    the consolidated ones — counts, digest, messages and bytes — so a re-run compares equal
+    whichever way either attempt went; a repeat is flagged by both ways."""
+    from pyspark.sql import functions as F
+
+    from cdc_emitter import sink_jvm
+    from cdc_emitter.codec import union_schema
+
+    df = spark.createDataFrame([(k, f"v{k % 7}", 1 - 2 * (k % 2)) for k in range(3000)], KV)
+    plan = sink_jvm.MessagePlan(schema=df.drop("diff").schema, data_cols=["k", "v"], frame=b"\0\0\0\0\1",
+                                update_schema=union_schema(data_schema(df.drop("diff").schema))[0]["items"],
+                                max_message_bytes=4000, buckets=3, partitions=None)
+
+    def stats(rows, consolidate):
+        prepared = rows.select("k", "v", F.lit(7).cast("long").alias("__cdc_time"), F.col("diff").alias("__cdc_diff"))
+        return sink_jvm.batch_stats(plan.messages(prepared, [], fanout=5, consolidate=consolidate), one_time=True)
+
+    unconsolidated, consolidated = stats(df, False), stats(df, True)
+    assert unconsolidated == consolidated
+    assert (consolidated.counts, consolidated.repeated) == ({7: 3000}, False)
+    repeated = df.union(df.where("k = 42"))
+    assert stats(repeated, False).repeated and stats(repeated, True).repeated
+
+
 def test_a_bad_row_among_many_writes_nothing_and_the_batch_then_goes_through(spark, kafka_bootstrap,
                                                                             topic_factory):
     """One bad row among 50,000 over four input partitions, in a batch the executors write:
