@@ -165,6 +165,35 @@ def test_jvm_path_consolidates_only_a_batch_with_repeated_rows(spark, kafka_boot
     check(kafka_bootstrap, topic, kv_codec(spark), expected, (4,))
 
 
+def test_rows_whose_hashes_collide_are_consolidated_apart(spark, kafka_bootstrap, topic_factory, monkeypatch):
+    """Different rows of one hash (a collision, forced here: three hashes for 600 rows) make
+    an unconsolidated array look repeated; the batch is consolidated, on the data's bytes, and
+    each row stays an update of its own."""
+    from pyspark.sql import functions as F
+
+    from cdc_emitter import sink_jvm
+
+    original = sink_jvm.MessagePlan.__init__
+
+    def colliding(self, **layout):
+        original(self, **layout)
+        self._order = F.pmod(F.col("k"), F.lit(3))
+
+    monkeypatch.setattr(sink_jvm.MessagePlan, "__init__", colliding)
+    monkeypatch.setattr(sink_jvm, "_shared", {})
+    monkeypatch.setattr(sink_jvm, "_repeating", {})
+    calls = []
+    messages = sink_jvm.MessagePlan.messages
+    monkeypatch.setattr(sink_jvm.MessagePlan, "messages", lambda self, *a, **kw: calls.append(
+        kw.get("consolidate", True)) or messages(self, *a, **kw))
+    topic = topic_factory(2)
+    rows = [(k, f"v{k % 5}", 1 + k % 4) for k in range(600)]
+    result = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0).write(
+        spark.createDataFrame(rows, KV), time=3)
+    assert calls == [False, True] and result.updates == 600
+    check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 3, d) for k, v, d in rows], (4,))
+
+
 def test_unconsolidated_messages_hold_what_consolidated_ones_do(spark):
     """On rows that are all different, the arrays left unconsolidated hold the same updates as
     the consolidated ones — counts, digest, messages and bytes — so a re-run compares equal
