@@ -11,10 +11,11 @@ A batch is two Spark jobs over one plan:
    total that fits is still right, and a total that does not fit fails the job), each update
    made of its data bytes, time and diff, and packed into update arrays of at most
    ``max_message_bytes`` (joined by ``listagg`` on Spark 4). A batch of one time is first
-   packed unconsolidated instead, each row its own update (no aggregation over every row), and
-   consolidated only if two of its rows turn out to share data and time (found per array
-   before anything is written; the next such batch of the same data layout is then
-   consolidated straight away). Each message is
+   packed unconsolidated instead, each row its own update (no aggregation over every row);
+   the arrays where two rows turn out to share data and time (found per array, before
+   anything is written) are consolidated again alone — the whole batch when they are over
+   half — and when they were over a quarter, the next such batch of the same data layout is
+   consolidated straight away. Each message is
    the Confluent header (one owner: :attr:`CdcCodec.frame <cdc_emitter.codec.CdcCodec.frame>`),
    the union branch, the array's block count (``to_avro`` of a long is its zig-zag varint), the
    encoded updates and the closing zero. The messages are cached; the job's result is the
@@ -234,7 +235,7 @@ class MessagePlan:
             partition = F.lit(None).cast("int")
         self._message = (t.alias("time"), F.col("n"), F.col("xor"),
                          F.when(F.col("n") > 0, value).alias("value"), partition.alias("partition"),
-                         F.col("repeated"))
+                         F.col("repeated"), F.col("__cdc_bucket").alias("bucket"), F.col("__cdc_chunk").alias("array"))
 
     @staticmethod
     def key_of(*, schema: Any, data_cols: Sequence[str], update_schema: dict, frame: bytes,
@@ -261,12 +262,14 @@ class MessagePlan:
         return plan
 
     def messages(self, prepared: Any, checks: Sequence[Check], *, exact: bool = False,
-                 fanout: int | None = None, consolidate: bool = True) -> Any:
+                 fanout: int | None = None, consolidate: bool = True,
+                 arrays: Sequence[tuple[int, int]] | None = None) -> Any:
         """The batch's messages as a DataFrame (nothing computed yet): one row per update array
         with ``time``, ``n`` (updates), ``xor`` (XOR of the updates' hashes), ``value`` (the
-        message), ``partition`` (null: Kafka's choice) and ``repeated`` (see ``consolidate``);
-        plus one row with ``n = 0`` and a null value for each bucket and time whose updates all
-        cancelled (so the largest time is known).
+        message), ``partition`` (null: Kafka's choice), ``repeated`` (see ``consolidate``) and
+        ``bucket`` and ``array``, which name it; plus one row with ``n = 0``, a null value and a
+        null array for each bucket and time whose updates all cancelled (so the largest time is
+        known).
 
         ``prepared`` has the data columns, ``__cdc_time`` and ``__cdc_diff``; ``checks`` are the
         batch's own (built per batch: they hold its frontier). ``exact``: pack by running size,
@@ -283,7 +286,11 @@ class MessagePlan:
         live rows of one hash (two such rows always share one, so it is never false when they
         exist); such messages are not to be written: consolidate instead. Consolidated,
         ``repeated`` says the array holds an update made of several live rows: whether an
-        unconsolidated attempt of the same rows would have found a repeat."""
+        unconsolidated attempt of the same rows would have found a repeat.
+
+        ``arrays`` (with ``fanout``): only the updates of these ``(bucket, array)`` pairs, the
+        rows of others left out before they are encoded or shuffled — to consolidate the few
+        arrays an unconsolidated attempt found repeated, and keep its others."""
         from pyspark.sql import functions as F
 
         if not (consolidate or self.by_bytes):
@@ -301,6 +308,13 @@ class MessagePlan:
             checked = F.when(check.condition, fail) if checked is None else checked.when(check.condition, fail)
         rows = prepared.withColumn(TIME, t if checked is None else checked.otherwise(t))
         rows = rows.withColumn(ORDER, self._order)
+        if arrays is not None:
+            if fanout is None:
+                raise ValueError("arrays are chosen only among a fixed number per bucket (fanout)")
+            fanout = max(1, fanout)
+            index = F.pmod(F.shiftright(F.col(ORDER), 32), F.lit(fanout))  # as _array_index
+            rows = rows.where((self._bucket * F.lit(fanout) + index).isin(
+                sorted({bucket * fanout + array for bucket, array in arrays})))
         if self.by_bytes:
             rows = rows.select(self._data_bytes.alias(DATA), t, F.col(DIFF), F.col(ORDER))
         rows = rows.withColumn("__cdc_bucket", self._bucket).repartition(self._buckets, "__cdc_bucket")
@@ -328,27 +342,30 @@ class MessagePlan:
 SHARED_PLANS = 8
 _shared: dict[tuple, MessagePlan] = {}
 _shared_lock = threading.Lock()
-#: Data layouts whose last batch of one time, in this process, had repeated rows (see
-#: :func:`expect_repeats`); at most :data:`SHARED_PLANS`, the most recently noted last.
+#: Data layouts whose last batch of one time, in this process, had repeated rows in over a
+#: quarter of its arrays (see :func:`expect_repeats`); at most :data:`SHARED_PLANS`, the most
+#: recently noted last.
 _repeating: dict[tuple, bool] = {}
 
 
 def expect_repeats(schema: Any, data_cols: Sequence[str]) -> bool:
     """Whether the last batch of one time with this data layout, written by any sink of this
-    process, had rows of the same data and time. Such a batch is best consolidated straight
-    away: left unconsolidated, its messages are computed, found unfit and computed again (about
-    1.5 times the time of consolidating at once). A hint for speed only: either way the
-    messages written are consolidated."""
+    process, had rows of the same data and time in over a quarter of its arrays. Such a batch
+    is best consolidated straight away: left unconsolidated, its messages are computed, the
+    arrays with a repeat found and consolidated again (all of them, the batch's whole work a
+    second time, when they are over half) — more than consolidating at once. A hint for speed
+    only: either way the messages written are consolidated."""
     with _shared_lock:
         return _repeating.get((schema.json(), tuple(data_cols)), False)
 
 
-def note_repeats(schema: Any, data_cols: Sequence[str], repeated: bool) -> None:
-    """Record whether a batch of one time with this data layout had repeated rows."""
+def note_repeats(schema: Any, data_cols: Sequence[str], many: bool) -> None:
+    """Record whether a batch of one time with this data layout had repeated rows in over a
+    quarter of its arrays."""
     key = (schema.json(), tuple(data_cols))
     with _shared_lock:
         _repeating.pop(key, None)
-        _repeating[key] = repeated
+        _repeating[key] = many
         while len(_repeating) > SHARED_PLANS:
             _repeating.pop(next(iter(_repeating)))
 
@@ -537,6 +554,8 @@ class BatchStats:
     bytes: int
     largest: int  # bytes of the largest message
     repeated: bool = False  # some message has ``repeated`` (see MessagePlan.messages)
+    #: the ``(bucket, array)`` of each such message (batches of one time only)
+    repeated_arrays: tuple = ()
 
 
 def batch_stats(messages: Any, *, one_time: bool = False) -> BatchStats:
@@ -551,7 +570,8 @@ def batch_stats(messages: Any, *, one_time: bool = False) -> BatchStats:
     if one_time:  # a row per message: its bytes are also the largest of its row
         rows = messages.select("time", "n", F.col("xor").alias("x"),
                                F.col("value").isNotNull().cast("long").alias("m"),
-                               F.octet_length("value").alias("b"), F.col("repeated").alias("r")).collect()
+                               F.octet_length("value").alias("b"), F.col("repeated").alias("r"),
+                               "bucket", "array").collect()
         largest = max((int(r["b"] or 0) for r in rows), default=0)
     else:
         rows = (messages.groupBy("time")
@@ -568,7 +588,8 @@ def batch_stats(messages: Any, *, one_time: bool = False) -> BatchStats:
             counts[r["time"]] = counts.get(r["time"], 0) + int(r["n"])
     return BatchStats(counts, xor, max((r["time"] for r in rows), default=None),
                       sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows), largest,
-                      any(bool(r["r"]) for r in rows))
+                      any(bool(r["r"]) for r in rows),
+                      tuple((r["bucket"], r["array"]) for r in rows if one_time and r["r"]))
 
 
 #: librdkafka settings and their Java client equivalents (the JVM path's producers are Java's).

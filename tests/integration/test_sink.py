@@ -128,41 +128,56 @@ def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(spark, k
     check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 1, d) for k, v, d in rows], (2,))
 
 
-def test_jvm_path_consolidates_only_a_batch_with_repeated_rows(spark, kafka_bootstrap, topic_factory,
-                                                              monkeypatch):
+def _record_messages(monkeypatch, calls):
+    """Record how the sink asks for each batch's messages: "unconsolidated", "consolidated",
+    "some arrays" (consolidated, only arrays found repeated) or "exact"."""
+    from cdc_emitter import sink_jvm
+
+    messages = sink_jvm.MessagePlan.messages
+
+    def recording(self, *a, **kw):
+        calls.append("exact" if kw.get("exact") else "some arrays" if kw.get("arrays") is not None
+                     else "consolidated" if kw.get("consolidate", True) else "unconsolidated")
+        return messages(self, *a, **kw)
+
+    monkeypatch.setattr(sink_jvm.MessagePlan, "messages", recording)
+
+
+def test_jvm_path_consolidates_only_the_arrays_with_repeated_rows(spark, kafka_bootstrap, topic_factory,
+                                                                  monkeypatch):
     """A big batch of one time goes unconsolidated first (each row its own update: no
     aggregation over every row). Rows of the same data and time — duplicates, a row and its
-    retraction — are found before anything is written, and the batch is consolidated; the
-    next batch of that data layout, even by a new sink, is then consolidated straight away and,
-    having no repeats, lets the one after go unconsolidated again. Rows with a zero diff are
-    no updates either way."""
+    retraction — are found before anything is written: a few repeated arrays are consolidated
+    alone; when most arrays have repeats, the whole batch is, and the next batch of that data
+    layout, even by a new sink, is consolidated straight away; with few repeats, the one after
+    goes unconsolidated again. Rows with a zero diff are no updates either way."""
     from cdc_emitter import sink_jvm
 
     topic = topic_factory(2)
-    calls = []
-    messages = sink_jvm.MessagePlan.messages
-    monkeypatch.setattr(sink_jvm.MessagePlan, "messages", lambda self, *a, **kw: calls.append(
-        kw.get("consolidate", True)) or messages(self, *a, **kw))
+    calls: list = []
+    _record_messages(monkeypatch, calls)
     monkeypatch.setattr(sink_jvm, "_repeating", {})  # what earlier tests' batches noted
+    few = [(5000, "a", 1), (5000, "a", 1), (5001, "b", 1), (5001, "b", -1), (5002, "c", 0), (5002, "c", 3)]
     batches = [
-        [(k, f"v{k}", 1) for k in range(2000)],
-        [(k, f"v{k}", -1) for k in range(1000)]
-        + [(5000, "a", 1), (5000, "a", 1), (5001, "b", 1), (5001, "b", -1), (5002, "c", 0), (5002, "c", 3)],
-        [(k, f"w{k}", 1) for k in range(1500)],
-        [(k, f"x{k}", 2) for k in range(1500)]
+        [(k, f"v{k}", 1) for k in range(2000)],  # distinct
+        [(k, f"v{k}", -1) for k in range(1000)] + few,  # 3 repeated keys among ~240 arrays
+        [(k, f"w{k}", 1) for k in range(1500)] * 2,  # every row twice
+        [(k, f"x{k}", 2) for k in range(1500)] + few,
+        [(k, f"y{k}", 1) for k in range(1500)]
         + [(6000, "z", 0), (6001, "y", 0), (6001, "y", 0), (6002, "w", 0), (6002, "w", 1)],
     ]
     seen, updates = [], []
     for time_, rows in enumerate(batches):
         calls.clear()
-        if time_ in (0, 2):
-            sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0)
+        if time_ in (0, 3):  # many arrays: small messages
+            sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0, max_message_bytes=2032)
         updates.append(sink.write(spark.createDataFrame(rows, KV), time=time_).updates)
         seen.append(calls[:])
-    assert seen == [[False], [False, True], [True], [False]]
-    assert updates == [2000, 1002, 1500, 1501]
+    assert seen == [["unconsolidated"], ["unconsolidated", "some arrays"], ["unconsolidated", "consolidated"],
+                    ["consolidated"], ["unconsolidated"]]
+    assert updates == [2000, 1002, 1500, 1502, 1501]
     expected = [((k, v), t, d) for t, rows in enumerate(batches) for k, v, d in rows]
-    check(kafka_bootstrap, topic, kv_codec(spark), expected, (4,))
+    check(kafka_bootstrap, topic, kv_codec(spark), expected, (5,))
 
 
 def test_rows_whose_hashes_collide_are_consolidated_apart(spark, kafka_bootstrap, topic_factory, monkeypatch):
@@ -182,15 +197,13 @@ def test_rows_whose_hashes_collide_are_consolidated_apart(spark, kafka_bootstrap
     monkeypatch.setattr(sink_jvm.MessagePlan, "__init__", colliding)
     monkeypatch.setattr(sink_jvm, "_shared", {})
     monkeypatch.setattr(sink_jvm, "_repeating", {})
-    calls = []
-    messages = sink_jvm.MessagePlan.messages
-    monkeypatch.setattr(sink_jvm.MessagePlan, "messages", lambda self, *a, **kw: calls.append(
-        kw.get("consolidate", True)) or messages(self, *a, **kw))
+    calls: list = []
+    _record_messages(monkeypatch, calls)
     topic = topic_factory(2)
     rows = [(k, f"v{k % 5}", 1 + k % 4) for k in range(600)]
     result = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0).write(
         spark.createDataFrame(rows, KV), time=3)
-    assert calls == [False, True] and result.updates == 600
+    assert calls == ["unconsolidated", "consolidated"] and result.updates == 600
     check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 3, d) for k, v, d in rows], (4,))
 
 
