@@ -986,9 +986,10 @@ class CdcSink:
         # spread by hash (no sort): a batch of one time over a fixed number of arrays per bucket
         # (no window to size them), each row its own update unless many arrays of the last such
         # batch of its data layout had repeated rows (sink_jvm.expect_repeats); else as many
-        # arrays as its size needs. Arrays with a repeat are consolidated (all of them when they
-        # are most), the batch packed exactly in the rare case a message came out too big —
-        # nothing is written before the stats of the messages that will be
+        # arrays as its size needs. The arrays found with a repeat are consolidated again (the
+        # whole batch when they are over half), the batch packed exactly in the rare case a
+        # message came out too big — nothing is written before the stats of the messages that
+        # will be
         fanout = self._fanout if self.time_column is None else None
         may_skip_consolidation = fanout is not None and plan.by_bytes
         consolidate = not may_skip_consolidation or sink_jvm.expect_repeats(schema, data_cols)
@@ -1027,7 +1028,8 @@ class CdcSink:
                 persisted = [messages]
             if may_skip_consolidation:  # consolidated too, the stats tell which arrays had repeats
                 # from about a quarter, the first attempt and the arrays consolidated again cost
-                # more than consolidating at once (4M rows: some 3.0 + 0.5 + 4.3 x share s)
+                # more than consolidating at once (4M rows: about 3.0 s + 0.5 s + 4.3 s times the
+                # share of arrays, against 4.3 s)
                 sink_jvm.note_repeats(schema, data_cols, 4 * len(stats.repeated_arrays) > stats.messages)
             counts, digest, max_time = stats.counts, stats.digest, stats.max_time
             n_messages, n_bytes = stats.messages, stats.bytes
