@@ -312,8 +312,7 @@ class MessagePlan:
             if fanout is None:
                 raise ValueError("arrays are chosen only among a fixed number per bucket (fanout)")
             fanout = max(1, fanout)
-            index = F.pmod(F.shiftright(F.col(ORDER), 32), F.lit(fanout))  # as _array_index
-            rows = rows.where((self._bucket * F.lit(fanout) + index).isin(
+            rows = rows.where((self._bucket * F.lit(fanout) + _hash_array(F.lit(fanout))).isin(
                 sorted({bucket * fanout + array for bucket, array in arrays})))
         if self.by_bytes:
             rows = rows.select(self._data_bytes.alias(DATA), t, F.col(DIFF), F.col(ORDER))
@@ -377,8 +376,15 @@ def _array_index(arrays: Any) -> Any:
     share a factor (4 buckets, 10 arrays: only 5 used, each twice as big)."""
     from pyspark.sql import functions as F
 
-    return F.when(F.col("__cdc_item").isNull(), F.lit(None)).otherwise(
-        F.pmod(F.shiftright(F.col(ORDER), 32), arrays))
+    return F.when(F.col("__cdc_item").isNull(), F.lit(None)).otherwise(_hash_array(arrays))
+
+
+def _hash_array(arrays: Any) -> Any:
+    """The array among ``arrays`` that a row's hash chooses, whether or not it is an update
+    (see :func:`_array_index`): where its rows are, before they are consolidated."""
+    from pyspark.sql import functions as F
+
+    return F.pmod(F.shiftright(F.col(ORDER), 32), arrays)
 
 
 def spark_hash_long(value: int, seed: int = 42) -> int:
@@ -553,9 +559,14 @@ class BatchStats:
     messages: int
     bytes: int
     largest: int  # bytes of the largest message
-    repeated: bool = False  # some message has ``repeated`` (see MessagePlan.messages)
-    #: the ``(bucket, array)`` of each such message (batches of one time only)
+    #: the ``(bucket, array)`` of each message with ``repeated`` (see MessagePlan.messages);
+    #: gathered for batches of one time only, the only ones packed unconsolidated
     repeated_arrays: tuple = ()
+
+    @property
+    def repeated(self) -> bool:
+        """Some message has ``repeated`` (batches of one time only)."""
+        return bool(self.repeated_arrays)
 
 
 def batch_stats(messages: Any, *, one_time: bool = False) -> BatchStats:
@@ -573,13 +584,15 @@ def batch_stats(messages: Any, *, one_time: bool = False) -> BatchStats:
                                F.octet_length("value").alias("b"), F.col("repeated").alias("r"),
                                "bucket", "array").collect()
         largest = max((int(r["b"] or 0) for r in rows), default=0)
+        repeated = tuple((r["bucket"], r["array"]) for r in rows if r["r"])
     else:
         rows = (messages.groupBy("time")
                 .agg(F.sum("n").alias("n"), F.bit_xor("xor").alias("x"),
                      F.count(F.col("value")).alias("m"), F.sum(F.octet_length("value")).alias("b"),
-                     F.max(F.octet_length("value")).alias("l"), F.bool_or("repeated").alias("r"))
+                     F.max(F.octet_length("value")).alias("l"))
                 .collect())
         largest = max((int(r["l"] or 0) for r in rows), default=0)
+        repeated = ()
     counts: dict[int, int] = {}
     xor = 0
     for r in rows:
@@ -587,9 +600,7 @@ def batch_stats(messages: Any, *, one_time: bool = False) -> BatchStats:
         if r["n"]:
             counts[r["time"]] = counts.get(r["time"], 0) + int(r["n"])
     return BatchStats(counts, xor, max((r["time"] for r in rows), default=None),
-                      sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows), largest,
-                      any(bool(r["r"]) for r in rows),
-                      tuple((r["bucket"], r["array"]) for r in rows if one_time and r["r"]))
+                      sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows), largest, repeated)
 
 
 #: librdkafka settings and their Java client equivalents (the JVM path's producers are Java's).
