@@ -15,7 +15,10 @@ A batch is two Spark jobs over one plan:
    the arrays where two rows turn out to share data and time (found per array, before
    anything is written) are consolidated again alone — the whole batch when they are over
    half — and when they were over a quarter, the next such batch of the same data layout is
-   consolidated straight away. Each message is
+   consolidated straight away. A whole batch of one time is consolidated the way Spark's own
+   aggregation goes instead (``MessagePlan._combined``): on the data columns, partly before
+   the shuffle, so repeated rows shrink before they move, each update encoded after it, and
+   each task of the aggregation packing its own updates. Each message is
    the Confluent header (one owner: :attr:`CdcCodec.frame <cdc_emitter.codec.CdcCodec.frame>`),
    the union branch, the array's block count (``to_avro`` of a long is its zig-zag varint), the
    encoded updates and the closing zero. The messages are cached; the job's result is the
@@ -153,6 +156,7 @@ class MessagePlan:
             record = update_schema["fields"][0]["type"]
             self._data_bytes = encoded_data(schema, data_cols, record)
             self._keys, self._firsts, self._data = [F.col(DATA)], [], [F.col(DATA)]
+            self._columns = [F.col(c) for c in data_cols]  # what a combined batch groups on
             after_json = F.to_json(from_avro(F.col(DATA), json.dumps(record)))  # only for an error's text
         else:
             self._keys, self._firsts = group_keys(schema, data_cols)
@@ -290,7 +294,11 @@ class MessagePlan:
 
         ``arrays`` (with ``fanout``): only the updates of these ``(bucket, array)`` pairs, the
         rows of others left out before they are encoded or shuffled — to consolidate the few
-        arrays an unconsolidated attempt found repeated, and keep its others."""
+        arrays an unconsolidated attempt found repeated, and keep its others.
+
+        A whole batch consolidated with ``fanout`` (not exact, no ``arrays``, data grouped as
+        bytes) goes as :meth:`_combined` says: the same updates, counts and digest; its
+        ``bucket`` is then the task that consolidated the update."""
         from pyspark.sql import functions as F
 
         if not (consolidate or self.by_bytes):
@@ -307,6 +315,8 @@ class MessagePlan:
             fail = _fail(check.kind, *parts)
             checked = F.when(check.condition, fail) if checked is None else checked.when(check.condition, fail)
         rows = prepared.withColumn(TIME, t if checked is None else checked.otherwise(t))
+        if consolidate and self.by_bytes and fanout is not None and not exact and arrays is None:
+            return self._combined(rows, fanout)
         rows = rows.withColumn(ORDER, self._order)
         if arrays is not None:
             if fanout is None:
@@ -325,16 +335,42 @@ class MessagePlan:
         else:  # each row its own update
             consolidated = rows.select("__cdc_bucket", ORDER, *self._data, t, F.col(DIFF), F.lit(False).alias(REPEAT))
             repeated = self._repeated_unconsolidated
-        encoded = consolidated.select(*self._items).select(*self._encoded).withColumn("__cdc_size", self._size)
         if exact:
             chunk = self._chunk_exact
         elif fanout is not None:
             chunk = _array_index(F.lit(max(1, fanout)))
         else:
             chunk = self._chunk_spread
+        return self._pack(consolidated, chunk, repeated)
+
+    def _pack(self, updates: Any, chunk: Any, repeated: Any) -> Any:
+        """Messages from ``updates`` (bucket, order, data, time, diff, repeat): each update encoded,
+        given its array by ``chunk``, and each array's updates joined."""
+        from pyspark.sql import functions as F
+
+        encoded = updates.select(*self._items).select(*self._encoded).withColumn("__cdc_size", self._size)
         return (encoded.withColumn("__cdc_chunk", chunk)
-                .groupBy("__cdc_bucket", t, "__cdc_chunk").agg(*self._packed, repeated)
+                .groupBy("__cdc_bucket", F.col(TIME), "__cdc_chunk").agg(*self._packed, repeated)
                 .select(*self._message))
+
+    def _combined(self, rows: Any, fanout: int) -> Any:
+        """A batch of one time consolidated the way Spark's own aggregation goes: grouped on the
+        data columns (collations were taken off before; Spark's grouping normalizes floats as
+        :func:`normalized` does), partly where the rows are, before the shuffle — so repeated
+        rows shrink before they move, as the floor's do — then, after the shuffle, each update
+        hashed and encoded (only updates, not every row). Each task of that aggregation packs
+        its own updates: its partition is the bucket, so the arrays' items are joined before
+        the second shuffle, which moves whole arrays only (at most ``fanout`` per task: under
+        the 128 groups past which Spark's object hash aggregation sorts). The same updates,
+        counts and digest as the other ways; the arrays are per task instead of per hash."""
+        from pyspark.sql import functions as F
+
+        t = F.col(TIME)
+        updates = (rows.groupBy(*self._columns, t).agg(*self._sums)
+                   .select(F.spark_partition_id().cast("long").alias("__cdc_bucket"), self._order.alias(ORDER),
+                           self._data_bytes.alias(DATA), t, "__cdc_hi", "__cdc_lo", "__cdc_rows")
+                   .select("__cdc_bucket", ORDER, DATA, t, self._total, (F.col("__cdc_rows") > 1).alias(REPEAT)))
+        return self._pack(updates, _array_index(F.lit(max(1, fanout))), self._repeated)
 
 
 #: How many layouts' plans :meth:`MessagePlan.shared` keeps.
