@@ -15,7 +15,7 @@ Pipelines, each writing to its own new topic on the same broker:
 4. ``raw kafka sink``: Spark's ``kafka`` sink on the unconsolidated rows, ``to_avro`` per row
    (a ceiling for reference: no consolidation, no arrays, no progress).
 5. ``floor``: the same consolidation written to Spark's ``noop`` sink — what any correct sink pays
-   before it writes a byte (its "updates" are the input rows, all distinct).
+   before it writes a byte (its "updates": the distinct pairs, counted by construction).
 
 Input: ``--rows`` narrow rows ``(k long, v string, diff long)``, cached and counted before timing:
 all distinct ``(k, v)`` pairs, or ``--keys`` of them, each repeated (row i has ``k = i % keys``),

@@ -235,6 +235,33 @@ def test_unconsolidated_messages_hold_what_consolidated_ones_do(spark):
     assert stats(repeated, False).repeated and stats(repeated, True).repeated
 
 
+def test_a_batch_combined_before_the_shuffle_holds_what_one_consolidated_after_it_does(spark):
+    """A whole batch of one time is consolidated on its columns, partly before the shuffle, and
+    packed per task; the exact packing consolidates on the encoded bytes after the shuffle. On
+    rows spread over input partitions — repeated, cancelling, zero diffs, nulls, -0.0 beside
+    0.0 and NaNs of any sign — both make the same updates: counts, digest, repeats."""
+    from pyspark.sql import functions as F
+
+    from cdc_emitter import sink_jvm
+    from cdc_emitter.codec import union_schema
+
+    floats = [0.0, -0.0, float("nan"), -float("nan"), 1.5]
+    rows = [(k % 10, None if k // 50 % 7 == 0 else f"v{k // 350 % 3}", floats[k // 10 % 5],
+             1 - 2 * (k // 7 % 2) if k % 11 else 0) for k in range(4000)]
+    rows += [(999, "gone", 1.0, 1), (999, "gone", 1.0, -1)]  # cancels: no update
+    df = spark.createDataFrame(rows, "k long, v string, x double, diff long").repartition(5)
+    data = df.drop("diff").schema
+    plan = sink_jvm.MessagePlan(schema=data, data_cols=["k", "v", "x"], frame=b"\0\0\0\0\1",
+                                update_schema=union_schema(data_schema(data))[0]["items"],
+                                max_message_bytes=1 << 20, buckets=3, partitions=None)
+    prepared = df.select("k", "v", "x", F.lit(4).cast("long").alias("__cdc_time"), F.col("diff").alias("__cdc_diff"))
+    combined = sink_jvm.batch_stats(plan.messages(prepared, [], fanout=8), one_time=True)
+    exact = sink_jvm.batch_stats(plan.messages(prepared, [], fanout=8, exact=True), one_time=True)
+    assert (combined.counts, combined.digest, combined.max_time) == (exact.counts, exact.digest, exact.max_time)
+    # 10 keys x 4 strings-or-null x 3 floats (-0.0 is 0.0, every NaN one): at most 120 updates
+    assert 0 < combined.counts[4] <= 120 and combined.repeated and exact.repeated
+
+
 def test_a_bad_row_among_many_writes_nothing_and_the_batch_then_goes_through(spark, kafka_bootstrap,
                                                                             topic_factory):
     """One bad row among 50,000 over four input partitions, in a batch the executors write:
