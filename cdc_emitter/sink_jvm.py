@@ -166,6 +166,8 @@ class MessagePlan:
         # numbers 0..buckets-1 would share tasks: with 4, one task got two buckets, another none)
         self._buckets = buckets
         self._bucket = bucket_of(F.col(ORDER), buckets)
+        # a combined batch's bucket (see _combined): the aggregation task that made the update
+        self._task_bucket = F.spark_partition_id().cast("long").alias("__cdc_bucket")
         # 2. consolidation: the 64-bit sum as high and low 32-bit halves, which cannot overflow
         # (fewer than 2^31 rows per update), joined exactly
         self._sums = (F.sum(F.shiftright(d, 32)).alias("__cdc_hi"),
@@ -179,7 +181,9 @@ class MessagePlan:
                              F.lit(" at time "), t.cast("string"), F.lit(" is "), exact.cast("string"),
                              F.lit(", which overflows a 64-bit long")).cast("long"))
                 .otherwise(exact.cast("long")))
-        self._total = F.when(fast.isNotNull(), fast).otherwise(slow).alias(DIFF)
+        total = F.when(fast.isNotNull(), fast).otherwise(slow).alias(DIFF)
+        # a consolidated update's diff, and whether more than one live row made it
+        self._consolidated = (total, (F.col("__cdc_rows") > 1).alias(REPEAT))
         # 3. encode each update (an Avro record is its fields' encodings in order: the data
         # record, then time and diff as zig-zag varints); its hash is the digest's share
         if self.by_bytes:
@@ -329,8 +333,7 @@ class MessagePlan:
         rows = rows.withColumn("__cdc_bucket", self._bucket).repartition(self._buckets, "__cdc_bucket")
         if consolidate:
             consolidated = (rows.groupBy("__cdc_bucket", ORDER, *self._keys, t).agg(*self._sums, *self._firsts)
-                            .select("__cdc_bucket", ORDER, *self._data, t, self._total,
-                                    (F.col("__cdc_rows") > 1).alias(REPEAT)))
+                            .select("__cdc_bucket", ORDER, *self._data, t, *self._consolidated))
             repeated = self._repeated
         else:  # each row its own update
             consolidated = rows.select("__cdc_bucket", ORDER, *self._data, t, F.col(DIFF), F.lit(False).alias(REPEAT))
@@ -367,9 +370,9 @@ class MessagePlan:
 
         t = F.col(TIME)
         updates = (rows.groupBy(*self._columns, t).agg(*self._sums)
-                   .select(F.spark_partition_id().cast("long").alias("__cdc_bucket"), self._order.alias(ORDER),
+                   .select(self._task_bucket, self._order.alias(ORDER),
                            self._data_bytes.alias(DATA), t, "__cdc_hi", "__cdc_lo", "__cdc_rows")
-                   .select("__cdc_bucket", ORDER, DATA, t, self._total, (F.col("__cdc_rows") > 1).alias(REPEAT)))
+                   .select("__cdc_bucket", ORDER, DATA, t, *self._consolidated))
         return self._pack(updates, _array_index(F.lit(max(1, fanout))), self._repeated)
 
 
