@@ -283,6 +283,47 @@ def test_a_bad_row_among_many_writes_nothing_and_the_batch_then_goes_through(spa
     assert history == as_history(((k, str(k)), 0, 1) for k in range(50_000) if k != 31_337)
 
 
+def test_bad_rows_in_a_batch_combined_before_the_shuffle_write_nothing(spark, kafka_bootstrap, topic_factory,
+                                                                      monkeypatch):
+    """A batch of a layout known to repeat goes combined straight away: a null diff, or a
+    consolidated diff that overflows 64 bits, fails the batch with the row named before any
+    message is written; the same sink then writes the good rows exactly."""
+    from pyspark.sql import functions as F
+
+    from cdc_emitter import sink_jvm
+
+    calls: list = []
+    _record_messages(monkeypatch, calls)
+    topic = topic_factory(2)
+    key = F.col("id") % 5000
+    rows = spark.range(20_000, numPartitions=4).select("id", key.alias("k"), (key % 7).cast("string").alias("v"))
+    bad_diffs = {
+        r"""null diff in column 'diff' \(e.g. row \{"k":4321,"v":"2"\}\)""":
+            F.when(F.col("id") == 14_321, F.lit(None)).otherwise(F.lit(1)),
+        r"""the consolidated diff of row \{"k":1234,"v":"2"\} at time 0 is 18446744073709551616, """
+        r"which overflows a 64-bit long":
+            F.when(F.col("id").isin(1234, 6234, 11_234, 16_234), F.lit(2**62)).otherwise(F.lit(1)),
+    }
+    sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0)
+    for message, diff in bad_diffs.items():
+        monkeypatch.setattr(sink_jvm, "_repeating", {})
+        df = rows.withColumn("diff", diff.cast("long")).drop("id")
+        sink_jvm.note_repeats(df.schema, ["k", "v"], True)
+        calls.clear()
+        with pytest.raises(BadInputError, match=message):
+            sink.write(df, time=0)
+        assert calls == ["consolidated"]
+        assert count_messages(kafka_bootstrap, topic) == 0
+    good = rows.withColumn("diff", F.lit(1).cast("long")).drop("id")
+    sink_jvm.note_repeats(good.schema, ["k", "v"], True)
+    calls.clear()
+    result = sink.write(good, time=0)
+    assert calls == ["consolidated"] and (result.lower, result.upper, result.updates) == (0, 1, 5000)
+    history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec_for(good))
+    assert (violations, frontier) == ([], (1,))
+    assert history == as_history(((k, str(k % 7)), 0, 4) for k in range(5000))
+
+
 @pytest.mark.parametrize("time_column", [None, "t"])
 def test_jvm_path_spreads_over_every_array_when_buckets_and_arrays_share_a_factor(
         spark, kafka_bootstrap, topic_factory, monkeypatch, time_column):
