@@ -1032,7 +1032,7 @@ class CdcSink:
                 # share of arrays, against 4.3 s)
                 sink_jvm.note_repeats(schema, data_cols, 4 * len(stats.repeated_arrays) > stats.messages)
             counts, digest, max_time = stats.counts, stats.digest, stats.max_time
-            n_messages, n_bytes = stats.messages, stats.bytes
+            n_messages, n_bytes, n_rows = stats.messages, stats.bytes, stats.rows
             self._clock.mark("check")
             upper = self._upper(what, recorded, close, batch_time, max_time, lower)
             if recorded_digest is not None:
@@ -1070,7 +1070,8 @@ class CdcSink:
         # and arrays of about 1/16 of the limit if it is as big as this one: room to grow 16-fold
         # before an array comes out too big
         self._fanout = max(1, min(FANOUT_ARRAYS, -(-n_bytes * 16 // (self._buckets * self.max_message_bytes))))
-        self._small_next = self._small_after(sum(counts.values()), n_bytes)
+        # by the rows the driver would take, not the updates: rows that repeat consolidate to few
+        self._small_next = self._small_after(n_rows, n_bytes)
         return self._commit(what, writer, batch_id, lower, upper, counts, digest, avro_data, codec,
                             partition0_end, n_messages, n_bytes, recorded is not None)
 

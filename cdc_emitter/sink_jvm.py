@@ -56,6 +56,7 @@ HASH = "__cdc_hash"
 ORDER = "__cdc_order"
 DATA = "__cdc_data"
 REPEAT = "__cdc_repeat"
+ROWS = "__cdc_in"  # input rows behind an update, zero diffs included
 #: Marks our own messages inside Spark's error text (raise_error), with the error class to raise.
 _MARK = "[cdc-emitter:{kind}] "
 _MARKED = re.compile(r"\[cdc-emitter:(\w+)\] (.*?)(?: SQLSTATE: \w+)?(?:\n|$)")
@@ -172,7 +173,8 @@ class MessagePlan:
         # (fewer than 2^31 rows per update), joined exactly
         self._sums = (F.sum(F.shiftright(d, 32)).alias("__cdc_hi"),
                       F.sum(d.bitwiseAND(F.lit(0xFFFFFFFF))).alias("__cdc_lo"),
-                      F.count(F.when(d != 0, F.lit(1))).alias("__cdc_rows"))  # live rows behind the update
+                      F.count(F.when(d != 0, F.lit(1))).alias("__cdc_rows"),  # live rows behind the update
+                      F.count(F.lit(1)).alias(ROWS))  # all of them: what the driver would take
         two32 = F.lit(4294967296).cast("decimal(38,0)")
         exact = F.col("__cdc_hi").cast("decimal(38,0)") * two32 + F.col("__cdc_lo").cast("decimal(38,0)")
         fast = F.try_add(F.try_multiply(F.col("__cdc_hi"), F.lit(4294967296)), F.col("__cdc_lo"))
@@ -183,7 +185,7 @@ class MessagePlan:
                 .otherwise(exact.cast("long")))
         total = F.when(fast.isNotNull(), fast).otherwise(slow).alias(DIFF)
         # a consolidated update's diff, and whether more than one live row made it
-        self._consolidated = (total, (F.col("__cdc_rows") > 1).alias(REPEAT))
+        self._consolidated = (total, (F.col("__cdc_rows") > 1).alias(REPEAT), F.col(ROWS))
         # 3. encode each update (an Avro record is its fields' encodings in order: the data
         # record, then time and diff as zig-zag varints); its hash is the digest's share
         if self.by_bytes:
@@ -196,7 +198,7 @@ class MessagePlan:
         half = limit // 2
         # the item is its own column, so that the size check and the value share one encoding
         self._items = (F.col("__cdc_bucket"), t, F.col(ORDER), d, *self._data,  # data: for the error's text
-                       F.when(live, item).alias("__cdc_item"), F.col(REPEAT))
+                       F.when(live, item).alias("__cdc_item"), F.col(REPEAT), F.col(ROWS))
         size = F.octet_length("__cdc_item")
         too_big = _fail("BadInputError", F.lit(f"{BATCH}: row "), after_json, F.lit(" at time "),
                         t.cast("string"), F.lit(" encodes to "), size.cast("string"),
@@ -205,7 +207,8 @@ class MessagePlan:
         checked_item = F.when(size > F.lit(limit), too_big.cast("binary")).otherwise(F.col("__cdc_item"))
         self._encoded = (F.col("__cdc_bucket"), t, checked_item.alias("__cdc_item"),
                          F.when(live, digest_share(F.col(ORDER), d)).alias(HASH),
-                         F.when(live, 1).otherwise(0).alias("__cdc_live"), F.col(ORDER), F.col(REPEAT))
+                         F.when(live, 1).otherwise(0).alias("__cdc_live"), F.col(ORDER), F.col(REPEAT),
+                         F.col(ROWS))
         self._size = F.coalesce(F.octet_length("__cdc_item"), F.lit(0))
         # 4. packing, three ways. Spread: a bucket and time's updates are spread by their hash
         # over as many arrays as half-full ones would take (a window sums each group's sizes);
@@ -226,7 +229,8 @@ class MessagePlan:
                              .otherwise(-F.row_number().over(window)))
         self._packed = (F.sum("__cdc_live").alias("n"),
                         F.bit_xor(F.coalesce(F.col(HASH), F.lit(0).cast("long"))).alias("xor"),
-                        _concat_all(F.col("__cdc_item")).alias("__cdc_body"))
+                        _concat_all(F.col("__cdc_item")).alias("__cdc_body"),
+                        F.sum(ROWS).alias("rows"))
         # whether an array holds an update made of more than one live row (consolidated), or,
         # unconsolidated, two live rows of one hash — the same (data, time) or, rarely, a
         # collision: either way the array is not to be written
@@ -241,7 +245,7 @@ class MessagePlan:
                                      (F.pmod(spread, F.lit(len(partitions))) + 1).cast("int"))
         else:
             partition = F.lit(None).cast("int")
-        self._message = (t.alias("time"), F.col("n"), F.col("xor"),
+        self._message = (t.alias("time"), F.col("n"), F.col("xor"), F.col("rows"),
                          F.when(F.col("n") > 0, value).alias("value"), partition.alias("partition"),
                          F.col("repeated"), F.col("__cdc_bucket").alias("bucket"), F.col("__cdc_chunk").alias("array"))
 
@@ -273,7 +277,8 @@ class MessagePlan:
                  fanout: int | None = None, consolidate: bool = True,
                  arrays: Sequence[tuple[int, int]] | None = None) -> Any:
         """The batch's messages as a DataFrame (nothing computed yet): one row per update array
-        with ``time``, ``n`` (updates), ``xor`` (XOR of the updates' hashes), ``value`` (the
+        with ``time``, ``n`` (updates), ``xor`` (XOR of the updates' hashes), ``rows`` (the input
+        rows behind its updates, zero diffs included), ``value`` (the
         message), ``partition`` (null: Kafka's choice), ``repeated`` (see ``consolidate``) and
         ``bucket`` and ``array``, which name it; plus one row with ``n = 0``, a null value and a
         null array for each bucket and time whose updates all cancelled (so the largest time is
@@ -336,7 +341,8 @@ class MessagePlan:
                             .select("__cdc_bucket", ORDER, *self._data, t, *self._consolidated))
             repeated = self._repeated
         else:  # each row its own update
-            consolidated = rows.select("__cdc_bucket", ORDER, *self._data, t, F.col(DIFF), F.lit(False).alias(REPEAT))
+            consolidated = rows.select("__cdc_bucket", ORDER, *self._data, t, F.col(DIFF), F.lit(False).alias(REPEAT),
+                                       F.lit(1).cast("long").alias(ROWS))
             repeated = self._repeated_unconsolidated
         if exact:
             chunk = self._chunk_exact
@@ -371,7 +377,7 @@ class MessagePlan:
         t = F.col(TIME)
         updates = (rows.groupBy(*self._columns, t).agg(*self._sums)
                    .select(self._task_bucket, self._order.alias(ORDER),
-                           self._data_bytes.alias(DATA), t, "__cdc_hi", "__cdc_lo", "__cdc_rows")
+                           self._data_bytes.alias(DATA), t, "__cdc_hi", "__cdc_lo", "__cdc_rows", ROWS)
                    .select("__cdc_bucket", ORDER, DATA, t, *self._consolidated))
         return self._pack(updates, _array_index(F.lit(max(1, fanout))), self._repeated)
 
@@ -598,6 +604,7 @@ class BatchStats:
     messages: int
     bytes: int
     largest: int  # bytes of the largest message
+    rows: int = 0  # input rows behind the messages, zero diffs included
     #: the ``(bucket, array)`` of each message with ``repeated`` (see MessagePlan.messages);
     #: gathered for batches of one time only, the only ones packed unconsolidated
     repeated_arrays: tuple = ()
@@ -618,7 +625,7 @@ def batch_stats(messages: Any, *, one_time: bool = False) -> BatchStats:
     from pyspark.sql import functions as F
 
     if one_time:  # a row per message: its bytes are also the largest of its row
-        rows = messages.select("time", "n", F.col("xor").alias("x"),
+        rows = messages.select("time", "n", F.col("xor").alias("x"), F.col("rows").alias("i"),
                                F.col("value").isNotNull().cast("long").alias("m"),
                                F.octet_length("value").alias("b"), F.col("repeated").alias("r"),
                                "bucket", "array").collect()
@@ -626,7 +633,7 @@ def batch_stats(messages: Any, *, one_time: bool = False) -> BatchStats:
         repeated = tuple((r["bucket"], r["array"]) for r in rows if r["r"])
     else:
         rows = (messages.groupBy("time")
-                .agg(F.sum("n").alias("n"), F.bit_xor("xor").alias("x"),
+                .agg(F.sum("n").alias("n"), F.bit_xor("xor").alias("x"), F.sum("rows").alias("i"),
                      F.count(F.col("value")).alias("m"), F.sum(F.octet_length("value")).alias("b"),
                      F.max(F.octet_length("value")).alias("l"))
                 .collect())
@@ -639,7 +646,8 @@ def batch_stats(messages: Any, *, one_time: bool = False) -> BatchStats:
         if r["n"]:
             counts[r["time"]] = counts.get(r["time"], 0) + int(r["n"])
     return BatchStats(counts, xor, max((r["time"] for r in rows), default=None),
-                      sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows), largest, repeated)
+                      sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows), largest,
+                      rows=sum(int(r["i"] or 0) for r in rows), repeated_arrays=repeated)
 
 
 #: librdkafka settings and their Java client equivalents (the JVM path's producers are Java's).

@@ -117,6 +117,26 @@ def test_the_way_follows_the_size_of_the_last_batch(spark, kafka_bootstrap, topi
     assert history == as_history(expected)
 
 
+@pytest.mark.parametrize("time_column", [None, "t"])
+def test_rows_that_consolidate_to_few_updates_still_count_as_rows(spark, kafka_bootstrap, topic_factory,
+                                                                  time_column):
+    """The driver would take every row, not every update: 40 rows over 2 updates, and 40 rows that
+    all cancel, send the next batch to the executors when the limit is 10 rows."""
+    from pyspark.sql import functions as F
+
+    sink = CdcSink(kafka_bootstrap, topic_factory(1), small_batch_rows=10, time_column=time_column)
+    many = spark.createDataFrame([(i % 2, "v", 1) for i in range(40)], "k long, v string, diff long")
+    cancel = spark.createDataFrame([(i // 2, "v", (-1) ** i) for i in range(40)], "k long, v string, diff long")
+    few = spark.createDataFrame([(7, "v", 1)], "k long, v string, diff long")
+    batches = [few, few, many, cancel, few, few, many, cancel]
+    if time_column is not None:  # each batch at a time of its own
+        batches = [df.withColumn("t", F.lit(i).cast("long")) for i, df in enumerate(batches)]
+    results = [sink.write(df) for df in batches]
+    assert [r.finished_on for r in results] == ["executors", "driver", "driver", "executors", "executors",
+                                                "driver", "driver", "executors"]
+    assert [r.updates for r in results] == [1, 1, 2, 0, 1, 1, 2, 0]  # what made them few
+
+
 SMALL_BAD = {
     "null-time": ("k long, t long", [(1, 5), (2, None)], {"time_column": "t"},
                   BadInputError, r"""null time in column 't' \(e.g. row \{"k":2\}\)"""),
