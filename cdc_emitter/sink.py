@@ -121,13 +121,20 @@ def _task_error(exc: BaseException) -> CdcError | None:
     return kind(f"{message.strip()} (raised in a Spark task, which failed every attempt)")
 
 
-#: By default, a batch after one of at most this many rows (updates, when the rows were not
-#: counted) and bytes of messages is finished on the driver (see ``CdcSink._write_small``): a Spark
-#: job and its shuffle cost more than the driver's work on so few rows (measured on 2 cores: 0.32 s
-#: against 0.80 s per 250,000-row batch; at 500,000 still ahead, but the driver's work does not
-#: spread over a cluster as the executors' does).
+#: By default, a batch after one of at most this many rows and bytes of messages is finished on
+#: the driver (see ``CdcSink._write_small``): a Spark job and its shuffle cost more than the
+#: driver's work on so few rows (measured on 2 cores: 0.32 s against 0.80 s per 250,000-row
+#: batch; at 500,000 still ahead, but the driver's work does not spread over a cluster as the
+#: executors' does). After more rows that consolidated to at most this many, the executors
+#: consolidate and the driver finishes.
 SMALL_BATCH_ROWS = 250_000
 SMALL_BATCH_BYTES = 16 * 2**20
+#: The ways a batch is written on the JVM data path (``BatchResult.finished_on``, then
+#: ``consolidated_on``): the rows brought to the driver, which consolidates and produces them;
+#: the rows consolidated by a Spark job, the updates brought to the driver, which produces them;
+#: or everything on the executors, Spark's Kafka writer producing.
+DRIVER, DRIVER_AFTER_EXECUTORS, EXECUTORS = "driver", "driver after executors", "executors"
+WAYS = (DRIVER, DRIVER_AFTER_EXECUTORS, EXECUTORS)
 #: The JVM path's arrays per bucket in a batch of one time, at most: each task then packs this
 #: many groups, well under the 128 after which Spark's object aggregation falls back to sorting.
 FANOUT_ARRAYS = 64
@@ -379,9 +386,9 @@ class CdcSink:
         self._buckets: int | None = None  # JVM path: update groups per batch (see _write_jvm)
         self._fanout = FANOUT_ARRAYS  # JVM path: arrays per bucket, one-time batches (see _write_jvm)
         self._encoded_rows: Any = None  # small-batch path: (key, EncodedRows) of the last layout
-        # the next batch goes the small-batch path (see _write_small) when the last was small;
-        # the first goes the distributed way, whatever its size
-        self._small_next = False
+        # how the next batch goes (WAYS): on the driver (see _write_small) when the last was
+        # small, or consolidated to few updates; the first goes the distributed way, whatever its size
+        self._next_way = EXECUTORS
         self._resolved_encoder: str | None = None
         self._task_producer: Any = None  # the executors' producer_factory (see _TaskSpec): a test seam
         self.last_result: BatchResult | None = None
@@ -764,34 +771,37 @@ class CdcSink:
         partition0_end = None if state is None else state.partition0_end
         args = (schema, data_cols, avro_data, codec, batch_id, writer, lower, recorded, batch_time, close,
                 sinklog, recorded_digest, partition0_end)
-        result = None
-        if encoder == "jvm" and self._small_next and self._small_layout(schema, data_cols):
-            clock.mark("plan")
-            result = self._write_small(df, diff_col, *args)  # None: too big for the driver after all
-        finished_on_driver = result is not None
+        # 2. the rows with their times and diffs (nothing is computed yet)
+        if batch_time is not None:
+            time_expr = F.lit(batch_time).cast("long")
+        else:
+            time_expr = F.col(self.time_column).cast("long")
+            if self.late == "advance":
+                time_expr = (F.when((time_expr >= 0) & (time_expr < lower), F.lit(lower).cast("long"))
+                             .otherwise(time_expr))
+        diff_expr = F.col(diff_col).cast("long") if diff_col else F.lit(1).cast("long")
+        prepared = df.select(*[F.col(c) for c in data_cols], time_expr.alias(_TIME), diff_expr.alias(_DIFF))
+        clock.mark("plan")
+        result, way = None, self._next_way
+        if encoder == "jvm" and way != EXECUTORS and self._small_layout(schema, data_cols):
+            # None: too big for the driver after all
+            result = self._write_small(df, prepared, spark, diff_col, *args, consolidated=way == DRIVER_AFTER_EXECUTORS)
         if result is None:
-            # 2. the rows with their times and diffs (nothing is computed yet)
-            if batch_time is not None:
-                time_expr = F.lit(batch_time).cast("long")
-            else:
-                time_expr = F.col(self.time_column).cast("long")
-                if self.late == "advance":
-                    time_expr = (F.when((time_expr >= 0) & (time_expr < lower), F.lit(lower).cast("long"))
-                                 .otherwise(time_expr))
-            diff_expr = F.col(diff_col).cast("long") if diff_col else F.lit(1).cast("long")
-            prepared = df.select(*[F.col(c) for c in data_cols], time_expr.alias(_TIME), diff_expr.alias(_DIFF))
-            clock.mark("plan")
+            way = EXECUTORS
             if encoder == "jvm":
                 result = self._write_jvm(prepared, spark, *args)
             else:
                 result = self._validate_and_produce(prepared, data_struct, spark, *args)
         result = dataclasses.replace(result, seconds=clock.seconds(), topic=self.topic, encoder=encoder,
-                                     finished_on="driver" if finished_on_driver else "executors")
+                                     finished_on="executors" if way == EXECUTORS else "driver",
+                                     consolidated_on="driver" if way == DRIVER else "executors")
         self.last_result = result
         log.info(
-            "cdc sink topic=%s batch=%s interval=[%d, %s) %s finished on the %s%s",
+            "cdc sink topic=%s batch=%s interval=[%d, %s) %s finished on the %s%s%s",
             self.topic, batch_id, result.lower, "∞" if result.upper is None else result.upper,
-            result.log_text(), result.finished_on, " (re-run: recorded interval)" if result.reused else "",
+            result.log_text(), result.finished_on,
+            " (consolidated on the executors)" if way == DRIVER_AFTER_EXECUTORS else "",
+            " (re-run: recorded interval)" if result.reused else "",
         )
         if self.on_batch is not None:
             self.on_batch(result)
@@ -952,37 +962,11 @@ class CdcSink:
         from pyspark.sql import functions as F
 
         from . import sink_jvm
-        from .codec import union_schema
         from .errors import DeliveryError
-        from .sink_jvm import ROW, Check
 
-        what, tcol = self._what(batch_id), self.time_column or "time"
-        t, d = F.col(_TIME), F.col(_DIFF)
-        checks = []
-        if self.time_column is not None:
-            checks += [
-                Check(t.isNull(), "BadInputError", (f"{what}: null time in column {tcol!r} (e.g. row ",
-                                                    ROW, "); every row needs a non-negative integer time")),
-                Check(t < 0, "BadInputError", (f"{what}: negative time ", t, f" in column {tcol!r} (e.g. row ",
-                                               ROW, "); times must be non-negative")),
-                Check(t < lower, "LateUpdateError", (
-                    f"{what}: update at time ", t, f" in column {tcol!r} is late (e.g. row ", ROW,
-                    f"): the topic is complete up to frontier {lower}; pass late='advance' to move "
-                    f"late updates to {lower}")),
-            ]
-        checks.append(Check(d.isNull(), "BadInputError",
-                            (f"{what}: null diff in column {self.diff_column!r} (e.g. row ", ROW, ")")))
-        if recorded is not None and recorded[1] is not None:
-            checks.append(Check(t >= recorded[1], "BadInputError", (
-                f"{what} is a re-run whose recorded interval is [{lower}, {recorded[1]}), but now has "
-                "an update at time ", t, ": the batch's input changed between attempts (a streaming "
-                "source must replay the same data)")))
-        partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-        buckets = self._buckets or partitions
-        layout = dict(schema=schema, data_cols=data_cols, update_schema=union_schema(avro_data)[0]["items"],
-                      frame=codec.frame, max_message_bytes=self.max_message_bytes, buckets=buckets,
-                      partitions=self._update_partitions)
-        plan = sink_jvm.MessagePlan.shared(type(spark), **layout)
+        what = self._what(batch_id)
+        checks = self._row_checks(what, lower, recorded)
+        plan, partitions = self._message_plan(spark, schema, data_cols, avro_data, codec)
         # spread by hash (no sort): a batch of one time over a fixed number of arrays per bucket
         # (no window to size them), each row its own update unless many arrays of the last such
         # batch of its data layout had repeated rows (sink_jvm.expect_repeats); else as many
@@ -1070,14 +1054,62 @@ class CdcSink:
         # and arrays of about 1/16 of the limit if it is as big as this one: room to grow 16-fold
         # before an array comes out too big
         self._fanout = max(1, min(FANOUT_ARRAYS, -(-n_bytes * 16 // (self._buckets * self.max_message_bytes))))
-        # by the rows the driver would take, not the updates: rows that repeat consolidate to few
-        self._small_next = self._small_after(n_rows, n_bytes)
+        # by the rows the driver would take, and by what they consolidated to
+        self._next_way = self._way_after(n_rows, stats.groups, n_bytes)
         return self._commit(what, writer, batch_id, lower, upper, counts, digest, avro_data, codec,
                             partition0_end, n_messages, n_bytes, recorded is not None)
 
-    def _small_after(self, rows: int, n_bytes: int) -> bool:
-        """Whether a batch after one of ``rows`` rows and ``n_bytes`` of messages goes the small way."""
-        return 0 < self.small_batch_rows and rows <= self.small_batch_rows and n_bytes <= SMALL_BATCH_BYTES
+    def _row_checks(self, what: str, lower: int, recorded: Recorded | None) -> list:
+        """The JVM path's per-row checks (:class:`~cdc_emitter.sink_jvm.Check`) of a batch whose
+        interval starts at ``lower``: built per batch, they hold its frontier."""
+        from pyspark.sql import functions as F
+
+        from .sink_jvm import ROW, Check
+
+        tcol = self.time_column or "time"
+        t, d = F.col(_TIME), F.col(_DIFF)
+        checks = []
+        if self.time_column is not None:
+            checks += [
+                Check(t.isNull(), "BadInputError", (f"{what}: null time in column {tcol!r} (e.g. row ",
+                                                    ROW, "); every row needs a non-negative integer time")),
+                Check(t < 0, "BadInputError", (f"{what}: negative time ", t, f" in column {tcol!r} (e.g. row ",
+                                               ROW, "); times must be non-negative")),
+                Check(t < lower, "LateUpdateError", (
+                    f"{what}: update at time ", t, f" in column {tcol!r} is late (e.g. row ", ROW,
+                    f"): the topic is complete up to frontier {lower}; pass late='advance' to move "
+                    f"late updates to {lower}")),
+            ]
+        checks.append(Check(d.isNull(), "BadInputError",
+                            (f"{what}: null diff in column {self.diff_column!r} (e.g. row ", ROW, ")")))
+        if recorded is not None and recorded[1] is not None:
+            checks.append(Check(t >= recorded[1], "BadInputError", (
+                f"{what} is a re-run whose recorded interval is [{lower}, {recorded[1]}), but now has "
+                "an update at time ", t, ": the batch's input changed between attempts (a streaming "
+                "source must replay the same data)")))
+        return checks
+
+    def _message_plan(self, spark: Any, schema: Any, data_cols: list[str], avro_data: dict,
+                      codec: Any) -> tuple[Any, int]:
+        """The shared :class:`~cdc_emitter.sink_jvm.MessagePlan` of this layout, and the
+        session's shuffle partitions."""
+        from . import sink_jvm
+        from .codec import union_schema
+
+        partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+        layout = dict(schema=schema, data_cols=data_cols, update_schema=union_schema(avro_data)[0]["items"],
+                      frame=codec.frame, max_message_bytes=self.max_message_bytes,
+                      buckets=self._buckets or partitions, partitions=self._update_partitions)
+        return sink_jvm.MessagePlan.shared(type(spark), **layout), partitions
+
+    def _way_after(self, rows: int, groups: int, n_bytes: int) -> str:
+        """How the batch after one of ``rows`` input rows, ``groups`` distinct data and times
+        among them and ``n_bytes`` of messages is written (see :data:`WAYS`)."""
+        if not (0 < self.small_batch_rows and n_bytes <= SMALL_BATCH_BYTES):
+            return EXECUTORS
+        if rows <= self.small_batch_rows:
+            return DRIVER
+        return DRIVER_AFTER_EXECUTORS if groups <= self.small_batch_rows else EXECUTORS
 
     def _small_layout(self, schema: Any, data_cols: list[str]) -> bool:
         """Whether the driver can finish this layout's batches: it consolidates on each row's
@@ -1086,43 +1118,67 @@ class CdcSink:
 
         return bool(data_cols) and not any(contains_map(schema[c].dataType) for c in data_cols)
 
-    def _write_small(self, df, diff_col, schema, data_cols, avro_data, codec, batch_id, writer, lower,
-                     recorded, batch_time, close, sinklog, recorded_digest,
-                     partition0_end) -> BatchResult | None:
+    def _write_small(self, df, prepared, spark, diff_col, schema, data_cols, avro_data, codec, batch_id,
+                     writer, lower, recorded, batch_time, close, sinklog, recorded_digest,
+                     partition0_end, *, consolidated: bool) -> BatchResult | None:
         """The small-batch path: one narrow Spark job brings the rows to the driver encoded and
         hashed (:class:`~cdc_emitter.sink_jvm.EncodedRows`); the driver checks, consolidates
         (:mod:`cdc_emitter.small_batch`) and produces them through the sink's own producer,
         then writes the progress statement. Same checks, messages, digest and interval as the
         distributed path; nothing is produced before every row passed. None when the rows
         were too many for the driver to take (spark.driver.maxResultSize): the caller then
-        writes the batch the distributed way."""
+        writes the batch the distributed way.
+
+        ``consolidated``: for many rows that consolidate to few updates, the Spark job checks
+        the ``prepared`` rows and consolidates them first, partly before its shuffle
+        (:meth:`MessagePlan.updates <cdc_emitter.sink_jvm.MessagePlan.updates>`), and only the
+        updates come to the driver; a bad row fails that job, before anything is produced."""
         import numpy as np
         import pyarrow as pa
+        import pyarrow.compute as pc
 
-        from . import small_batch
+        from . import small_batch, sink_jvm
         from .sink_jvm import _ENVELOPE, EncodedRows
 
         what = self._what(batch_id)
-        layout = dict(schema=schema, data_cols=data_cols, data_record=codec.data_schema,
-                      time_column=self.time_column, diff_column=diff_col)
-        key = (type(df.sparkSession), EncodedRows.key_of(**layout))
-        if self._encoded_rows is None or self._encoded_rows[0] != key:
-            self._encoded_rows = (key, EncodedRows(**layout))
         try:
-            table = self._encoded_rows[1].collect(df)
-        except Exception as exc:  # noqa: BLE001 - only a result too big for the driver is ours
+            if consolidated:  # at most one update over the limit comes back: then too many
+                plan, _ = self._message_plan(spark, schema, data_cols, avro_data, codec)
+                updates = plan.updates(prepared, self._row_checks(what, lower, recorded))
+                table = sink_jvm.arrow_table(updates.limit(self.small_batch_rows + 1))
+            else:
+                layout = dict(schema=schema, data_cols=data_cols, data_record=codec.data_schema,
+                              time_column=self.time_column, diff_column=diff_col)
+                key = (type(df.sparkSession), EncodedRows.key_of(**layout))
+                if self._encoded_rows is None or self._encoded_rows[0] != key:
+                    self._encoded_rows = (key, EncodedRows(**layout))
+                table = self._encoded_rows[1].collect(df)
+        except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or too big for the driver
             if "maxResultSize" not in str(exc):
-                raise
+                ours = sink_jvm.task_error(exc, what) or _task_error(exc) if consolidated else None
+                if ours is None:
+                    raise
+                raise ours from None
             log.info("%s: too big to finish on the driver (%s); writing it from the executors",
                      what, str(exc).splitlines()[0][:200])
-            self._small_next = False
+            self._next_way = EXECUTORS
             return None
-        rows = table.num_rows
+        if consolidated and table.num_rows > self.small_batch_rows:
+            # every row was checked, but the updates are many this time: they are packed and
+            # written from the executors, by a job that consolidates again (one aggregation lost)
+            log.info("%s: over %d updates, too many to finish on the driver; writing them from the "
+                     "executors", what, self.small_batch_rows)
+            self._next_way = EXECUTORS
+            return None
+        rows = int(pc.sum(table.column("n")).as_py() or 0) if consolidated else table.num_rows
         data = table.column("data").combine_chunks()
         describe = _RowText(data, codec.data_schema)
-        times = table.column("t").combine_chunks() if self.time_column else pa.array(np.full(rows, batch_time, np.int64))
+        if consolidated or self.time_column:
+            times = table.column("t").combine_chunks()
+        else:
+            times = pa.array(np.full(table.num_rows, batch_time, np.int64))
         t, d = small_batch.check_rows(
-            times, table.column("d").combine_chunks() if diff_col else None, what=what,
+            times, table.column("d").combine_chunks() if diff_col or consolidated else None, what=what,
             time_column=self.time_column, diff_column=self.diff_column, lower=lower,
             late_advance=self.late == "advance", rerun_upper=None if recorded is None else recorded[1],
             describe=describe)
@@ -1156,7 +1212,7 @@ class CdcSink:
             raise
         self._clock.mark("write")
         n_bytes = sum(map(len, messages))
-        self._small_next = self._small_after(rows, n_bytes)
+        self._next_way = self._way_after(rows, batch.groups, n_bytes)
         return self._commit(what, writer, batch_id, lower, upper, batch.counts, batch.digest, avro_data,
                             codec, partition0_end, len(messages), n_bytes, recorded is not None)
 

@@ -47,7 +47,7 @@ from .core import MAX_LONG, MIN_LONG
 from .errors import BadInputError, CdcError, ConfigError, LateUpdateError
 from .spark_schema import contains_map, contains_type
 
-__all__ = ["Check", "MessagePlan", "bucket_of", "partition_labels", "spark_hash_long", "EncodedRows", "normalized", "hash_columns", "encoded_data", "digest_share", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options", "java_client_options",
+__all__ = ["Check", "MessagePlan", "bucket_of", "partition_labels", "spark_hash_long", "EncodedRows", "arrow_table", "normalized", "hash_columns", "encoded_data", "digest_share", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options", "java_client_options",
            "canonical", "group_keys", "task_error", "kafka_cause", "expect_repeats", "note_repeats"]
 
 TIME = "__cdc_time"
@@ -152,6 +152,7 @@ class MessagePlan:
         # with 'a' does not merge them: they are different data in the topic) — so the shuffle
         # and the grouping see one compact column instead of every column
         self._order = F.xxhash64(*hash_columns(schema, data_cols), TIME)
+        self._data_hash = F.xxhash64(*hash_columns(schema, data_cols))  # what the driver folds time into
         self.by_bytes = not any(contains_map(schema[c].dataType) for c in data_cols)
         if self.by_bytes:
             record = update_schema["fields"][0]["type"]
@@ -230,7 +231,7 @@ class MessagePlan:
         self._packed = (F.sum("__cdc_live").alias("n"),
                         F.bit_xor(F.coalesce(F.col(HASH), F.lit(0).cast("long"))).alias("xor"),
                         _concat_all(F.col("__cdc_item")).alias("__cdc_body"),
-                        F.sum(ROWS).alias("rows"))
+                        F.sum(ROWS).alias("rows"), F.count(F.lit(1)).alias("groups"))
         # whether an array holds an update made of more than one live row (consolidated), or,
         # unconsolidated, two live rows of one hash — the same (data, time) or, rarely, a
         # collision: either way the array is not to be written
@@ -245,7 +246,7 @@ class MessagePlan:
                                      (F.pmod(spread, F.lit(len(partitions))) + 1).cast("int"))
         else:
             partition = F.lit(None).cast("int")
-        self._message = (t.alias("time"), F.col("n"), F.col("xor"), F.col("rows"),
+        self._message = (t.alias("time"), F.col("n"), F.col("xor"), F.col("rows"), F.col("groups"),
                          F.when(F.col("n") > 0, value).alias("value"), partition.alias("partition"),
                          F.col("repeated"), F.col("__cdc_bucket").alias("bucket"), F.col("__cdc_chunk").alias("array"))
 
@@ -278,7 +279,8 @@ class MessagePlan:
                  arrays: Sequence[tuple[int, int]] | None = None) -> Any:
         """The batch's messages as a DataFrame (nothing computed yet): one row per update array
         with ``time``, ``n`` (updates), ``xor`` (XOR of the updates' hashes), ``rows`` (the input
-        rows behind its updates, zero diffs included), ``value`` (the
+        rows behind its updates, zero diffs included), ``groups`` (its updates, cancelled ones
+        included), ``value`` (the
         message), ``partition`` (null: Kafka's choice), ``repeated`` (see ``consolidate``) and
         ``bucket`` and ``array``, which name it; plus one row with ``n = 0``, a null value and a
         null array for each bucket and time whose updates all cancelled (so the largest time is
@@ -314,16 +316,7 @@ class MessagePlan:
             raise ValueError("rows are left unconsolidated only when their data is grouped as bytes")
 
         t = F.col(TIME)
-        # 1. map stage: each bad row fails the task with its own message (when() evaluates a
-        # branch's value only for rows that take it); the checked time is what the shuffle
-        # hashes, so the check cannot be pruned or moved past the shuffle
-        checked = None
-        for check in checks:
-            parts = [self.row_json if p is ROW else F.lit(p) if isinstance(p, str) else p.cast("string")
-                     for p in check.parts]
-            fail = _fail(check.kind, *parts)
-            checked = F.when(check.condition, fail) if checked is None else checked.when(check.condition, fail)
-        rows = prepared.withColumn(TIME, t if checked is None else checked.otherwise(t))
+        rows = self._checked(prepared, checks)
         if consolidate and self.by_bytes and fanout is not None and not exact and arrays is None:
             return self._combined(rows, fanout)
         rows = rows.withColumn(ORDER, self._order)
@@ -351,6 +344,41 @@ class MessagePlan:
         else:
             chunk = self._chunk_spread
         return self._pack(consolidated, chunk, repeated)
+
+    def _checked(self, prepared: Any, checks: Sequence[Check]) -> Any:
+        """``prepared`` with its time column checked: in the map stage, each bad row fails the
+        task with its own message (when() evaluates a branch's value only for rows that take
+        it); the checked time is what the shuffle hashes or groups on, so the check cannot be
+        pruned or moved past the shuffle."""
+        from pyspark.sql import functions as F
+
+        t = F.col(TIME)
+        checked = None
+        for check in checks:
+            parts = [self.row_json if p is ROW else F.lit(p) if isinstance(p, str) else p.cast("string")
+                     for p in check.parts]
+            fail = _fail(check.kind, *parts)
+            checked = F.when(check.condition, fail) if checked is None else checked.when(check.condition, fail)
+        return prepared.withColumn(TIME, t if checked is None else checked.otherwise(t))
+
+    def updates(self, prepared: Any, checks: Sequence[Check]) -> Any:
+        """The batch consolidated on the executors, for the driver to finish
+        (:func:`cdc_emitter.small_batch.consolidate`, as :class:`EncodedRows`): one row per data
+        and time — ``data``, its data record as ``to_avro`` bytes; ``h``, Spark's ``xxhash64``
+        of its data columns; ``t``; ``d``, the exact sum of its diffs (zero sums kept: their
+        times count for the batch's largest); ``n``, the input rows behind it. Grouped on the
+        data columns partly before the shuffle, as :meth:`_combined`; a bad row, or a sum over
+        64 bits, fails the job. Only for data grouped as bytes (:attr:`by_bytes`)."""
+        from pyspark.sql import functions as F
+
+        if not self.by_bytes:
+            raise ValueError("a batch is consolidated for the driver only when its data is grouped as bytes")
+        t = F.col(TIME)
+        return (self._checked(prepared, checks).groupBy(*self._columns, t).agg(*self._sums)
+                .select(self._data_bytes.alias(DATA), self._data_hash.alias("h"), t, "__cdc_hi", "__cdc_lo",
+                        "__cdc_rows", ROWS)
+                .select(F.col(DATA).alias("data"), "h", t.alias("t"), self._consolidated[0].alias("d"),
+                        F.col(ROWS).alias("n")))
 
     def _pack(self, updates: Any, chunk: Any, repeated: Any) -> Any:
         """Messages from ``updates`` (bucket, order, data, time, diff, repeat): each update encoded,
@@ -583,15 +611,19 @@ class EncodedRows:
 
     def collect(self, df: Any) -> Any:
         """The rows as a pyarrow Table (one Spark job)."""
-        import pyarrow as pa
+        return arrow_table(df.select(*self.columns))
 
-        selected = df.select(*self.columns)
-        if hasattr(selected, "toArrow"):  # pyspark >= 4.0, classic and Connect
-            return selected.toArrow()
-        rows = selected.collect()
-        names = selected.columns
-        types = {"data": pa.binary(), "h": pa.int64(), "t": pa.int64(), "d": pa.int64()}
-        return pa.table({n: pa.array([r[i] for r in rows], types[n]) for i, n in enumerate(names)})
+
+def arrow_table(rows: Any) -> Any:
+    """A DataFrame of :class:`EncodedRows`' columns (or :meth:`MessagePlan.updates`') collected
+    as a pyarrow Table (one Spark job)."""
+    import pyarrow as pa
+
+    if hasattr(rows, "toArrow"):  # pyspark >= 4.0, classic and Connect
+        return rows.toArrow()
+    collected = rows.collect()
+    types = {"data": pa.binary(), "h": pa.int64(), "t": pa.int64(), "d": pa.int64(), "n": pa.int64()}
+    return pa.table({n: pa.array([r[i] for r in collected], types[n]) for i, n in enumerate(rows.columns)})
 
 
 @dataclass(frozen=True)
@@ -605,6 +637,7 @@ class BatchStats:
     bytes: int
     largest: int  # bytes of the largest message
     rows: int = 0  # input rows behind the messages, zero diffs included
+    groups: int = 0  # distinct (data, time) among them, cancelled ones included
     #: the ``(bucket, array)`` of each message with ``repeated`` (see MessagePlan.messages);
     #: gathered for batches of one time only, the only ones packed unconsolidated
     repeated_arrays: tuple = ()
@@ -626,6 +659,7 @@ def batch_stats(messages: Any, *, one_time: bool = False) -> BatchStats:
 
     if one_time:  # a row per message: its bytes are also the largest of its row
         rows = messages.select("time", "n", F.col("xor").alias("x"), F.col("rows").alias("i"),
+                               F.col("groups").alias("g"),
                                F.col("value").isNotNull().cast("long").alias("m"),
                                F.octet_length("value").alias("b"), F.col("repeated").alias("r"),
                                "bucket", "array").collect()
@@ -634,6 +668,7 @@ def batch_stats(messages: Any, *, one_time: bool = False) -> BatchStats:
     else:
         rows = (messages.groupBy("time")
                 .agg(F.sum("n").alias("n"), F.bit_xor("xor").alias("x"), F.sum("rows").alias("i"),
+                     F.sum("groups").alias("g"),
                      F.count(F.col("value")).alias("m"), F.sum(F.octet_length("value")).alias("b"),
                      F.max(F.octet_length("value")).alias("l"))
                 .collect())
@@ -647,7 +682,8 @@ def batch_stats(messages: Any, *, one_time: bool = False) -> BatchStats:
             counts[r["time"]] = counts.get(r["time"], 0) + int(r["n"])
     return BatchStats(counts, xor, max((r["time"] for r in rows), default=None),
                       sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows), largest,
-                      rows=sum(int(r["i"] or 0) for r in rows), repeated_arrays=repeated)
+                      rows=sum(int(r["i"] or 0) for r in rows), groups=sum(int(r["g"] or 0) for r in rows),
+                      repeated_arrays=repeated)
 
 
 #: librdkafka settings and their Java client equivalents (the JVM path's producers are Java's).

@@ -53,9 +53,12 @@ class BatchResult:
     seconds: Mapping[str, float] = field(default_factory=dict)  # per phase (see PHASES), and total
     topic: str | None = None
     encoder: str | None = None
-    #: where the batch was consolidated and produced: "driver" (a small batch, one narrow Spark
-    #: job) or "executors"
+    #: where the batch's messages were produced: "driver" (a small batch, or one that
+    #: consolidated to few updates) or "executors" (Spark's Kafka writer)
     finished_on: str | None = None
+    #: where its rows were consolidated: "driver" (a small batch, one narrow Spark job) or
+    #: "executors" (a Spark job with a shuffle)
+    consolidated_on: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The result as plain JSON values (``upper`` None: the batch closed the history)."""
@@ -64,6 +67,7 @@ class BatchResult:
             "updates": self.updates, "messages": self.messages, "bytes": self.bytes,
             "counts": {str(t): n for t, n in sorted(self.counts.items())},
             "reused": self.reused, "encoder": self.encoder, "finished_on": self.finished_on,
+            "consolidated_on": self.consolidated_on,
             "seconds": {k: round(v, 6) for k, v in self.seconds.items()},
         }
 

@@ -112,6 +112,7 @@ class SmallBatch:
     counts: dict[int, int]
     digest: int
     max_time: int | None
+    groups: int = 0  # distinct (data, time) among the rows, cancelled ones included
 
 
 def consolidate(data: pa.Array, data_hashes: np.ndarray, times: np.ndarray, diffs: np.ndarray, *,
@@ -143,6 +144,7 @@ def consolidate(data: pa.Array, data_hashes: np.ndarray, times: np.ndarray, diff
                     f"{total}, which overflows a 64-bit long")
         sums = np.array(totals, dtype=np.int64)
     live = sums != 0
+    groups = grouped.num_rows
     grouped = grouped.filter(pa.array(live))
     sums = sums[live]
     t = grouped.column("t").to_numpy(zero_copy_only=False)
@@ -167,4 +169,4 @@ def consolidate(data: pa.Array, data_hashes: np.ndarray, times: np.ndarray, diff
     times_u, counts_u = np.unique(t, return_counts=True)
     counts = {int(a): int(b) for a, b in zip(times_u, counts_u)}
     digest = int(np.bitwise_xor.reduce(hashes)) if len(hashes) else 0
-    return SmallBatch(items, counts, digest, int(times.max()))
+    return SmallBatch(items, counts, digest, int(times.max()), groups)

@@ -118,23 +118,37 @@ def test_the_way_follows_the_size_of_the_last_batch(spark, kafka_bootstrap, topi
 
 
 @pytest.mark.parametrize("time_column", [None, "t"])
-def test_rows_that_consolidate_to_few_updates_still_count_as_rows(spark, kafka_bootstrap, topic_factory,
-                                                                  time_column):
-    """The driver would take every row, not every update: 40 rows over 2 updates, and 40 rows that
-    all cancel, send the next batch to the executors when the limit is 10 rows."""
+def test_rows_that_consolidate_to_few_updates_go_to_the_driver_as_updates(spark, kafka_bootstrap, topic_factory,
+                                                                          time_column):
+    """The driver would take every row, not every update: after 40 rows over 2 updates (limit 10),
+    the next batch is consolidated on the executors and only its updates come to the driver — also
+    40 rows whose 4 updates all cancel. A batch sent that way that has 30 updates after all is
+    written from the executors, and so is the next. Every way writes the same history."""
     from pyspark.sql import functions as F
 
-    sink = CdcSink(kafka_bootstrap, topic_factory(1), small_batch_rows=10, time_column=time_column)
-    many = spark.createDataFrame([(i % 2, "v", 1) for i in range(40)], "k long, v string, diff long")
-    cancel = spark.createDataFrame([(i // 2, "v", (-1) ** i) for i in range(40)], "k long, v string, diff long")
-    few = spark.createDataFrame([(7, "v", 1)], "k long, v string, diff long")
-    batches = [few, few, many, cancel, few, few, many, cancel]
+    topic = topic_factory(2)
+    sink = CdcSink(kafka_bootstrap, topic, small_batch_rows=10, time_column=time_column)
+    ddl = "k long, v string, diff long"
+    frames = {"few": spark.createDataFrame([(7, "v", 1)], ddl),
+              "many": spark.createDataFrame([(i % 2, "v", 1) for i in range(40)], ddl),
+              "cancel": spark.createDataFrame([(i % 4, "v", 1 if i < 20 else -1) for i in range(40)], ddl),
+              "spread": spark.createDataFrame([(i % 30, "v", 1) for i in range(40)], ddl)}
+    updates = {"few": [(7, 1)], "many": [(0, 20), (1, 20)], "cancel": [],
+               "spread": [(k, 2 if k < 10 else 1) for k in range(30)]}
+    kinds = ["few", "few", "many", "cancel", "few", "few", "many", "many", "cancel", "few", "few", "many",
+             "spread", "few"]
+    batches = [frames[kind] for kind in kinds]
     if time_column is not None:  # each batch at a time of its own
         batches = [df.withColumn("t", F.lit(i).cast("long")) for i, df in enumerate(batches)]
     results = [sink.write(df) for df in batches]
-    assert [r.finished_on for r in results] == ["executors", "driver", "driver", "executors", "executors",
-                                                "driver", "driver", "executors"]
-    assert [r.updates for r in results] == [1, 1, 2, 0, 1, 1, 2, 0]  # what made them few
+    ex, dr, after = ("executors", "executors"), ("driver", "driver"), ("driver", "executors")
+    assert [(r.finished_on, r.consolidated_on) for r in results] == [ex, dr, dr, after, after, dr, dr, after, after,
+                                                                     after, dr, dr, ex, ex]
+    assert [r.updates for r in results] == [len(updates[kind]) for kind in kinds]
+    codec = CdcCodec(data_schema(frames["few"].drop("diff").schema))
+    history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
+    assert (violations, frontier) == ([], (len(kinds),))
+    assert history == as_history([((k, "v"), t, n) for t, kind in enumerate(kinds) for k, n in updates[kind]])
 
 
 SMALL_BAD = {
@@ -154,19 +168,25 @@ SMALL_BAD = {
 }
 
 
+@pytest.mark.parametrize("consolidated_on", ["driver", "executors"])
 @pytest.mark.parametrize("case", list(SMALL_BAD))
-def test_bad_input_in_a_small_batch_writes_nothing(spark, kafka_bootstrap, topic_factory, case):
+def test_bad_input_in_a_small_batch_writes_nothing(spark, kafka_bootstrap, topic_factory, case, consolidated_on):
+    """Either way to the driver: the rows themselves, or (after a batch of repeated rows) their
+    updates, consolidated on the executors, whose job fails on a bad row."""
     ddl, rows, options, error, pattern = SMALL_BAD[case]
     topic = topic_factory(1)
+    good = [(1, 0)] if "time_column" in options else [(1, 1)] if "diff" in ddl else rows[:1]
+    if consolidated_on == "executors":  # 3 rows, 1 update: over the limit, which the update is not
+        good, options = good * 3, {**options, "small_batch_rows": 2}
     sink = CdcSink(kafka_bootstrap, topic, **options)
-    good = rows[:1] if "time_column" not in options else [(1, 0)]
     assert sink.write(spark.createDataFrame(good, ddl)).finished_on == "executors"
     written = count_messages(kafka_bootstrap, topic)
     with pytest.raises(error, match=pattern) as info:
         sink.write(spark.createDataFrame(rows, ddl))
     assert str(info.value).startswith(f"topic {topic!r}: ")
     assert count_messages(kafka_bootstrap, topic) == written
-    assert sink.write(spark.createDataFrame(good, ddl).limit(0)).finished_on == "driver"  # still usable
+    still = sink.write(spark.createDataFrame(good, ddl).limit(0))  # still usable, the same way
+    assert (still.finished_on, still.consolidated_on) == ("driver", consolidated_on)
 
 
 def test_a_rerun_is_compared_whichever_way_each_attempt_went(spark, kafka_bootstrap, topic_factory):

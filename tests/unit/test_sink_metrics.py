@@ -38,11 +38,11 @@ def test_phase_clock_adds_a_phase_marked_twice_and_refuses_an_unknown_one():
 def test_batch_result_as_dict_is_plain_json_and_the_log_text_names_every_figure():
     result = BatchResult(7, 12, 15, 5, 3, {14: 2, 12: 3}, False, bytes=4817,
                          seconds={"plan": 0.0041, "check": 0.1123, "commit": 0.006, "total": 0.2},
-                         topic="orders", encoder="jvm", finished_on="driver")
+                         topic="orders", encoder="jvm", finished_on="driver", consolidated_on="executors")
     assert json.loads(json.dumps(result.as_dict())) == {
         "topic": "orders", "batch_id": 7, "lower": 12, "upper": 15, "updates": 5, "messages": 3,
         "bytes": 4817, "counts": {"12": 3, "14": 2}, "reused": False, "encoder": "jvm",
-        "finished_on": "driver",
+        "finished_on": "driver", "consolidated_on": "executors",
         "seconds": {"plan": 0.0041, "check": 0.1123, "commit": 0.006, "total": 0.2},
     }
     assert result.log_text() == ("updates=5 messages=3 bytes=4817 seconds: plan=0.004 check=0.112 "
