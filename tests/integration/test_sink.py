@@ -542,6 +542,27 @@ def test_a_batch_counting_more_times_than_a_statement_holds_writes_several_that_
     assert max(len(s.counts) for s in statements) == 25
 
 
+def test_a_running_sinks_later_batches_check_and_advance_late_times(spark, kafka_bootstrap, topic_factory):
+    """From its second batch, a sink takes the batch's frontier from a one-row broadcast instead of
+    a literal (see CdcSink._write): late times are still moved, or refused, against it."""
+    topic = topic_factory(1)
+    codec = codec_for(spark.createDataFrame([], TKV), drop=("diff", "t"))
+    moving = CdcSink(kafka_bootstrap, topic, time_column="t", late="advance", small_batch_rows=0)
+    results = [moving.write(spark.createDataFrame(rows, TKV)) for rows in (
+        [(1, "a", 0, 1), (2, "b", 3, 1)], [(3, "c", 2, 1), (4, "d", 6, 1)], [(5, "e", 5, 1)])]
+    assert [(r.lower, r.upper, r.counts) for r in results] == [(0, 4, {0: 1, 3: 1}), (4, 7, {4: 1, 6: 1}),
+                                                               (7, 8, {7: 1})]
+    strict = CdcSink(kafka_bootstrap, topic, time_column="t", small_batch_rows=0)
+    assert strict.write(spark.createDataFrame([(6, "f", 9, 1)], TKV)).counts == {9: 1}
+    before = count_messages(kafka_bootstrap, topic)
+    with pytest.raises(LateUpdateError, match=r"time 3 .*frontier 10"):
+        strict.write(spark.createDataFrame([(7, "g", 3, 1), (8, "h", 12, 1)], TKV))
+    assert count_messages(kafka_bootstrap, topic) == before  # nothing written
+    expected = [((1, "a"), 0, 1), ((2, "b"), 3, 1), ((3, "c"), 4, 1), ((4, "d"), 6, 1), ((5, "e"), 7, 1),
+                ((6, "f"), 9, 1)]
+    check(kafka_bootstrap, topic, codec, expected, (10,))
+
+
 def test_late_updates_error_and_advance(spark, kafka_bootstrap, topic_factory):
     topic = topic_factory(1)
     codec = codec_for(spark.createDataFrame([], TKV), drop=("diff", "t"))
