@@ -779,8 +779,10 @@ class CdcSink:
         # batch of a sink; in the next ones, where it changes every batch, a column of a one-row
         # broadcast: Spark writes a long literal into the Java code it generates and compiles,
         # so each new value would compile every stage again (~0.35 s a batch, ad-hoc)
-        batch_value, rows = batch_time if batch_time is not None else lower, df
-        if encoder == "jvm" and self.last_result is not None:
+        batch_value, rows, way = batch_time if batch_time is not None else lower, df, self._next_way
+        # (rows consolidated for the driver without a time column are grouped without their time)
+        if encoder == "jvm" and self.last_result is not None and not (
+                way == DRIVER_AFTER_EXECUTORS and batch_time is not None):
             value = F.col(_BATCH_VALUE)
             rows = df.crossJoin(F.broadcast(
                 spark.range(batch_value, batch_value + 1, 1, 1).select(F.col("id").alias(_BATCH_VALUE))))
@@ -796,7 +798,7 @@ class CdcSink:
         prepared = rows.select(*[F.col(c) for c in data_cols], time_expr.alias(_TIME), diff_expr.alias(_DIFF),
                                *([] if batch_time is not None else [value.alias(_LOWER)]))
         clock.mark("plan")
-        result, way = None, self._next_way
+        result = None
         if encoder == "jvm" and way != EXECUTORS and self._small_layout(schema, data_cols):
             # None: too big for the driver after all
             result = self._write_small(df, prepared, spark, diff_col, *args, consolidated=way == DRIVER_AFTER_EXECUTORS)
@@ -1158,7 +1160,8 @@ class CdcSink:
         try:
             if consolidated:  # at most one update over the limit comes back: then too many
                 plan, _ = self._message_plan(spark, schema, data_cols, avro_data, codec)
-                updates = plan.updates(prepared, self._row_checks(what, lower, recorded))
+                updates = plan.updates(prepared, self._row_checks(what, lower, recorded),
+                                       one_time=self.time_column is None)
                 table = sink_jvm.arrow_table(updates.limit(self.small_batch_rows + 1))
             else:
                 layout = dict(schema=schema, data_cols=data_cols, data_record=codec.data_schema,
@@ -1169,7 +1172,7 @@ class CdcSink:
                 table = self._encoded_rows[1].collect(df)
         except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or too big for the driver
             if "maxResultSize" not in str(exc):
-                ours = sink_jvm.task_error(exc, what) or _task_error(exc) if consolidated else None
+                ours = sink_jvm.task_error(exc, what, batch_time) or _task_error(exc) if consolidated else None
                 if ours is None:
                     raise
                 raise ours from None
@@ -1187,7 +1190,7 @@ class CdcSink:
         rows = int(pc.sum(table.column("n")).as_py() or 0) if consolidated else table.num_rows
         data = table.column("data").combine_chunks()
         describe = _RowText(data, codec.data_schema)
-        if consolidated or self.time_column:
+        if self.time_column:  # else every row has the batch's time
             times = table.column("t").combine_chunks()
         else:
             times = pa.array(np.full(table.num_rows, batch_time, np.int64))

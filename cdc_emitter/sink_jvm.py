@@ -70,6 +70,8 @@ _ENVELOPE = 32
 ROW = "\0row"
 #: In the texts of a :class:`MessagePlan`: the batch's name, put back by :func:`task_error`.
 BATCH = "@cdc-emitter-batch@"
+#: ... and the batch's time, where the rows do not carry it (:meth:`MessagePlan.updates`).
+BATCH_TIME = "@cdc-emitter-time@"
 
 
 @dataclass(frozen=True)
@@ -180,14 +182,18 @@ class MessagePlan:
         two32 = F.lit(4294967296).cast("decimal(38,0)")
         exact = F.col("__cdc_hi").cast("decimal(38,0)") * two32 + F.col("__cdc_lo").cast("decimal(38,0)")
         fast = F.try_add(F.try_multiply(F.col("__cdc_hi"), F.lit(4294967296)), F.col("__cdc_lo"))
-        slow = (F.when((exact > F.lit(MAX_LONG)) | (exact < F.lit(MIN_LONG)),
-                       _fail("BadInputError", F.lit(f"{BATCH}: the consolidated diff of row "), after_json,
-                             F.lit(" at time "), t.cast("string"), F.lit(" is "), exact.cast("string"),
-                             F.lit(", which overflows a 64-bit long")).cast("long"))
-                .otherwise(exact.cast("long")))
-        total = F.when(fast.isNotNull(), fast).otherwise(slow).alias(DIFF)
+
+        def total(time_text: Any) -> Any:
+            slow = (F.when((exact > F.lit(MAX_LONG)) | (exact < F.lit(MIN_LONG)),
+                           _fail("BadInputError", F.lit(f"{BATCH}: the consolidated diff of row "), after_json,
+                                 F.lit(" at time "), time_text, F.lit(" is "), exact.cast("string"),
+                                 F.lit(", which overflows a 64-bit long")).cast("long"))
+                    .otherwise(exact.cast("long")))
+            return F.when(fast.isNotNull(), fast).otherwise(slow).alias(DIFF)
+
         # a consolidated update's diff, and whether more than one live row made it
-        self._consolidated = (total, (F.col("__cdc_rows") > 1).alias(REPEAT), F.col(ROWS))
+        self._consolidated = (total(t.cast("string")), (F.col("__cdc_rows") > 1).alias(REPEAT), F.col(ROWS))
+        self._total_one_time = total(F.lit(BATCH_TIME))  # updates(one_time=True): no time column
         # 3. encode each update (an Avro record is its fields' encodings in order: the data
         # record, then time and diff as zig-zag varints); its hash is the digest's share
         if self.by_bytes:
@@ -347,39 +353,44 @@ class MessagePlan:
             chunk = self._chunk_spread
         return self._pack(consolidated, chunk, repeated)
 
-    def _checked(self, prepared: Any, checks: Sequence[Check]) -> Any:
-        """``prepared`` with its time column checked: in the map stage, each bad row fails the
-        task with its own message (when() evaluates a branch's value only for rows that take
-        it); the checked time is what the shuffle hashes or groups on, so the check cannot be
-        pruned or moved past the shuffle."""
+    def _checked(self, prepared: Any, checks: Sequence[Check], into: str = TIME) -> Any:
+        """``prepared`` with its column ``into`` (the time, or the diff) checked: in the map
+        stage, each bad row fails the task with its own message (when() evaluates a branch's
+        value only for rows that take it); the checked column is what the shuffle hashes, groups
+        on or sums, so the check cannot be pruned or moved past the shuffle."""
         from pyspark.sql import functions as F
 
-        t = F.col(TIME)
+        t = F.col(into)
         checked = None
         for check in checks:
             parts = [self.row_json if p is ROW else F.lit(p) if isinstance(p, str) else p.cast("string")
                      for p in check.parts]
             fail = _fail(check.kind, *parts)
             checked = F.when(check.condition, fail) if checked is None else checked.when(check.condition, fail)
-        return prepared.withColumn(TIME, t if checked is None else checked.otherwise(t)).drop(LOWER)
+        return prepared.withColumn(into, t if checked is None else checked.otherwise(t)).drop(LOWER)
 
-    def updates(self, prepared: Any, checks: Sequence[Check]) -> Any:
+    def updates(self, prepared: Any, checks: Sequence[Check], *, one_time: bool = False) -> Any:
         """The batch consolidated on the executors, for the driver to finish
         (:func:`cdc_emitter.small_batch.consolidate`, as :class:`EncodedRows`): one row per data
         and time — ``data``, its data record as ``to_avro`` bytes; ``h``, Spark's ``xxhash64``
         of its data columns; ``t``; ``d``, the exact sum of its diffs (zero sums kept: their
         times count for the batch's largest); ``n``, the input rows behind it. Grouped on the
         data columns partly before the shuffle, as :meth:`_combined`; a bad row, or a sum over
-        64 bits, fails the job. Only for data grouped as bytes (:attr:`by_bytes`)."""
+        64 bits, fails the job. Only for data grouped as bytes (:attr:`by_bytes`).
+
+        ``one_time``: every row has the batch's time, which the driver knows: the rows are
+        grouped on their data alone, the checks ride on the diff, and there is no ``t``."""
         from pyspark.sql import functions as F
 
         if not self.by_bytes:
             raise ValueError("a batch is consolidated for the driver only when its data is grouped as bytes")
-        t = F.col(TIME)
-        return (self._checked(prepared, checks).groupBy(*self._columns, t).agg(*self._sums)
-                .select(self._data_bytes.alias(DATA), self._data_hash.alias("h"), t, "__cdc_hi", "__cdc_lo",
+        t = [] if one_time else [F.col(TIME)]
+        diff = self._total_one_time if one_time else self._consolidated[0]
+        return (self._checked(prepared, checks, into=DIFF if one_time else TIME)
+                .groupBy(*self._columns, *t).agg(*self._sums)
+                .select(self._data_bytes.alias(DATA), self._data_hash.alias("h"), *t, "__cdc_hi", "__cdc_lo",
                         "__cdc_rows", ROWS)
-                .select(F.col(DATA).alias("data"), "h", t.alias("t"), self._consolidated[0].alias("d"),
+                .select(F.col(DATA).alias("data"), "h", *[c.alias("t") for c in t], diff.alias("d"),
                         F.col(ROWS).alias("n")))
 
     def _pack(self, updates: Any, chunk: Any, repeated: Any) -> Any:
@@ -825,12 +836,13 @@ def kafka_cause(exc: BaseException) -> str | None:
     return found[-1].strip() if found else None
 
 
-def task_error(exc: BaseException, what: str) -> CdcError | None:
+def task_error(exc: BaseException, what: str, time: int | None = None) -> CdcError | None:
     """Our error behind a failed Spark job (a ``raise_error`` of this module), or None;
-    ``what``: the batch's name, for :data:`BATCH` in the text."""
+    ``what``: the batch's name, for :data:`BATCH` in the text; ``time``: its time, for
+    :data:`BATCH_TIME`."""
     found = _MARKED.findall(str(exc))
     if not found:
         return None
     kind, message = found[-1]
     cls = {"LateUpdateError": LateUpdateError}.get(kind, BadInputError)
-    return cls(message.strip().replace(BATCH, what))
+    return cls(message.strip().replace(BATCH, what).replace(BATCH_TIME, str(time)))
