@@ -81,7 +81,6 @@ from .sink_interval import Recorded, batch_upper, recorded_from_statement
 from .sink_interval import batch_time as decide_batch_time
 from .sink_tasks import _check_sizes, _produce_partition, _TaskSpec
 from .sink_jvm import DIFF as _DIFF, HASH as _HASH, TIME as _TIME  # one name per column, both paths
-from .sink_jvm import LOWER as _LOWER
 from .sink_jvm import digest_share, group_keys, hash_columns
 from .sink_metrics import BatchResult, PhaseClock
 from .spark_schema import data_schema, without_collation
@@ -122,8 +121,6 @@ def _task_error(exc: BaseException) -> CdcError | None:
     return kind(f"{message.strip()} (raised in a Spark task, which failed every attempt)")
 
 
-#: The column of a batch's own value, its time or lower bound, from a one-row broadcast (see _write).
-_BATCH_VALUE = "__cdc_batch_value"
 #: By default, a batch after one of at most this many rows and bytes of messages is finished on
 #: the driver (see ``CdcSink._write_small``): a Spark job and its shuffle cost more than the
 #: driver's work on so few rows (measured on 2 cores: 0.32 s against 0.80 s per 250,000-row
@@ -774,29 +771,21 @@ class CdcSink:
         partition0_end = None if state is None else state.partition0_end
         args = (schema, data_cols, avro_data, codec, batch_id, writer, lower, recorded, batch_time, close,
                 sinklog, recorded_digest, partition0_end)
-        # 2. the rows with their times and diffs (nothing is computed yet). The batch's own value
-        # (its time, or the frontier late times are checked against) is a literal in the first
-        # batch of a sink; in the next ones, where it changes every batch, a column of a one-row
-        # broadcast: Spark writes a long literal into the Java code it generates and compiles,
-        # so each new value would compile every stage again (~0.35 s a batch, ad-hoc)
-        batch_value, rows, way = batch_time if batch_time is not None else lower, df, self._next_way
-        # (rows consolidated for the driver without a time column are grouped without their time)
-        if encoder == "jvm" and self.last_result is not None and not (
-                way == DRIVER_AFTER_EXECUTORS and batch_time is not None):
-            value = F.col(_BATCH_VALUE)
-            rows = df.crossJoin(F.broadcast(
-                spark.range(batch_value, batch_value + 1, 1, 1).select(F.col("id").alias(_BATCH_VALUE))))
-        else:
-            value = F.lit(batch_value).cast("long")
+        # 2. the rows with their times and diffs (nothing is computed yet). The batch's time is a
+        # literal, which Spark writes into the Java code it generates: a new time compiles each
+        # stage again (~0.35 s a batch, ad-hoc). A column of a one-row broadcast avoids that, but
+        # cost more than it saved on 4M distinct rows (4.40 s against 4.14 s, ad-hoc); rows of one
+        # time consolidated for the driver do without their time (MessagePlan.updates)
         if batch_time is not None:
-            time_expr = value
+            time_expr = F.lit(batch_time).cast("long")
         else:
             time_expr = F.col(self.time_column).cast("long")
             if self.late == "advance":
-                time_expr = F.when((time_expr >= 0) & (time_expr < value), value).otherwise(time_expr)
+                time_expr = (F.when((time_expr >= 0) & (time_expr < lower), F.lit(lower).cast("long"))
+                             .otherwise(time_expr))
         diff_expr = F.col(diff_col).cast("long") if diff_col else F.lit(1).cast("long")
-        prepared = rows.select(*[F.col(c) for c in data_cols], time_expr.alias(_TIME), diff_expr.alias(_DIFF),
-                               *([] if batch_time is not None else [value.alias(_LOWER)]))
+        prepared = df.select(*[F.col(c) for c in data_cols], time_expr.alias(_TIME), diff_expr.alias(_DIFF))
+        way = self._next_way
         clock.mark("plan")
         result = None
         if encoder == "jvm" and way != EXECUTORS and self._small_layout(schema, data_cols):
@@ -1091,7 +1080,7 @@ class CdcSink:
                                                     ROW, "); every row needs a non-negative integer time")),
                 Check(t < 0, "BadInputError", (f"{what}: negative time ", t, f" in column {tcol!r} (e.g. row ",
                                                ROW, "); times must be non-negative")),
-                Check(t < F.col(_LOWER), "LateUpdateError", (
+                Check(t < lower, "LateUpdateError", (
                     f"{what}: update at time ", t, f" in column {tcol!r} is late (e.g. row ", ROW,
                     f"): the topic is complete up to frontier {lower}; pass late='advance' to move "
                     f"late updates to {lower}")),

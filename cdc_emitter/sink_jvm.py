@@ -57,7 +57,6 @@ ORDER = "__cdc_order"
 DATA = "__cdc_data"
 REPEAT = "__cdc_repeat"
 ROWS = "__cdc_in"  # input rows behind an update, zero diffs included
-LOWER = "__cdc_lower"  # in a batch with a time column: the frontier its times are checked against
 #: Marks our own messages inside Spark's error text (raise_error), with the error class to raise.
 _MARK = "[cdc-emitter:{kind}] "
 _MARKED = re.compile(r"\[cdc-emitter:(\w+)\] (.*?)(?: SQLSTATE: \w+)?(?:\n|$)")
@@ -293,9 +292,8 @@ class MessagePlan:
         null array for each bucket and time whose updates all cancelled (so the largest time is
         known).
 
-        ``prepared`` has the data columns, ``__cdc_time`` and ``__cdc_diff`` (and, for checks
-        with a time column, :data:`LOWER`); ``checks`` are the batch's own (built per batch: they
-        hold its frontier). ``exact``: pack by running size,
+        ``prepared`` has the data columns, ``__cdc_time`` and ``__cdc_diff``; ``checks`` are the
+        batch's own (built per batch: they hold its frontier). ``exact``: pack by running size,
         every message at most ``max_message_bytes``; else spread by hash (no sort, ~30% less
         time on big batches), where a message can exceed it — check the largest message
         (:func:`batch_stats`) before writing, and pack exactly when it does. ``fanout``: spread
@@ -367,7 +365,7 @@ class MessagePlan:
                      for p in check.parts]
             fail = _fail(check.kind, *parts)
             checked = F.when(check.condition, fail) if checked is None else checked.when(check.condition, fail)
-        return prepared.withColumn(into, t if checked is None else checked.otherwise(t)).drop(LOWER)
+        return prepared.withColumn(into, t if checked is None else checked.otherwise(t))
 
     def updates(self, prepared: Any, checks: Sequence[Check], *, one_time: bool = False) -> Any:
         """The batch consolidated on the executors, for the driver to finish

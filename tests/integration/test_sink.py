@@ -543,8 +543,7 @@ def test_a_batch_counting_more_times_than_a_statement_holds_writes_several_that_
 
 
 def test_a_running_sinks_later_batches_check_and_advance_late_times(spark, kafka_bootstrap, topic_factory):
-    """From its second batch, a sink takes the batch's frontier from a one-row broadcast instead of
-    a literal (see CdcSink._write): late times are still moved, or refused, against it."""
+    """Each batch of a running sink moves, or refuses, late times against its own frontier."""
     topic = topic_factory(1)
     codec = codec_for(spark.createDataFrame([], TKV), drop=("diff", "t"))
     moving = CdcSink(kafka_bootstrap, topic, time_column="t", late="advance", small_batch_rows=0)
