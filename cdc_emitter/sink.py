@@ -36,7 +36,9 @@ steps 3 and 5's Spark work: one narrow Spark job (no shuffle) brings each row to
 its data encoded by ``to_avro`` and hashed by ``xxhash64``; the driver checks every row,
 consolidates on those bytes (:mod:`cdc_emitter.small_batch`) and produces the update arrays
 through the producer it keeps for progress statements — same checks and messages, same digest,
-nothing produced before every row passed.
+nothing produced before every row passed. After a batch of more rows that consolidated to at most
+that many updates, one Spark job checks and consolidates the rows (aggregation before its
+shuffle) and only the updates come to the driver, which produces them the same way.
 
 A retry therefore only ever causes duplicates (identical ``(data, time, diff)`` triples) that
 readers discard; it never moves a batch to a new time.
@@ -134,7 +136,6 @@ SMALL_BATCH_BYTES = 16 * 2**20
 #: the rows consolidated by a Spark job, the updates brought to the driver, which produces them;
 #: or everything on the executors, Spark's Kafka writer producing.
 DRIVER, DRIVER_AFTER_EXECUTORS, EXECUTORS = "driver", "driver after executors", "executors"
-WAYS = (DRIVER, DRIVER_AFTER_EXECUTORS, EXECUTORS)
 #: The JVM path's arrays per bucket in a batch of one time, at most: each task then packs this
 #: many groups, well under the 128 after which Spark's object aggregation falls back to sorting.
 FANOUT_ARRAYS = 64
@@ -386,7 +387,7 @@ class CdcSink:
         self._buckets: int | None = None  # JVM path: update groups per batch (see _write_jvm)
         self._fanout = FANOUT_ARRAYS  # JVM path: arrays per bucket, one-time batches (see _write_jvm)
         self._encoded_rows: Any = None  # small-batch path: (key, EncodedRows) of the last layout
-        # how the next batch goes (WAYS): on the driver (see _write_small) when the last was
+        # how the next batch goes (DRIVER, ...): on the driver (see _write_small) when the last was
         # small, or consolidated to few updates; the first goes the distributed way, whatever its size
         self._next_way = EXECUTORS
         self._resolved_encoder: str | None = None
@@ -1109,7 +1110,7 @@ class CdcSink:
 
     def _way_after(self, rows: int, groups: int, n_bytes: int) -> str:
         """How the batch after one of ``rows`` input rows, ``groups`` distinct data and times
-        among them and ``n_bytes`` of messages is written (see :data:`WAYS`)."""
+        among them and ``n_bytes`` of messages is written (see :data:`DRIVER`)."""
         if not (0 < self.small_batch_rows and n_bytes <= SMALL_BATCH_BYTES):
             return EXECUTORS
         if rows <= self.small_batch_rows:

@@ -170,7 +170,7 @@ def main() -> int:
         return F.struct(F.struct(*[F.col(c) for c in data_cols]).alias("data"),
                         time_col.alias("time"), diff_col.alias("diff"))
 
-    kept: dict = {}  # --same-sink: encoder -> (sink, topic, next time)
+    kept: dict = {}  # --same-sink: encoder -> [sink, its next batch's time]
 
     def run_sink(encoder: str, df):
         if args.same_sink and df is not small:
