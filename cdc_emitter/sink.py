@@ -13,32 +13,29 @@ Attach it to a streaming query with ``writeStream.foreachBatch(CdcSink(...))``, 
    where every progress statement goes, has not moved past this sink's last statement (one
    offset request, through a client kept for the sink's life). Default time mode: ``t = max(time_offset + batch_id, F)`` and
    the interval is ``[F, t + 1)``. Column mode: ``[F, max_time + 1)``; a time below ``F`` is late.
-3. **Validation before the first message**, one narrow scan of the input (no shuffle): null,
-   negative and late times, null diffs, rows possibly too big for one message (those few are
-   encoded exactly), and whether any diff sum could overflow 64 bits (only then an exact
-   ``decimal(38,0)`` consolidation finds the row) — each a
-   :class:`~cdc_emitter.errors.BadInputError` naming the column, time and an example row.
-   Column mode: the interval's upper is the largest time + 1.
-4. The interval is recorded in the sink log (when there is a checkpoint location).
-5. **Consolidation and production in one Spark job**: group by all data columns and the time,
-   sum the diffs, drop zero sums; each partition is encoded **on the executors** as Avro arrays
-   of at most ``max_message_bytes`` — by Spark's ``to_avro`` per update joined in Python
-   (``encoder="avro"``), or by numpy / fastavro from Arrow batches (``encoder="python"``) — and
-   produced by an idempotent ``acks=all`` producer flushed before the task ends: a delivery
-   error fails the task and Spark retries it, and the retry writes the same updates. Each task
-   returns its per-time counts (only the successful attempt's count).
-6. Only after that job has succeeded — every update acknowledged — the driver writes the
-   progress statement for the interval (to partition 0, with headers naming the writer, the
-   batch and the interval) and flushes it.
+3. **Every row checked before the first message**, by the way of writing the batch — null,
+   negative and late times, null diffs, a consolidated diff over 64 bits, an update too big
+   for one message: each a :class:`~cdc_emitter.errors.BadInputError` naming the column, time
+   and an example row. The ways (their seam: :mod:`cdc_emitter.sink_batch`):
 
-**Small batches** (the JVM data path, after a batch of at most ``small_batch_rows`` rows) skip
-steps 3 and 5's Spark work: one narrow Spark job (no shuffle) brings each row to the driver with
-its data encoded by ``to_avro`` and hashed by ``xxhash64``; the driver checks every row,
-consolidates on those bytes (:mod:`cdc_emitter.small_batch`) and produces the update arrays
-through the producer it keeps for progress statements — same checks and messages, same digest,
-nothing produced before every row passed. After a batch of more rows that consolidated to at most
-that many updates, one Spark job checks and consolidates the rows (aggregation before its
-shuffle) and only the updates come to the driver, which produces them the same way.
+   - :mod:`~cdc_emitter.sink_executors` (``encoder="jvm"``, the default when Spark has
+     spark-avro and spark-sql-kafka-0-10): one Spark job validates, consolidates, encodes and
+     packs the update arrays (:mod:`cdc_emitter.sink_jvm`); Spark's own Kafka writer writes
+     them — nothing of ours on the executors;
+   - :mod:`~cdc_emitter.sink_driver` (``encoder="jvm"``, after a small batch, or one whose rows
+     consolidated to few updates): the rows, or their updates, come to the driver, which packs
+     them and produces them through its own producer;
+   - :mod:`~cdc_emitter.sink_python` (``encoder="python"`` or ``"avro"``): a validation scan,
+     then one job that consolidates and produces on the executors (:mod:`cdc_emitter.sink_tasks`).
+
+   A re-run whose first attempt is complete in the topic compares its digest
+   (:mod:`cdc_emitter.sink_digest`) here, and writes nothing.
+4. The interval is recorded in the sink log (when there is a checkpoint location), after a last
+   check that no other writer took it.
+5. **The update arrays are written** and acknowledged (``acks=all``): a delivery error fails the
+   batch, and a retry writes the same updates.
+6. Only then the driver writes the progress statement for the interval (to partition 0, with
+   headers naming the writer, the batch, the interval and its digest) and flushes it.
 
 A retry therefore only ever causes duplicates (identical ``(data, time, diff)`` triples) that
 readers discard; it never moves a batch to a new time.
@@ -47,16 +44,13 @@ readers discard; it never moves a batch to a new time.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
-import re
 import uuid
-from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .core import MAX_LONG, MIN_LONG, progress_from_counts, split_progress
+from .core import MAX_LONG, progress_from_counts, split_progress
 from .errors import (
     BadInputError,
     CdcError,
@@ -79,11 +73,11 @@ from .frontier import (
     TopicFrontier,
     topic_frontier,
 )
+from .sink_batch import Batch, Written
+from .sink_digest import digest_form, format_digest, parse_digest, replay_message
 from .sink_interval import Recorded, batch_upper, recorded_from_statement
 from .sink_interval import batch_time as decide_batch_time
-from .sink_tasks import _check_sizes, _produce_partition, _TaskSpec
-from .sink_jvm import DIFF as _DIFF, HASH as _HASH, TIME as _TIME  # one name per column, both paths
-from .sink_jvm import digest_share, group_keys, hash_columns
+from .sink_jvm import DIFF, TIME  # one name per column, every way
 from .sink_metrics import BatchResult, PhaseClock
 from .spark_schema import data_schema, without_collation
 
@@ -103,28 +97,8 @@ KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 #: How many of its own batches' statements a sink remembers for re-runs (Spark re-runs only the
 #: last batch; the sink log and the topic's tail hold the rest).
 CARRIED_BATCHES = 64
-
-
-_TASK_ERROR = re.compile(r"cdc_emitter\.errors\.(\w+): ([^\n]+)")
-
-
-def _task_error(exc: BaseException) -> CdcError | None:
-    """Our error behind a failed Spark job (a task raised it; Spark retried and gave up), with
-    its own message first — Spark's wrapper starts with an empty line and a JVM stack."""
-    from . import errors
-
-    found = _TASK_ERROR.findall(str(exc))
-    if not found:
-        return None
-    name, message = found[-1]
-    kind = getattr(errors, name, None)
-    if not (isinstance(kind, type) and issubclass(kind, CdcError)):
-        return None
-    return kind(f"{message.strip()} (raised in a Spark task, which failed every attempt)")
-
-
 #: By default, a batch after one of at most this many rows and bytes of messages is finished on
-#: the driver (see ``CdcSink._write_small``): a Spark job and its shuffle cost more than the
+#: the driver (:mod:`cdc_emitter.sink_driver`): a Spark job and its shuffle cost more than the
 #: driver's work on so few rows (measured on 2 cores: 0.32 s against 0.80 s per 250,000-row
 #: batch; at 500,000 still ahead, but the driver's work does not spread over a cluster as the
 #: executors' does). After more rows that consolidated to at most this many, the executors
@@ -136,108 +110,7 @@ SMALL_BATCH_BYTES = 16 * 2**20
 #: the rows consolidated by a Spark job, the updates brought to the driver, which produces them;
 #: or everything on the executors, Spark's Kafka writer producing.
 DRIVER, DRIVER_AFTER_EXECUTORS, EXECUTORS = "driver", "driver after executors", "executors"
-#: The JVM path's arrays per bucket in a batch of one time, at most: each task then packs this
-#: many groups, well under the 128 after which Spark's object aggregation falls back to sorting.
-FANOUT_ARRAYS = 64
-
-
-class _RowText:
-    """Row ``i`` of a small batch as JSON, decoded from its encoded data record (for messages)."""
-
-    def __init__(self, data: Any, data_record: dict) -> None:
-        self.data, self.data_record = data, data_record
-
-    def __call__(self, i: int) -> str:
-        import io
-
-        import fastavro
-
-        record = fastavro.schemaless_reader(io.BytesIO(self.data[i].as_py()),
-                                            fastavro.parse_schema(self.data_record))
-        return json.dumps(record, default=str, separators=(",", ":"), ensure_ascii=False)
-
-
-#: Times a digest header lists; a batch with more lists a hash of its counts (a header must fit
-#: in the message) — a re-run then still compares exactly, and says less about what changed.
-DIGEST_TIMES = 1000
-
-
-#: How update hashes are made (:func:`cdc_emitter.sink_jvm.digest_share`); 2 since the hash
-#: became xxhash64(xxhash64(data, time), diff) — a digest of another version is not compared.
-DIGEST_VERSION = 2
-
-
-def _digest_form(xor: int, counts: tuple) -> tuple:
-    """``(xor, counts)`` as a digest header keeps it: ``counts`` as ``((time, n), ...)``, or when
-    there are more than :data:`DIGEST_TIMES`, ``("sha256", hex, total, times)``."""
-    if len(counts) <= DIGEST_TIMES:
-        return xor, counts
-    text = json.dumps([list(c) for c in counts], separators=(",", ":")).encode()
-    return xor, ("sha256", hashlib.sha256(text).hexdigest(), sum(n for _t, n in counts), len(counts))
-
-
-def _format_digest(xor: int, counts: dict[int, int]) -> str:
-    """The digest header: the XOR of the updates' hashes and the counts per time (or their hash)."""
-    _xor, form = _digest_form(xor, tuple(sorted(counts.items())))
-    out: dict = {"v": DIGEST_VERSION, "xor": f"{xor & (2**64 - 1):016x}"}
-    if form and form[0] == "sha256":
-        out.update(sha256=form[1], total=form[2], times=form[3])
-    else:
-        out["counts"] = form
-    return json.dumps(out, separators=(",", ":"))
-
-
-def _parse_digest(text: str | None) -> tuple[int, tuple] | None:
-    """``(xor, counts)`` in :func:`_digest_form` from a digest header; None when absent,
-    unreadable or of another digest version (a re-run then cannot compare, and writes its
-    updates again: duplicates at most)."""
-    if text is None:
-        return None
-    try:
-        obj = json.loads(text)
-        if obj.get("v") != DIGEST_VERSION:
-            return None
-        xor = int(obj["xor"], 16)
-        if "sha256" in obj:
-            counts: tuple = ("sha256", str(obj["sha256"]), int(obj["total"]), int(obj["times"]))
-        else:
-            counts = tuple((int(t), int(n)) for t, n in obj["counts"])
-    except (ValueError, KeyError, TypeError):
-        return None
-    return (xor - 2**64 if xor >= 2**63 else xor), counts
 _INTEGRAL = ("bigint", "int", "smallint", "tinyint")
-
-
-# --- the sink ---------------------------------------------------------------------------------
-
-
-def _size_estimate(struct: Any) -> Any:
-    """A cheap JVM-side bound related to a row's Avro size, to find rows that might not fit.
-
-    Strings and binaries count their bytes (Avro adds a length varint); fixed-size values count
-    16 bytes (Avro needs at most 10, 1 for a null); nested values count the length of their JSON
-    text, which can be up to ~2x smaller than Avro (arrays of doubles) — so rows estimated above
-    a quarter of the message limit are encoded exactly to check them.
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    parts = []
-    fixed = 32  # time, diff, array overhead
-    for column in struct.fields:
-        c = F.col(column.name)
-        if isinstance(column.dataType, (T.StringType, T.BinaryType)):
-            parts.append(F.coalesce(F.octet_length(c), F.lit(0)))
-            fixed += 10
-        elif isinstance(column.dataType, (T.ArrayType, T.MapType, T.StructType)):
-            parts.append(F.coalesce(F.octet_length(F.to_json(F.struct(c))), F.lit(0)))
-            fixed += 10
-        else:
-            fixed += 16
-    total = F.lit(fixed)
-    for part in parts:
-        total = total + part
-    return total
 
 
 class CdcSink:
@@ -377,21 +250,20 @@ class CdcSink:
         self._clock = PhaseClock()  # the current batch's phases (see sink_metrics)
         self._upper_hint: int | None = None  # write_upto's upper, for the batch being written
         self._topic_checked = False
-        self._update_partitions: list | None = None  # where update messages go (see _TaskSpec)
+        self._update_partitions: list | None = None  # where update messages go (see sink_batch.Batch)
         self._schema_checked: str | None = None  # the data schema found compatible with the topic
         self._sinklog = None
         self._query_id: str | None = None  # Spark Connect: from the checkpoint (see _writer)
         self._producer: Any = None  # progress statements' producer (see _driver_producer)
         self._topic_offsets: Any = None  # the topic's end offsets and tail (see _offsets)
         self._carried: TopicFrontier | None = None  # the frontier after our last statement
-        self._buckets: int | None = None  # JVM path: update groups per batch (see _write_jvm)
-        self._fanout = FANOUT_ARRAYS  # JVM path: arrays per bucket, one-time batches (see _write_jvm)
-        self._encoded_rows: Any = None  # small-batch path: (key, EncodedRows) of the last layout
-        # how the next batch goes (DRIVER, ...): on the driver (see _write_small) when the last was
+        self._executors: Any = None  # JVM path: the distributed way (see _executors_way)
+        self._driver: Any = None  # JVM path: the driver's way (see _driver_way)
+        # how the next batch goes (DRIVER, ...): on the driver (see sink_driver) when the last was
         # small, or consolidated to few updates; the first goes the distributed way, whatever its size
         self._next_way = EXECUTORS
         self._resolved_encoder: str | None = None
-        self._task_producer: Any = None  # the executors' producer_factory (see _TaskSpec): a test seam
+        self._task_producer: Any = None  # the executors' producer_factory (see sink_tasks.TaskSpec): a test seam
         self.last_result: BatchResult | None = None
 
     def __repr__(self) -> str:
@@ -455,9 +327,6 @@ class CdcSink:
                 )
             self._query_id = query_id_from_checkpoint(spark, self.checkpoint_location)
         return self._query_id
-
-    def _decode(self, codec: Any) -> Callable[[bytes], Any]:
-        return codec.decode
 
     def frontier(self) -> TopicFrontier:
         """The topic's current frontier (see :func:`topic_frontier`)."""
@@ -709,8 +578,7 @@ class CdcSink:
         if self.time_column is not None and fixed_time is not None:
             raise ConfigError("write(time=...) conflicts with time_column: the rows carry their times")
         data_cols = [c for c in columns if c not in (self.diff_column, self.time_column)]
-        data_struct = T.StructType([schema[c] for c in data_cols])
-        avro_data = data_schema(data_struct)  # SchemaError names the column
+        avro_data = data_schema(T.StructType([schema[c] for c in data_cols]))  # SchemaError names the column
         for name in filter(None, (diff_col, self.time_column)):
             if schema[name].dataType.simpleString() not in _INTEGRAL:
                 raise SchemaError(
@@ -753,7 +621,7 @@ class CdcSink:
             lower = recorded[0]
             # what the first attempt wrote, if its progress statement made it to the topic
             state = state or self._learn_frontier()
-            recorded_digest = _parse_digest(state.digests.get((writer, batch_id)))
+            recorded_digest = parse_digest(state.digests.get((writer, batch_id)))
         else:
             if state.frontier is None:
                 raise LateUpdateError(
@@ -769,9 +637,13 @@ class CdcSink:
         # opened now, so that its connection and idempotence handshake (~0.5 s on a new sink)
         # overlap the Spark job instead of delaying the progress statement
         self._driver_producer()
-        partition0_end = None if state is None else state.partition0_end
-        args = (schema, data_cols, avro_data, codec, batch_id, writer, lower, recorded, batch_time, close,
-                sinklog, recorded_digest, partition0_end)
+        headers = [(HEADER_KIND, b"updates"), (HEADER_WRITER, writer.encode())]
+        if batch_id is not None:
+            headers.append((HEADER_BATCH, str(batch_id).encode()))
+        batch = Batch(what=self._what(batch_id), batch_id=batch_id, writer=writer, schema=schema,
+                      data_cols=data_cols, diff_col=diff_col, avro_data=avro_data, codec=codec, lower=lower,
+                      recorded=recorded, time=batch_time, headers=headers,
+                      update_partitions=self._update_partitions)
         # 2. the rows with their times and diffs (nothing is computed yet). The batch's time is a
         # literal, which Spark writes into the Java code it generates: a new time compiles each
         # stage again (~0.35 s a batch, ad-hoc). A column of a one-row broadcast avoids that, but
@@ -785,26 +657,55 @@ class CdcSink:
                 time_expr = (F.when((time_expr >= 0) & (time_expr < lower), F.lit(lower).cast("long"))
                              .otherwise(time_expr))
         diff_expr = F.col(diff_col).cast("long") if diff_col else F.lit(1).cast("long")
-        prepared = df.select(*[F.col(c) for c in data_cols], time_expr.alias(_TIME), diff_expr.alias(_DIFF))
-        way = self._next_way
+        prepared = df.select(*[F.col(c) for c in data_cols], time_expr.alias(TIME), diff_expr.alias(DIFF))
         clock.mark("plan")
-        result = None
+
+        since = None if state is None else state.partition0_end  # partition 0's end then
+
+        # 3. every row checked (a bad one raises: nothing written), in the way chosen by the last batch
+        way, checked = self._next_way, None
         if encoder == "jvm" and way != EXECUTORS and self._small_layout(schema, data_cols):
-            # None: too big for the driver after all
-            result = self._write_small(df, prepared, spark, diff_col, *args, consolidated=way == DRIVER_AFTER_EXECUTORS)
-        if result is None:
+            checked = self._driver_way().check(df, prepared, spark, batch, consolidated=way == DRIVER_AFTER_EXECUTORS)
+        if checked is None:  # the executors' way, or too big for the driver after all
             way = EXECUTORS
             if encoder == "jvm":
-                result = self._write_jvm(prepared, spark, *args)
+                checked = self._executors_way().check(prepared, spark, batch)
             else:
-                result = self._validate_and_produce(prepared, data_struct, spark, *args)
-        result = dataclasses.replace(result, seconds=clock.seconds(), topic=self.topic, encoder=encoder,
+                checked = self._python_way(encoder).check(prepared, batch)
+        if encoder == "jvm":  # by the rows the driver would take, and by what they consolidated to
+            self._next_way = self._way_after(checked.rows, checked.groups, checked.bytes)
+        try:
+            clock.mark("check")
+            upper = self._upper(batch, close, checked.max_time)
+            if recorded_digest is not None:  # a re-run whose first attempt completed
+                return self._finish(self._replayed(batch, recorded_digest, checked.digest(), upper),
+                                    encoder, way)
+            # 4. another writer may have written since the interval was decided: check before
+            # writing; then record the interval (decided once) and write the updates
+            if recorded is None:
+                self._check_no_other_writer(batch, upper, "was being prepared", written=False, since=since)
+            self._record_interval(sinklog, batch, upper)
+            try:
+                written = checked.write()
+            except BaseException:
+                self._forget_clients()  # the topic's state is unknown, a producer may hold an error
+                raise
+        finally:
+            checked.release()
+        clock.mark("write")
+        # 5. only after every update is acknowledged: the progress statement
+        result = self._commit(batch, upper, written, since=since)
+        return self._finish(result, encoder, way)
+
+    def _finish(self, result: BatchResult, encoder: str, way: str) -> BatchResult:
+        """The batch's result with its phases and ways, logged and given to ``on_batch``."""
+        result = dataclasses.replace(result, seconds=self._clock.seconds(), topic=self.topic, encoder=encoder,
                                      finished_on="executors" if way == EXECUTORS else "driver",
                                      consolidated_on="driver" if way == DRIVER else "executors")
         self.last_result = result
         log.info(
             "cdc sink topic=%s batch=%s interval=[%d, %s) %s finished on the %s%s%s",
-            self.topic, batch_id, result.lower, "∞" if result.upper is None else result.upper,
+            self.topic, result.batch_id, result.lower, "∞" if result.upper is None else result.upper,
             result.log_text(), result.finished_on,
             " (consolidated on the executors)" if way == DRIVER_AFTER_EXECUTORS else "",
             " (re-run: recorded interval)" if result.reused else "",
@@ -813,300 +714,49 @@ class CdcSink:
             self.on_batch(result)
         return result
 
-    def _validate_and_produce(self, prepared, data_struct, spark, schema, data_cols, avro_data, codec,
-                              batch_id, writer, lower, recorded, batch_time, close, sinklog,
-                              recorded_digest, partition0_end) -> BatchResult:
-        from pyspark.sql import functions as F
+    # -- the ways of writing a batch (see sink_batch) -------------------------------------------
 
-        data_json = F.to_json(F.struct(*[F.col(c) for c in data_cols]))
-        t, d = F.col(_TIME), F.col(_DIFF)
-        size_estimate = _size_estimate(data_struct)
-        what, tcol = self._what(batch_id), self.time_column or "time"
+    def _row_checks(self, batch: Batch) -> list:
+        """The JVM path's per-row checks of ``batch`` (:func:`~cdc_emitter.sink_jvm.row_checks`)."""
+        from .sink_jvm import row_checks
 
-        # 3. validation before the first message: one narrow scan of the input (no shuffle).
-        # Examples are built only for bad rows (when() does not evaluate its value otherwise).
-        st = prepared.agg(
-            F.count(F.lit(1)).alias("rows"),
-            F.count(F.when(t.isNull(), 1)).alias("null_times"),
-            F.min(t).alias("min_time"),
-            F.max(t).alias("max_time"),
-            F.count(F.when(d.isNull(), 1)).alias("null_diffs"),
-            F.sum(F.abs(d.cast("double"))).alias("abs_sum"),
-            F.max(size_estimate).alias("max_estimate"),
-        ).collect()[0]
+        return row_checks(what=batch.what, lower=batch.lower,
+                          recorded_upper=None if batch.recorded is None else batch.recorded.upper,
+                          time_column=self.time_column, diff_column=self.diff_column)
 
-        def example(condition: Any) -> str:  # a second, short job only when something is wrong
-            rows = prepared.filter(condition).select(data_json.alias("row")).limit(1).collect()
-            return rows[0]["row"] if rows else "?"
+    def _executors_way(self) -> Any:
+        """The JVM path's distributed way (:mod:`~cdc_emitter.sink_executors`), one for the sink's
+        life: it sizes each batch's spread from the last."""
+        if self._executors is None:
+            from .sink_executors import ExecutorsWay
 
-        if st["null_times"]:
-            raise BadInputError(
-                f"{what}: null time in column {tcol!r} ({st['null_times']} rows, e.g. row "
-                f"{example(t.isNull())}); every row needs a non-negative integer time"
-            )
-        if st["min_time"] is not None and st["min_time"] < 0:
-            raise BadInputError(
-                f"{what}: negative time {st['min_time']} in column {tcol!r} "
-                f"(e.g. row {example(t == F.lit(st['min_time']))}); times must be non-negative"
-            )
-        if st["null_diffs"]:
-            raise BadInputError(
-                f"{what}: null diff in column {self.diff_column!r} ({st['null_diffs']} rows, "
-                f"e.g. row {example(d.isNull())})"
-            )
-        if st["min_time"] is not None and st["min_time"] < lower:
-            raise LateUpdateError(
-                f"{what}: update at time {st['min_time']} in column {tcol!r} is late (e.g. row "
-                f"{example(t == F.lit(st['min_time']))}): the topic is complete up to frontier "
-                f"{lower}; pass late='advance' to move late updates to {lower}"
-            )
-        rows = st["rows"]
-        max_time = st["max_time"]
+            self._executors = ExecutorsWay(bootstrap_servers=self.bootstrap_servers, topic=self.topic,
+                                           producer_config=self.producer_config,
+                                           max_message_bytes=self.max_message_bytes, row_checks=self._row_checks)
+        return self._executors
 
-        # diff sums: |sum| <= sum |diff|, so only a batch whose absolute total might reach 2^63
-        # needs the exact (decimal) consolidation to find the overflowing row
-        might_overflow = (st["abs_sum"] or 0) >= 2.0**62
-        if might_overflow:
-            s = F.sum(d.cast("decimal(38,0)"))
-            keys, firsts = group_keys(schema, data_cols)
-            over = (prepared.groupBy(*keys, t).agg(s.alias("s"), *firsts)
-                    .filter((F.col("s") > F.lit(MAX_LONG)) | (F.col("s") < F.lit(MIN_LONG)))
-                    .select(data_json.alias("row"), t.alias("time"), F.col("s").cast("string").alias("s"))
-                    .limit(1).collect())
-            if over:
-                raise BadInputError(
-                    f"{what}: the consolidated diff of row {over[0]['row']} at time {over[0]['time']} "
-                    f"is {over[0]['s']}, which overflows a 64-bit long"
-                )
+    def _driver_way(self) -> Any:
+        """The JVM path's driver way (:mod:`~cdc_emitter.sink_driver`), one for the sink's life."""
+        if self._driver is None:
+            from .sink_driver import DriverWay
 
-        # oversized rows: only rows whose estimate makes it possible are encoded to check
-        threshold = self.max_message_bytes // 4
-        if (st["max_estimate"] or 0) > threshold:
-            spec = self._spec(avro_data, data_struct, writer, batch_id, "python")
-            big = (prepared.filter(size_estimate > threshold)
-                   .select(*[F.col(c) for c in data_cols], t, F.lit(MIN_LONG).alias("diff"),
-                           data_json.alias("__cdc_json"))  # the longest diff: a bound
-                   .mapInArrow(lambda it, spec=spec: _check_sizes(spec, it),
-                               "size long, time long, example string")
-                   .limit(1).collect())
-            if big:
-                row = big[0]
-                size = "more than the limit" if row["size"] < 0 else f"{row['size']} bytes"
-                raise BadInputError(
-                    f"{what}: row {row['example']} at time {row['time']} encodes to {size}, over "
-                    f"the message limit of {self.max_message_bytes} bytes (max_message_bytes)"
-                )
+            self._driver = DriverWay(
+                small_batch_rows=self.small_batch_rows, max_message_bytes=self.max_message_bytes,
+                time_column=self.time_column, diff_column=self.diff_column, late=self.late,
+                flush_timeout=self.flush_timeout, producer=self._driver_producer,
+                plan=lambda spark, batch: self._executors_way().plan(spark, batch)[0],
+                row_checks=self._row_checks)
+        return self._driver
 
-        upper = self._upper(what, recorded, close, batch_time, max_time, lower)
-        self._clock.mark("check")
+    def _python_way(self, encoder: str) -> Any:
+        """The Python encoders' way (:mod:`~cdc_emitter.sink_python`)."""
+        from .sink_python import PythonWay
 
-        # another writer may have written since the interval was decided: check before writing
-        if recorded is None:
-            self._check_no_other_writer(what, writer, batch_id, lower, upper, "was being prepared",
-                                        written=False, since=partition0_end)
-
-        # 4. record the interval (decided once), then consolidate and produce on the executors
-        self._record_interval(sinklog, what, batch_id, lower, upper, batch_time, writer, recorded)
-        counts: dict[int, int] = {}
-        messages = n_bytes = 0
-        digest = 0
-        if rows:
-            encoder = self._encoder(spark)
-            spec = self._spec(avro_data, data_struct, writer, batch_id, encoder)
-            keys, firsts = group_keys(schema, data_cols)
-            s = F.col("__cdc_sum")
-            # a sum of longs can overflow on the way to a total that fits ([MAX_LONG, 1, -1]):
-            # then sum exactly (checked above to fit) and cast back
-            total_diff = F.sum(d.cast("decimal(38,0)")).cast("long") if might_overflow else F.sum(d)
-            out = (prepared.groupBy(*keys, t).agg(total_diff.alias("__cdc_sum"), *firsts)
-                   .filter(s != 0).select(*[F.col(c) for c in data_cols], t, s.alias(_DIFF)))
-            # each update's 64-bit hash; their XOR is the batch's digest, whatever the order
-            inner = F.xxhash64(*hash_columns(schema, data_cols), t)
-            out = out.withColumn(_HASH, digest_share(inner, F.col(_DIFF)))
-            if recorded_digest is not None:
-                # a re-run whose first attempt completed: same data, or refuse before writing
-                return self._replayed(what, batch_id, recorded_digest, self._digest_of(out),
-                                      lower, recorded[1])
-            if encoder == "avro":
-                from pyspark.sql.avro.functions import to_avro
-
-                from .codec import union_schema
-
-                update_schema = union_schema(avro_data)[0]["items"]
-                item = to_avro(F.struct(F.struct(*[F.col(c) for c in data_cols]).alias("data"),
-                                        t.alias("time"), F.col(_DIFF).alias("diff")),
-                               json.dumps(update_schema))
-                out = out.select(t, F.col(_DIFF), item.alias("__cdc_item"), F.col(_HASH))
-                spec.data_types = []  # the task sees only (time, diff, item, hash)
-            try:
-                produced = out.mapInArrow(lambda it, spec=spec: _produce_partition(spec, it),
-                                          "time long, n long, messages long, bytes long, digest long"
-                                          ).collect()
-            except Exception as exc:  # noqa: BLE001 - Spark wraps the task's error
-                ours = _task_error(exc)
-                if ours is None:
-                    raise
-                raise ours from exc
-            seen: Counter = Counter()
-            for row in produced:
-                if row["time"] >= 0:
-                    seen[row["time"]] += row["n"]
-                messages += row["messages"]
-                n_bytes += row["bytes"]
-                digest ^= row["digest"]
-            counts = dict(seen)
-        elif recorded_digest is not None and recorded_digest != (0, ()):
-            raise ReplayError(self._replay_message(what, batch_id, recorded_digest, (0, ())))
-        self._clock.mark("write")
-        return self._commit(what, writer, batch_id, lower, upper, counts, digest, avro_data, codec,
-                            partition0_end, messages, n_bytes, recorded is not None)
-
-    def _write_jvm(self, prepared, spark, schema, data_cols, avro_data, codec, batch_id, writer, lower,
-                   recorded, batch_time, close, sinklog, recorded_digest, partition0_end) -> BatchResult:
-        """The JVM data path (:mod:`cdc_emitter.sink_jvm`): one job validates, consolidates, encodes
-        and counts; a second writes with Spark's Kafka writer; then the progress statement."""
-        from pyspark.sql import functions as F
-
-        from . import sink_jvm
-        from .errors import DeliveryError
-
-        what = self._what(batch_id)
-        checks = self._row_checks(what, lower, recorded)
-        plan, partitions = self._message_plan(spark, schema, data_cols, avro_data, codec)
-        # spread by hash (no sort): a batch of one time over a fixed number of arrays per bucket
-        # (no window to size them), each row its own update unless many arrays of the last such
-        # batch of its data layout had repeated rows (sink_jvm.expect_repeats); else as many
-        # arrays as its size needs. The arrays found with a repeat are consolidated again (the
-        # whole batch when they are over half), the batch packed exactly in the rare case a
-        # message came out too big — nothing is written before the stats of the messages that
-        # will be
-        fanout = self._fanout if self.time_column is None else None
-        may_skip_consolidation = fanout is not None and plan.by_bytes
-        consolidate = not may_skip_consolidation or sink_jvm.expect_repeats(schema, data_cols)
-        exact = False
-        messages = plan.messages(prepared, checks, fanout=fanout, consolidate=consolidate).persist()
-        persisted = [messages]
-        try:
-            while True:
-                try:
-                    stats = sink_jvm.batch_stats(messages, one_time=self.time_column is None)
-                except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
-                    ours = sink_jvm.task_error(exc, what) or _task_error(exc)
-                    if ours is None:
-                        raise
-                    raise ours from None
-                if not consolidate and stats.repeated:
-                    consolidate = True
-                    repeated = stats.repeated_arrays
-                    if 2 * len(repeated) <= stats.messages:  # a few: consolidate those alone
-                        log.debug("%s: %d of %d arrays have rows of the same data and time: "
-                                  "consolidating them", what, len(repeated), stats.messages)
-                        fixed = plan.messages(prepared, checks, fanout=fanout, arrays=repeated).persist()
-                        persisted.append(fixed)
-                        messages = messages.where(~F.col("repeated")).unionByName(fixed)
-                        continue
-                    log.debug("%s: most arrays have rows of the same data and time: consolidating", what)
-                elif exact or stats.largest <= self.max_message_bytes:
-                    break
-                else:
-                    log.debug("%s: a spread message has %d bytes, over %d: packing exactly", what,
-                              stats.largest, self.max_message_bytes)
-                    exact = consolidate = True
-                for cached in persisted:
-                    cached.unpersist()
-                messages = plan.messages(prepared, checks, fanout=fanout, exact=exact).persist()
-                persisted = [messages]
-            if may_skip_consolidation:  # consolidated too, the stats tell which arrays had repeats
-                # from about a quarter, the first attempt and the arrays consolidated again cost
-                # more than consolidating at once (4M rows: about 3.0 s + 0.5 s + 4.3 s times the
-                # share of arrays, against 4.3 s)
-                sink_jvm.note_repeats(schema, data_cols, 4 * len(stats.repeated_arrays) > stats.messages)
-            counts, digest, max_time = stats.counts, stats.digest, stats.max_time
-            n_messages, n_bytes, n_rows = stats.messages, stats.bytes, stats.rows
-            self._clock.mark("check")
-            upper = self._upper(what, recorded, close, batch_time, max_time, lower)
-            if recorded_digest is not None:
-                return self._replayed(what, batch_id, recorded_digest,
-                                      (digest, tuple(sorted(counts.items()))), lower, upper)
-            if recorded is None:
-                self._check_no_other_writer(what, writer, batch_id, lower, upper, "was being prepared",
-                                            written=False, since=partition0_end)
-            self._record_interval(sinklog, what, batch_id, lower, upper, batch_time, writer, recorded)
-            if n_messages:
-                headers = [(HEADER_KIND, b"updates"), (HEADER_WRITER, writer.encode())]
-                if batch_id is not None:
-                    headers.append((HEADER_BATCH, str(batch_id).encode()))
-                options = sink_jvm.kafka_write_options(self.bootstrap_servers, self.topic, self.producer_config)
-                try:
-                    sink_jvm.write_messages(messages, options, headers)
-                except Exception as exc:  # noqa: BLE001 - Spark wraps the producer's error
-                    from .sources import spark_error_text
-
-                    cause = sink_jvm.kafka_cause(exc) or spark_error_text(exc)
-                    timeout = options["kafka.delivery.timeout.ms"]
-                    raise DeliveryError(
-                        f"delivery to topic {self.topic!r} failed in Spark's Kafka writer "
-                        f"(delivery.timeout.ms={timeout} per attempt): {cause}. No progress "
-                        f"statement was written for {what}; a re-run of the batch writes the same "
-                        "updates again"
-                    ) from exc
-        finally:
-            for cached in persisted:
-                cached.unpersist()
-        self._clock.mark("write")
-        # the next batch spreads its updates over about as many groups as this one filled
-        # messages (at least one; at most the shuffle partitions): small batches, few messages
-        self._buckets = max(1, min(partitions, -(-n_bytes * 4 // self.max_message_bytes)))
-        # and arrays of about 1/16 of the limit if it is as big as this one: room to grow 16-fold
-        # before an array comes out too big
-        self._fanout = max(1, min(FANOUT_ARRAYS, -(-n_bytes * 16 // (self._buckets * self.max_message_bytes))))
-        # by the rows the driver would take, and by what they consolidated to
-        self._next_way = self._way_after(n_rows, stats.groups, n_bytes)
-        return self._commit(what, writer, batch_id, lower, upper, counts, digest, avro_data, codec,
-                            partition0_end, n_messages, n_bytes, recorded is not None)
-
-    def _row_checks(self, what: str, lower: int, recorded: Recorded | None) -> list:
-        """The JVM path's per-row checks (:class:`~cdc_emitter.sink_jvm.Check`) of a batch whose
-        interval starts at ``lower``: built per batch, they hold its frontier."""
-        from pyspark.sql import functions as F
-
-        from .sink_jvm import ROW, Check
-
-        tcol = self.time_column or "time"
-        t, d = F.col(_TIME), F.col(_DIFF)
-        checks = []
-        if self.time_column is not None:
-            checks += [
-                Check(t.isNull(), "BadInputError", (f"{what}: null time in column {tcol!r} (e.g. row ",
-                                                    ROW, "); every row needs a non-negative integer time")),
-                Check(t < 0, "BadInputError", (f"{what}: negative time ", t, f" in column {tcol!r} (e.g. row ",
-                                               ROW, "); times must be non-negative")),
-                Check(t < lower, "LateUpdateError", (
-                    f"{what}: update at time ", t, f" in column {tcol!r} is late (e.g. row ", ROW,
-                    f"): the topic is complete up to frontier {lower}; pass late='advance' to move "
-                    f"late updates to {lower}")),
-            ]
-        checks.append(Check(d.isNull(), "BadInputError",
-                            (f"{what}: null diff in column {self.diff_column!r} (e.g. row ", ROW, ")")))
-        if recorded is not None and recorded[1] is not None:
-            checks.append(Check(t >= recorded[1], "BadInputError", (
-                f"{what} is a re-run whose recorded interval is [{lower}, {recorded[1]}), but now has "
-                "an update at time ", t, ": the batch's input changed between attempts (a streaming "
-                "source must replay the same data)")))
-        return checks
-
-    def _message_plan(self, spark: Any, schema: Any, data_cols: list[str], avro_data: dict,
-                      codec: Any) -> tuple[Any, int]:
-        """The shared :class:`~cdc_emitter.sink_jvm.MessagePlan` of this layout, and the
-        session's shuffle partitions."""
-        from . import sink_jvm
-        from .codec import union_schema
-
-        partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-        layout = dict(schema=schema, data_cols=data_cols, update_schema=union_schema(avro_data)[0]["items"],
-                      frame=codec.frame, max_message_bytes=self.max_message_bytes,
-                      buckets=self._buckets or partitions, partitions=self._update_partitions)
-        return sink_jvm.MessagePlan.shared(type(spark), **layout), partitions
+        return PythonWay(encoder=encoder, bootstrap_servers=self.bootstrap_servers, topic=self.topic,
+                         producer_config=self.producer_config, framing=self.framing, schema_id=self.schema_id,
+                         max_message_bytes=self.max_message_bytes, flush_timeout=self.flush_timeout,
+                         time_column=self.time_column, diff_column=self.diff_column,
+                         producer_factory=self._task_producer)
 
     def _way_after(self, rows: int, groups: int, n_bytes: int) -> str:
         """How the batch after one of ``rows`` input rows, ``groups`` distinct data and times
@@ -1124,155 +774,51 @@ class CdcSink:
 
         return bool(data_cols) and not any(contains_map(schema[c].dataType) for c in data_cols)
 
-    def _write_small(self, df, prepared, spark, diff_col, schema, data_cols, avro_data, codec, batch_id,
-                     writer, lower, recorded, batch_time, close, sinklog, recorded_digest,
-                     partition0_end, *, consolidated: bool) -> BatchResult | None:
-        """The small-batch path: one narrow Spark job brings the rows to the driver encoded and
-        hashed (:class:`~cdc_emitter.sink_jvm.EncodedRows`); the driver checks, consolidates
-        (:mod:`cdc_emitter.small_batch`) and produces them through the sink's own producer,
-        then writes the progress statement. Same checks, messages, digest and interval as the
-        distributed path; nothing is produced before every row passed. None when the rows
-        were too many for the driver to take (spark.driver.maxResultSize): the caller then
-        writes the batch the distributed way.
-
-        ``consolidated``: for many rows that consolidate to few updates, the Spark job checks
-        the ``prepared`` rows and consolidates them first, partly before its shuffle
-        (:meth:`MessagePlan.updates <cdc_emitter.sink_jvm.MessagePlan.updates>`), and only the
-        updates come to the driver; a bad row fails that job, before anything is produced."""
-        import numpy as np
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        from . import small_batch, sink_jvm
-        from .sink_jvm import _ENVELOPE, EncodedRows
-
-        what = self._what(batch_id)
-        try:
-            if consolidated:  # at most one update over the limit comes back: then too many
-                plan, _ = self._message_plan(spark, schema, data_cols, avro_data, codec)
-                updates = plan.updates(prepared, self._row_checks(what, lower, recorded),
-                                       one_time=self.time_column is None)
-                table = sink_jvm.arrow_table(updates.limit(self.small_batch_rows + 1))
-            else:
-                layout = dict(schema=schema, data_cols=data_cols, data_record=codec.data_schema,
-                              time_column=self.time_column, diff_column=diff_col)
-                key = (type(df.sparkSession), EncodedRows.key_of(**layout))
-                if self._encoded_rows is None or self._encoded_rows[0] != key:
-                    self._encoded_rows = (key, EncodedRows(**layout))
-                table = self._encoded_rows[1].collect(df)
-        except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or too big for the driver
-            if "maxResultSize" not in str(exc):
-                ours = sink_jvm.task_error(exc, what, batch_time) or _task_error(exc) if consolidated else None
-                if ours is None:
-                    raise
-                raise ours from None
-            log.info("%s: too big to finish on the driver (%s); writing it from the executors",
-                     what, str(exc).splitlines()[0][:200])
-            self._next_way = EXECUTORS
-            return None
-        if consolidated and table.num_rows > self.small_batch_rows:
-            # every row was checked, but the updates are many this time: they are packed and
-            # written from the executors, by a job that consolidates again (one aggregation lost)
-            log.info("%s: over %d updates, too many to finish on the driver; writing them from the "
-                     "executors", what, self.small_batch_rows)
-            self._next_way = EXECUTORS
-            return None
-        rows = int(pc.sum(table.column("n")).as_py() or 0) if consolidated else table.num_rows
-        data = table.column("data").combine_chunks()
-        describe = _RowText(data, codec.data_schema)
-        if self.time_column:  # else every row has the batch's time
-            times = table.column("t").combine_chunks()
-        else:
-            times = pa.array(np.full(table.num_rows, batch_time, np.int64))
-        t, d = small_batch.check_rows(
-            times, table.column("d").combine_chunks() if diff_col or consolidated else None, what=what,
-            time_column=self.time_column, diff_column=self.diff_column, lower=lower,
-            late_advance=self.late == "advance", rerun_upper=None if recorded is None else recorded[1],
-            describe=describe)
-        hashes = table.column("h").combine_chunks().to_numpy(zero_copy_only=False)
-        batch = small_batch.consolidate(data, hashes, t, d, what=what, describe=describe,
-                                        max_item_bytes=self.max_message_bytes - _ENVELOPE,
-                                        max_message_bytes=self.max_message_bytes)
-        self._clock.mark("check")
-        upper = self._upper(what, recorded, close, batch_time, batch.max_time, lower)
-        if recorded_digest is not None:
-            return self._replayed(what, batch_id, recorded_digest,
-                                  (batch.digest, tuple(sorted(batch.counts.items()))), lower, upper)
-        if recorded is None:
-            self._check_no_other_writer(what, writer, batch_id, lower, upper, "was being prepared",
-                                        written=False, since=partition0_end)
-        self._record_interval(sinklog, what, batch_id, lower, upper, batch_time, writer, recorded)
-        messages = list(codec.pack_items(batch.items))
-        headers = [(HEADER_KIND, b"updates"), (HEADER_WRITER, writer.encode())]
-        if batch_id is not None:
-            headers.append((HEADER_BATCH, str(batch_id).encode()))
-        targets = self._update_partitions
-        producer = self._driver_producer()
-        try:
-            for n, message in enumerate(messages):
-                producer.produce(message, headers=headers,
-                                 partition=None if not targets else targets[n % len(targets)])
-            producer.flush(self.flush_timeout)
-        except BaseException:
-            self._carried = None
-            self.close()  # its first error is latched: the next batch gets a new producer
-            raise
-        self._clock.mark("write")
-        n_bytes = sum(map(len, messages))
-        self._next_way = self._way_after(rows, batch.groups, n_bytes)
-        return self._commit(what, writer, batch_id, lower, upper, batch.counts, batch.digest, avro_data,
-                            codec, partition0_end, len(messages), n_bytes, recorded is not None)
-
     def _what(self, batch_id: int | None) -> str:
         """How messages name this batch: the topic, and the batch id when there is one."""
         return f"topic {self.topic!r}" + ("" if batch_id is None else f" batch {batch_id}")
 
-    def _replayed(self, what: str, batch_id: int | None, recorded_digest: Any, now: Any, lower: int,
-                  upper: int | None) -> BatchResult:
+    def _replayed(self, batch: Batch, recorded_digest: Any, now: tuple, upper: int | None) -> BatchResult:
         """A re-run of a batch whose first attempt is complete in the topic: the same data
         (digest and counts per time) writes nothing; other data raises :class:`ReplayError`."""
-        kept = _digest_form(*now)
+        kept = digest_form(*now)
         if kept != recorded_digest:
-            raise ReplayError(self._replay_message(what, batch_id, recorded_digest, kept))
+            raise ReplayError(replay_message(batch.what, batch.batch_id, recorded_digest, kept))
         log.info("%s: re-run with the same data as its first attempt, which is complete "
-                 "in the topic: nothing to write", what)
+                 "in the topic: nothing to write", batch.what)
         counts = dict(now[1])
-        return BatchResult(batch_id, lower, upper, sum(counts.values()), 0, counts, True)
+        return BatchResult(batch.batch_id, batch.lower, upper, sum(counts.values()), 0, counts, True)
 
-    def _upper(self, what: str, recorded: Recorded | None, close: bool, batch_time: int | None,
-               max_time: int | None, lower: int) -> int | None:
+    def _upper(self, batch: Batch, close: bool, max_time: int | None) -> int | None:
         """The batch's upper bound (see :func:`~cdc_emitter.sink_interval.batch_upper`)."""
-        return batch_upper(what=what, lower=lower, recorded=recorded, close=close,
-                           column_mode=self.time_column is not None, time=batch_time, max_time=max_time,
+        return batch_upper(what=batch.what, lower=batch.lower, recorded=batch.recorded, close=close,
+                           column_mode=self.time_column is not None, time=batch.time, max_time=max_time,
                            upper_hint=self._upper_hint)
 
-    def _record_interval(self, sinklog: Any, what: str, batch_id: int | None, lower: int,
-                         upper: int | None, batch_time: int | None, writer: str, recorded: Any) -> None:
+    def _record_interval(self, sinklog: Any, batch: Batch, upper: int | None) -> None:
         """Record a new batch's interval in the sink log (the first decision for a batch id wins)."""
-        if sinklog is None or recorded is not None:
+        if sinklog is None or batch.recorded is not None:
             return
         from .sinklog import SinkLogEntry
 
-        kept = sinklog.put(SinkLogEntry(batch_id, lower, upper, batch_time, writer, self.topic))
-        if (kept.lower, kept.upper) != (lower, upper):  # someone else decided first
-            raise CdcError(f"{what}: the sink log already records interval "
+        kept = sinklog.put(SinkLogEntry(batch.batch_id, batch.lower, upper, batch.time, batch.writer, self.topic))
+        if (kept.lower, kept.upper) != (batch.lower, upper):  # someone else decided first
+            raise CdcError(f"{batch.what}: the sink log already records interval "
                            f"[{kept.lower}, {kept.upper}) for this batch; retry the batch")
 
-    def _commit(self, what: str, writer: str, batch_id: int | None, lower: int, upper: int | None,
-                counts: dict[int, int], digest: int, avro_data: dict, codec: Any,
-                partition0_end: int | None, messages: int, n_bytes: int, reused: bool) -> BatchResult:
+    def _commit(self, batch: Batch, upper: int | None, written: Written, since: int | None) -> BatchResult:
         """Write the batch's progress statement — only after every update is acknowledged."""
+        counts, writer, lower = written.counts, batch.writer, batch.lower
         total = sum(counts.values())
         # unless another writer's statement took the interval meanwhile (a statement of ours on
         # top of it would contradict it)
-        self._check_no_other_writer(what, writer, batch_id, lower, upper, "was being written",
-                                    written=total, since=partition0_end)
+        self._check_no_other_writer(batch, upper, "was being written", written=total, since=since)
         progress = progress_from_counts(lower, upper, counts)  # counts lie inside: validated
-        digest_text = _format_digest(digest, counts)
+        digest_text = format_digest(written.digest, counts)
         common = [(HEADER_KIND, b"progress"), (HEADER_WRITER, writer.encode()),
-                  (HEADER_SCHEMA, json.dumps(avro_data, separators=(",", ":")).encode())]
-        if batch_id is not None:
-            common.append((HEADER_BATCH, str(batch_id).encode()))
+                  (HEADER_SCHEMA, json.dumps(batch.avro_data, separators=(",", ":")).encode())]
+        if batch.batch_id is not None:
+            common.append((HEADER_BATCH, str(batch.batch_id).encode()))
         # a statement counting more times than one message holds is written as several that
         # tile the interval, each naming the batch's interval; the digest goes on the last
         statements = split_progress(progress, self._times_per_statement())
@@ -1280,7 +826,7 @@ class CdcSink:
             (HEADER_BATCH_LOWER, str(lower).encode()),
             (HEADER_BATCH_UPPER, b"" if upper is None else str(upper).encode())]
         producer = self._driver_producer()
-        values = [codec.encode_progress(statement) for statement in statements]
+        values = [batch.codec.encode_progress(statement) for statement in statements]
         try:
             for n, (statement, value) in enumerate(zip(statements, values), 1):
                 headers = [*common, (HEADER_LOWER, str(statement.lower[0]).encode()),
@@ -1291,14 +837,13 @@ class CdcSink:
                 producer.produce(value, headers=headers, partition=0)
             producer.flush(self.flush_timeout)
         except BaseException:
-            self._carried = None
-            self.close()  # its first error is latched: the next batch gets a new producer
+            self._forget_clients()
             raise
-        self._carry(writer, batch_id, lower, upper, avro_data, digest_text,
+        self._carry(writer, batch.batch_id, lower, upper, batch.avro_data, digest_text,
                     producer.last_offsets.get(0))
         self._clock.mark("commit")
-        return BatchResult(batch_id, lower, upper, total, messages + len(values), counts, reused,
-                           n_bytes + sum(map(len, values)))
+        return BatchResult(batch.batch_id, lower, upper, total, written.messages + len(values), counts,
+                           batch.recorded is not None, written.bytes + sum(map(len, values)))
 
     def _times_per_statement(self) -> int:
         """How many counted times one progress statement may hold: a count is a record of two
@@ -1314,6 +859,12 @@ class CdcSink:
             self._producer = CdcProducer(self.bootstrap_servers, self.topic, self.producer_config)
         return self._producer
 
+    def _forget_clients(self) -> None:
+        """After a failed write: the carried frontier is no longer known, and the driver's
+        producer may hold a latched error — the next batch reads the tail and gets new clients."""
+        self._carried = None
+        self.close()
+
     def close(self) -> None:
         """Release the driver's Kafka clients (the sink can still be used: new ones are made)."""
         producer, self._producer = self._producer, None
@@ -1323,19 +874,18 @@ class CdcSink:
         if offsets is not None:
             offsets.close()
 
-    def _check_no_other_writer(self, what: str, writer: str, batch_id: int | None, lower: int,
-                               upper: int | None, while_: str, written: int | bool,
+    def _check_no_other_writer(self, batch: Batch, upper: int | None, while_: str, written: int | bool,
                                since: int | None = None) -> None:
-        """Raise ConcurrentWriterError if the topic's frontier moved past ``lower`` by a statement
-        that is not this batch's own: two writers decided the same interval.
+        """Raise ConcurrentWriterError if the topic's frontier moved past the batch's lower bound
+        by a statement that is not this batch's own: two writers decided the same interval.
 
         ``since``: partition 0's end when the interval was decided. Statements go to partition 0
         (and, on a topic of several partitions, nothing else of ours), so while it has not moved
         one watermark request is the whole check; else the tail is read again."""
         if since is not None and self._partition0_end() == since:
             return
-        now = self.frontier()
-        if now.frontier == lower or (now.writer, now.batch) == (writer, batch_id):
+        lower, now = batch.lower, self.frontier()
+        if now.frontier == lower or (now.writer, now.batch) == (batch.writer, batch.batch_id):
             return
         theirs = (f"[{now.lower}, {'∞' if now.upper is None else now.upper})"
                   if now.found else "an interval")
@@ -1347,50 +897,8 @@ class CdcSink:
         else:
             done = "Nothing was written"
         raise ConcurrentWriterError(
-            f"{what}: another writer wrote a progress statement for {theirs}{by} while this batch "
+            f"{batch.what}: another writer wrote a progress statement for {theirs}{by} while this batch "
             f"{while_} (it decided [{lower}, {'∞' if upper is None else upper}) from frontier "
             f"{lower}). {done}. Two writers on one topic lose each other's rows: run one writer "
             "per topic; a retried batch writes after the other writer's"
-        )
-
-    @staticmethod
-    def _digest_of(out: Any) -> tuple[int, tuple]:
-        """``(xor, ((time, updates), ...))`` of consolidated updates, in one Spark job."""
-        from pyspark.sql import functions as F
-
-        rows = out.groupBy(F.col(_TIME)).agg(F.count(F.lit(1)).alias("n"),
-                                             F.bit_xor(F.col(_HASH)).alias("x")).collect()
-        xor = 0
-        for row in rows:
-            xor ^= row["x"]
-        return xor, tuple(sorted((row[_TIME], row["n"]) for row in rows))
-
-    def _replay_message(self, what: str, batch_id: int | None, first: tuple, now: tuple) -> str:
-        def said(counts: tuple) -> str:
-            if counts and counts[0] == "sha256":
-                return f"{counts[2]} updates at {counts[3]} times"
-            total = sum(n for _t, n in counts)
-            times = ", ".join(f"{n} at time {t}" for t, n in counts[:5]) + (", ..." if len(counts) > 5 else "")
-            return f"{total} updates ({times})" if counts else "no updates"
-
-        same = "the same number of updates but other rows" if first[1] == now[1] else \
-            f"{said(first[1])} then, {said(now[1])} now"
-        return (
-            f"{what}: the source replayed different data for batch {batch_id} than its first "
-            f"attempt wrote ({same}). Nothing was written: the topic keeps the first attempt, "
-            "whose progress statement is already there. Make the source replay the same rows for "
-            "a batch id (a replayable source such as Kafka, files or Delta; no rand() or "
-            "current_timestamp() in the query), or restart the query from a new checkpoint to "
-            "write the new data as new batches"
-        )
-
-    def _spec(self, avro_data, data_struct, writer, batch_id, encoder) -> _TaskSpec:
-        headers = [(HEADER_KIND, b"updates"), (HEADER_WRITER, writer.encode())]
-        if batch_id is not None:
-            headers.append((HEADER_BATCH, str(batch_id).encode()))
-        return _TaskSpec(
-            self.bootstrap_servers, self.topic, dict(self.producer_config), avro_data, self.framing,
-            self.schema_id, self.max_message_bytes, headers,
-            [f.dataType for f in data_struct.fields], self.flush_timeout, encoder,
-            self._update_partitions, self._task_producer,
         )

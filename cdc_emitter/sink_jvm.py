@@ -47,7 +47,7 @@ from .core import MAX_LONG, MIN_LONG
 from .errors import BadInputError, CdcError, ConfigError, LateUpdateError
 from .spark_schema import contains_map, contains_type
 
-__all__ = ["Check", "MessagePlan", "bucket_of", "partition_labels", "spark_hash_long", "EncodedRows", "arrow_table", "normalized", "hash_columns", "encoded_data", "digest_share", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options", "java_client_options",
+__all__ = ["Check", "row_checks", "ENVELOPE", "MessagePlan", "bucket_of", "partition_labels", "spark_hash_long", "EncodedRows", "arrow_table", "normalized", "hash_columns", "encoded_data", "digest_share", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options", "java_client_options",
            "canonical", "group_keys", "task_error", "kafka_cause", "expect_repeats", "note_repeats"]
 
 TIME = "__cdc_time"
@@ -62,7 +62,7 @@ _MARK = "[cdc-emitter:{kind}] "
 _MARKED = re.compile(r"\[cdc-emitter:(\w+)\] (.*?)(?: SQLSTATE: \w+)?(?:\n|$)")
 #: Bytes a message adds around its updates: Confluent header (5), union branch (1), block
 #: count (at most 10) and the closing zero (1), rounded up.
-_ENVELOPE = 32
+ENVELOPE = 32
 
 
 #: In a :class:`Check`'s message parts: the bad row's data columns as JSON.
@@ -81,6 +81,37 @@ class Check:
     condition: Any  # a boolean Column: True for a bad row
     kind: str  # the error class: "BadInputError" or "LateUpdateError"
     parts: tuple
+
+
+def row_checks(*, what: str, lower: int, recorded_upper: int | None, time_column: str | None,
+               diff_column: str) -> list[Check]:
+    """The per-row checks of a batch whose interval starts at ``lower`` (built per batch: they
+    hold its frontier): in column mode a null, negative or late time; a null diff; and for a
+    re-run whose first attempt recorded ``recorded_upper``, a time at or beyond it."""
+    from pyspark.sql import functions as F
+
+    t, d = F.col(TIME), F.col(DIFF)
+    checks = []
+    if time_column is not None:
+        tcol = time_column
+        checks += [
+            Check(t.isNull(), "BadInputError", (f"{what}: null time in column {tcol!r} (e.g. row ",
+                                                ROW, "); every row needs a non-negative integer time")),
+            Check(t < 0, "BadInputError", (f"{what}: negative time ", t, f" in column {tcol!r} (e.g. row ",
+                                           ROW, "); times must be non-negative")),
+            Check(t < lower, "LateUpdateError", (
+                f"{what}: update at time ", t, f" in column {tcol!r} is late (e.g. row ", ROW,
+                f"): the topic is complete up to frontier {lower}; pass late='advance' to move "
+                f"late updates to {lower}")),
+        ]
+    checks.append(Check(d.isNull(), "BadInputError",
+                        (f"{what}: null diff in column {diff_column!r} (e.g. row ", ROW, ")")))
+    if recorded_upper is not None:
+        checks.append(Check(t >= recorded_upper, "BadInputError", (
+            f"{what} is a re-run whose recorded interval is [{lower}, {recorded_upper}), but now has "
+            "an update at time ", t, ": the batch's input changed between attempts (a streaming "
+            "source must replay the same data)")))
+    return checks
 
 
 def canonical(c: Any, dtype: Any) -> Any:
@@ -201,7 +232,7 @@ class MessagePlan:
             update = F.struct(F.struct(*self._data).alias("data"), t.alias("time"), d.alias("diff"))
             item = to_avro(update, json.dumps(update_schema))
         live = d != 0
-        limit = max_message_bytes - _ENVELOPE
+        limit = max_message_bytes - ENVELOPE
         half = limit // 2
         # the item is its own column, so that the size check and the value share one encoding
         self._items = (F.col("__cdc_bucket"), t, F.col(ORDER), d, *self._data,  # data: for the error's text
@@ -210,7 +241,7 @@ class MessagePlan:
         too_big = _fail("BadInputError", F.lit(f"{BATCH}: row "), after_json, F.lit(" at time "),
                         t.cast("string"), F.lit(" encodes to "), size.cast("string"),
                         F.lit(f" bytes, over the message limit of {max_message_bytes} bytes less "
-                              f"{_ENVELOPE} for the message envelope (max_message_bytes)"))
+                              f"{ENVELOPE} for the message envelope (max_message_bytes)"))
         checked_item = F.when(size > F.lit(limit), too_big.cast("binary")).otherwise(F.col("__cdc_item"))
         self._encoded = (F.col("__cdc_bucket"), t, checked_item.alias("__cdc_item"),
                          F.when(live, digest_share(F.col(ORDER), d)).alias(HASH),

@@ -2,7 +2,7 @@
 updates as Avro arrays, produce them, and report what was written.
 
 Everything here runs inside Spark tasks (``mapInArrow`` bodies) and needs only what the task's
-closure carries (:class:`_TaskSpec`, no Spark objects) plus pyarrow, fastavro and confluent-kafka.
+closure carries (:class:`TaskSpec`, no Spark objects) plus pyarrow, fastavro and confluent-kafka.
 
 Guarantees: a task's messages are acknowledged by Kafka (``acks=all``, idempotent producer,
 flushed) before it returns its counts, and a delivery error fails the task (Spark retries it; the
@@ -19,8 +19,11 @@ from typing import Any
 from .core import Update
 from .errors import BadInputError
 
+__all__ = ["TaskSpec", "produce_partition", "check_sizes"]
+
+
 @dataclass
-class _TaskSpec:
+class TaskSpec:
     """Everything an executor task needs (pickled into the closure; holds no Spark objects)."""
 
     bootstrap_servers: str
@@ -42,7 +45,7 @@ class _TaskSpec:
     producer_factory: Callable[[Any], Any] | None = None
 
 
-def _producer(spec: _TaskSpec) -> Any:
+def _producer(spec: TaskSpec) -> Any:
     """The task's producer: ``produce``, ``flush`` (raises on a failed delivery) and ``settle``."""
     if spec.producer_factory is not None:
         return spec.producer_factory(spec)
@@ -51,7 +54,7 @@ def _producer(spec: _TaskSpec) -> Any:
     return CdcProducer(spec.bootstrap_servers, spec.topic, spec.producer_config)
 
 
-def _codec(spec: _TaskSpec) -> Any:
+def _codec(spec: TaskSpec) -> Any:
     from .codec import CdcCodec
 
     return CdcCodec(spec.avro_data, framing=spec.framing, schema_id=spec.schema_id,
@@ -107,17 +110,14 @@ class _ArrayEncoder:
     limit cannot happen: validation checked every row before the first message).
     """
 
-    def __init__(self, spec: _TaskSpec) -> None:
-        import struct as _struct
-
+    def __init__(self, spec: TaskSpec) -> None:
         import fastavro
 
         from .codec import union_schema
 
         self._fastavro = fastavro
         self.schema = fastavro.parse_schema(union_schema(spec.avro_data)[0])
-        frame = b"\x00" + _struct.pack(">I", spec.schema_id) if spec.framing == "confluent" else b""
-        self.head = frame + b"\x00"
+        self.head = _codec(spec).frame + b"\x00"  # the codec owns the Confluent header
         self.limit = spec.max_message_bytes
         self.names = [f["name"] for f in spec.avro_data["fields"]]
         self.fixers = [_map_fixer(t) for t in spec.data_types]
@@ -186,7 +186,7 @@ class _ArrayEncoder:
             i = j
 
 
-def _produce_partition(spec: _TaskSpec, batches: Iterator[Any]) -> Iterator[Any]:
+def produce_partition(spec: TaskSpec, batches: Iterator[Any]) -> Iterator[Any]:
     """mapInArrow body: encode the partition's updates as arrays, produce, flush, return counts.
 
     Columns: the data columns, time, diff (or, with the avro encoder: time, diff, item), and
@@ -237,7 +237,7 @@ def _produce_partition(spec: _TaskSpec, batches: Iterator[Any]) -> Iterator[Any]
     })
 
 
-def _check_sizes(spec: _TaskSpec, batches: Iterator[Any]) -> Iterator[Any]:
+def check_sizes(spec: TaskSpec, batches: Iterator[Any]) -> Iterator[Any]:
     """mapInArrow body for the few rows that might be too big: encode each alone, report the big ones."""
     import pyarrow as pa
 

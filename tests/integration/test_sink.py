@@ -333,7 +333,7 @@ def test_jvm_path_spreads_over_every_array_when_buckets_and_arrays_share_a_facto
     A batch of one time takes a fixed number of arrays per bucket (no window sizes them); with
     a time column, as many as each bucket and time needs."""
     from cdc_emitter import kafka_io, sink_jvm
-    from cdc_emitter.sink import FANOUT_ARRAYS
+    from cdc_emitter.sink_executors import FANOUT_ARRAYS
 
     topic = topic_factory(2)
     rows = [(i, f"value-{i % 100:03d}", 1, 1) for i in range(3000)]  # ~17 bytes per update

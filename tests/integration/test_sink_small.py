@@ -1,4 +1,4 @@
-"""Small batches finished on the driver (``CdcSink._write_small``) against a real broker: the
+"""Small batches finished on the driver (:mod:`cdc_emitter.sink_driver`) against a real broker: the
 same history, digest and guards as the distributed way, and nothing written on bad input."""
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "cdc_emitter"
 PURE = ["core.py", "codec.py", "bloom.py", "materialize.py", "decode_pool.py", "_decode_worker.py",
-        "sink_metrics.py", "convert_plan.py", "sink_interval.py", "small_batch.py"]
+        "sink_metrics.py", "convert_plan.py", "sink_interval.py", "small_batch.py", "sink_digest.py",
+        "sink_batch.py"]
 NO_SPARK = [*PURE, "kafka_io.py", "verify.py", "registry.py"]
 
 
