@@ -717,11 +717,13 @@ class CdcSink:
     # -- the ways of writing a batch (see sink_batch) -------------------------------------------
 
     def _row_checks(self, batch: Batch) -> list:
-        """The JVM path's per-row checks of ``batch`` (:func:`~cdc_emitter.sink_jvm.row_checks`)."""
+        """The JVM path's per-row checks of ``batch`` (:func:`~cdc_emitter.sink_jvm.row_checks`).
+        A batch of one time has no time to check row by row: its interval was decided from it
+        (:func:`~cdc_emitter.sink_interval.batch_upper` refuses a re-run's time beyond its record)."""
         from .sink_jvm import row_checks
 
-        return row_checks(what=batch.what, lower=batch.lower,
-                          recorded_upper=None if batch.recorded is None else batch.recorded.upper,
+        rerun = batch.recorded is not None and batch.time is None
+        return row_checks(what=batch.what, lower=batch.lower, recorded_upper=batch.recorded.upper if rerun else None,
                           time_column=self.time_column, diff_column=self.diff_column)
 
     def _executors_way(self) -> Any:

@@ -77,7 +77,8 @@ class ExecutorsWay:
         may_skip_consolidation = fanout is not None and plan.by_bytes
         consolidate = not may_skip_consolidation or sink_jvm.expect_repeats(batch.schema, batch.data_cols)
         exact = False
-        messages = plan.messages(prepared, checks, fanout=fanout, consolidate=consolidate).persist()
+        messages = plan.messages(prepared, checks, time=batch.time, fanout=fanout,
+                                 consolidate=consolidate).persist()
         persisted = [messages]
 
         def release() -> None:
@@ -87,9 +88,9 @@ class ExecutorsWay:
         try:
             while True:
                 try:
-                    stats = sink_jvm.batch_stats(messages, one_time=batch.time is not None)
+                    stats = sink_jvm.batch_stats(messages, time=batch.time)
                 except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
-                    ours = sink_jvm.task_error(exc, batch.what)
+                    ours = sink_jvm.task_error(exc, batch.what, batch.time)
                     if ours is None:
                         raise
                     raise ours from None
@@ -99,7 +100,8 @@ class ExecutorsWay:
                     if 2 * len(repeated) <= stats.messages:  # a few: consolidate those alone
                         log.debug("%s: %d of %d arrays have rows of the same data and time: "
                                   "consolidating them", batch.what, len(repeated), stats.messages)
-                        fixed = plan.messages(prepared, checks, fanout=fanout, arrays=repeated).persist()
+                        fixed = plan.messages(prepared, checks, time=batch.time, fanout=fanout,
+                                              arrays=repeated).persist()
                         persisted.append(fixed)
                         messages = messages.where(~F.col("repeated")).unionByName(fixed)
                         continue
@@ -112,7 +114,7 @@ class ExecutorsWay:
                               stats.largest, self.max_message_bytes)
                     exact = consolidate = True
                 release()
-                messages = plan.messages(prepared, checks, fanout=fanout, exact=exact).persist()
+                messages = plan.messages(prepared, checks, time=batch.time, fanout=fanout, exact=exact).persist()
                 persisted[:] = [messages]
         except BaseException:
             release()

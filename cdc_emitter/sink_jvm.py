@@ -57,6 +57,10 @@ ORDER = "__cdc_order"
 DATA = "__cdc_data"
 REPEAT = "__cdc_repeat"
 ROWS = "__cdc_in"  # input rows behind an update, zero diffs included
+#: A batch of one time: its time as 8 little-endian bytes, which ``xxhash64`` hashes as the long,
+#: and as its Avro encoding (a zig-zag varint) — binary literals, not written into generated code.
+TIME_KEY = "__cdc_tkey"
+TIME_ITEM = "__cdc_titem"
 #: Marks our own messages inside Spark's error text (raise_error), with the error class to raise.
 _MARK = "[cdc-emitter:{kind}] "
 _MARKED = re.compile(r"\[cdc-emitter:(\w+)\] (.*?)(?: SQLSTATE: \w+)?(?:\n|$)")
@@ -158,13 +162,92 @@ def _fail(kind: str, *parts: Any) -> Any:
     return F.raise_error(F.concat(F.lit(_MARK.format(kind=kind)), *parts))
 
 
+class _Exprs:
+    """The expressions of a :class:`MessagePlan` that hold a time: one set for rows that carry
+    their times (a long column), one for a batch of one time, whose time comes as binary literals
+    (:data:`TIME_KEY`, :data:`TIME_ITEM`) — Spark writes a long literal into the Java code it
+    generates, so a new time each batch would compile every stage again and run it cold (measured:
+    about 0.4 s of a 4M-row batch); a binary literal is passed to the same code as an object."""
+
+    def __init__(self, plan: MessagePlan, one_time: bool) -> None:
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+        from pyspark.sql.avro.functions import to_avro
+
+        t, d = F.col(TIME), F.col(DIFF)
+        if one_time:
+            self.group: list = []  # what the time adds to a grouping: nothing, it is the same
+            time_text, time_bytes = F.lit(BATCH_TIME), F.col(TIME_ITEM)
+            self.order = plan._order(F.col(TIME_KEY))
+        else:
+            self.group = [t]
+            time_text, time_bytes = t.cast("string"), to_avro(t, '"long"')
+            self.order = plan._order(t)
+        # a consolidated update's diff, and whether more than one live row made it
+        self.consolidated = (plan._total(time_text), (F.col("__cdc_rows") > 1).alias(REPEAT), F.col(ROWS))
+        # encode each update (an Avro record is its fields' encodings in order: the data
+        # record, then time and diff as zig-zag varints); its hash is the digest's share
+        if plan.by_bytes:
+            data_bytes = F.col(DATA)
+        else:  # after the consolidation on canonical keys: any encoding of the data will do
+            data_bytes = to_avro(F.struct(*plan._data), json.dumps(plan._record))
+        item = F.concat(data_bytes, time_bytes, _long_bytes(d))
+        live = d != 0
+        # the item is its own column, so that the size check and the value share one encoding
+        self.items = (F.col("__cdc_bucket"), *self.group, F.col(ORDER), d, *plan._data,  # data: for the error's text
+                      F.when(live, item).alias("__cdc_item"), F.col(REPEAT), F.col(ROWS))
+        size = F.octet_length("__cdc_item")
+        too_big = _fail("BadInputError", F.lit(f"{BATCH}: row "), plan._after_json, F.lit(" at time "),
+                        time_text, F.lit(" encodes to "), size.cast("string"),
+                        F.lit(f" bytes, over the message limit of {plan._max_message_bytes} bytes less "
+                              f"{ENVELOPE} for the message envelope (max_message_bytes)"))
+        checked_item = F.when(size > F.lit(plan._limit), too_big.cast("binary")).otherwise(F.col("__cdc_item"))
+        self.encoded = (F.col("__cdc_bucket"), *self.group, checked_item.alias("__cdc_item"),
+                        F.when(live, digest_share(F.col(ORDER), d)).alias(HASH),
+                        F.when(live, 1).otherwise(0).alias("__cdc_live"), F.col(ORDER), F.col(REPEAT),
+                        F.col(ROWS))
+        # packing, three ways. Spread: a bucket and time's updates are spread by their hash
+        # over as many arrays as half-full ones would take (a window sums each group's sizes);
+        # fanned out (see messages): over a given number of arrays, with no window; either way
+        # an array can come out over the limit, which batch_stats shows. Exact: by running size
+        # in hash order; updates up to half the limit share an array (ends within one
+        # half-limit window: at most a whole limit), bigger ones go alone.
+        half = plan._limit // 2
+        no_item = F.col("__cdc_item").isNull()
+        total = F.sum("__cdc_size").over(Window.partitionBy("__cdc_bucket", *self.group))
+        self.chunk_spread = _array_index(F.greatest(F.lit(1), F.ceil(total / F.lit(half))))
+        window = Window.partitionBy("__cdc_bucket", *self.group).orderBy(ORDER)
+        small = F.col("__cdc_size") <= F.lit(half)
+        running = F.sum(F.when(small, F.col("__cdc_size")).otherwise(0)).over(
+            window.rowsBetween(Window.unboundedPreceding, Window.currentRow))
+        self.chunk_exact = (F.when(no_item, F.lit(None))
+                            .when(small, F.floor((running - 1) / F.lit(half)))
+                            .otherwise(-F.row_number().over(window)))
+        value = F.concat(F.lit(plan._frame + b"\x00"), to_avro(F.col("n").cast("long"), '"long"'),
+                         F.col("__cdc_body"), F.lit(b"\x00"))
+        if plan._partitions:
+            spread = F.xxhash64("__cdc_bucket", *self.group, "__cdc_chunk")
+            partition = F.element_at(F.array(*[F.lit(p) for p in plan._partitions]),
+                                     (F.pmod(spread, F.lit(len(plan._partitions))) + 1).cast("int"))
+        else:
+            partition = F.lit(None).cast("int")
+        # a batch of one time: batch_stats is told its time
+        message_time = F.lit(None).cast("long") if one_time else t
+        self.message = (message_time.alias("time"), F.col("n"), F.col("xor"), F.col("rows"), F.col("groups"),
+                        F.when(F.col("n") > 0, value).alias("value"), partition.alias("partition"),
+                        F.col("repeated"), F.col("__cdc_bucket").alias("bucket"),
+                        F.col("__cdc_chunk").alias("array"))
+
+
 class MessagePlan:
     """How a batch's rows become its messages, for one data schema and message layout.
 
     The expressions are built once and reused by every batch (:meth:`messages`), and by every
     sink of the same layout (:meth:`shared`): on a classic session each piece of an expression
     is a round trip to the JVM, some 1,500 per plan. Texts that name the batch say
-    :data:`BATCH` instead; :func:`task_error` puts the batch's name back.
+    :data:`BATCH` instead (and the time of a batch of one time :data:`BATCH_TIME`);
+    :func:`task_error` puts them back. No batch's own value is a long literal in them, so
+    every batch of a layout runs the same generated code (:class:`_Exprs`).
 
     ``buckets``: how many groups the updates are spread over (each packs its own arrays);
     ``partitions``: where messages go (None: Kafka's choice).
@@ -172,11 +255,10 @@ class MessagePlan:
 
     def __init__(self, *, schema: Any, data_cols: Sequence[str], update_schema: dict, frame: bytes,
                  max_message_bytes: int, buckets: int, partitions: Sequence[int] | None) -> None:
-        from pyspark.sql import Window
         from pyspark.sql import functions as F
-        from pyspark.sql.avro.functions import from_avro, to_avro
+        from pyspark.sql.avro.functions import from_avro
 
-        t, d = F.col(TIME), F.col(DIFF)
+        d = F.col(DIFF)
         self.row_json = F.to_json(F.struct(*[F.col(c) for c in data_cols]))  # before the shuffle
         # 1. before the shuffle: each row's hash of data and time (its bucket, its order in
         # packing, and the seed of its digest share) and, unless the data holds maps (equal
@@ -184,19 +266,19 @@ class MessagePlan:
         # are consolidated on those bytes — what readers compare (a collation that groups 'A'
         # with 'a' does not merge them: they are different data in the topic) — so the shuffle
         # and the grouping see one compact column instead of every column
-        self._order = F.xxhash64(*hash_columns(schema, data_cols), TIME)
-        self._data_hash = F.xxhash64(*hash_columns(schema, data_cols))  # what the driver folds time into
+        self._hashed = hash_columns(schema, data_cols)
+        self._data_hash = F.xxhash64(*self._hashed)  # what the driver folds time into
+        self._record = update_schema["fields"][0]["type"]
         self.by_bytes = not any(contains_map(schema[c].dataType) for c in data_cols)
         if self.by_bytes:
-            record = update_schema["fields"][0]["type"]
-            self._data_bytes = encoded_data(schema, data_cols, record)
+            self._data_bytes = encoded_data(schema, data_cols, self._record)
             self._keys, self._firsts, self._data = [F.col(DATA)], [], [F.col(DATA)]
             self._columns = [F.col(c) for c in data_cols]  # what a combined batch groups on
-            after_json = F.to_json(from_avro(F.col(DATA), json.dumps(record)))  # only for an error's text
+            self._after_json = F.to_json(from_avro(F.col(DATA), json.dumps(self._record)))  # only for an error's text
         else:
             self._keys, self._firsts = group_keys(schema, data_cols)
             self._data = [F.col(c) for c in data_cols]
-            after_json = self.row_json
+            self._after_json = self.row_json
         # each bucket a label that Spark's hash partitioning sends to a task of its own (the
         # numbers 0..buckets-1 would share tasks: with 4, one task got two buckets, another none)
         self._buckets = buckets
@@ -210,61 +292,12 @@ class MessagePlan:
                       F.count(F.when(d != 0, F.lit(1))).alias("__cdc_rows"),  # live rows behind the update
                       F.count(F.lit(1)).alias(ROWS))  # all of them: what the driver would take
         two32 = F.lit(4294967296).cast("decimal(38,0)")
-        exact = F.col("__cdc_hi").cast("decimal(38,0)") * two32 + F.col("__cdc_lo").cast("decimal(38,0)")
-        fast = F.try_add(F.try_multiply(F.col("__cdc_hi"), F.lit(4294967296)), F.col("__cdc_lo"))
-
-        def total(time_text: Any) -> Any:
-            slow = (F.when((exact > F.lit(MAX_LONG)) | (exact < F.lit(MIN_LONG)),
-                           _fail("BadInputError", F.lit(f"{BATCH}: the consolidated diff of row "), after_json,
-                                 F.lit(" at time "), time_text, F.lit(" is "), exact.cast("string"),
-                                 F.lit(", which overflows a 64-bit long")).cast("long"))
-                    .otherwise(exact.cast("long")))
-            return F.when(fast.isNotNull(), fast).otherwise(slow).alias(DIFF)
-
-        # a consolidated update's diff, and whether more than one live row made it
-        self._consolidated = (total(t.cast("string")), (F.col("__cdc_rows") > 1).alias(REPEAT), F.col(ROWS))
-        self._total_one_time = total(F.lit(BATCH_TIME))  # updates(one_time=True): no time column
-        # 3. encode each update (an Avro record is its fields' encodings in order: the data
-        # record, then time and diff as zig-zag varints); its hash is the digest's share
-        if self.by_bytes:
-            item = F.concat(F.col(DATA), to_avro(t, '"long"'), _long_bytes(d))
-        else:
-            update = F.struct(F.struct(*self._data).alias("data"), t.alias("time"), d.alias("diff"))
-            item = to_avro(update, json.dumps(update_schema))
-        live = d != 0
-        limit = max_message_bytes - ENVELOPE
-        half = limit // 2
-        # the item is its own column, so that the size check and the value share one encoding
-        self._items = (F.col("__cdc_bucket"), t, F.col(ORDER), d, *self._data,  # data: for the error's text
-                       F.when(live, item).alias("__cdc_item"), F.col(REPEAT), F.col(ROWS))
-        size = F.octet_length("__cdc_item")
-        too_big = _fail("BadInputError", F.lit(f"{BATCH}: row "), after_json, F.lit(" at time "),
-                        t.cast("string"), F.lit(" encodes to "), size.cast("string"),
-                        F.lit(f" bytes, over the message limit of {max_message_bytes} bytes less "
-                              f"{ENVELOPE} for the message envelope (max_message_bytes)"))
-        checked_item = F.when(size > F.lit(limit), too_big.cast("binary")).otherwise(F.col("__cdc_item"))
-        self._encoded = (F.col("__cdc_bucket"), t, checked_item.alias("__cdc_item"),
-                         F.when(live, digest_share(F.col(ORDER), d)).alias(HASH),
-                         F.when(live, 1).otherwise(0).alias("__cdc_live"), F.col(ORDER), F.col(REPEAT),
-                         F.col(ROWS))
+        self._exact = F.col("__cdc_hi").cast("decimal(38,0)") * two32 + F.col("__cdc_lo").cast("decimal(38,0)")
+        self._fast = F.try_add(F.try_multiply(F.col("__cdc_hi"), F.lit(4294967296)), F.col("__cdc_lo"))
+        self._total_one_time = self._total(F.lit(BATCH_TIME))  # updates(one_time=True): no time column
+        self._max_message_bytes, self._limit = max_message_bytes, max_message_bytes - ENVELOPE
+        self._frame, self._partitions = frame, partitions
         self._size = F.coalesce(F.octet_length("__cdc_item"), F.lit(0))
-        # 4. packing, three ways. Spread: a bucket and time's updates are spread by their hash
-        # over as many arrays as half-full ones would take (a window sums each group's sizes);
-        # fanned out (see messages): over a given number of arrays, with no window; either way
-        # an array can come out over the limit, which batch_stats shows. Exact: by running size
-        # in hash order; updates up to half the limit share an array (ends within one
-        # half-limit window: at most a whole limit), bigger ones go alone.
-        no_item = F.col("__cdc_item").isNull()
-        total = F.sum("__cdc_size").over(Window.partitionBy("__cdc_bucket", TIME))
-        arrays = F.greatest(F.lit(1), F.ceil(total / F.lit(half)))
-        self._chunk_spread = _array_index(arrays)
-        window = Window.partitionBy("__cdc_bucket", TIME).orderBy(ORDER)
-        small = F.col("__cdc_size") <= F.lit(half)
-        running = F.sum(F.when(small, F.col("__cdc_size")).otherwise(0)).over(
-            window.rowsBetween(Window.unboundedPreceding, Window.currentRow))
-        self._chunk_exact = (F.when(no_item, F.lit(None))
-                             .when(small, F.floor((running - 1) / F.lit(half)))
-                             .otherwise(-F.row_number().over(window)))
         self._packed = (F.sum("__cdc_live").alias("n"),
                         F.bit_xor(F.coalesce(F.col(HASH), F.lit(0).cast("long"))).alias("xor"),
                         _concat_all(F.col("__cdc_item")).alias("__cdc_body"),
@@ -275,17 +308,33 @@ class MessagePlan:
         self._repeated = F.bool_or(REPEAT).alias("repeated")
         orders = F.collect_list(F.when(F.col("__cdc_live") == 1, F.col(ORDER)))
         self._repeated_unconsolidated = (F.size(F.array_distinct(orders)) < F.size(orders)).alias("repeated")
-        value = F.concat(F.lit(frame + b"\x00"), to_avro(F.col("n").cast("long"), '"long"'),
-                         F.col("__cdc_body"), F.lit(b"\x00"))
-        if partitions:
-            spread = F.xxhash64("__cdc_bucket", t, "__cdc_chunk")
-            partition = F.element_at(F.array(*[F.lit(p) for p in partitions]),
-                                     (F.pmod(spread, F.lit(len(partitions))) + 1).cast("int"))
-        else:
-            partition = F.lit(None).cast("int")
-        self._message = (t.alias("time"), F.col("n"), F.col("xor"), F.col("rows"), F.col("groups"),
-                         F.when(F.col("n") > 0, value).alias("value"), partition.alias("partition"),
-                         F.col("repeated"), F.col("__cdc_bucket").alias("bucket"), F.col("__cdc_chunk").alias("array"))
+        self._exprs: dict[bool, _Exprs] = {}  # by one_time, built when first needed
+
+    def _order(self, time: Any) -> Any:
+        """A row's hash of its data and ``time`` (a long column, or a one-time batch's
+        :data:`TIME_KEY`, which hashes as the long): its bucket, its order in packing and the
+        seed of its digest share."""
+        from pyspark.sql import functions as F
+
+        return F.xxhash64(*self._hashed, time)
+
+    def _total(self, time_text: Any) -> Any:
+        """An update's diff from its halves, exact: the fast sum where it fits, else the decimal
+        one, which fails the job with the row's text when the total does not fit 64 bits."""
+        from pyspark.sql import functions as F
+
+        slow = (F.when((self._exact > F.lit(MAX_LONG)) | (self._exact < F.lit(MIN_LONG)),
+                       _fail("BadInputError", F.lit(f"{BATCH}: the consolidated diff of row "), self._after_json,
+                             F.lit(" at time "), time_text, F.lit(" is "), self._exact.cast("string"),
+                             F.lit(", which overflows a 64-bit long")).cast("long"))
+                .otherwise(self._exact.cast("long")))
+        return F.when(self._fast.isNotNull(), self._fast).otherwise(slow).alias(DIFF)
+
+    def _time_exprs(self, one_time: bool) -> _Exprs:
+        exprs = self._exprs.get(one_time)
+        if exprs is None:  # two threads may build it twice: the same expressions
+            exprs = self._exprs[one_time] = _Exprs(self, one_time)
+        return exprs
 
     @staticmethod
     def key_of(*, schema: Any, data_cols: Sequence[str], update_schema: dict, frame: bytes,
@@ -311,20 +360,20 @@ class MessagePlan:
                 _shared.pop(next(iter(_shared)))
         return plan
 
-    def messages(self, prepared: Any, checks: Sequence[Check], *, exact: bool = False,
+    def messages(self, prepared: Any, checks: Sequence[Check], *, time: int | None = None, exact: bool = False,
                  fanout: int | None = None, consolidate: bool = True,
                  arrays: Sequence[tuple[int, int]] | None = None) -> Any:
         """The batch's messages as a DataFrame (nothing computed yet): one row per update array
-        with ``time``, ``n`` (updates), ``xor`` (XOR of the updates' hashes), ``rows`` (the input
-        rows behind its updates, zero diffs included), ``groups`` (its updates, cancelled ones
-        included), ``value`` (the
-        message), ``partition`` (null: Kafka's choice), ``repeated`` (see ``consolidate``) and
-        ``bucket`` and ``array``, which name it; plus one row with ``n = 0``, a null value and a
-        null array for each bucket and time whose updates all cancelled (so the largest time is
-        known).
+        with ``time`` (null for a batch of one time), ``n`` (updates), ``xor`` (XOR of the
+        updates' hashes), ``rows`` (the input rows behind its updates, zero diffs included),
+        ``groups`` (its updates, cancelled ones included), ``value`` (the message),
+        ``partition`` (null: Kafka's choice), ``repeated`` (see ``consolidate``) and ``bucket``
+        and ``array``, which name it; plus one row with ``n = 0``, a null value and a null array
+        for each bucket and time whose updates all cancelled (so the largest time is known).
 
-        ``prepared`` has the data columns, ``__cdc_time`` and ``__cdc_diff``; ``checks`` are the
-        batch's own (built per batch: they hold its frontier). ``exact``: pack by running size,
+        ``prepared`` has the data columns, ``__cdc_diff`` and, unless ``time`` is given,
+        ``__cdc_time``; ``checks`` are the batch's own (built per batch: they hold its frontier).
+        ``time``: every row's time (a batch of one time). ``exact``: pack by running size,
         every message at most ``max_message_bytes``; else spread by hash (no sort, ~30% less
         time on big batches), where a message can exceed it — check the largest message
         (:func:`batch_stats`) before writing, and pack exactly when it does. ``fanout``: spread
@@ -344,19 +393,21 @@ class MessagePlan:
         rows of others left out before they are encoded or shuffled — to consolidate the few
         arrays an unconsolidated attempt found repeated, and keep its others.
 
-        A whole batch consolidated with ``fanout`` (not exact, no ``arrays``, data grouped as
-        bytes) goes as :meth:`_combined` says: the same updates, counts and digest; its
-        ``bucket`` is then the task that consolidated the update."""
+        A whole batch of one time consolidated with ``fanout`` (not exact, no ``arrays``, data
+        grouped as bytes) goes as :meth:`_combined` says: the same updates, counts and digest;
+        its ``bucket`` is then the task that consolidated the update."""
         from pyspark.sql import functions as F
 
         if not (consolidate or self.by_bytes):
             raise ValueError("rows are left unconsolidated only when their data is grouped as bytes")
-
-        t = F.col(TIME)
-        rows = self._checked(prepared, checks)
-        if consolidate and self.by_bytes and fanout is not None and not exact and arrays is None:
-            return self._combined(rows, fanout)
-        rows = rows.withColumn(ORDER, self._order)
+        one_time = time is not None
+        ex = self._time_exprs(one_time)
+        if one_time:  # its time comes as binary literals, added where they are used
+            prepared = prepared.drop(TIME)
+        rows = self._checked(prepared, checks, into=DIFF if one_time else TIME)
+        if consolidate and self.by_bytes and fanout is not None and not exact and arrays is None and one_time:
+            return self._combined(rows, fanout, time)
+        rows = _with_time(rows, time, TIME_KEY).withColumn(ORDER, ex.order)
         if arrays is not None:
             if fanout is None:
                 raise ValueError("arrays are chosen only among a fixed number per bucket (fanout)")
@@ -364,23 +415,25 @@ class MessagePlan:
             rows = rows.where((self._bucket * F.lit(fanout) + _hash_array(F.lit(fanout))).isin(
                 sorted({bucket * fanout + array for bucket, array in arrays})))
         if self.by_bytes:
-            rows = rows.select(self._data_bytes.alias(DATA), t, F.col(DIFF), F.col(ORDER))
+            rows = rows.select(self._data_bytes.alias(DATA), *ex.group, F.col(DIFF), F.col(ORDER))
+        else:
+            rows = rows.drop(TIME_KEY)
         rows = rows.withColumn("__cdc_bucket", self._bucket).repartition(self._buckets, "__cdc_bucket")
         if consolidate:
-            consolidated = (rows.groupBy("__cdc_bucket", ORDER, *self._keys, t).agg(*self._sums, *self._firsts)
-                            .select("__cdc_bucket", ORDER, *self._data, t, *self._consolidated))
+            consolidated = (rows.groupBy("__cdc_bucket", ORDER, *self._keys, *ex.group).agg(*self._sums, *self._firsts)
+                            .select("__cdc_bucket", ORDER, *self._data, *ex.group, *ex.consolidated))
             repeated = self._repeated
         else:  # each row its own update
-            consolidated = rows.select("__cdc_bucket", ORDER, *self._data, t, F.col(DIFF), F.lit(False).alias(REPEAT),
-                                       F.lit(1).cast("long").alias(ROWS))
+            consolidated = rows.select("__cdc_bucket", ORDER, *self._data, *ex.group, F.col(DIFF),
+                                       F.lit(False).alias(REPEAT), F.lit(1).cast("long").alias(ROWS))
             repeated = self._repeated_unconsolidated
         if exact:
-            chunk = self._chunk_exact
+            chunk = ex.chunk_exact
         elif fanout is not None:
             chunk = _array_index(F.lit(max(1, fanout)))
         else:
-            chunk = self._chunk_spread
-        return self._pack(consolidated, chunk, repeated)
+            chunk = ex.chunk_spread
+        return self._pack(consolidated, chunk, repeated, ex, time)
 
     def _checked(self, prepared: Any, checks: Sequence[Check], into: str = TIME) -> Any:
         """``prepared`` with its column ``into`` (the time, or the diff) checked: in the map
@@ -414,7 +467,7 @@ class MessagePlan:
         if not self.by_bytes:
             raise ValueError("a batch is consolidated for the driver only when its data is grouped as bytes")
         t = [] if one_time else [F.col(TIME)]
-        diff = self._total_one_time if one_time else self._consolidated[0]
+        diff = self._total_one_time if one_time else self._time_exprs(False).consolidated[0]
         return (self._checked(prepared, checks, into=DIFF if one_time else TIME)
                 .groupBy(*self._columns, *t).agg(*self._sums)
                 .select(self._data_bytes.alias(DATA), self._data_hash.alias("h"), *t, "__cdc_hi", "__cdc_lo",
@@ -422,17 +475,16 @@ class MessagePlan:
                 .select(F.col(DATA).alias("data"), "h", *[c.alias("t") for c in t], diff.alias("d"),
                         F.col(ROWS).alias("n")))
 
-    def _pack(self, updates: Any, chunk: Any, repeated: Any) -> Any:
+    def _pack(self, updates: Any, chunk: Any, repeated: Any, ex: _Exprs, time: int | None) -> Any:
         """Messages from ``updates`` (bucket, order, data, time, diff, repeat): each update encoded,
         given its array by ``chunk``, and each array's updates joined."""
-        from pyspark.sql import functions as F
-
-        encoded = updates.select(*self._items).select(*self._encoded).withColumn("__cdc_size", self._size)
+        encoded = (_with_time(updates, time, TIME_ITEM).select(*ex.items).select(*ex.encoded)
+                   .withColumn("__cdc_size", self._size))
         return (encoded.withColumn("__cdc_chunk", chunk)
-                .groupBy("__cdc_bucket", F.col(TIME), "__cdc_chunk").agg(*self._packed, repeated)
-                .select(*self._message))
+                .groupBy("__cdc_bucket", *ex.group, "__cdc_chunk").agg(*self._packed, repeated)
+                .select(*ex.message))
 
-    def _combined(self, rows: Any, fanout: int) -> Any:
+    def _combined(self, rows: Any, fanout: int, time: int) -> Any:
         """A batch of one time consolidated the way Spark's own aggregation goes: grouped on the
         data columns (collations were taken off before; Spark's grouping normalizes floats as
         :func:`normalized` does), partly where the rows are, before the shuffle — so repeated
@@ -444,12 +496,27 @@ class MessagePlan:
         counts and digest as the other ways; the arrays are per task instead of per hash."""
         from pyspark.sql import functions as F
 
-        t = F.col(TIME)
-        updates = (rows.groupBy(*self._columns, t).agg(*self._sums)
-                   .select(self._task_bucket, self._order.alias(ORDER),
-                           self._data_bytes.alias(DATA), t, "__cdc_hi", "__cdc_lo", "__cdc_rows", ROWS)
-                   .select("__cdc_bucket", ORDER, DATA, t, *self._consolidated))
-        return self._pack(updates, _array_index(F.lit(max(1, fanout))), self._repeated)
+        ex = self._time_exprs(True)
+        updates = (_with_time(rows.groupBy(*self._columns).agg(*self._sums), time, TIME_KEY)
+                   .select(self._task_bucket, ex.order.alias(ORDER),
+                           self._data_bytes.alias(DATA), "__cdc_hi", "__cdc_lo", "__cdc_rows", ROWS)
+                   .select("__cdc_bucket", ORDER, DATA, *ex.consolidated))
+        return self._pack(updates, _array_index(F.lit(max(1, fanout))), self._repeated, ex, time)
+
+
+def _with_time(df: Any, time: int | None, name: str) -> Any:
+    """``df`` with a batch of one time's ``time`` as the binary literal column ``name``
+    (:data:`TIME_KEY` or :data:`TIME_ITEM`); ``df`` itself for rows that carry their times."""
+    if time is None:
+        return df
+    import struct
+
+    from pyspark.sql import functions as F
+
+    from .codec import encode_zigzag_long
+
+    value = struct.pack("<q", time) if name == TIME_KEY else encode_zigzag_long(time)
+    return df.withColumn(name, F.lit(value))
 
 
 #: How many layouts' plans :meth:`MessagePlan.shared` keeps.
@@ -690,23 +757,27 @@ class BatchStats:
         return bool(self.repeated_arrays)
 
 
-def batch_stats(messages: Any, *, one_time: bool = False) -> BatchStats:
+def batch_stats(messages: Any, *, time: int | None = None) -> BatchStats:
     """Compute the (cached) messages and what they hold. One Spark job; a bad row fails it, as
     :func:`task_error` explains.
 
-    ``one_time``: every update has the same time (the default time mode), so the job brings back
-    a row per message (about one per bucket in a small batch) instead of adding a shuffle by time.
+    ``time``: every update's time (a batch of one time, whose messages do not hold it): the job
+    then brings back a row per message (about one per bucket in a small batch) instead of adding
+    a shuffle by time.
     """
     from pyspark.sql import functions as F
 
-    if one_time:  # a row per message: its bytes are also the largest of its row
-        rows = messages.select("time", "n", F.col("xor").alias("x"), F.col("rows").alias("i"),
+    if time is not None:  # a row per message: its bytes are also the largest of its row
+        rows = messages.select("n", F.col("xor").alias("x"), F.col("rows").alias("i"),
                                F.col("groups").alias("g"),
                                F.col("value").isNotNull().cast("long").alias("m"),
                                F.octet_length("value").alias("b"), F.col("repeated").alias("r"),
                                "bucket", "array").collect()
         largest = max((int(r["b"] or 0) for r in rows), default=0)
         repeated = tuple((r["bucket"], r["array"]) for r in rows if r["r"])
+        updates = sum(int(r["n"]) for r in rows)
+        counts = {time: updates} if updates else {}
+        max_time = time if rows else None
     else:
         rows = (messages.groupBy("time")
                 .agg(F.sum("n").alias("n"), F.bit_xor("xor").alias("x"), F.sum("rows").alias("i"),
@@ -716,13 +787,12 @@ def batch_stats(messages: Any, *, one_time: bool = False) -> BatchStats:
                 .collect())
         largest = max((int(r["l"] or 0) for r in rows), default=0)
         repeated = ()
-    counts: dict[int, int] = {}
+        counts = {r["time"]: int(r["n"]) for r in rows if r["n"]}
+        max_time = max((r["time"] for r in rows), default=None)
     xor = 0
     for r in rows:
         xor ^= r["x"]
-        if r["n"]:
-            counts[r["time"]] = counts.get(r["time"], 0) + int(r["n"])
-    return BatchStats(counts, xor, max((r["time"] for r in rows), default=None),
+    return BatchStats(counts, xor, max_time,
                       sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows), largest,
                       rows=sum(int(r["i"] or 0) for r in rows), groups=sum(int(r["g"] or 0) for r in rows),
                       repeated_arrays=repeated)

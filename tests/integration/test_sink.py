@@ -188,13 +188,7 @@ def test_rows_whose_hashes_collide_are_consolidated_apart(spark, kafka_bootstrap
 
     from cdc_emitter import sink_jvm
 
-    original = sink_jvm.MessagePlan.__init__
-
-    def colliding(self, **layout):
-        original(self, **layout)
-        self._order = F.pmod(F.col("k"), F.lit(3))
-
-    monkeypatch.setattr(sink_jvm.MessagePlan, "__init__", colliding)
+    monkeypatch.setattr(sink_jvm.MessagePlan, "_order", lambda self, time: F.pmod(F.col("k"), F.lit(3)))
     monkeypatch.setattr(sink_jvm, "_shared", {})
     monkeypatch.setattr(sink_jvm, "_repeating", {})
     calls: list = []
@@ -225,7 +219,7 @@ def test_unconsolidated_messages_hold_what_consolidated_ones_do(spark):
 
     def stats(rows, consolidate):
         prepared = rows.select("k", "v", F.lit(7).cast("long").alias("__cdc_time"), F.col("diff").alias("__cdc_diff"))
-        return sink_jvm.batch_stats(plan.messages(prepared, [], fanout=5, consolidate=consolidate), one_time=True)
+        return sink_jvm.batch_stats(plan.messages(prepared, [], time=7, fanout=5, consolidate=consolidate), time=7)
 
     unconsolidated, consolidated = stats(df, False), stats(df, True)
     same = ("counts", "digest", "max_time", "repeated")
@@ -233,6 +227,48 @@ def test_unconsolidated_messages_hold_what_consolidated_ones_do(spark):
     assert (consolidated.counts, consolidated.repeated) == ({7: 3000}, False)
     repeated = df.union(df.where("k = 42"))
     assert stats(repeated, False).repeated and stats(repeated, True).repeated
+
+
+def _generated_code(df) -> list[str]:
+    """The Java code Spark generates for ``df``'s plan, a text per whole-stage subtree (without
+    the plans printed beside them, which show literal values)."""
+    import contextlib
+    import io
+    import re
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        df.explain("codegen")
+    return [part.split("== Subtree")[0] for part in re.split(r"Generated code:", out.getvalue())[1:]]
+
+
+@pytest.mark.parametrize("way", ["unconsolidated", "combined", "exact"])
+def test_every_time_of_a_running_sink_runs_the_same_generated_code(spark, way):
+    """A batch of one time holds its time as binary literals, which Spark hands to the code it
+    generates as objects: a running sink's next batch, at a new time, runs the code the last one
+    compiled (and the JVM made hot) instead of compiling every stage again — whichever way its
+    messages are made."""
+    from pyspark.sql import functions as F
+
+    from cdc_emitter import sink_jvm
+    from cdc_emitter.codec import union_schema
+
+    df = spark.createDataFrame([(k, f"v{k % 7}", 1) for k in range(500)], KV)
+    data = df.drop("diff").schema
+    plan = sink_jvm.MessagePlan(schema=data, data_cols=["k", "v"], frame=b"\0\0\0\0\1",
+                                update_schema=union_schema(data_schema(data))[0]["items"],
+                                max_message_bytes=4000, buckets=3, partitions=[1, 2])
+    options = {"unconsolidated": dict(consolidate=False), "combined": {}, "exact": dict(exact=True)}[way]
+
+    def messages(time_):
+        prepared = df.select("k", "v", F.lit(time_).cast("long").alias("__cdc_time"),
+                             F.col("diff").alias("__cdc_diff"))
+        return plan.messages(prepared, [], time=time_, fanout=4, **options)
+
+    first, later = messages(11), messages(2**40 + 12)
+    assert _generated_code(first) and _generated_code(first) == _generated_code(later)
+    one, other = sink_jvm.batch_stats(first, time=11), sink_jvm.batch_stats(later, time=2**40 + 12)
+    assert (one.counts, other.counts) == ({11: 500}, {2**40 + 12: 500}) and one.digest != other.digest
 
 
 def test_a_batch_combined_before_the_shuffle_holds_what_one_consolidated_after_it_does(spark):
@@ -255,8 +291,8 @@ def test_a_batch_combined_before_the_shuffle_holds_what_one_consolidated_after_i
                                 update_schema=union_schema(data_schema(data))[0]["items"],
                                 max_message_bytes=1 << 20, buckets=3, partitions=None)
     prepared = df.select("k", "v", "x", F.lit(4).cast("long").alias("__cdc_time"), F.col("diff").alias("__cdc_diff"))
-    combined = sink_jvm.batch_stats(plan.messages(prepared, [], fanout=8), one_time=True)
-    exact = sink_jvm.batch_stats(plan.messages(prepared, [], fanout=8, exact=True), one_time=True)
+    combined = sink_jvm.batch_stats(plan.messages(prepared, [], time=4, fanout=8), time=4)
+    exact = sink_jvm.batch_stats(plan.messages(prepared, [], time=4, fanout=8, exact=True), time=4)
     assert (combined.counts, combined.digest, combined.max_time) == (exact.counts, exact.digest, exact.max_time)
     # 10 keys x 4 strings-or-null x 3 floats (-0.0 is 0.0, every NaN one): at most 120 updates
     assert 0 < combined.counts[4] <= 120 and combined.repeated and exact.repeated
