@@ -644,11 +644,9 @@ class CdcSink:
                       data_cols=data_cols, diff_col=diff_col, avro_data=avro_data, codec=codec, lower=lower,
                       recorded=recorded, time=batch_time, headers=headers,
                       update_partitions=self._update_partitions)
-        # 2. the rows with their times and diffs (nothing is computed yet). The batch's time is a
-        # literal, which Spark writes into the Java code it generates: a new time compiles each
-        # stage again (~0.35 s a batch, ad-hoc). A column of a one-row broadcast avoids that, but
-        # cost more than it saved on 4M distinct rows (4.40 s against 4.14 s, ad-hoc); rows of one
-        # time consolidated for the driver do without their time (MessagePlan.updates)
+        # 2. the rows with their times and diffs (nothing is computed yet). The JVM path drops a
+        # batch's one time for binary literals, which Spark does not write into the code it
+        # generates (MessagePlan.messages), or does without it (MessagePlan.updates)
         if batch_time is not None:
             time_expr = F.lit(batch_time).cast("long")
         else:
