@@ -16,29 +16,46 @@ from typing import Any
 from .errors import DeliveryError
 from .sink_batch import Batch, Known
 
-__all__ = ["ExecutorsWay", "FANOUT_ARRAYS"]
+__all__ = ["ExecutorsWay", "FANOUT_ARRAYS", "FIRST_BUCKETS", "spread"]
 
 log = logging.getLogger("cdc_emitter.sink")
 
 #: The arrays per bucket in a batch of one time, at most: each task then packs this many groups,
 #: well under the 128 after which Spark's object aggregation falls back to sorting.
 FANOUT_ARRAYS = 64
+#: A sink's first batch, whose size is unknown, is spread over this many buckets (each a task)
+#: of :data:`FANOUT_ARRAYS` arrays: room for 460 MB at the default message limit — a bigger one
+#: is spread again by its size — without the session's shuffle partitions (200 by default)
+#: turning a small batch into hundreds of tasks and thousands of messages.
+FIRST_BUCKETS = 8
+#: About how many bytes of messages a bucket packs, when the arrays need no more buckets.
+BUCKET_BYTES = 16 * 2**20
+
+
+def spread(n_bytes: int, max_message_bytes: int, partitions: int) -> tuple[int, int]:
+    """``(buckets, arrays per bucket)`` for a batch of about ``n_bytes`` of messages: arrays of
+    about a quarter of the limit (room to grow 4-fold before one is expected over it), at most
+    :data:`FANOUT_ARRAYS` per bucket, and buckets of about :data:`BUCKET_BYTES`, no more than the
+    session's shuffle ``partitions`` unless the arrays need more."""
+    arrays = max(1, -(-n_bytes * 4 // max_message_bytes))
+    buckets = max(1, -(-arrays // FANOUT_ARRAYS), min(partitions, -(-n_bytes // BUCKET_BYTES)))
+    return buckets, max(1, min(FANOUT_ARRAYS, -(-arrays // buckets)))
 
 
 class ExecutorsWay:
     """Writes a sink's batches from the executors; keeps how the last one spread its updates.
 
-    Each batch spreads its updates over about as many groups (buckets, a task each) as the last
-    one filled messages, and, with one time, each bucket over a fixed number of arrays (no window
-    to size them) sized for room to grow 16-fold: the first batch over the session's shuffle
-    partitions and :data:`FANOUT_ARRAYS` arrays."""
+    Each batch spreads its updates over buckets (a task each) and, with one time, each bucket
+    over a fixed number of arrays (no window to size them), as :func:`spread` sizes them for the
+    last batch's bytes: the first over :data:`FIRST_BUCKETS` buckets of :data:`FANOUT_ARRAYS`
+    arrays."""
 
     def __init__(self, *, bootstrap_servers: str, topic: str, producer_config: Mapping[str, Any],
                  max_message_bytes: int, row_checks: Any) -> None:
         self.bootstrap_servers, self.topic = bootstrap_servers, topic
         self.producer_config, self.max_message_bytes = producer_config, max_message_bytes
         self.row_checks = row_checks  # Batch -> its per-row Checks
-        self.buckets: int | None = None  # None: the session's shuffle partitions
+        self.buckets: int | None = None  # None: the first batch's (see plan)
         self.fanout = FANOUT_ARRAYS
 
     def plan(self, spark: Any, batch: Batch) -> tuple[Any, int]:
@@ -51,7 +68,7 @@ class ExecutorsWay:
         plan = sink_jvm.MessagePlan.shared(
             type(spark), schema=batch.schema, data_cols=batch.data_cols,
             update_schema=union_schema(batch.avro_data)[0]["items"], frame=batch.codec.frame,
-            max_message_bytes=self.max_message_bytes, buckets=self.buckets or partitions,
+            max_message_bytes=self.max_message_bytes, buckets=self.buckets or FIRST_BUCKETS,
             partitions=batch.update_partitions)
         return plan, partitions
 
@@ -70,13 +87,13 @@ class ExecutorsWay:
         # (no window to size them), each row its own update unless many arrays of the last such
         # batch of its data layout had repeated rows (sink_jvm.expect_repeats); else as many
         # arrays as its size needs. The arrays found with a repeat are consolidated again (the
-        # whole batch when they are over half), the batch packed exactly in the rare case a
-        # message came out too big — nothing is written before the stats of the messages that
-        # will be
+        # whole batch when they are over half); a batch whose message came out too big is spread
+        # again by its size, and packed exactly only if one still does — nothing is written
+        # before the stats of the messages that will be
         fanout = self.fanout if batch.time is not None else None
         may_skip_consolidation = fanout is not None and plan.by_bytes
         consolidate = not may_skip_consolidation or sink_jvm.expect_repeats(batch.schema, batch.data_cols)
-        exact = False
+        exact = respread = False
         messages = plan.messages(prepared, checks, time=batch.time, fanout=fanout,
                                  consolidate=consolidate).persist()
         persisted = [messages]
@@ -109,12 +126,22 @@ class ExecutorsWay:
                               batch.what)
                 elif exact or stats.largest <= self.max_message_bytes:
                     break
+                elif not respread:  # more bytes than the spread was sized for
+                    respread = True
+                    self._size_next(stats.bytes, partitions)
+                    plan, _ = self.plan(spark, batch)
+                    fanout = self.fanout if batch.time is not None else None
+                    log.info("%s: a message came out at %d bytes, over the limit of %d: spreading the "
+                             "batch's %d bytes again, over %d buckets of %s arrays", batch.what,
+                             stats.largest, self.max_message_bytes, stats.bytes, self.buckets,
+                             fanout or "sized")
                 else:
-                    log.debug("%s: a spread message has %d bytes, over %d: packing exactly", batch.what,
-                              stats.largest, self.max_message_bytes)
+                    log.info("%s: a spread message has %d bytes, over %d: packing exactly", batch.what,
+                             stats.largest, self.max_message_bytes)
                     exact = consolidate = True
                 release()
-                messages = plan.messages(prepared, checks, time=batch.time, fanout=fanout, exact=exact).persist()
+                messages = plan.messages(prepared, checks, time=batch.time, fanout=fanout, exact=exact,
+                                         consolidate=consolidate).persist()
                 persisted[:] = [messages]
         except BaseException:
             release()
@@ -131,11 +158,8 @@ class ExecutorsWay:
                      write=lambda: self._write(messages, options, batch), release=release)
 
     def _size_next(self, n_bytes: int, partitions: int) -> None:
-        """Size the next batch's spread from this one's bytes: as many groups as this one filled
-        messages (at least one; at most the shuffle partitions), and arrays of about 1/16 of the
-        limit if it is as big as this one."""
-        self.buckets = max(1, min(partitions, -(-n_bytes * 4 // self.max_message_bytes)))
-        self.fanout = max(1, min(FANOUT_ARRAYS, -(-n_bytes * 16 // (self.buckets * self.max_message_bytes))))
+        """Size the next batch's spread (:func:`spread`) for this one's bytes."""
+        self.buckets, self.fanout = spread(n_bytes, self.max_message_bytes, partitions)
 
     def _write(self, messages: Any, options: dict, batch: Batch) -> None:
         from . import sink_jvm

@@ -17,8 +17,8 @@ A batch is two Spark jobs over one plan:
    half — and when they were over a quarter, the next such batch of the same data layout is
    consolidated straight away. A whole batch of one time is consolidated the way Spark's own
    aggregation goes instead (``MessagePlan._combined``): on the data columns, partly before
-   the shuffle, so repeated rows shrink before they move, each update encoded after it, and
-   each task of the aggregation packing its own updates. Each message is
+   the shuffle, so repeated rows shrink before they move, each update encoded after it and
+   sent to its bucket, which packs it. Each message is
    the Confluent header (one owner: :attr:`CdcCodec.frame <cdc_emitter.codec.CdcCodec.frame>`),
    the union branch, the array's block count (``to_avro`` of a long is its zig-zag varint), the
    encoded updates and the closing zero. The messages are cached; the job's result is the
@@ -283,8 +283,6 @@ class MessagePlan:
         # numbers 0..buckets-1 would share tasks: with 4, one task got two buckets, another none)
         self._buckets = buckets
         self._bucket = bucket_of(F.col(ORDER), buckets)
-        # a combined batch's bucket (see _combined): the aggregation task that made the update
-        self._task_bucket = F.spark_partition_id().cast("long").alias("__cdc_bucket")
         # 2. consolidation: the 64-bit sum as high and low 32-bit halves, which cannot overflow
         # (fewer than 2^31 rows per update), joined exactly
         self._sums = (F.sum(F.shiftright(d, 32)).alias("__cdc_hi"),
@@ -394,8 +392,7 @@ class MessagePlan:
         arrays an unconsolidated attempt found repeated, and keep its others.
 
         A whole batch of one time consolidated with ``fanout`` (not exact, no ``arrays``, data
-        grouped as bytes) goes as :meth:`_combined` says: the same updates, counts and digest;
-        its ``bucket`` is then the task that consolidated the update."""
+        grouped as bytes) goes as :meth:`_combined` says."""
         from pyspark.sql import functions as F
 
         if not (consolidate or self.by_bytes):
@@ -488,19 +485,17 @@ class MessagePlan:
         """A batch of one time consolidated the way Spark's own aggregation goes: grouped on the
         data columns (collations were taken off before; Spark's grouping normalizes floats as
         :func:`normalized` does), partly where the rows are, before the shuffle — so repeated
-        rows shrink before they move, as the floor's do — then, after the shuffle, each update
-        hashed and encoded (only updates, not every row). Each task of that aggregation packs
-        its own updates: its partition is the bucket, so the arrays' items are joined before
-        the second shuffle, which moves whole arrays only (at most ``fanout`` per task: under
-        the 128 groups past which Spark's object hash aggregation sorts). The same updates,
-        counts and digest as the other ways; the arrays are per task instead of per hash."""
+        rows shrink before they move, as the floor's do — then each update hashed, encoded and
+        sent to its bucket (only updates, not every row), which packs it as the other ways do:
+        the same updates, arrays, counts and digest."""
         from pyspark.sql import functions as F
 
         ex = self._time_exprs(True)
         updates = (_with_time(rows.groupBy(*self._columns).agg(*self._sums), time, TIME_KEY)
-                   .select(self._task_bucket, ex.order.alias(ORDER),
-                           self._data_bytes.alias(DATA), "__cdc_hi", "__cdc_lo", "__cdc_rows", ROWS)
-                   .select("__cdc_bucket", ORDER, DATA, *ex.consolidated))
+                   .select(ex.order.alias(ORDER), self._data_bytes.alias(DATA), "__cdc_hi", "__cdc_lo",
+                           "__cdc_rows", ROWS)
+                   .select(ORDER, DATA, *ex.consolidated)
+                   .withColumn("__cdc_bucket", self._bucket).repartition(self._buckets, "__cdc_bucket"))
         return self._pack(updates, _array_index(F.lit(max(1, fanout))), self._repeated, ex, time)
 
 

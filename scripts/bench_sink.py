@@ -17,9 +17,9 @@ Pipelines, each writing to its own new topic on the same broker:
 5. ``floor``: the same consolidation written to Spark's ``noop`` sink — what any correct sink pays
    before it writes a byte (its "updates": the distinct pairs, counted by construction).
 
-Input: ``--rows`` narrow rows ``(k long, v string, diff long)``, cached and counted before timing:
-all distinct ``(k, v)`` pairs, or ``--keys`` of them, each repeated (row i has ``k = i % keys``),
-so that every pipeline consolidates. Every pipeline writes the same updates.
+Input: ``--rows`` narrow rows ``(k long, v string, diff long)`` (``--shape wide``: six columns of
+other types), cached and counted before timing: all distinct, or ``--keys`` of them, each
+repeated (row i is made from ``i % keys``), so that every pipeline consolidates. Every pipeline writes the same updates.
 spark-avro and spark-sql-kafka-0-10 come from Maven Central through ``spark.jars.packages``,
 at the installed Spark version if Maven Central has it, else the newest release of the same
 major version below it (``--packages-version`` to choose).
@@ -105,7 +105,12 @@ def main() -> int:
     ap.add_argument("--keys", type=int, default=None,
                     help="distinct (k, v) pairs among the rows (default: every row distinct); fewer: "
                          "each pair on several rows, which every pipeline consolidates")
+    ap.add_argument("--shape", choices=("kv", "wide"), default="kv",
+                    help="kv: (k long, v string) with 1,000 distinct short strings; wide: (id long, name "
+                         "string of 40 hex digits, price double, qty int, ts timestamp, flag boolean)")
     ap.add_argument("--partitions", type=int, default=2, help="topic partitions")
+    ap.add_argument("--shuffle-partitions", type=int, default=4,
+                    help="spark.sql.shuffle.partitions (Spark's default is 200)")
     ap.add_argument("--packages-version", default=None)
     ap.add_argument("--no-avro-encoder", action="store_true")
     ap.add_argument("--only", default=None, help="comma list: jvm,python,avro,diy,raw,floor")
@@ -135,7 +140,7 @@ def main() -> int:
     spark = (
         SparkSession.builder.master("local[2]").appName("cdc-emitter-bench")
         .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
         .config("spark.driver.memory", "4g")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.jars.packages", packages)
@@ -145,13 +150,17 @@ def main() -> int:
     n = args.rows
     keys = min(n, args.keys or n)
     key = F.col("id") % F.lit(keys)
-    df = spark.range(n).select(
-        key.alias("k"),
-        F.concat(F.lit("value-"), (key % 1000).cast("string")).alias("v"),
-        F.lit(1).cast("long").alias("diff"),
-    ).repartition(4).cache()
+    if args.shape == "kv":
+        columns = [key.alias("k"), F.concat(F.lit("value-"), (key % 1000).cast("string")).alias("v")]
+    else:  # wide: six columns of other types, each a function of the key (equal keys, equal rows)
+        columns = [key.alias("id"), F.sha1(key.cast("string")).alias("name"),
+                   (F.pmod(F.xxhash64(key), F.lit(100_000)) / 100).alias("price"),
+                   (key % 97).cast("int").alias("qty"),
+                   F.timestamp_seconds(F.lit(1_700_000_000) + key % 86_400).alias("ts"),
+                   (key % 3 == 0).alias("flag")]
+    df = spark.range(n).select(*columns, F.lit(1).cast("long").alias("diff")).repartition(4).cache()
     df.count()
-    data_cols = ["k", "v"]
+    data_cols = [c for c in df.columns if c != "diff"]
     avro_data = data_schema(df.select(*data_cols).schema)
     update_schema = json.dumps(union_schema(avro_data)[0]["items"])
     header = bytes([0, 0, 0, 0, 0, 0, 2])  # confluent framing (id 0) + union branch 0 + count 1
@@ -230,7 +239,7 @@ def main() -> int:
     if args.no_avro_encoder and "avro" in chosen:
         chosen.remove("avro")
     rates = {}
-    print(f"rows={n} keys={keys} spark={pyspark.__version__} packages={version} broker={bootstrap} "
+    print(f"rows={n} keys={keys} shape={args.shape} spark={pyspark.__version__} packages={version} broker={bootstrap} "
           f"topic partitions={args.partitions} sink={'one across rounds' if args.same_sink else 'new each round'}")
     # warm-up: every pipeline once on a small input (JIT, Python workers, producers, metadata)
     small = df.limit(50_000).cache()

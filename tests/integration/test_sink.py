@@ -110,7 +110,8 @@ def test_streaming_query_exact_history_multi_partition(spark, kafka_bootstrap, t
 def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(spark, kafka_bootstrap, topic_factory,
                                                                         monkeypatch):
     """The JVM path spreads updates over arrays by hash; updates near half the limit make some
-    array too big, and the batch is then packed by running size before anything is written."""
+    array too big, spread again by the batch's size too, and the batch is then packed by running
+    size before anything is written."""
     from cdc_emitter import kafka_io, sink_jvm
 
     topic = topic_factory(2)
@@ -121,11 +122,42 @@ def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(spark, k
                         lambda self, *a, **kw: calls.append(kw.get("exact", False)) or messages(self, *a, **kw))
     result = CdcSink(kafka_bootstrap, topic, encoder="jvm", max_message_bytes=400).write(
         spark.createDataFrame(rows, KV), time=1)
-    assert calls == [False, True]
+    assert calls == [False, False, True]
     assert result.updates == 200
     sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
     assert max(sizes) <= 400 and len(sizes) == result.messages
     check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 1, d) for k, v, d in rows], (2,))
+
+
+def test_a_batch_bigger_than_its_spread_is_spread_again_by_its_size(spark, kafka_bootstrap, topic_factory,
+                                                                     monkeypatch):
+    """A first batch's size is unknown: it is spread over at most FIRST_BUCKETS buckets of
+    FANOUT_ARRAYS arrays. One that overflows them is spread again over as many as its bytes need
+    (no sort), before anything is written; the next batch starts from that size."""
+    from cdc_emitter import kafka_io, sink_jvm
+    from cdc_emitter.sink_executors import FANOUT_ARRAYS, FIRST_BUCKETS
+
+    topic = topic_factory(3)
+    limit = 2032
+    rows = [(i, f"value-{i:08d}-" + "x" * (i % 30), 1) for i in range(40_000)]  # ~1.4 MB of updates
+    buckets = []
+    messages = sink_jvm.MessagePlan.messages
+    monkeypatch.setattr(sink_jvm.MessagePlan, "messages", lambda self, *a, **kw: buckets.append(
+        (self._buckets, kw.get("fanout"), kw.get("exact", False))) or messages(self, *a, **kw))
+    sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", max_message_bytes=limit, small_batch_rows=0)
+    df = spark.createDataFrame(rows, KV)
+    first = sink.write(df, time=1)
+    assert buckets[0] == (FIRST_BUCKETS, FANOUT_ARRAYS, False)
+    assert len(buckets) == 2 and buckets[1][0] * buckets[1][1] > buckets[0][0] * buckets[0][1] and not buckets[1][2]
+    assert first.updates == 40_000
+    sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
+    assert max(sizes) <= limit and len(sizes) == first.messages
+    respread = buckets[1][0]
+    buckets.clear()
+    sink.write(df.selectExpr("k", "v", "-diff as diff"), time=2)  # sized from the first: one spread
+    assert len(buckets) == 1 and buckets[0][0] == respread > FIRST_BUCKETS and not buckets[0][2]
+    check(kafka_bootstrap, topic, kv_codec(spark),
+          [((k, v), 1, d) for k, v, d in rows] + [((k, v), 2, -d) for k, v, d in rows], (3,))
 
 
 def _record_messages(monkeypatch, calls):
