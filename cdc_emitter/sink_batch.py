@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from .sink_interval import Recorded
 
-__all__ = ["Batch", "Checked", "Written"]
+__all__ = ["Batch", "Checked", "Known", "Written"]
 
 
 @dataclass(frozen=True)
