@@ -432,6 +432,48 @@ class CdcCodec:
         body, head = b"".join(items), self.frame + b"\x00"
         return (self._message(head, body, bound) for bound in self._bounds(sizes))
 
+    def merge_arrays(self, messages: Iterable[bytes]) -> list[bytes]:
+        """Update-array messages of this codec (one block each, as :meth:`pack_items` and the
+        JVM data path make them) joined into as few as fit: greedy, order kept, each block
+        whole — each message at most ``max_message_bytes`` unless one given was already over it.
+        The updates, and so a batch's counts and digest, are the same.
+
+        Raises :class:`DecodeError` for a message that is not one framed update-array block."""
+        head = self.frame + b"\x00"
+        blocks: list[tuple[int, memoryview]] = []
+        for i, message in enumerate(messages):
+            view = memoryview(message)
+            pos, count = len(head), 0
+            if bytes(view[:pos]) != head or len(view) < pos + 2 or view[-1] != 0:
+                raise DecodeError(f"update-array message {i} ({len(view)} bytes) is not framed "
+                                  f"as this codec's update arrays")
+            shift = 0
+            while True:
+                if pos >= len(view) - 1:
+                    raise DecodeError(f"update-array message {i} ends inside its block count")
+                byte = view[pos]
+                pos += 1
+                count |= (byte & 0x7F) << shift
+                shift += 7
+                if not byte & 0x80:
+                    break
+            count = (count >> 1) ^ -(count & 1)
+            if count <= 0:
+                raise DecodeError(f"update-array message {i} has a block of {count} updates")
+            blocks.append((count, view[pos:-1]))
+        merged: list[bytes] = []
+        i = 0
+        while i < len(blocks):
+            count, size, j = blocks[i][0], len(blocks[i][1]), i + 1
+            while j < len(blocks):
+                grown = size + len(blocks[j][1])
+                if len(head) + len(encode_zigzag_long(count + blocks[j][0])) + grown + 1 > self.max_message_bytes:
+                    break
+                count, size, j = count + blocks[j][0], grown, j + 1
+            merged.append(b"".join((head, encode_zigzag_long(count), *(body for _, body in blocks[i:j]), b"\x00")))
+            i = j
+        return merged
+
     def _check_sizes(self, sizes: list[int], what: Callable[[int], str]) -> None:
         fixed = len(self.frame) + 3  # union index, count 1, closing zero
         limit = self.max_message_bytes

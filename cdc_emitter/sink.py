@@ -160,7 +160,9 @@ class CdcSink:
             its rows encoded by ``to_avro``, the driver consolidates them and produces them with
             the sink's own producer — no shuffle, no second job. Same checks, messages and
             digest as the distributed way; a batch too big for ``spark.driver.maxResultSize``
-            goes the distributed way. 0: never.
+            goes the distributed way. A first batch (written the distributed way, its spread
+            sized before its size is known) whose messages are at most 16 MiB and over twice as
+            many as would hold them has them joined on the driver, which produces them. 0: never.
     """
 
     def __init__(
@@ -672,6 +674,8 @@ class CdcSink:
                 checked = self._python_way(encoder).check(prepared, batch)
         if encoder == "jvm":  # by the rows the driver would take, and by what they consolidated to
             self._next_way = self._way_after(checked.rows, checked.groups, checked.bytes)
+            if way == EXECUTORS and checked.produced_on_driver:  # a small batch's messages, joined
+                way = DRIVER_AFTER_EXECUTORS
         try:
             clock.mark("check")
             upper = self._upper(batch, close, checked.max_time)
@@ -732,7 +736,9 @@ class CdcSink:
 
             self._executors = ExecutorsWay(bootstrap_servers=self.bootstrap_servers, topic=self.topic,
                                            producer_config=self.producer_config,
-                                           max_message_bytes=self.max_message_bytes, row_checks=self._row_checks)
+                                           max_message_bytes=self.max_message_bytes, row_checks=self._row_checks,
+                                           producer=self._driver_producer, flush_timeout=self.flush_timeout,
+                                           join_bytes=SMALL_BATCH_BYTES if self.small_batch_rows else 0)
         return self._executors
 
     def _driver_way(self) -> Any:

@@ -63,6 +63,8 @@ class Checked:
     rows: int = 0
     groups: int = 0
     bytes: int = 0
+    #: its messages are produced by the sink's driver producer, though packed on the executors
+    produced_on_driver: bool = False
 
     def digest(self) -> tuple[int, tuple]:
         """``(xor, ((time, updates), ...))`` of what :meth:`write` would write: for a re-run to

@@ -28,7 +28,7 @@ from typing import Any
 
 from .sink_batch import Batch, Known
 
-__all__ = ["DriverWay"]
+__all__ = ["DriverWay", "produce_messages"]
 
 log = logging.getLogger("cdc_emitter.sink")
 
@@ -130,11 +130,15 @@ class DriverWay:
                      write=lambda: self._produce(messages, batch))
 
     def _produce(self, messages: list[bytes], batch: Batch) -> None:
-        """Produce the messages through the sink's producer; return once every one is acknowledged
-        (a failed delivery raises :class:`~cdc_emitter.errors.DeliveryError`)."""
-        targets = batch.update_partitions
-        producer = self.producer()
-        for n, message in enumerate(messages):
-            producer.produce(message, headers=batch.headers,
-                             partition=None if not targets else targets[n % len(targets)])
-        producer.flush(self.flush_timeout)
+        produce_messages(self.producer(), messages, batch, self.flush_timeout)
+
+
+def produce_messages(producer: Any, messages: list[bytes], batch: Batch, flush_timeout: float | None) -> None:
+    """Produce a batch's update messages through the sink's driver ``producer``, in turn to each
+    of its update partitions; return once every one is acknowledged (a failed delivery raises
+    :class:`~cdc_emitter.errors.DeliveryError`)."""
+    targets = batch.update_partitions
+    for n, message in enumerate(messages):
+        producer.produce(message, headers=batch.headers,
+                         partition=None if not targets else targets[n % len(targets)])
+    producer.flush(flush_timeout)

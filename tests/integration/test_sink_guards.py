@@ -131,9 +131,12 @@ def test_a_rerun_batch_is_compared_with_what_its_first_attempt_wrote(
 # --- faults: the first line says what happened --------------------------------------------------
 
 
-@pytest.mark.parametrize("encoder", ["python", "jvm"])
+@pytest.mark.parametrize("encoder", ["python", "jvm", "jvm-joined"])
 def test_a_broker_down_while_producing_fails_the_batch_with_the_delivery_error_first(
         spark, kafka_local, monkeypatch, encoder):
+    """python: our tasks' producers; jvm: Spark's Kafka writer (small_batch_rows=0: every message
+    from the executors); jvm-joined: the first batch's small messages joined and produced by the
+    sink's driver producer."""
     from cdc_emitter import kafka_io
     import uuid
 
@@ -144,7 +147,9 @@ def test_a_broker_down_while_producing_fails_the_batch_with_the_delivery_error_f
     topic = f"sink-outage-{uuid.uuid4().hex[:8]}"
     ensure_topic(bootstrap, topic, create=True)
     df = spark.createDataFrame([(k, "v") for k in range(100)], "k long, v string")
-    sink = CdcSink(bootstrap, topic, producer_config={"message.timeout.ms": 2000}, encoder=encoder)
+    options = {"small_batch_rows": 0} if encoder == "jvm" else {}
+    sink = CdcSink(bootstrap, topic, producer_config={"message.timeout.ms": 2000}, encoder=encoder.split("-")[0],
+                   **options)
     checked = kafka_io.TopicOffsets.end
 
     def check_then_outage(*args, **kwargs):  # the broker goes down once the interval is checked
@@ -165,6 +170,10 @@ def test_a_broker_down_while_producing_fails_the_batch_with_the_delivery_error_f
         assert ("[_MSG_TIMED_OUT]: not acknowledged within message.timeout.ms=2000 ms (is the "
                 "broker down?)") in first
         assert first.endswith("(raised in a Spark task, which failed every attempt)")
+    elif encoder == "jvm-joined":  # the driver producer's
+        assert first.endswith("[_MSG_TIMED_OUT]: not acknowledged within message.timeout.ms=2000 ms (is the "
+                              "broker down?)")
+        assert sink.last_result is None
     else:  # the Java producer's own error, from Spark's Kafka writer
         assert "(delivery.timeout.ms=2000 per attempt): org.apache.kafka.common.errors.TimeoutException" in first
     codec = CdcCodec(data_schema(df.schema))

@@ -12,6 +12,7 @@ import uuid
 import pytest
 
 from cdc_emitter import CdcSink
+from cdc_emitter.sink import SMALL_BATCH_ROWS as SMALL_DEFAULT
 from cdc_emitter.codec import CdcCodec
 from cdc_emitter.errors import BadInputError, LateUpdateError, ReplayError
 from cdc_emitter.frontier import HEADER_DIGEST
@@ -58,6 +59,28 @@ def normal(history):
             return tuple(map(fix, v))
         return v
     return [(fix(u.data), u.time, u.diff) for u in history]
+
+
+def test_a_small_first_batch_is_joined_into_few_messages_on_the_driver(spark, kafka_bootstrap, topic_factory):
+    """A first batch is spread before its size is known (hundreds of arrays): a small one's
+    messages are joined on the driver into as few as hold them, the same updates as the
+    executors write them with small_batch_rows=0, where every message is Spark's."""
+    df = spark.createDataFrame([(i, f"v{i % 7}") for i in range(3000)], "k long, v string")
+    codec = CdcCodec(data_schema(df.schema))
+    seen = {}
+    for rows in (SMALL_DEFAULT, 0):
+        topic = topic_factory(3)
+        result = CdcSink(kafka_bootstrap, topic, small_batch_rows=rows, max_message_bytes=20_000).write(df, time=4)
+        history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
+        assert (violations, frontier, result.counts) == ([], (5,), {4: 3000})
+        seen[rows] = (result, as_history(history))
+    joined, spread = seen[SMALL_DEFAULT][0], seen[0][0]
+    assert (joined.finished_on, joined.consolidated_on) == ("driver", "executors")
+    assert spread.finished_on == "executors"
+    # about 33 KB of updates: 2 messages of at most 20 KB, where the spread made hundreds; each
+    # result counts its progress statement too
+    assert joined.messages == 3 and spread.messages > 100
+    assert seen[SMALL_DEFAULT][1] == seen[0][1]
 
 
 def test_a_small_batch_on_the_driver_writes_what_the_executors_would(spark, kafka_bootstrap, topic_factory):

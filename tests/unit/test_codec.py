@@ -296,6 +296,39 @@ def test_pack_items_fills_messages_greedily():
     assert list(codec.pack_items([])) == []
 
 
+@given(
+    st.lists(st.lists(st.tuples(longs, st.text(st.characters(max_codepoint=127), max_size=30)), min_size=1,
+                      max_size=20), max_size=40),
+    st.integers(300, 4000),  # a small array (at most 20 items of at most 52 bytes) fits whole
+    st.sampled_from(["confluent", "raw"]),
+)
+def test_merge_arrays_keeps_every_update_in_order_within_the_limit(arrays, limit, framing):
+    codec = CdcCodec(SPLIT, framing=framing, max_message_bytes=limit)
+    given_ = [m for rows in arrays for m in codec.encode_updates([Update(r, i, 1) for i, r in enumerate(rows)])]
+    merged = codec.merge_arrays(given_)
+    assert [u for m in merged for u in codec.decode(m)] == [u for m in given_ for u in codec.decode(m)]
+    assert all(len(m) <= limit for m in merged)
+    assert len(merged) <= len(given_)
+    # greedy: no two neighbours would have fitted in one message
+    for a, b in zip(merged, merged[1:]):
+        assert len(codec.merge_arrays([a, b])) == 2
+
+
+def test_merge_arrays_joins_small_messages_and_refuses_foreign_ones():
+    codec = CdcCodec(SPLIT, max_message_bytes=1000)
+    arrays = [codec.encode_updates([Update((i, "x" * 30), 3, -1)])[0] for i in range(40)]
+    merged = codec.merge_arrays(arrays)
+    # updates of 34 bytes: 29 fill 992 of the 1,000 (header 5, branch 1, count 1, closing zero 1)
+    assert [len(m) for m in merged] == [994, 8 + 11 * 34]
+    assert codec.decode(merged[1]) == [Update((i, "x" * 30), 3, -1) for i in range(29, 40)]
+    assert codec.merge_arrays([]) == []
+    progress = codec.encode_progress(Progress((0,), (1,), ((0, 1),)))
+    with pytest.raises(DecodeError, match="message 1 .* not framed"):
+        codec.merge_arrays([arrays[0], progress])
+    with pytest.raises(DecodeError, match="message 0 ends inside its block count"):
+        codec.merge_arrays([arrays[0][:6] + b"\x80\x00"])
+
+
 def test_oversized_update_is_rejected_naming_time_size_and_limit():
     codec = CdcCodec(SPLIT, max_message_bytes=100)
     with pytest.raises(BadInputError, match=r"time 7.* 205 bytes.* 100 bytes"):

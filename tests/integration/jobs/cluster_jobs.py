@@ -88,7 +88,9 @@ def standalone(master: str, bootstrap: str, topic: str, workdir: str, spark_loca
 
     run_query(spark, source, checkpoint, batch)
     assert killed, "the executor kill never ran"
-    assert finished_on == ["executors", "executors", "executors", "driver"], finished_on
+    # the first batch's messages (spread before its size was known) are few bytes: the driver
+    # joins and produces them
+    assert finished_on == ["driver", "executors", "executors", "driver"], finished_on
     killed[0].join()
     spark.stop()
     print("done")
