@@ -261,6 +261,8 @@ class CdcSink:
         self._carried: TopicFrontier | None = None  # the frontier after our last statement
         self._executors: Any = None  # JVM path: the distributed way (see _executors_way)
         self._driver: Any = None  # JVM path: the driver's way (see _driver_way)
+        self._last_checks: tuple | None = None  # JVM path: (key, the last batch's row checks), see _row_checks
+        self._row_columns: tuple | None = None  # (layout, data Columns, diff Column) of the last batch
         # how the next batch goes (DRIVER, ...): on the driver (see sink_driver) when the last was
         # small, or consolidated to few updates; the first goes the distributed way, whatever its size
         self._next_way = EXECUTORS
@@ -646,18 +648,24 @@ class CdcSink:
                       data_cols=data_cols, diff_col=diff_col, avro_data=avro_data, codec=codec, lower=lower,
                       recorded=recorded, time=batch_time, headers=headers,
                       update_partitions=self._update_partitions)
-        # 2. the rows with their times and diffs (nothing is computed yet). The JVM path drops a
-        # batch's one time for binary literals, which Spark does not write into the code it
-        # generates (MessagePlan.messages), or does without it (MessagePlan.updates)
+        # 2. the rows with their times and diffs (nothing is computed yet). The JVM path takes a
+        # batch's one time as binary literals, which Spark does not write into the code it
+        # generates (MessagePlan.messages), or does without it (MessagePlan.updates): no time
+        # column. The data and diff Columns are the last batch's when the layout is (each Column
+        # made is round trips to the JVM)
+        if self._row_columns is None or self._row_columns[0] != (data_cols, diff_col):
+            diff_expr = F.col(diff_col).cast("long") if diff_col else F.lit(1).cast("long")
+            self._row_columns = ((data_cols, diff_col), [F.col(c) for c in data_cols], diff_expr.alias(DIFF))
+        _, data_columns, diff_column = self._row_columns
         if batch_time is not None:
-            time_expr = F.lit(batch_time).cast("long")
+            time_columns = [] if encoder == "jvm" else [F.lit(batch_time).cast("long").alias(TIME)]
         else:
             time_expr = F.col(self.time_column).cast("long")
             if self.late == "advance":
                 time_expr = (F.when((time_expr >= 0) & (time_expr < lower), F.lit(lower).cast("long"))
                              .otherwise(time_expr))
-        diff_expr = F.col(diff_col).cast("long") if diff_col else F.lit(1).cast("long")
-        prepared = df.select(*[F.col(c) for c in data_cols], time_expr.alias(TIME), diff_expr.alias(DIFF))
+            time_columns = [time_expr.alias(TIME)]
+        prepared = df.select(*data_columns, *time_columns, diff_column)
         clock.mark("plan")
 
         since = None if state is None else state.partition0_end  # partition 0's end then
@@ -722,11 +730,17 @@ class CdcSink:
         """The JVM path's per-row checks of ``batch`` (:func:`~cdc_emitter.sink_jvm.row_checks`).
         A batch of one time has no time to check row by row: its interval was decided from it
         (:func:`~cdc_emitter.sink_interval.batch_upper` refuses a re-run's time beyond its record)."""
-        from .sink_jvm import row_checks
+        from .sink_jvm import BATCH, row_checks
 
         rerun = batch.recorded is not None and batch.time is None
-        return row_checks(what=batch.what, lower=batch.lower, recorded_upper=batch.recorded.upper if rerun else None,
-                          time_column=self.time_column, diff_column=self.diff_column)
+        # the checks name the batch as BATCH (sink_jvm.task_error puts its name back) and hold
+        # the frontier only where a time column is checked against it: most batches share the
+        # last one's, already built (each Column made is round trips to the JVM)
+        key = (batch.lower if self.time_column else None, batch.recorded.upper if rerun else None)
+        if self._last_checks is None or self._last_checks[0] != key:
+            self._last_checks = (key, row_checks(what=BATCH, lower=batch.lower, recorded_upper=key[1],
+                                                 time_column=self.time_column, diff_column=self.diff_column))
+        return self._last_checks[1]
 
     def _executors_way(self) -> Any:
         """The JVM path's distributed way (:mod:`~cdc_emitter.sink_executors`), one for the sink's

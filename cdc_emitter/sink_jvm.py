@@ -237,6 +237,20 @@ class _Exprs:
                         F.when(F.col("n") > 0, value).alias("value"), partition.alias("partition"),
                         F.col("repeated"), F.col("__cdc_bucket").alias("bucket"),
                         F.col("__cdc_chunk").alias("array"))
+        # the lists messages() selects and groups by, built once: on a classic session each
+        # Column made is several round trips to the JVM (a column name given as text, one)
+        bucket, order = F.col("__cdc_bucket"), F.col(ORDER)
+        self.bucket = bucket
+        self.rows = (plan._data_bytes.alias(DATA), *self.group, d, order) if plan.by_bytes else None
+        self.keys = (bucket, order, *plan._keys, *self.group)
+        self.after_keys = (bucket, order, *plan._data, *self.group, *self.consolidated)
+        self.unconsolidated = (bucket, order, *plan._data, *self.group, d, F.lit(False).alias(REPEAT),
+                               F.lit(1).cast("long").alias(ROWS))
+        self.arrays = (bucket, *self.group, F.col("__cdc_chunk"))
+        if one_time and plan.by_bytes:  # MessagePlan._combined's
+            self.combined = (self.order.alias(ORDER), plan._data_bytes.alias(DATA), F.col("__cdc_hi"),
+                             F.col("__cdc_lo"), F.col("__cdc_rows"), F.col(ROWS))
+            self.combined_updates = (order, F.col(DATA), *self.consolidated)
 
 
 class MessagePlan:
@@ -307,6 +321,8 @@ class MessagePlan:
         orders = F.collect_list(F.when(F.col("__cdc_live") == 1, F.col(ORDER)))
         self._repeated_unconsolidated = (F.size(F.array_distinct(orders)) < F.size(orders)).alias("repeated")
         self._exprs: dict[bool, _Exprs] = {}  # by one_time, built when first needed
+        self._chunks: dict[int, Any] = {}  # by fanout (see _fanned)
+        self._last_checked: dict[str, tuple] = {}  # by column: (checks, the checked column), see _checked
 
     def _order(self, time: Any) -> Any:
         """A row's hash of its data and ``time`` (a long column, or a one-time batch's
@@ -412,22 +428,20 @@ class MessagePlan:
             rows = rows.where((self._bucket * F.lit(fanout) + _hash_array(F.lit(fanout))).isin(
                 sorted({bucket * fanout + array for bucket, array in arrays})))
         if self.by_bytes:
-            rows = rows.select(self._data_bytes.alias(DATA), *ex.group, F.col(DIFF), F.col(ORDER))
+            rows = rows.select(*ex.rows)
         else:
             rows = rows.drop(TIME_KEY)
-        rows = rows.withColumn("__cdc_bucket", self._bucket).repartition(self._buckets, "__cdc_bucket")
+        rows = rows.withColumn("__cdc_bucket", self._bucket).repartition(self._buckets, ex.bucket)
         if consolidate:
-            consolidated = (rows.groupBy("__cdc_bucket", ORDER, *self._keys, *ex.group).agg(*self._sums, *self._firsts)
-                            .select("__cdc_bucket", ORDER, *self._data, *ex.group, *ex.consolidated))
+            consolidated = rows.groupBy(*ex.keys).agg(*self._sums, *self._firsts).select(*ex.after_keys)
             repeated = self._repeated
         else:  # each row its own update
-            consolidated = rows.select("__cdc_bucket", ORDER, *self._data, *ex.group, F.col(DIFF),
-                                       F.lit(False).alias(REPEAT), F.lit(1).cast("long").alias(ROWS))
+            consolidated = rows.select(*ex.unconsolidated)
             repeated = self._repeated_unconsolidated
         if exact:
             chunk = ex.chunk_exact
         elif fanout is not None:
-            chunk = _array_index(F.lit(max(1, fanout)))
+            chunk = self._fanned(fanout)
         else:
             chunk = ex.chunk_spread
         return self._pack(consolidated, chunk, repeated, ex, time)
@@ -439,6 +453,9 @@ class MessagePlan:
         on or sums, so the check cannot be pruned or moved past the shuffle."""
         from pyspark.sql import functions as F
 
+        last = self._last_checked.get(into)
+        if last is not None and last[0] is checks:  # the same checks as the last batch's (built once)
+            return prepared.withColumn(into, last[1])
         t = F.col(into)
         checked = None
         for check in checks:
@@ -446,7 +463,9 @@ class MessagePlan:
                      for p in check.parts]
             fail = _fail(check.kind, *parts)
             checked = F.when(check.condition, fail) if checked is None else checked.when(check.condition, fail)
-        return prepared.withColumn(into, t if checked is None else checked.otherwise(t))
+        column = t if checked is None else checked.otherwise(t)
+        self._last_checked[into] = (checks, column)
+        return prepared.withColumn(into, column)
 
     def updates(self, prepared: Any, checks: Sequence[Check], *, one_time: bool = False) -> Any:
         """The batch consolidated on the executors, for the driver to finish
@@ -478,8 +497,18 @@ class MessagePlan:
         encoded = (_with_time(updates, time, TIME_ITEM).select(*ex.items).select(*ex.encoded)
                    .withColumn("__cdc_size", self._size))
         return (encoded.withColumn("__cdc_chunk", chunk)
-                .groupBy("__cdc_bucket", *ex.group, "__cdc_chunk").agg(*self._packed, repeated)
+                .groupBy(*ex.arrays).agg(*self._packed, repeated)
                 .select(*ex.message))
+
+    def _fanned(self, fanout: int) -> Any:
+        """The array index among ``fanout`` per bucket (:func:`_array_index`), built once each."""
+        from pyspark.sql import functions as F
+
+        fanout = max(1, fanout)
+        chunk = self._chunks.get(fanout)
+        if chunk is None:
+            chunk = self._chunks[fanout] = _array_index(F.lit(fanout))
+        return chunk
 
     def _combined(self, rows: Any, fanout: int, time: int) -> Any:
         """A batch of one time consolidated the way Spark's own aggregation goes: grouped on the
@@ -488,15 +517,12 @@ class MessagePlan:
         rows shrink before they move, as the floor's do — then each update hashed, encoded and
         sent to its bucket (only updates, not every row), which packs it as the other ways do:
         the same updates, arrays, counts and digest."""
-        from pyspark.sql import functions as F
 
         ex = self._time_exprs(True)
         updates = (_with_time(rows.groupBy(*self._columns).agg(*self._sums), time, TIME_KEY)
-                   .select(ex.order.alias(ORDER), self._data_bytes.alias(DATA), "__cdc_hi", "__cdc_lo",
-                           "__cdc_rows", ROWS)
-                   .select(ORDER, DATA, *ex.consolidated)
-                   .withColumn("__cdc_bucket", self._bucket).repartition(self._buckets, "__cdc_bucket"))
-        return self._pack(updates, _array_index(F.lit(max(1, fanout))), self._repeated, ex, time)
+                   .select(*ex.combined).select(*ex.combined_updates)
+                   .withColumn("__cdc_bucket", self._bucket).repartition(self._buckets, ex.bucket))
+        return self._pack(updates, self._fanned(fanout), self._repeated, ex, time)
 
 
 def _with_time(df: Any, time: int | None, name: str) -> Any:
@@ -760,26 +786,16 @@ def batch_stats(messages: Any, *, time: int | None = None) -> BatchStats:
     then brings back a row per message (about one per bucket in a small batch) instead of adding
     a shuffle by time.
     """
-    from pyspark.sql import functions as F
-
     if time is not None:  # a row per message: its bytes are also the largest of its row
-        rows = messages.select("n", F.col("xor").alias("x"), F.col("rows").alias("i"),
-                               F.col("groups").alias("g"),
-                               F.col("value").isNotNull().cast("long").alias("m"),
-                               F.octet_length("value").alias("b"), F.col("repeated").alias("r"),
-                               "bucket", "array").collect()
+        rows = messages.select(*_stats_columns(type(messages), True)).collect()
         largest = max((int(r["b"] or 0) for r in rows), default=0)
         repeated = tuple((r["bucket"], r["array"]) for r in rows if r["r"])
         updates = sum(int(r["n"]) for r in rows)
         counts = {time: updates} if updates else {}
         max_time = time if rows else None
     else:
-        rows = (messages.groupBy("time")
-                .agg(F.sum("n").alias("n"), F.bit_xor("xor").alias("x"), F.sum("rows").alias("i"),
-                     F.sum("groups").alias("g"),
-                     F.count(F.col("value")).alias("m"), F.sum(F.octet_length("value")).alias("b"),
-                     F.max(F.octet_length("value")).alias("l"))
-                .collect())
+        key, figures = _stats_columns(type(messages), False)
+        rows = messages.groupBy(key).agg(*figures).collect()
         largest = max((int(r["l"] or 0) for r in rows), default=0)
         repeated = ()
         counts = {r["time"]: int(r["n"]) for r in rows if r["n"]}
@@ -791,6 +807,32 @@ def batch_stats(messages: Any, *, time: int | None = None) -> BatchStats:
                       sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows), largest,
                       rows=sum(int(r["i"] or 0) for r in rows), groups=sum(int(r["g"] or 0) for r in rows),
                       repeated_arrays=repeated)
+
+
+_stats_lock = threading.Lock()
+_stats: dict[tuple, Any] = {}
+
+
+def _stats_columns(kind: type, one_time: bool) -> Any:
+    """The Columns :func:`batch_stats` selects (``one_time``) or groups by and aggregates, built
+    once per DataFrame kind (classic or Connect): on a classic session each function call to
+    build one is several round trips to the JVM, some 190 per batch otherwise."""
+    with _stats_lock:
+        columns = _stats.get((kind, one_time))
+        if columns is None:
+            from pyspark.sql import functions as F
+
+            if one_time:
+                columns = (F.col("n"), F.col("xor").alias("x"), F.col("rows").alias("i"), F.col("groups").alias("g"),
+                           F.col("value").isNotNull().cast("long").alias("m"), F.octet_length("value").alias("b"),
+                           F.col("repeated").alias("r"), F.col("bucket"), F.col("array"))
+            else:
+                columns = (F.col("time"), (
+                    F.sum("n").alias("n"), F.bit_xor("xor").alias("x"), F.sum("rows").alias("i"),
+                    F.sum("groups").alias("g"), F.count(F.col("value")).alias("m"),
+                    F.sum(F.octet_length("value")).alias("b"), F.max(F.octet_length("value")).alias("l")))
+            _stats[(kind, one_time)] = columns
+    return columns
 
 
 #: librdkafka settings and their Java client equivalents (the JVM path's producers are Java's).
@@ -897,8 +939,14 @@ def write_messages(messages: Any, options: Mapping[str, str], headers: Sequence[
 
     from pyspark.sql import functions as F
 
-    header_col = F.array(*[F.struct(F.lit(k).alias("key"), F.lit(v).alias("value")) for k, v in headers])
-    out = messages.filter(F.col("value").isNotNull()).select("value", "partition", header_col.alias("headers"))
+    # one SQL expression, parsed on the JVM: built from Columns, the headers took some 130 round
+    # trips to it per batch
+    for key, _ in headers:
+        if not re.fullmatch(r"[\w.-]+", key):
+            raise ValueError(f"a header name of letters, digits, '.', '_' and '-' only, not {key!r}")
+    header_col = F.expr("array(" + ", ".join(f"named_struct('key', '{key}', 'value', X'{bytes(value).hex()}')"
+                                             for key, value in headers) + ") AS headers")
+    out = messages.where("value IS NOT NULL").select(F.col("value"), F.col("partition"), header_col)
     secret = "kafka.sasl.jaas.config" in options
     py4j = logging.getLogger("py4j")
     level = py4j.level
