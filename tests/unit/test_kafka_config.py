@@ -127,3 +127,13 @@ def test_a_permanent_error_on_offsets_fails_at_once():
     with pytest.raises(BrokerError):
         _watermarks(consumer, "127.0.0.1:9092", "t", [0], timeout=30.0)
     assert consumer.asked == 1
+
+
+def test_spark_kafka_writer_options_batch_several_arrays_per_request_unless_told_otherwise():
+    from cdc_emitter.sink_jvm import kafka_write_options
+
+    options = kafka_write_options("b:9092", "t", {})
+    assert (options["kafka.acks"], options["kafka.batch.size"], options["topic"]) == ("all", "1000000", "t")
+    assert kafka_write_options("b:9092", "t", {"batch.size": 65536})["kafka.batch.size"] == "65536"
+    with pytest.raises(ConfigError, match="acks='1': the sink needs acks=all"):
+        kafka_write_options("b:9092", "t", {"acks": 1})
