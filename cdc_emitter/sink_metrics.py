@@ -53,8 +53,9 @@ class BatchResult:
     seconds: Mapping[str, float] = field(default_factory=dict)  # per phase (see PHASES), and total
     topic: str | None = None
     encoder: str | None = None
-    #: where the batch's messages were produced: "driver" (a small batch, or one that
-    #: consolidated to few updates) or "executors" (Spark's Kafka writer)
+    #: where the batch's messages were produced: "driver" (a small batch, one that
+    #: consolidated to few updates, or a first batch whose many small messages the driver
+    #: joined) or "executors" (Spark's Kafka writer)
     finished_on: str | None = None
     #: where its rows were consolidated: "driver" (a small batch, one narrow Spark job) or
     #: "executors" (a Spark job with a shuffle)
