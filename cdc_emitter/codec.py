@@ -181,6 +181,21 @@ def encode_zigzag_long(n: int) -> bytes:
     return bytes(out)
 
 
+def decode_zigzag_long(data: Any, pos: int, end: int) -> tuple[int, int]:
+    """The zig-zag varint in ``data`` (bytes or a memoryview) at ``pos``, and the position after
+    it; raises :class:`DecodeError` if it does not end before ``end``."""
+    n = shift = 0
+    while True:
+        if pos >= end:
+            raise DecodeError("a varint runs past its end")
+        byte = data[pos]
+        pos += 1
+        n |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return (n >> 1) ^ -(n & 1), pos
+
+
 # -- per-schema converters ----------------------------------------------------------------
 # Built once from a *parsed* schema (fastavro full names). ``None`` means identity, which lets
 # flat records skip per-value work.
@@ -443,21 +458,13 @@ class CdcCodec:
         blocks: list[tuple[int, memoryview]] = []
         for i, message in enumerate(messages):
             view = memoryview(message)
-            pos, count = len(head), 0
-            if bytes(view[:pos]) != head or len(view) < pos + 2 or view[-1] != 0:
+            if bytes(view[:len(head)]) != head or len(view) < len(head) + 2 or view[-1] != 0:
                 raise DecodeError(f"update-array message {i} ({len(view)} bytes) is not framed "
                                   f"as this codec's update arrays")
-            shift = 0
-            while True:
-                if pos >= len(view) - 1:
-                    raise DecodeError(f"update-array message {i} ends inside its block count")
-                byte = view[pos]
-                pos += 1
-                count |= (byte & 0x7F) << shift
-                shift += 7
-                if not byte & 0x80:
-                    break
-            count = (count >> 1) ^ -(count & 1)
+            try:  # the block count, before the closing zero
+                count, pos = decode_zigzag_long(view, len(head), len(view) - 1)
+            except DecodeError:
+                raise DecodeError(f"update-array message {i} ends inside its block count") from None
             if count <= 0:
                 raise DecodeError(f"update-array message {i} has a block of {count} updates")
             blocks.append((count, view[pos:-1]))

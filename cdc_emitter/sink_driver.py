@@ -28,7 +28,7 @@ from typing import Any
 
 from .sink_batch import Batch, Known
 
-__all__ = ["DriverWay", "produce_messages"]
+__all__ = ["DriverWay", "produce_messages", "too_big_for_driver"]
 
 log = logging.getLogger("cdc_emitter.sink")
 
@@ -92,7 +92,7 @@ class DriverWay:
                     self._encoded_rows = (key, EncodedRows(**layout))
                 table = self._encoded_rows[1].collect(df)
         except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or too big for the driver
-            if "maxResultSize" not in str(exc):
+            if not too_big_for_driver(exc):
                 ours = sink_jvm.task_error(exc, batch.what, batch.time) if consolidated else None
                 if ours is None:
                     raise
@@ -131,6 +131,12 @@ class DriverWay:
 
     def _produce(self, messages: list[bytes], batch: Batch) -> None:
         produce_messages(self.producer(), messages, batch, self.flush_timeout)
+
+
+def too_big_for_driver(exc: BaseException) -> bool:
+    """Whether a failed collect brought more to the driver than ``spark.driver.maxResultSize``
+    lets it take: the caller then leaves the batch to the executors, nothing written."""
+    return "maxResultSize" in str(exc)
 
 
 def produce_messages(producer: Any, messages: list[bytes], batch: Batch, flush_timeout: float | None) -> None:

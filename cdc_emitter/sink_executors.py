@@ -160,19 +160,18 @@ class ExecutorsWay:
             sink_jvm.note_repeats(batch.schema, batch.data_cols, 4 * len(stats.repeated_arrays) > stats.messages)
         self._size_next(stats.bytes, partitions)
         joined = self._joined(messages, stats, batch) if first and not respread else None
-        if joined is not None:  # produced on the driver: the cache is no longer needed
-            release()
+        if joined is None:  # (messages, bytes, write, release)
+            options = sink_jvm.kafka_write_options(self.bootstrap_servers, self.topic, self.producer_config)
+            out = (stats.messages, stats.bytes, lambda: self._write(messages, options, batch), release)
+        else:
             from .sink_driver import produce_messages
 
-            known = Known(counts=stats.counts, digest=stats.digest, max_time=stats.max_time, rows=stats.rows,
-                          groups=stats.groups, messages=len(joined), n_bytes=sum(map(len, joined)),
-                          write=lambda: produce_messages(self.producer(), joined, batch, self.flush_timeout))
-            known.produced_on_driver = True
-            return known
-        options = sink_jvm.kafka_write_options(self.bootstrap_servers, self.topic, self.producer_config)
+            release()  # produced on the driver: the cache is no longer needed
+            out = (len(joined), sum(map(len, joined)),
+                   lambda: produce_messages(self.producer(), joined, batch, self.flush_timeout), None)
         return Known(counts=stats.counts, digest=stats.digest, max_time=stats.max_time, rows=stats.rows,
-                     groups=stats.groups, messages=stats.messages, n_bytes=stats.bytes,
-                     write=lambda: self._write(messages, options, batch), release=release)
+                     groups=stats.groups, messages=out[0], n_bytes=out[1], write=out[2], release=out[3],
+                     produced_on_driver=joined is not None)
 
     def _joined(self, messages: Any, stats: Any, batch: Batch) -> list[bytes] | None:
         """A small first batch's messages joined into as few as hold them, on the driver; None to
@@ -191,7 +190,9 @@ class ExecutorsWay:
         try:
             values = [row[0] for row in messages.where(F.col("value").isNotNull()).select("value").collect()]
         except Exception as exc:  # noqa: BLE001 - too big for the driver after all: write them as they are
-            if "maxResultSize" not in str(exc):
+            from .sink_driver import too_big_for_driver
+
+            if not too_big_for_driver(exc):
                 raise
             log.info("%s: %d messages of %d bytes are too big to join on the driver (%s)", batch.what,
                      stats.messages, stats.bytes, str(exc).splitlines()[0][:200])
