@@ -22,7 +22,7 @@ __all__ = ["ExecutorsWay", "FANOUT_ARRAYS", "FIRST_BUCKETS", "spread"]
 
 log = logging.getLogger("cdc_emitter.sink")
 
-#: The arrays per bucket in a batch of one time, at most: each task then packs this many groups,
+#: The arrays per bucket, at most: each task then packs this many groups,
 #: well under the 128 after which Spark's object aggregation falls back to sorting.
 FANOUT_ARRAYS = 64
 #: A sink's first batch, whose size is unknown, is spread over this many buckets (each a task)
@@ -47,10 +47,10 @@ def spread(n_bytes: int, max_message_bytes: int, partitions: int) -> tuple[int, 
 class ExecutorsWay:
     """Writes a sink's batches from the executors; keeps how the last one spread its updates.
 
-    Each batch spreads its updates over buckets (a task each) and, with one time, each bucket
-    over a fixed number of arrays (no window to size them), as :func:`spread` sizes them for the
-    last batch's bytes: the first over :data:`FIRST_BUCKETS` buckets of :data:`FANOUT_ARRAYS`
-    arrays."""
+    Each batch spreads its updates over buckets (a task each) and each bucket over a fixed
+    number of arrays (no window to size them), each array holding updates of any times, as
+    :func:`spread` sizes them for the last batch's bytes: the first over :data:`FIRST_BUCKETS`
+    buckets of :data:`FANOUT_ARRAYS` arrays."""
 
     def __init__(self, *, bootstrap_servers: str, topic: str, producer_config: Mapping[str, Any],
                  max_message_bytes: int, row_checks: Any, producer: Callable[[], Any] | None = None,
@@ -90,15 +90,14 @@ class ExecutorsWay:
         checks = self.row_checks(batch)
         first = self.buckets is None  # spread before any size was known
         plan, partitions = self.plan(spark, batch)
-        # spread by hash (no sort): a batch of one time over a fixed number of arrays per bucket
-        # (no window to size them), each row its own update unless many arrays of the last such
-        # batch of its data layout had repeated rows (sink_jvm.expect_repeats); else as many
-        # arrays as its size needs. The arrays found with a repeat are consolidated again (the
-        # whole batch when they are over half); a batch whose message came out too big is spread
-        # again by its size, and packed exactly only if one still does — nothing is written
-        # before the stats of the messages that will be
-        fanout = self.fanout if batch.time is not None else None
-        may_skip_consolidation = fanout is not None and plan.by_bytes
+        # spread by hash over a fixed number of arrays per bucket (no sort, no window to size
+        # them), each array of any times, each row its own update unless many arrays of the last
+        # batch of its data layout had repeated rows (sink_jvm.expect_repeats). The arrays found
+        # with a repeat are consolidated again (the whole batch when they are over half); a batch
+        # whose message came out too big is spread again by its size, and packed exactly only if
+        # one still does — nothing is written before the stats of the messages that will be
+        fanout = self.fanout
+        may_skip_consolidation = plan.by_bytes
         consolidate = not may_skip_consolidation or sink_jvm.expect_repeats(batch.schema, batch.data_cols)
         exact = respread = False
         messages = plan.messages(prepared, checks, time=batch.time, fanout=fanout,
@@ -137,7 +136,7 @@ class ExecutorsWay:
                     respread = True
                     self._size_next(stats.bytes, partitions)
                     plan, _ = self.plan(spark, batch)
-                    fanout = self.fanout if batch.time is not None else None
+                    fanout = self.fanout
                     log.info("%s: a message came out at %d bytes, over the limit of %d: spreading the "
                              "batch's %d bytes again, over %d buckets of %s arrays", batch.what,
                              stats.largest, self.max_message_bytes, stats.bytes, self.buckets,

@@ -10,12 +10,12 @@ A batch is two Spark jobs over one plan:
    encoded bytes (diff sums computed exactly: a 64-bit sum that overflows on the way to a
    total that fits is still right, and a total that does not fit fails the job), each update
    made of its data bytes, time and diff, and packed into update arrays of at most
-   ``max_message_bytes`` (joined by ``listagg`` on Spark 4). A batch of one time is first
-   packed unconsolidated instead, each row its own update (no aggregation over every row);
-   the arrays where two rows turn out to share data and time (found per array, before
-   anything is written) are consolidated again alone — the whole batch when they are over
-   half — and when they were over a quarter, the next such batch of the same data layout is
-   consolidated straight away. A whole batch of one time is consolidated the way Spark's own
+   ``max_message_bytes`` (joined by ``listagg`` on Spark 4), an array holding updates of any
+   times. A batch is first packed unconsolidated instead, each row its own update (no
+   aggregation over every row); the arrays where two rows turn out to share data and time
+   (found per array, before anything is written) are consolidated again alone — the whole
+   batch when they are over half — and when they were over a quarter, the next batch of the
+   same data layout is consolidated straight away. A whole batch of one time is consolidated the way Spark's own
    aggregation goes instead (``MessagePlan._combined``): on the data columns, partly before
    the shuffle, so repeated rows shrink before they move, each update encoded after it and
    sent to its bucket, which packs it. Each message is
@@ -176,11 +176,11 @@ class _Exprs:
 
         t, d = F.col(TIME), F.col(DIFF)
         if one_time:
-            self.group: list = []  # what the time adds to a grouping: nothing, it is the same
+            self.time: list = []  # what the rows carry of their time: nothing, it is the batch's
             time_text, time_bytes = F.lit(BATCH_TIME), F.col(TIME_ITEM)
             self.order = plan._order(F.col(TIME_KEY))
         else:
-            self.group = [t]
+            self.time = [t]
             time_text, time_bytes = t.cast("string"), to_avro(t, '"long"')
             self.order = plan._order(t)
         # a consolidated update's diff, and whether more than one live row made it
@@ -194,7 +194,7 @@ class _Exprs:
         item = F.concat(data_bytes, time_bytes, _long_bytes(d))
         live = d != 0
         # the item is its own column, so that the size check and the value share one encoding
-        self.items = (F.col("__cdc_bucket"), *self.group, F.col(ORDER), d, *plan._data,  # data: for the error's text
+        self.items = (F.col("__cdc_bucket"), *self.time, F.col(ORDER), d, *plan._data,  # data: for the error's text
                       F.when(live, item).alias("__cdc_item"), F.col(REPEAT), F.col(ROWS))
         size = F.octet_length("__cdc_item")
         too_big = _fail("BadInputError", F.lit(f"{BATCH}: row "), plan._after_json, F.lit(" at time "),
@@ -202,21 +202,22 @@ class _Exprs:
                         F.lit(f" bytes, over the message limit of {plan._max_message_bytes} bytes less "
                               f"{ENVELOPE} for the message envelope (max_message_bytes)"))
         checked_item = F.when(size > F.lit(plan._limit), too_big.cast("binary")).otherwise(F.col("__cdc_item"))
-        self.encoded = (F.col("__cdc_bucket"), *self.group, checked_item.alias("__cdc_item"),
+        self.encoded = (F.col("__cdc_bucket"), *self.time, checked_item.alias("__cdc_item"),
                         F.when(live, digest_share(F.col(ORDER), d)).alias(HASH),
                         F.when(live, 1).otherwise(0).alias("__cdc_live"), F.col(ORDER), F.col(REPEAT),
                         F.col(ROWS))
-        # packing, three ways. Spread: a bucket and time's updates are spread by their hash
-        # over as many arrays as half-full ones would take (a window sums each group's sizes);
-        # fanned out (see messages): over a given number of arrays, with no window; either way
+        # packing, three ways, each bucket's arrays holding updates of any times. Spread: a
+        # bucket's updates are spread by their hash over as many arrays as half-full ones would
+        # take (a window sums their sizes); fanned out (see messages): over a given number of
+        # arrays, with no window; either way
         # an array can come out over the limit, which batch_stats shows. Exact: by running size
         # in hash order; updates up to half the limit share an array (ends within one
         # half-limit window: at most a whole limit), bigger ones go alone.
         half = plan._limit // 2
         no_item = F.col("__cdc_item").isNull()
-        total = F.sum("__cdc_size").over(Window.partitionBy("__cdc_bucket", *self.group))
+        total = F.sum("__cdc_size").over(Window.partitionBy("__cdc_bucket"))
         self.chunk_spread = _array_index(F.greatest(F.lit(1), F.ceil(total / F.lit(half))))
-        window = Window.partitionBy("__cdc_bucket", *self.group).orderBy(ORDER)
+        window = Window.partitionBy("__cdc_bucket").orderBy(ORDER)
         small = F.col("__cdc_size") <= F.lit(half)
         running = F.sum(F.when(small, F.col("__cdc_size")).otherwise(0)).over(
             window.rowsBetween(Window.unboundedPreceding, Window.currentRow))
@@ -226,27 +227,32 @@ class _Exprs:
         value = F.concat(F.lit(plan._frame + b"\x00"), to_avro(F.col("n").cast("long"), '"long"'),
                          F.col("__cdc_body"), F.lit(b"\x00"))
         if plan._partitions:
-            spread = F.xxhash64("__cdc_bucket", *self.group, "__cdc_chunk")
+            spread = F.xxhash64("__cdc_bucket", "__cdc_chunk")
             partition = F.element_at(F.array(*[F.lit(p) for p in plan._partitions]),
                                      (F.pmod(spread, F.lit(len(plan._partitions))) + 1).cast("int"))
         else:
             partition = F.lit(None).cast("int")
-        # a batch of one time: batch_stats is told its time
-        message_time = F.lit(None).cast("long") if one_time else t
-        self.message = (message_time.alias("time"), F.col("n"), F.col("xor"), F.col("rows"), F.col("groups"),
+        # an array's times: a batch of one time's, batch_stats is told; else the largest of its
+        # updates' (cancelled ones included: the batch's largest time counts them) and each live
+        # update's, which batch_stats counts per time — an array is not one time's, so that the
+        # arrays of a batch of many times are as few and full as those of a batch of one
+        self.times = () if one_time else (F.max(t).alias("max_time"),
+                                          F.collect_list(F.when(F.col("__cdc_live") == 1, t)).alias("times"))
+        self.message = (F.col("n"), F.col("xor"), F.col("rows"), F.col("groups"),
                         F.when(F.col("n") > 0, value).alias("value"), partition.alias("partition"),
                         F.col("repeated"), F.col("__cdc_bucket").alias("bucket"),
-                        F.col("__cdc_chunk").alias("array"))
+                        F.col("__cdc_chunk").alias("array"),
+                        *([] if one_time else [F.col("max_time"), F.col("times")]))
         # the lists messages() selects and groups by, built once: on a classic session each
         # Column made is several round trips to the JVM (a column name given as text, one)
         bucket, order = F.col("__cdc_bucket"), F.col(ORDER)
         self.bucket = bucket
-        self.rows = (plan._data_bytes.alias(DATA), *self.group, d, order) if plan.by_bytes else None
-        self.keys = (bucket, order, *plan._keys, *self.group)
-        self.after_keys = (bucket, order, *plan._data, *self.group, *self.consolidated)
-        self.unconsolidated = (bucket, order, *plan._data, *self.group, d, F.lit(False).alias(REPEAT),
+        self.rows = (plan._data_bytes.alias(DATA), *self.time, d, order) if plan.by_bytes else None
+        self.keys = (bucket, order, *plan._keys, *self.time)
+        self.after_keys = (bucket, order, *plan._data, *self.time, *self.consolidated)
+        self.unconsolidated = (bucket, order, *plan._data, *self.time, d, F.lit(False).alias(REPEAT),
                                F.lit(1).cast("long").alias(ROWS))
-        self.arrays = (bucket, *self.group, F.col("__cdc_chunk"))
+        self.arrays = (bucket, F.col("__cdc_chunk"))
         if one_time and plan.by_bytes:  # MessagePlan._combined's
             self.combined = (self.order.alias(ORDER), plan._data_bytes.alias(DATA), F.col("__cdc_hi"),
                              F.col("__cdc_lo"), F.col("__cdc_rows"), F.col(ROWS))
@@ -378,12 +384,14 @@ class MessagePlan:
                  fanout: int | None = None, consolidate: bool = True,
                  arrays: Sequence[tuple[int, int]] | None = None) -> Any:
         """The batch's messages as a DataFrame (nothing computed yet): one row per update array
-        with ``time`` (null for a batch of one time), ``n`` (updates), ``xor`` (XOR of the
-        updates' hashes), ``rows`` (the input rows behind its updates, zero diffs included),
-        ``groups`` (its updates, cancelled ones included), ``value`` (the message),
-        ``partition`` (null: Kafka's choice), ``repeated`` (see ``consolidate``) and ``bucket``
-        and ``array``, which name it; plus one row with ``n = 0``, a null value and a null array
-        for each bucket and time whose updates all cancelled (so the largest time is known).
+        with ``n`` (updates), ``xor`` (XOR of the updates' hashes), ``rows`` (the input rows
+        behind its updates, zero diffs included), ``groups`` (its updates, cancelled ones
+        included), ``value`` (the message), ``partition`` (null: Kafka's choice), ``repeated``
+        (see ``consolidate``) and ``bucket`` and ``array``, which name it; plus one row with
+        ``n = 0``, a null value and a null array for each bucket with updates that all
+        cancelled. Unless ``time`` is given, also ``max_time`` (the largest time of its
+        updates, cancelled ones included) and ``times`` (each live update's time): an array
+        holds updates of any times (:func:`batch_stats` counts them per time).
 
         ``prepared`` has the data columns, ``__cdc_diff`` and, unless ``time`` is given,
         ``__cdc_time``; ``checks`` are the batch's own (built per batch: they hold its frontier).
@@ -391,9 +399,8 @@ class MessagePlan:
         every message at most ``max_message_bytes``; else spread by hash (no sort, ~30% less
         time on big batches), where a message can exceed it — check the largest message
         (:func:`batch_stats`) before writing, and pack exactly when it does. ``fanout``: spread
-        each bucket and time over that many arrays by hash, without the window that sizes
-        them (one pass less over the updates; an array over the limit is caught the same
-        way). For batches of one time: with many times, the arrays would be many and small.
+        each bucket over that many arrays by hash, without the window that sizes them (one pass
+        less over the updates; an array over the limit is caught the same way).
 
         ``consolidate=False`` (only with :attr:`by_bytes`): each row with a non-zero diff is an
         update of its own, with no aggregation over every row — right exactly when no two of the
@@ -497,7 +504,7 @@ class MessagePlan:
         encoded = (_with_time(updates, time, TIME_ITEM).select(*ex.items).select(*ex.encoded)
                    .withColumn("__cdc_size", self._size))
         return (encoded.withColumn("__cdc_chunk", chunk)
-                .groupBy(*ex.arrays).agg(*self._packed, repeated)
+                .groupBy(*ex.arrays).agg(*self._packed, repeated, *ex.times)
                 .select(*ex.message))
 
     def _fanned(self, fanout: int) -> Any:
@@ -544,14 +551,14 @@ def _with_time(df: Any, time: int | None, name: str) -> Any:
 SHARED_PLANS = 8
 _shared: dict[tuple, MessagePlan] = {}
 _shared_lock = threading.Lock()
-#: Data layouts whose last batch of one time, in this process, had repeated rows in over a
+#: Data layouts whose last batch, in this process, had repeated rows in over a
 #: quarter of its arrays (see :func:`expect_repeats`); at most :data:`SHARED_PLANS`, the most
 #: recently noted last.
 _repeating: dict[tuple, bool] = {}
 
 
 def expect_repeats(schema: Any, data_cols: Sequence[str]) -> bool:
-    """Whether the last batch of one time with this data layout, written by any sink of this
+    """Whether the last batch with this data layout, written by any sink of this
     process, had rows of the same data and time in over a quarter of its arrays. Such a batch
     is best consolidated straight away: left unconsolidated, its messages are computed, the
     arrays with a repeat found and consolidated again (all of them, the batch's whole work a
@@ -562,7 +569,7 @@ def expect_repeats(schema: Any, data_cols: Sequence[str]) -> bool:
 
 
 def note_repeats(schema: Any, data_cols: Sequence[str], many: bool) -> None:
-    """Record whether a batch of one time with this data layout had repeated rows in over a
+    """Record whether a batch with this data layout had repeated rows in over a
     quarter of its arrays."""
     key = (schema.json(), tuple(data_cols))
     with _shared_lock:
@@ -768,44 +775,44 @@ class BatchStats:
     largest: int  # bytes of the largest message
     rows: int = 0  # input rows behind the messages, zero diffs included
     groups: int = 0  # distinct (data, time) among them, cancelled ones included
-    #: the ``(bucket, array)`` of each message with ``repeated`` (see MessagePlan.messages);
-    #: gathered for batches of one time only, the only ones packed unconsolidated
+    #: the ``(bucket, array)`` of each message with ``repeated`` (see MessagePlan.messages)
     repeated_arrays: tuple = ()
 
     @property
     def repeated(self) -> bool:
-        """Some message has ``repeated`` (batches of one time only)."""
+        """Some message has ``repeated``."""
         return bool(self.repeated_arrays)
 
 
 def batch_stats(messages: Any, *, time: int | None = None) -> BatchStats:
-    """Compute the (cached) messages and what they hold. One Spark job; a bad row fails it, as
-    :func:`task_error` explains.
+    """Compute the (cached) messages and what they hold: a row per message (about one per
+    bucket in a small batch) brought to the driver — one Spark job; a bad row fails it, as
+    :func:`task_error` explains — and, for a batch of many times, its live updates counted per
+    time from the cached messages, a second, small one.
 
-    ``time``: every update's time (a batch of one time, whose messages do not hold it): the job
-    then brings back a row per message (about one per bucket in a small batch) instead of adding
-    a shuffle by time.
+    ``time``: every update's time (a batch of one time, whose messages do not hold it).
     """
-    if time is not None:  # a row per message: its bytes are also the largest of its row
-        rows = messages.select(*_stats_columns(type(messages), True)).collect()
-        largest = max((int(r["b"] or 0) for r in rows), default=0)
-        repeated = tuple((r["bucket"], r["array"]) for r in rows if r["r"])
-        updates = sum(int(r["n"]) for r in rows)
+    one_time = time is not None
+    rows = messages.select(*_stats_columns(type(messages), one_time)).collect()
+    largest = max((int(r["b"] or 0) for r in rows), default=0)
+    repeated = tuple((r["bucket"], r["array"]) for r in rows if r["r"])
+    updates = sum(int(r["n"]) for r in rows)
+    if one_time:
         counts = {time: updates} if updates else {}
         max_time = time if rows else None
     else:
-        key, figures = _stats_columns(type(messages), False)
-        rows = messages.groupBy(key).agg(*figures).collect()
-        largest = max((int(r["l"] or 0) for r in rows), default=0)
-        repeated = ()
-        counts = {r["time"]: int(r["n"]) for r in rows if r["n"]}
-        max_time = max((r["time"] for r in rows), default=None)
+        counts = {}
+        if updates:
+            from pyspark.sql import functions as F
+
+            per_time = messages.select(F.explode("times").alias("time")).groupBy("time").count().collect()
+            counts = {r["time"]: int(r["count"]) for r in per_time}
+        max_time = max((r["t"] for r in rows if r["t"] is not None), default=None)
     xor = 0
     for r in rows:
         xor ^= r["x"]
-    return BatchStats(counts, xor, max_time,
-                      sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows), largest,
-                      rows=sum(int(r["i"] or 0) for r in rows), groups=sum(int(r["g"] or 0) for r in rows),
+    return BatchStats(counts, xor, max_time, sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows),
+                      largest, rows=sum(int(r["i"] or 0) for r in rows), groups=sum(int(r["g"] or 0) for r in rows),
                       repeated_arrays=repeated)
 
 
@@ -814,23 +821,18 @@ _stats: dict[tuple, Any] = {}
 
 
 def _stats_columns(kind: type, one_time: bool) -> Any:
-    """The Columns :func:`batch_stats` selects (``one_time``) or groups by and aggregates, built
-    once per DataFrame kind (classic or Connect): on a classic session each function call to
-    build one is several round trips to the JVM, some 190 per batch otherwise."""
+    """The Columns :func:`batch_stats` selects, built once per DataFrame kind (classic or
+    Connect): on a classic session each function call to build one is several round trips to
+    the JVM, some 190 per batch otherwise."""
     with _stats_lock:
         columns = _stats.get((kind, one_time))
         if columns is None:
             from pyspark.sql import functions as F
 
-            if one_time:
-                columns = (F.col("n"), F.col("xor").alias("x"), F.col("rows").alias("i"), F.col("groups").alias("g"),
-                           F.col("value").isNotNull().cast("long").alias("m"), F.octet_length("value").alias("b"),
-                           F.col("repeated").alias("r"), F.col("bucket"), F.col("array"))
-            else:
-                columns = (F.col("time"), (
-                    F.sum("n").alias("n"), F.bit_xor("xor").alias("x"), F.sum("rows").alias("i"),
-                    F.sum("groups").alias("g"), F.count(F.col("value")).alias("m"),
-                    F.sum(F.octet_length("value")).alias("b"), F.max(F.octet_length("value")).alias("l")))
+            columns = (F.col("n"), F.col("xor").alias("x"), F.col("rows").alias("i"), F.col("groups").alias("g"),
+                       F.col("value").isNotNull().cast("long").alias("m"), F.octet_length("value").alias("b"),
+                       F.col("repeated").alias("r"), F.col("bucket"), F.col("array"),
+                       *([] if one_time else [F.col("max_time").alias("t")]))
             _stats[(kind, one_time)] = columns
     return columns
 

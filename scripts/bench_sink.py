@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import statistics
@@ -108,6 +109,10 @@ def main() -> int:
     ap.add_argument("--shape", choices=("kv", "wide"), default="kv",
                     help="kv: (k long, v string) with 1,000 distinct short strings; wide: (id long, name "
                          "string of 40 hex digits, price double, qty int, ts timestamp, flag boolean)")
+    ap.add_argument("--times", type=int, default=None,
+                    help="rows carry their times: a column t of this many distinct times (row i at time "
+                         "i %% TIMES), the sink in column mode and every pipeline consolidating per (data, "
+                         "time); default: one batch time, as write(df, time=...)")
     ap.add_argument("--partitions", type=int, default=2, help="topic partitions")
     ap.add_argument("--shuffle-partitions", type=int, default=4,
                     help="spark.sql.shuffle.partitions (Spark's default is 200)")
@@ -158,9 +163,12 @@ def main() -> int:
                    (key % 97).cast("int").alias("qty"),
                    F.timestamp_seconds(F.lit(1_700_000_000) + key % 86_400).alias("ts"),
                    (key % 3 == 0).alias("flag")]
+    if args.times:
+        columns.append((F.col("id") % F.lit(args.times)).alias("t"))
     df = spark.range(n).select(*columns, F.lit(1).cast("long").alias("diff")).repartition(4).cache()
     df.count()
-    data_cols = [c for c in df.columns if c != "diff"]
+    data_cols = [c for c in df.columns if c not in ("diff", "t")]
+    time_cols = ["t"] if args.times else []  # grouped on with the data: each time its own update
     avro_data = data_schema(df.select(*data_cols).schema)
     update_schema = json.dumps(union_schema(avro_data)[0]["items"])
     header = bytes([0, 0, 0, 0, 0, 0, 2])  # confluent framing (id 0) + union branch 0 + count 1
@@ -180,31 +188,39 @@ def main() -> int:
                         time_col.alias("time"), diff_col.alias("diff"))
 
     kept: dict = {}  # --same-sink: encoder -> [sink, its next batch's time]
+    mode = {"time_column": "t"} if args.times else {}
+
+    def sink_write(sink, df, t):
+        if not args.times:
+            return sink.write(df, time=t)
+        # column mode: the batch's times shifted past the last batch's (the input stays cached)
+        return sink.write(df.withColumn("t", F.col("t") + F.lit(t * args.times)))
 
     def run_sink(encoder: str, df):
         if args.same_sink and df is not small:
             if encoder not in kept:  # its first batch, untimed: the rounds follow one like them
-                sink = CdcSink(bootstrap, new_topic(f"cdcsink-{encoder}"), encoder=encoder)
-                sink.write(df, time=0)
+                sink = CdcSink(bootstrap, new_topic(f"cdcsink-{encoder}"), encoder=encoder, **mode)
+                sink_write(sink, df, 0)
                 kept[encoder] = [sink, 1]
             sink, t = kept[encoder]
             kept[encoder][1] += 1
             before = messages(sink.topic)
             t0 = time.perf_counter()
-            result = sink.write(df, time=t)
+            result = sink_write(sink, df, t)
             elapsed = time.perf_counter() - t0
             return elapsed, result.updates, messages(sink.topic) - before
         topic = new_topic(f"cdcsink-{encoder}")
-        sink = CdcSink(bootstrap, topic, encoder=encoder)
+        sink = CdcSink(bootstrap, topic, encoder=encoder, **mode)
         t0 = time.perf_counter()
-        result = sink.write(df, time=0)
+        result = sink_write(sink, df, 0)
         return time.perf_counter() - t0, result.updates, messages(topic)
 
     def run_diy(df):
         topic = new_topic("diy")
         t0 = time.perf_counter()
-        consolidated = df.groupBy(*data_cols).agg(F.sum("diff").alias("diff")).filter("diff != 0")
-        value = F.concat(F.lit(header), to_avro(update_struct(F.lit(0).cast("long"), F.col("diff")),
+        consolidated = df.groupBy(*data_cols, *time_cols).agg(F.sum("diff").alias("diff")).filter("diff != 0")
+        time_col = F.col("t").cast("long") if args.times else F.lit(0).cast("long")
+        value = F.concat(F.lit(header), to_avro(update_struct(time_col, F.col("diff")),
                                                 update_schema), F.lit(b"\x00"))
         consolidated.select(value.alias("value")).write.format("kafka").options(**kafka_opts) \
             .option("topic", topic).save()
@@ -215,7 +231,8 @@ def main() -> int:
     def run_raw(df):
         topic = new_topic("raw")
         t0 = time.perf_counter()
-        value = to_avro(update_struct(F.lit(0).cast("long"), F.col("diff")), update_schema)
+        time_col = F.col("t").cast("long") if args.times else F.lit(0).cast("long")
+        value = to_avro(update_struct(time_col, F.col("diff")), update_schema)
         df.select(value.alias("value")).write.format("kafka").options(**kafka_opts) \
             .option("topic", topic).save()
         elapsed = time.perf_counter() - t0
@@ -225,9 +242,11 @@ def main() -> int:
     def run_floor(df):
         # what any correct sink pays: the consolidation, written nowhere (Spark's noop sink)
         t0 = time.perf_counter()
-        df.groupBy(*data_cols).agg(F.sum("diff").alias("diff")).filter("diff != 0") \
+        df.groupBy(*data_cols, *time_cols).agg(F.sum("diff").alias("diff")).filter("diff != 0") \
             .write.format("noop").mode("overwrite").save()
-        return time.perf_counter() - t0, keys, 0  # its updates: the distinct pairs
+        # its updates: the distinct (data, time) pairs — row i's are (i % keys, i % times), equal for
+        # rows the same modulo lcm(keys, times)
+        return time.perf_counter() - t0, min(n, math.lcm(keys, args.times or 1)), 0
 
     plan = {"jvm": ("cdc-sink (jvm data path)", lambda d: run_sink("jvm", d)),
             "python": ("cdc-sink (python encoder)", lambda d: run_sink("python", d)),
@@ -239,7 +258,7 @@ def main() -> int:
     if args.no_avro_encoder and "avro" in chosen:
         chosen.remove("avro")
     rates = {}
-    print(f"rows={n} keys={keys} shape={args.shape} spark={pyspark.__version__} packages={version} broker={bootstrap} "
+    print(f"rows={n} keys={keys} times={args.times or 'one batch time'} shape={args.shape} spark={pyspark.__version__} packages={version} broker={bootstrap} "
           f"topic partitions={args.partitions} sink={'one across rounds' if args.same_sink else 'new each round'}")
     # warm-up: every pipeline once on a small input (JIT, Python workers, producers, metadata)
     small = df.limit(50_000).cache()

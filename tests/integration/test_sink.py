@@ -398,13 +398,13 @@ def test_jvm_path_spreads_over_every_array_when_buckets_and_arrays_share_a_facto
     """4 buckets (the session's shuffle partitions) and an even number of arrays per bucket:
     every array gets its share, no message is over the limit, and the batch is computed once
     (an array index taken from the bits that chose the bucket used only half the arrays).
-    A batch of one time takes a fixed number of arrays per bucket (no window sizes them); with
-    a time column, as many as each bucket and time needs."""
+    Every batch takes a fixed number of arrays per bucket (no window sizes them); with a time
+    column, each array holds updates of several times, counted per time."""
     from cdc_emitter import kafka_io, sink_jvm
     from cdc_emitter.sink_executors import FANOUT_ARRAYS
 
     topic = topic_factory(2)
-    rows = [(i, f"value-{i % 100:03d}", 1, 1) for i in range(3000)]  # ~17 bytes per update
+    rows = [(i, f"value-{i % 100:03d}", 1, 1 + i % 7) for i in range(3000)]  # ~17 bytes per update
     calls = []
     messages = sink_jvm.MessagePlan.messages
     monkeypatch.setattr(sink_jvm.MessagePlan, "messages", lambda self, *a, **kw: calls.append(
@@ -414,12 +414,17 @@ def test_jvm_path_spreads_over_every_array_when_buckets_and_arrays_share_a_facto
     sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", max_message_bytes=2032, small_batch_rows=0,
                    time_column=time_column)
     result = sink.write(df) if time_column else sink.write(df.drop("t"), time=1)
-    assert calls == [(False, None if time_column else FANOUT_ARRAYS)]
+    assert calls == [(False, FANOUT_ARRAYS)]
     sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)
              if ("cdc-emitter-kind", b"updates") in r.headers]
     assert max(sizes) <= 2032 and len(sizes) >= 40 and len(sizes) == result.messages - 1
     assert result.updates == 3000
-    check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 1, d) for k, v, d, _ in rows], (2,))
+    if time_column:
+        assert result.counts == {t: sum(1 for *_, rt in rows if rt == t) for t in range(1, 8)}
+        expected, upper = [((k, v), t, d) for k, v, d, t in rows], 8
+    else:
+        expected, upper = [((k, v), 1, d) for k, v, d, _ in rows], 2
+    check(kafka_bootstrap, topic, kv_codec(spark), expected, (upper,))
 
 
 @pytest.mark.parametrize("encoder", ["jvm", "python"])
