@@ -805,8 +805,11 @@ def batch_stats(messages: Any, *, time: int | None = None) -> BatchStats:
         if updates:
             from pyspark.sql import functions as F
 
-            per_time = messages.select(F.explode("times").alias("time")).groupBy("time").count().collect()
-            counts = {r["time"]: int(r["count"]) for r in per_time}
+            # as Arrow: a batch of event times can have a count for each of 100,000 times, which
+            # as Rows took 0.5 s to bring over
+            per_time = arrow_table(messages.select(F.explode("times").alias("t")).groupBy("t")
+                                   .agg(F.count(F.lit(1)).alias("n")))
+            counts = dict(zip(per_time.column("t").to_pylist(), per_time.column("n").to_pylist()))
         max_time = max((r["t"] for r in rows if r["t"] is not None), default=None)
     xor = 0
     for r in rows:

@@ -261,6 +261,45 @@ def test_unconsolidated_messages_hold_what_consolidated_ones_do(spark):
     assert stats(repeated, False).repeated and stats(repeated, True).repeated
 
 
+def test_arrays_of_a_batch_of_many_times_hold_any_times_and_are_counted_per_time(spark):
+    """A batch whose rows carry their times is packed like one of one time: a fixed number of
+    arrays per bucket, each holding updates of any times — not an array (or more) per time. Its
+    live updates are counted per time, its largest time counts a row of diff zero, and every
+    way of packing (unconsolidated, consolidated, exact) holds the same updates."""
+    from collections import Counter
+
+    from pyspark.sql import functions as F
+
+    from cdc_emitter import sink_jvm
+    from cdc_emitter.codec import CdcCodec, union_schema
+
+    rows = [(k, f"v{k % 7}", 1, k % 400) for k in range(3000)]
+    rows.append((-1, "gone", 0, 999))  # a zero diff at the largest time: no update, but the time counts
+    df = spark.createDataFrame(rows, KV + ", t long").repartition(3)
+    data = df.select("k", "v").schema
+    avro = data_schema(data)
+    plan = sink_jvm.MessagePlan(schema=data, data_cols=["k", "v"], frame=b"\0\0\0\0\1",
+                                update_schema=union_schema(avro)[0]["items"], max_message_bytes=1 << 20,
+                                buckets=3, partitions=None)
+    prepared = df.select("k", "v", F.col("t").alias("__cdc_time"), F.col("diff").alias("__cdc_diff"))
+    codec = CdcCodec(avro, framing="confluent", schema_id=1)
+    expected = Counter(t for k, _v, _d, t in rows if k >= 0)
+    figures = []
+    for options in (dict(consolidate=False), {}, dict(exact=True)):
+        messages = plan.messages(prepared, [], fanout=4, **options)
+        stats = sink_jvm.batch_stats(messages)
+        values = [r.value for r in messages.where("value IS NOT NULL").collect()]
+        arrays = [codec.decode(v) for v in values]
+        assert len(values) == stats.messages <= 12  # 3 buckets of at most 4 arrays, for 400 times
+        assert max(len({u.time for u in a}) for a in arrays) > 100  # an array holds many times
+        assert Counter(u.time for a in arrays for u in a) == expected == Counter(stats.counts)
+        assert stats.max_time == 999 and not stats.repeated
+        figures.append((stats.counts, stats.digest, stats.groups, stats.rows))
+    assert figures[0] == figures[1] == figures[2]
+    repeated = prepared.union(prepared.where("k = 42"))  # one row twice: the same data and time
+    assert sink_jvm.batch_stats(plan.messages(repeated, [], fanout=4, consolidate=False)).repeated
+
+
 def _generated_code(df) -> list[str]:
     """The Java code Spark generates for ``df``'s plan, a text per whole-stage subtree (without
     the plans printed beside them, which show literal values)."""
