@@ -15,13 +15,13 @@ A batch is two Spark jobs over one plan:
    aggregation over every row); the arrays where two rows turn out to share data and time
    (found per array, before anything is written) are consolidated again alone — the whole
    batch when they are over half — and when they were over a quarter, the next batch of the
-   same data layout is consolidated straight away. A whole batch of one time is consolidated the way Spark's own
-   aggregation goes instead (``MessagePlan._combined``): on the data columns, partly before
-   the shuffle, so repeated rows shrink before they move, each update encoded after it and
-   sent to its bucket, which packs it. Each message is
-   the Confluent header (one owner: :attr:`CdcCodec.frame <cdc_emitter.codec.CdcCodec.frame>`),
-   the union branch, the array's block count (``to_avro`` of a long is its zig-zag varint), the
-   encoded updates and the closing zero. The messages are cached; the job's result is the
+   same data layout is consolidated straight away. A whole batch is consolidated the way
+   Spark's own aggregation goes instead (``MessagePlan._combined``): on the data columns (and
+   time), partly before the shuffle, so repeated rows shrink before they move, each update
+   encoded after it and sent to its bucket, which packs it. Each message is the Confluent
+   header (one owner: :attr:`CdcCodec.frame <cdc_emitter.codec.CdcCodec.frame>`), the union
+   branch, the array's block count (``to_avro`` of a long is its zig-zag varint), the encoded
+   updates and the closing zero. The messages are cached; the job's result is the
    per-time update counts and the digest. A bad row fails this job: nothing has been written.
 2. **Write** (``write_messages``): Spark's own Kafka writer (``spark-sql-kafka-0-10``: producers
    cached per executor, ``acks=all``) writes the cached messages; a delivery error
@@ -253,10 +253,10 @@ class _Exprs:
         self.unconsolidated = (bucket, order, *plan._data, *self.time, d, F.lit(False).alias(REPEAT),
                                F.lit(1).cast("long").alias(ROWS))
         self.arrays = (bucket, F.col("__cdc_chunk"))
-        if one_time and plan.by_bytes:  # MessagePlan._combined's
-            self.combined = (self.order.alias(ORDER), plan._data_bytes.alias(DATA), F.col("__cdc_hi"),
+        if plan.by_bytes:  # MessagePlan._combined's
+            self.combined = (self.order.alias(ORDER), plan._data_bytes.alias(DATA), *self.time, F.col("__cdc_hi"),
                              F.col("__cdc_lo"), F.col("__cdc_rows"), F.col(ROWS))
-            self.combined_updates = (order, F.col(DATA), *self.consolidated)
+            self.combined_updates = (order, F.col(DATA), *self.time, *self.consolidated)
 
 
 class MessagePlan:
@@ -414,8 +414,8 @@ class MessagePlan:
         rows of others left out before they are encoded or shuffled — to consolidate the few
         arrays an unconsolidated attempt found repeated, and keep its others.
 
-        A whole batch of one time consolidated with ``fanout`` (not exact, no ``arrays``, data
-        grouped as bytes) goes as :meth:`_combined` says."""
+        A whole batch consolidated with ``fanout`` (not exact, no ``arrays``, data grouped as
+        bytes) goes as :meth:`_combined` says."""
         from pyspark.sql import functions as F
 
         if not (consolidate or self.by_bytes):
@@ -425,7 +425,7 @@ class MessagePlan:
         if one_time:  # its time comes as binary literals, added where they are used
             prepared = prepared.drop(TIME)
         rows = self._checked(prepared, checks, into=DIFF if one_time else TIME)
-        if consolidate and self.by_bytes and fanout is not None and not exact and arrays is None and one_time:
+        if consolidate and self.by_bytes and fanout is not None and not exact and arrays is None:
             return self._combined(rows, fanout, time)
         rows = _with_time(rows, time, TIME_KEY).withColumn(ORDER, ex.order)
         if arrays is not None:
@@ -517,16 +517,17 @@ class MessagePlan:
             chunk = self._chunks[fanout] = _array_index(F.lit(fanout))
         return chunk
 
-    def _combined(self, rows: Any, fanout: int, time: int) -> Any:
-        """A batch of one time consolidated the way Spark's own aggregation goes: grouped on the
-        data columns (collations were taken off before; Spark's grouping normalizes floats as
-        :func:`normalized` does), partly where the rows are, before the shuffle — so repeated
-        rows shrink before they move, as the floor's do — then each update hashed, encoded and
-        sent to its bucket (only updates, not every row), which packs it as the other ways do:
-        the same updates, arrays, counts and digest."""
+    def _combined(self, rows: Any, fanout: int, time: int | None) -> Any:
+        """A batch consolidated the way Spark's own aggregation goes: grouped on the data columns
+        (collations were taken off before; Spark's grouping normalizes floats as
+        :func:`normalized` does) and, unless the batch has one ``time``, the time, partly where
+        the rows are, before the shuffle — so repeated rows shrink before they move, as the
+        floor's do — then each update hashed, encoded and sent to its bucket (only updates, not
+        every row), which packs it as the other ways do: the same updates, arrays, counts and
+        digest."""
 
-        ex = self._time_exprs(True)
-        updates = (_with_time(rows.groupBy(*self._columns).agg(*self._sums), time, TIME_KEY)
+        ex = self._time_exprs(time is not None)
+        updates = (_with_time(rows.groupBy(*self._columns, *ex.time).agg(*self._sums), time, TIME_KEY)
                    .select(*ex.combined).select(*ex.combined_updates)
                    .withColumn("__cdc_bucket", self._bucket).repartition(self._buckets, ex.bucket))
         return self._pack(updates, self._fanned(fanout), self._repeated, ex, time)
