@@ -581,7 +581,7 @@ def note_repeats(schema: Any, data_cols: Sequence[str], many: bool) -> None:
 
 
 def _array_index(arrays: Any) -> Any:
-    """Which of ``arrays`` arrays of its bucket and time an update goes to (null: no update),
+    """Which of ``arrays`` arrays of its bucket an update goes to (null: no update),
     for both spread packings: from the hash's high half. The bucket is the hash modulo the
     buckets, and an index from the same bits would leave arrays empty whenever the two counts
     share a factor (4 buckets, 10 arrays: only 5 used, each twice as big)."""
