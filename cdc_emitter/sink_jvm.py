@@ -209,10 +209,10 @@ class _Exprs:
         # packing, three ways, each bucket's arrays holding updates of any times. Spread: a
         # bucket's updates are spread by their hash over as many arrays as half-full ones would
         # take (a window sums their sizes); fanned out (see messages): over a given number of
-        # arrays, with no window; either way
-        # an array can come out over the limit, which batch_stats shows. Exact: by running size
-        # in hash order; updates up to half the limit share an array (ends within one
-        # half-limit window: at most a whole limit), bigger ones go alone.
+        # arrays, with no window; either way an array can come out over the limit, which
+        # batch_stats shows. Exact: by running size in hash order; updates up to half the limit
+        # share an array (ends within one half-limit window: at most a whole limit), bigger ones
+        # go alone.
         half = plan._limit // 2
         no_item = F.col("__cdc_item").isNull()
         total = F.sum("__cdc_size").over(Window.partitionBy("__cdc_bucket"))
