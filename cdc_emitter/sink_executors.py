@@ -96,11 +96,10 @@ class ExecutorsWay:
         # with a repeat are consolidated again (the whole batch when they are over half); a batch
         # whose message came out too big is spread again by its size, and packed exactly only if
         # one still does — nothing is written before the stats of the messages that will be
-        fanout = self.fanout
         may_skip_consolidation = plan.by_bytes
         consolidate = not may_skip_consolidation or sink_jvm.expect_repeats(batch.schema, batch.data_cols)
         exact = respread = False
-        messages = plan.messages(prepared, checks, time=batch.time, fanout=fanout,
+        messages = plan.messages(prepared, checks, time=batch.time, fanout=self.fanout,
                                  consolidate=consolidate).persist()
         persisted = [messages]
 
@@ -123,7 +122,7 @@ class ExecutorsWay:
                     if 2 * len(repeated) <= stats.messages:  # a few: consolidate those alone
                         log.debug("%s: %d of %d arrays have rows of the same data and time: "
                                   "consolidating them", batch.what, len(repeated), stats.messages)
-                        fixed = plan.messages(prepared, checks, time=batch.time, fanout=fanout,
+                        fixed = plan.messages(prepared, checks, time=batch.time, fanout=self.fanout,
                                               arrays=repeated).persist()
                         persisted.append(fixed)
                         messages = messages.where(~F.col("repeated")).unionByName(fixed)
@@ -136,17 +135,16 @@ class ExecutorsWay:
                     respread = True
                     self._size_next(stats.bytes, partitions)
                     plan, _ = self.plan(spark, batch)
-                    fanout = self.fanout
                     log.info("%s: a message came out at %d bytes, over the limit of %d: spreading the "
-                             "batch's %d bytes again, over %d buckets of %s arrays", batch.what,
+                             "batch's %d bytes again, over %d buckets of %d arrays", batch.what,
                              stats.largest, self.max_message_bytes, stats.bytes, self.buckets,
-                             fanout or "sized")
+                             self.fanout)
                 else:
                     log.info("%s: a spread message has %d bytes, over %d: packing exactly", batch.what,
                              stats.largest, self.max_message_bytes)
                     exact = consolidate = True
                 release()
-                messages = plan.messages(prepared, checks, time=batch.time, fanout=fanout, exact=exact,
+                messages = plan.messages(prepared, checks, time=batch.time, fanout=self.fanout, exact=exact,
                                          consolidate=consolidate).persist()
                 persisted[:] = [messages]
         except BaseException:

@@ -206,17 +206,13 @@ class _Exprs:
                         F.when(live, digest_share(F.col(ORDER), d)).alias(HASH),
                         F.when(live, 1).otherwise(0).alias("__cdc_live"), F.col(ORDER), F.col(REPEAT),
                         F.col(ROWS))
-        # packing, three ways, each bucket's arrays holding updates of any times. Spread: a
-        # bucket's updates are spread by their hash over as many arrays as half-full ones would
-        # take (a window sums their sizes); fanned out (see messages): over a given number of
-        # arrays, with no window; either way an array can come out over the limit, which
-        # batch_stats shows. Exact: by running size in hash order; updates up to half the limit
-        # share an array (ends within one half-limit window: at most a whole limit), bigger ones
-        # go alone.
+        # packing, two ways, each bucket's arrays holding updates of any times. Spread (see
+        # messages): by hash over a given number of arrays, with no window — an array can come
+        # out over the limit, which batch_stats shows. Exact: by running size in hash order;
+        # updates up to half the limit share an array (ends within one half-limit window: at
+        # most a whole limit), bigger ones go alone.
         half = plan._limit // 2
         no_item = F.col("__cdc_item").isNull()
-        total = F.sum("__cdc_size").over(Window.partitionBy("__cdc_bucket"))
-        self.chunk_spread = _array_index(F.greatest(F.lit(1), F.ceil(total / F.lit(half))))
         window = Window.partitionBy("__cdc_bucket").orderBy(ORDER)
         small = F.col("__cdc_size") <= F.lit(half)
         running = F.sum(F.when(small, F.col("__cdc_size")).otherwise(0)).over(
@@ -380,8 +376,8 @@ class MessagePlan:
                 _shared.pop(next(iter(_shared)))
         return plan
 
-    def messages(self, prepared: Any, checks: Sequence[Check], *, time: int | None = None, exact: bool = False,
-                 fanout: int | None = None, consolidate: bool = True,
+    def messages(self, prepared: Any, checks: Sequence[Check], *, fanout: int, time: int | None = None,
+                 exact: bool = False, consolidate: bool = True,
                  arrays: Sequence[tuple[int, int]] | None = None) -> Any:
         """The batch's messages as a DataFrame (nothing computed yet): one row per update array
         with ``n`` (updates), ``xor`` (XOR of the updates' hashes), ``rows`` (the input rows
@@ -395,12 +391,12 @@ class MessagePlan:
 
         ``prepared`` has the data columns, ``__cdc_diff`` and, unless ``time`` is given,
         ``__cdc_time``; ``checks`` are the batch's own (built per batch: they hold its frontier).
-        ``time``: every row's time (a batch of one time). ``exact``: pack by running size,
-        every message at most ``max_message_bytes``; else spread by hash (no sort, ~30% less
-        time on big batches), where a message can exceed it — check the largest message
-        (:func:`batch_stats`) before writing, and pack exactly when it does. ``fanout``: spread
-        each bucket over that many arrays by hash, without the window that sizes them (one pass
-        less over the updates; an array over the limit is caught the same way).
+        ``time``: every row's time (a batch of one time). ``fanout``: spread each bucket's
+        updates over that many arrays by hash (no sort and no window: ~30% less time on big
+        batches than the exact packing), where a message can exceed ``max_message_bytes`` —
+        check the largest message (:func:`batch_stats`) before writing, and pack exactly when it
+        does. ``exact``: pack by running size instead, every message at most
+        ``max_message_bytes``.
 
         ``consolidate=False`` (only with :attr:`by_bytes`): each row with a non-zero diff is an
         update of its own, with no aggregation over every row — right exactly when no two of the
@@ -410,12 +406,12 @@ class MessagePlan:
         ``repeated`` says the array holds an update made of several live rows: whether an
         unconsolidated attempt of the same rows would have found a repeat.
 
-        ``arrays`` (with ``fanout``): only the updates of these ``(bucket, array)`` pairs, the
+        ``arrays``: only the updates of these ``(bucket, array)`` pairs among ``fanout``, the
         rows of others left out before they are encoded or shuffled — to consolidate the few
         arrays an unconsolidated attempt found repeated, and keep its others.
 
-        A whole batch consolidated with ``fanout`` (not exact, no ``arrays``, data grouped as
-        bytes) goes as :meth:`_combined` says."""
+        A whole batch consolidated and spread (not exact, no ``arrays``, data grouped as bytes)
+        goes as :meth:`_combined` says."""
         from pyspark.sql import functions as F
 
         if not (consolidate or self.by_bytes):
@@ -425,12 +421,10 @@ class MessagePlan:
         if one_time:  # its time comes as binary literals, added where they are used
             prepared = prepared.drop(TIME)
         rows = self._checked(prepared, checks, into=DIFF if one_time else TIME)
-        if consolidate and self.by_bytes and fanout is not None and not exact and arrays is None:
+        if consolidate and self.by_bytes and not exact and arrays is None:
             return self._combined(rows, fanout, time)
         rows = _with_time(rows, time, TIME_KEY).withColumn(ORDER, ex.order)
         if arrays is not None:
-            if fanout is None:
-                raise ValueError("arrays are chosen only among a fixed number per bucket (fanout)")
             fanout = max(1, fanout)
             rows = rows.where((self._bucket * F.lit(fanout) + _hash_array(F.lit(fanout))).isin(
                 sorted({bucket * fanout + array for bucket, array in arrays})))
@@ -445,12 +439,7 @@ class MessagePlan:
         else:  # each row its own update
             consolidated = rows.select(*ex.unconsolidated)
             repeated = self._repeated_unconsolidated
-        if exact:
-            chunk = ex.chunk_exact
-        elif fanout is not None:
-            chunk = self._fanned(fanout)
-        else:
-            chunk = ex.chunk_spread
+        chunk = ex.chunk_exact if exact else self._fanned(fanout)
         return self._pack(consolidated, chunk, repeated, ex, time)
 
     def _checked(self, prepared: Any, checks: Sequence[Check], into: str = TIME) -> Any:
@@ -581,8 +570,8 @@ def note_repeats(schema: Any, data_cols: Sequence[str], many: bool) -> None:
 
 
 def _array_index(arrays: Any) -> Any:
-    """Which of ``arrays`` arrays of its bucket an update goes to (null: no update),
-    for both spread packings: from the hash's high half. The bucket is the hash modulo the
+    """Which of ``arrays`` arrays of its bucket an update goes to (null: no update), when
+    spread: from the hash's high half. The bucket is the hash modulo the
     buckets, and an index from the same bits would leave arrays empty whenever the two counts
     share a factor (4 buckets, 10 arrays: only 5 used, each twice as big)."""
     from pyspark.sql import functions as F
