@@ -19,7 +19,10 @@ Pipelines, each writing to its own new topic on the same broker:
 
 Input: ``--rows`` narrow rows ``(k long, v string, diff long)`` (``--shape wide``: six columns of
 other types), cached and counted before timing: all distinct, or ``--keys`` of them, each
-repeated (row i is made from ``i % keys``), so that every pipeline consolidates. Every pipeline writes the same updates.
+repeated (row i is made from ``i % keys``), so that every pipeline consolidates. ``--times T``:
+the rows also carry a time column ``t`` (row i at ``i % T``; the sink in column mode, the peers
+grouping on data and time); else every row has the batch's one time. Every pipeline writes the
+same updates.
 spark-avro and spark-sql-kafka-0-10 come from Maven Central through ``spark.jars.packages``,
 at the installed Spark version if Maven Central has it, else the newest release of the same
 major version below it (``--packages-version`` to choose).
@@ -258,7 +261,8 @@ def main() -> int:
     if args.no_avro_encoder and "avro" in chosen:
         chosen.remove("avro")
     rates = {}
-    print(f"rows={n} keys={keys} times={args.times or 'one batch time'} shape={args.shape} spark={pyspark.__version__} packages={version} broker={bootstrap} "
+    print(f"rows={n} keys={keys} times={args.times or 'one batch time'} shape={args.shape} "
+          f"spark={pyspark.__version__} packages={version} broker={bootstrap} "
           f"topic partitions={args.partitions} sink={'one across rounds' if args.same_sink else 'new each round'}")
     # warm-up: every pipeline once on a small input (JIT, Python workers, producers, metadata)
     small = df.limit(50_000).cache()
