@@ -61,6 +61,8 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+from benchkit import SHAPES, shape_columns
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -109,7 +111,7 @@ def main() -> int:
     ap.add_argument("--keys", type=int, default=None,
                     help="distinct (k, v) pairs among the rows (default: every row distinct); fewer: "
                          "each pair on several rows, which every pipeline consolidates")
-    ap.add_argument("--shape", choices=("kv", "wide"), default="kv",
+    ap.add_argument("--shape", choices=SHAPES, default="kv",
                     help="kv: (k long, v string) with 1,000 distinct short strings; wide: (id long, name "
                          "string of 40 hex digits, price double, qty int, ts timestamp, flag boolean)")
     ap.add_argument("--times", type=int, default=None,
@@ -158,14 +160,7 @@ def main() -> int:
     n = args.rows
     keys = min(n, args.keys or n)
     key = F.col("id") % F.lit(keys)
-    if args.shape == "kv":
-        columns = [key.alias("k"), F.concat(F.lit("value-"), (key % 1000).cast("string")).alias("v")]
-    else:  # wide: six columns of other types, each a function of the key (equal keys, equal rows)
-        columns = [key.alias("id"), F.sha1(key.cast("string")).alias("name"),
-                   (F.pmod(F.xxhash64(key), F.lit(100_000)) / 100).alias("price"),
-                   (key % 97).cast("int").alias("qty"),
-                   F.timestamp_seconds(F.lit(1_700_000_000) + key % 86_400).alias("ts"),
-                   (key % 3 == 0).alias("flag")]
+    columns = shape_columns(key, args.shape)
     if args.times:
         columns.append((F.col("id") % F.lit(args.times)).alias("t"))
     df = spark.range(n).select(*columns, F.lit(1).cast("long").alias("diff")).repartition(4).cache()

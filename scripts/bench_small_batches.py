@@ -15,6 +15,11 @@ every contender, interleaved, in one local[2] Spark session:
 
 Prints the median, min and max seconds per batch of each and the median ratios to the peer.
 
+The rows: ``--shape`` kv ``(k long, v string)`` or wide (six columns of other types, as
+``bench_sink.py``'s); ``--times T``: each also carries a time column (the sink in column mode,
+batch ``i``'s times from ``i*T``); ``--uncached``: the input is computed again each batch, as a
+source's micro-batch is, instead of cached.
+
 Kafka: ``KAFKA_BOOTSTRAP_SERVERS``, or a broker started here with ``scripts/kafka-local`` (its
 own state dir, stopped at the end).
 
@@ -24,6 +29,7 @@ own state dir, stopped at the end).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -36,7 +42,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchkit import kafka  # noqa: E402
+from benchkit import SHAPES, kafka, shape_columns  # noqa: E402
 
 
 def main() -> int:
@@ -44,6 +50,14 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=200)
     ap.add_argument("--batches", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--shape", choices=SHAPES, default="kv",
+                    help="kv: (k long, v string); wide: six columns of other types (as bench_sink.py's)")
+    ap.add_argument("--times", type=int, default=0,
+                    help="the rows also carry a time column t (row i at batch*T + i %% T): the sink "
+                         "in column mode, the peer writing t into each record")
+    ap.add_argument("--uncached", action="store_true",
+                    help="recompute the input every batch, as a source's micro-batch is, instead of "
+                         "caching it")
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -62,10 +76,23 @@ def main() -> int:
         with kafka() as bootstrap:
             topic = f"bench-small-{uuid.uuid4().hex[:8]}"
             ensure_topic(bootstrap, topic, create=True, partitions=2)
-            df = spark.range(args.rows).selectExpr("id AS k", "concat('v', id) AS v").cache()
-            df.count()
             from pyspark.sql import functions as F
             from pyspark.sql.avro.functions import to_avro
+
+            from cdc_emitter.spark_schema import data_schema
+
+            key = F.col("id")
+            columns = shape_columns(key, args.shape)
+            if args.times:
+                columns.append((key % F.lit(args.times)).alias("t"))
+            df = spark.range(args.rows).select(*columns)
+            data_cols = [c for c in df.columns if c != "t"]
+            if not args.uncached:
+                df = df.cache()
+                df.count()
+
+            def batch(i: int):  # batch i's rows: in column mode, its times past the last batch's
+                return df.withColumn("t", F.col("t") + F.lit(i * args.times)) if args.times else df
 
             peer_topic = f"bench-small-peer-{uuid.uuid4().hex[:8]}"
             ensure_topic(bootstrap, peer_topic, create=True, partitions=2)
@@ -76,23 +103,31 @@ def main() -> int:
             executors_topic = f"bench-small-exec-{uuid.uuid4().hex[:8]}"
             ensure_topic(bootstrap, executors_topic, create=True, partitions=2)
             checkpoint = tempfile.mkdtemp(prefix="cdc-bench-checkpoint-")
-            sinks = {"jvm": CdcSink(bootstrap, topic, encoder="jvm"),
+            mode = {"time_column": "t"} if args.times else {}
+            sinks = {"jvm": CdcSink(bootstrap, topic, encoder="jvm", **mode),
                      "jvm-stream": CdcSink(bootstrap, stream_topic, encoder="jvm",
-                                           checkpoint_location=checkpoint, writer_id="bench"),
-                     "jvm-executors": CdcSink(bootstrap, executors_topic, encoder="jvm", small_batch_rows=0),
-                     "python": CdcSink(bootstrap, python_topic, encoder="python")}
-            schema = ('{"type":"record","name":"r","fields":[{"name":"k","type":"long"},'
-                      '{"name":"v","type":"string"}]}')
+                                           checkpoint_location=checkpoint, writer_id="bench", **mode),
+                     "jvm-executors": CdcSink(bootstrap, executors_topic, encoder="jvm", small_batch_rows=0,
+                                              **mode),
+                     "python": CdcSink(bootstrap, python_topic, encoder="python", **mode)}
+            record = data_schema(df.select(*data_cols, *(["t"] if args.times else [])).schema)
+            schema = json.dumps(record)
 
-            def peer(_i: int) -> None:
-                (df.select(to_avro(F.struct("k", "v"), schema).alias("value"))
+            def peer(i: int) -> None:
+                (batch(i).select(to_avro(F.struct(*df.columns), schema).alias("value"))
                  .write.format("kafka").option("kafka.bootstrap.servers", bootstrap)
                  .option("topic", peer_topic).save())
 
-            contenders = {"jvm": lambda i: sinks["jvm"].write(df, time=i),
-                          "jvm-stream": lambda i: sinks["jvm-stream"](df, i),
-                          "jvm-executors": lambda i: sinks["jvm-executors"].write(df, time=i),
-                          "python": lambda i: sinks["python"].write(df, time=i), "peer": peer}
+            def write(name: str):
+                if args.times:
+                    return lambda i: sinks[name].write(batch(i))
+                return lambda i: sinks[name].write(df, time=i)
+
+            def stream(i: int) -> None:
+                sinks["jvm-stream"](batch(i), i)
+
+            contenders = {"jvm": write("jvm"), "jvm-stream": stream, "jvm-executors": write("jvm-executors"),
+                          "python": write("python"), "peer": peer}
             seconds: dict = {name: [] for name in contenders}
             for i in range(args.warmup + args.batches):
                 for name, run in contenders.items():
@@ -104,7 +139,8 @@ def main() -> int:
         spark.stop()
         if checkpoint is not None:
             shutil.rmtree(checkpoint, ignore_errors=True)
-    print(f"{args.rows}-row batches, {args.batches} rounds after {args.warmup} warm-up (seconds per batch):")
+    print(f"{args.rows}-row batches ({args.shape}, {f'{args.times} times each' if args.times else 'one time each'}"
+          f"{', uncached' if args.uncached else ''}), {args.batches} rounds after {args.warmup} warm-up (seconds per batch):")
     for name, values in seconds.items():
         print(f"  {name:13s} median {statistics.median(values):.3f}  min {min(values):.3f}  "
               f"max {max(values):.3f}")

@@ -29,3 +29,22 @@ def kafka() -> Iterator[str]:
         yield out.stdout.strip().splitlines()[-1]
     finally:
         subprocess.run([str(KAFKA_LOCAL), "stop"], env=env, capture_output=True)
+
+
+#: The benchmarks' row shapes (``--shape``).
+SHAPES = ("kv", "wide")
+
+
+def shape_columns(key, shape: str) -> list:
+    """The data columns of a benchmark row made from the long Column ``key``, each a function of
+    it (equal keys, equal rows): ``kv`` is ``(k long, v string)``; ``wide`` six columns of other
+    types (long, string, double, int, timestamp, boolean)."""
+    from pyspark.sql import functions as F
+
+    if shape == "kv":
+        return [key.alias("k"), F.concat(F.lit("value-"), (key % 1000).cast("string")).alias("v")]
+    return [key.alias("id"), F.sha1(key.cast("string")).alias("name"),
+            (F.pmod(F.xxhash64(key), F.lit(100_000)) / 100).alias("price"),
+            (key % 97).cast("int").alias("qty"),
+            F.timestamp_seconds(F.lit(1_700_000_000) + key % 86_400).alias("ts"),
+            (key % 3 == 0).alias("flag")]
