@@ -156,19 +156,19 @@ class ExecutorsWay:
             # share of arrays, against 4.3 s)
             sink_jvm.note_repeats(batch.schema, batch.data_cols, 4 * len(stats.repeated_arrays) > stats.messages)
         self._size_next(stats.bytes, partitions)
+        figures = dict(counts=stats.counts, digest=stats.digest, max_time=stats.max_time, rows=stats.rows,
+                       groups=stats.groups)
         joined = self._joined(messages, stats, batch) if first and not respread else None
-        if joined is None:  # (messages, bytes, write, release)
+        if joined is None:  # Spark's Kafka writer writes the cached messages
             options = sink_jvm.kafka_write_options(self.bootstrap_servers, self.topic, self.producer_config)
-            out = (stats.messages, stats.bytes, lambda: self._write(messages, options, batch), release)
-        else:
-            from .sink_driver import produce_messages
+            return Known(**figures, messages=stats.messages, n_bytes=stats.bytes,
+                         write=lambda: self._write(messages, options, batch), release=release)
+        from .sink_driver import produce_messages
 
-            release()  # produced on the driver: the cache is no longer needed
-            out = (len(joined), sum(map(len, joined)),
-                   lambda: produce_messages(self.producer(), joined, batch, self.flush_timeout), None)
-        return Known(counts=stats.counts, digest=stats.digest, max_time=stats.max_time, rows=stats.rows,
-                     groups=stats.groups, messages=out[0], n_bytes=out[1], write=out[2], release=out[3],
-                     produced_on_driver=joined is not None)
+        release()  # produced on the driver: the cache is no longer needed
+        return Known(**figures, messages=len(joined), n_bytes=sum(map(len, joined)),
+                     write=lambda: produce_messages(self.producer(), joined, batch, self.flush_timeout),
+                     produced_on_driver=True)
 
     def _joined(self, messages: Any, stats: Any, batch: Batch) -> list[bytes] | None:
         """A small first batch's messages joined into as few as hold them, on the driver; None to
