@@ -139,8 +139,10 @@ def main() -> int:
         spark.stop()
         if checkpoint is not None:
             shutil.rmtree(checkpoint, ignore_errors=True)
-    print(f"{args.rows}-row batches ({args.shape}, {f'{args.times} times each' if args.times else 'one time each'}"
-          f"{', uncached' if args.uncached else ''}), {args.batches} rounds after {args.warmup} warm-up (seconds per batch):")
+    rows = ", ".join([args.shape, f"{args.times} times each" if args.times else "one time each",
+                      *(["uncached"] if args.uncached else [])])
+    print(f"{args.rows}-row batches ({rows}), {args.batches} rounds after {args.warmup} warm-up "
+          "(seconds per batch):")
     for name, values in seconds.items():
         print(f"  {name:13s} median {statistics.median(values):.3f}  min {min(values):.3f}  "
               f"max {max(values):.3f}")
