@@ -17,6 +17,7 @@ from typing import Any
 
 from .errors import DeliveryError
 from .sink_batch import Batch, Known
+from .sink_driver import too_big_for_driver
 
 __all__ = ["ExecutorsWay", "FANOUT_ARRAYS", "FIRST_BUCKETS", "spread"]
 
@@ -99,6 +100,10 @@ class ExecutorsWay:
         may_skip_consolidation = plan.by_bytes
         consolidate = not may_skip_consolidation or sink_jvm.expect_repeats(batch.schema, batch.data_cols)
         exact = respread = False
+        # a first batch's messages that may be joined on the driver (_joined) come with its
+        # stats when each is at most the share of join_bytes that one of its arrays would hold:
+        # no job of their own to gather them, and at most join_bytes brought for nothing
+        carry = self.join_bytes // (FIRST_BUCKETS * self.fanout) if first and self.producer is not None else 0
         messages = plan.messages(prepared, checks, time=batch.time, fanout=self.fanout,
                                  consolidate=consolidate).persist()
         persisted = [messages]
@@ -110,8 +115,11 @@ class ExecutorsWay:
         try:
             while True:
                 try:
-                    stats = sink_jvm.batch_stats(messages, time=batch.time)
+                    stats = sink_jvm.batch_stats(messages, time=batch.time, values_up_to=0 if respread else carry)
                 except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
+                    if carry and too_big_for_driver(exc):  # spark.driver.maxResultSize: without them
+                        carry = 0
+                        continue
                     ours = sink_jvm.task_error(exc, batch.what, batch.time)
                     if ours is None:
                         raise
@@ -178,17 +186,20 @@ class ExecutorsWay:
         ``join_bytes`` and its messages over twice as many as would hold them,
         they are brought to the driver, joined and produced there, in about the time of Spark's
         write job (measured on 2 cores: 1,000 to 500,000 rows, within the noise) — and readers get
-        a few full messages instead of hundreds of tiny ones."""
+        a few full messages instead of hundreds of tiny ones. They come with the batch's figures,
+        in the same job, when each is at most its share of ``join_bytes`` (as they are unless
+        the spread is skewed); else a job of their own gathers them: 0.97 s against 0.82 s for
+        300,000 rows, 1.19 s against 1.09 s for 600,000 (medians of 10, interleaved)."""
         from pyspark.sql import functions as F
 
         full = -(-stats.bytes // self.max_message_bytes)
         if self.producer is None or stats.bytes > self.join_bytes or stats.messages <= 2 * full:
             return None
+        if stats.values is not None:  # they came with the stats
+            return batch.codec.merge_arrays(list(stats.values))
         try:
             values = [row[0] for row in messages.where(F.col("value").isNotNull()).select("value").collect()]
         except Exception as exc:  # noqa: BLE001 - too big for the driver after all: write them as they are
-            from .sink_driver import too_big_for_driver
-
             if not too_big_for_driver(exc):
                 raise
             log.info("%s: %d messages of %d bytes are too big to join on the driver (%s)", batch.what,

@@ -767,6 +767,9 @@ class BatchStats:
     groups: int = 0  # distinct (data, time) among them, cancelled ones included
     #: the ``(bucket, array)`` of each message with ``repeated`` (see MessagePlan.messages)
     repeated_arrays: tuple = ()
+    #: every message's value, when each was at most the ``values_up_to`` bytes asked for;
+    #: else None
+    values: tuple[bytes, ...] | None = None
 
     @property
     def repeated(self) -> bool:
@@ -774,16 +777,24 @@ class BatchStats:
         return bool(self.repeated_arrays)
 
 
-def batch_stats(messages: Any, *, time: int | None = None) -> BatchStats:
+def batch_stats(messages: Any, *, time: int | None = None, values_up_to: int = 0) -> BatchStats:
     """Compute the (cached) messages and what they hold: a row per message (about one per
     bucket in a small batch) brought to the driver — one Spark job; a bad row fails it, as
     :func:`task_error` explains — and, for a batch of many times, its live updates counted per
     time from the cached messages, a second, small one.
 
     ``time``: every update's time (a batch of one time, whose messages do not hold it).
+    ``values_up_to``: also bring each message's value of at most that many bytes, in the same
+    job — the caller joins a small batch's messages on the driver without a job of its own to
+    gather them; :attr:`BatchStats.values` holds them when every message came.
     """
+    from pyspark.sql import functions as F
+
     one_time = time is not None
-    rows = messages.select(*_stats_columns(type(messages), one_time)).collect()
+    columns = _stats_columns(type(messages), one_time)
+    if values_up_to > 0:
+        columns = (*columns, F.when(F.octet_length("value") <= F.lit(values_up_to), F.col("value")).alias("v"))
+    rows = messages.select(*columns).collect()
     largest = max((int(r["b"] or 0) for r in rows), default=0)
     repeated = tuple((r["bucket"], r["array"]) for r in rows if r["r"])
     updates = sum(int(r["n"]) for r in rows)
@@ -793,8 +804,6 @@ def batch_stats(messages: Any, *, time: int | None = None) -> BatchStats:
     else:
         counts = {}
         if updates:
-            from pyspark.sql import functions as F
-
             # as Arrow: a batch of event times can have a count for each of 100,000 times, which
             # as Rows took 0.5 s to bring over
             per_time = arrow_table(messages.select(F.explode("times").alias("t")).groupBy("t")
@@ -804,9 +813,12 @@ def batch_stats(messages: Any, *, time: int | None = None) -> BatchStats:
     xor = 0
     for r in rows:
         xor ^= r["x"]
+    values = None
+    if values_up_to > 0 and all(r["m"] == 0 or r["v"] is not None for r in rows):
+        values = tuple(bytes(r["v"]) for r in rows if r["m"])
     return BatchStats(counts, xor, max_time, sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows),
                       largest, rows=sum(int(r["i"] or 0) for r in rows), groups=sum(int(r["g"] or 0) for r in rows),
-                      repeated_arrays=repeated)
+                      repeated_arrays=repeated, values=values)
 
 
 _stats_lock = threading.Lock()

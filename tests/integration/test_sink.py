@@ -296,6 +296,11 @@ def test_arrays_of_a_batch_of_many_times_hold_any_times_and_are_counted_per_time
         assert stats.max_time == 999 and not stats.repeated
         figures.append((stats.counts, stats.digest, stats.groups, stats.rows))
     assert figures[0] == figures[1] == figures[2]
+    # the values come with the figures when every message is at most the bytes asked for
+    largest = max(map(len, values))
+    carried = sink_jvm.batch_stats(messages, values_up_to=largest)
+    assert sorted(carried.values) == sorted(values) and carried.counts == stats.counts
+    assert (stats.values, sink_jvm.batch_stats(messages, values_up_to=largest - 1).values) == (None, None)
     repeated = prepared.union(prepared.where("k = 42"))  # one row twice: the same data and time
     assert sink_jvm.batch_stats(plan.messages(repeated, [], fanout=4, consolidate=False)).repeated
 
