@@ -48,7 +48,7 @@ from .errors import BadInputError, CdcError, ConfigError, LateUpdateError
 from .spark_schema import contains_map, contains_type
 
 __all__ = ["Check", "row_checks", "ENVELOPE", "MessagePlan", "bucket_of", "partition_labels", "spark_hash_long", "EncodedRows", "arrow_table", "normalized", "hash_columns", "encoded_data", "digest_share", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options", "java_client_options",
-           "canonical", "group_keys", "task_error", "kafka_cause", "expect_repeats", "note_repeats"]
+           "canonical", "group_keys", "task_error", "kafka_cause", "expect_repeats", "note_repeats", "forget_layouts"]
 
 TIME = "__cdc_time"
 DIFF = "__cdc_diff"
@@ -567,6 +567,16 @@ def note_repeats(schema: Any, data_cols: Sequence[str], many: bool) -> None:
         _repeating[key] = many
         while len(_repeating) > SHARED_PLANS:
             _repeating.pop(next(iter(_repeating)))
+
+
+def forget_layouts() -> None:
+    """Forget what this process learnt of data layouts — the shared plans
+    (:meth:`MessagePlan.shared`) and which layouts repeat rows (:func:`expect_repeats`) — so that
+    the next batch of any sink is what a new process's would be (the JVM aside): for benchmarks
+    of a first batch."""
+    with _shared_lock:
+        _shared.clear()
+        _repeating.clear()
 
 
 def _array_index(arrays: Any) -> Any:

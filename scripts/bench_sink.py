@@ -35,7 +35,9 @@ Usage::
 ``--same-sink``: the cdc-sink pipelines write every round through one sink and topic, each round
 the sink's next batch after an untimed one of the same input — what a streaming query's batches
 see (a sink chooses a batch's way from the one before); by default each round is a new sink's
-first batch, as a one-off ``write``.
+first batch, as a one-off ``write``, in a process that learnt the data layout in the warm-up (the
+shared plan, and whether its rows repeat: a first batch that does not know bets they do not).
+``--cold``: each round's sink as a new process's first (the layout forgotten; the JVM warm).
 
 Prints input rows/s for each pipeline (its fastest round) and the ratios of those; with ``--repeat``
 above 1, each ratio also round by round (min, median, max); ``--json`` prints one JSON object too.
@@ -131,7 +133,13 @@ def main() -> int:
                     help="cdc-sink: one sink and topic for every round, each round its next batch (as in a "
                          "streaming query, where a batch follows one of the same size), after one untimed "
                          "batch of the whole input; default: a new sink and topic each round (a first batch)")
+    ap.add_argument("--cold", action="store_true",
+                    help="cdc-sink, a new sink each round: before each, forget what the process learnt of "
+                         "the data layout (its plan, whether its rows repeat), as a new process's first "
+                         "batch would (the JVM stays warm); default: the rounds after the warm-up know it")
     args = ap.parse_args()
+    if args.cold and args.same_sink:
+        ap.error("--cold is for a new sink each round, not --same-sink")
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import pyspark
@@ -142,6 +150,7 @@ def main() -> int:
     from cdc_emitter import CdcSink
     from cdc_emitter.codec import union_schema
     from cdc_emitter.kafka_io import ensure_topic, end_offsets
+    from cdc_emitter.sink_jvm import forget_layouts
     from cdc_emitter.spark_schema import data_schema
 
     bootstrap = broker()
@@ -208,6 +217,8 @@ def main() -> int:
             elapsed = time.perf_counter() - t0
             return elapsed, result.updates, messages(sink.topic) - before
         topic = new_topic(f"cdcsink-{encoder}")
+        if args.cold:
+            forget_layouts()
         sink = CdcSink(bootstrap, topic, encoder=encoder, **mode)
         t0 = time.perf_counter()
         result = sink_write(sink, df, 0)
@@ -258,7 +269,8 @@ def main() -> int:
     rates = {}
     print(f"rows={n} keys={keys} times={args.times or 'one batch time'} shape={args.shape} "
           f"spark={pyspark.__version__} packages={version} broker={bootstrap} "
-          f"topic partitions={args.partitions} sink={'one across rounds' if args.same_sink else 'new each round'}")
+          f"topic partitions={args.partitions} sink={'one across rounds' if args.same_sink else 'new each round'}"
+          f"{' (cold: the layout forgotten before each)' if args.cold else ''}")
     # warm-up: every pipeline once on a small input (JIT, Python workers, producers, metadata)
     small = df.limit(50_000).cache()
     small.count()
