@@ -22,7 +22,7 @@ from .core import Progress
 
 __all__ = ["TopicFrontier", "topic_frontier", "retrying", "HEADER_KIND", "HEADER_WRITER", "HEADER_BATCH",
            "HEADER_LOWER", "HEADER_UPPER", "HEADER_SCHEMA", "HEADER_DIGEST", "HEADER_BATCH_LOWER",
-           "HEADER_BATCH_UPPER"]
+           "HEADER_BATCH_UPPER", "HEADER_SHAPE"]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +33,9 @@ HEADER_LOWER = "cdc-emitter-lower"  # progress messages: the interval
 HEADER_UPPER = "cdc-emitter-upper"  # empty value: the history is closed
 HEADER_SCHEMA = "cdc-emitter-schema"  # progress messages: the data record schema (compact JSON)
 HEADER_DIGEST = "cdc-emitter-digest"  # progress messages: {"xor": hex, "counts": [[t, n]...]}
+# progress messages: the batch's {"rows": input rows, "groups": their distinct data and times,
+# "bytes": of its update messages} — what a new sink's first batch is sized by (a hint only)
+HEADER_SHAPE = "cdc-emitter-shape"
 # a batch whose counts do not fit one message writes several statements tiling its interval:
 # each carries the batch's interval here (its own in HEADER_LOWER/UPPER); the digest is on the last
 HEADER_BATCH_LOWER = "cdc-emitter-batch-lower"
@@ -72,6 +75,8 @@ class TopicFrontier:
 
     #: ``{(writer, batch): digest header text}`` of the statements in ``batches`` that carry one
     digests: dict = field(default_factory=dict)
+    #: the shape header text of the statement ``schema`` came from (None: it has none)
+    shape: str | None = None
 
     def recorded(self, writer: str, batch: int) -> tuple[int, int | None] | None:
         return self.batches.get((writer, batch))
@@ -160,6 +165,7 @@ def topic_frontier(
         batches: dict = {}
         digests: dict = {}
         schema: str | None = None
+        shape: bytes | None = None
         sample: tuple[int, bytes] | None = None  # (timestamp, value) of the newest update message
         found_p0 = False
         if offsets is None:
@@ -176,6 +182,7 @@ def topic_frontier(
                 continue
             if p[2].get(HEADER_SCHEMA) and (record.partition == 0 or schema is None):
                 schema = p[2][HEADER_SCHEMA].decode()
+                shape = p[2].get(HEADER_SHAPE)  # the same statement's, or none
             found_p0 = found_p0 or record.partition == 0
             if HEADER_WRITER in p[2] and p[2].get(HEADER_BATCH):
                 key = (p[2][HEADER_WRITER].decode(), int(p[2][HEADER_BATCH]))
@@ -204,4 +211,5 @@ def topic_frontier(
         upper, (h.get(HEADER_WRITER) or b"").decode() or None,
         int(batch) if batch else None, lower, upper, True, batches,
         schema=schema, update_sample=update_sample, digests=digests, partition0_end=partition0_end,
+        shape=shape.decode() if shape else None,
     )

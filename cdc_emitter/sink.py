@@ -68,12 +68,13 @@ from .frontier import (
     HEADER_KIND,
     HEADER_LOWER,
     HEADER_SCHEMA,
+    HEADER_SHAPE,
     HEADER_UPPER,
     HEADER_WRITER,
     TopicFrontier,
     topic_frontier,
 )
-from .sink_batch import Batch, Written
+from .sink_batch import Batch, Checked, Written
 from .sink_digest import digest_form, format_digest, parse_digest, replay_message
 from .sink_interval import Recorded, batch_upper, recorded_from_statement
 from .sink_interval import batch_time as decide_batch_time
@@ -264,8 +265,10 @@ class CdcSink:
         self._last_checks: tuple | None = None  # JVM path: (key, the last batch's row checks), see _row_checks
         self._row_columns: tuple | None = None  # (layout, data Columns, diff Column) of the last batch
         # how the next batch goes (DRIVER, ...): on the driver (see sink_driver) when the last was
-        # small, or consolidated to few updates; the first goes the distributed way, whatever its size
+        # small, or consolidated to few updates; the first goes the distributed way, whatever its
+        # size — unless the topic's last batch of the same layout says it (_follow_topic)
         self._next_way = EXECUTORS
+        self._followed = False  # whether the first batch's way was looked up in the topic
         self._resolved_encoder: str | None = None
         self._task_producer: Any = None  # the executors' producer_factory (see sink_tasks.TaskSpec): a test seam
         self.last_result: BatchResult | None = None
@@ -638,6 +641,10 @@ class CdcSink:
             topic=self.topic, lower=lower, recorded=recorded, fixed_time=fixed_time, batch_id=batch_id,
             time_offset=self.time_offset, late=self.late)
         encoder = self._encoder(spark)
+        if not self._followed:
+            self._followed = True
+            if encoder == "jvm" and state is not None and state.shape and state.schema == schema_text:
+                self._follow_topic(state.shape, spark, schema, data_cols)
         # opened now, so that its connection and idempotence handshake (~0.5 s on a new sink)
         # overlap the Spark job instead of delaying the progress statement
         self._driver_producer()
@@ -704,7 +711,7 @@ class CdcSink:
             checked.release()
         clock.mark("write")
         # 5. only after every update is acknowledged: the progress statement
-        result = self._commit(batch, upper, written, since=since)
+        result = self._commit(batch, upper, written, since=since, shape=checked)
         return self._finish(result, encoder, way)
 
     def _finish(self, result: BatchResult, encoder: str, way: str) -> BatchResult:
@@ -787,6 +794,26 @@ class CdcSink:
             return DRIVER
         return DRIVER_AFTER_EXECUTORS if groups <= self.small_batch_rows else EXECUTORS
 
+    def _follow_topic(self, shape_text: str, spark: Any, schema: Any, data_cols: list[str]) -> None:
+        """Size this sink's first batch like the topic's last one, of the same data layout, by
+        any sink (the shape header of its progress statement): its way (:meth:`_way_after`),
+        its spread and whether its rows are consolidated straight away — as a running sink's
+        next batch follows its last. A hint for speed only: a batch unlike it is written the
+        same, as after a change of size in a running sink."""
+        try:
+            shape = json.loads(shape_text)
+            rows, groups, n_bytes = int(shape["rows"]), int(shape["groups"]), int(shape["bytes"])
+        except (ValueError, KeyError, TypeError):
+            log.debug("topic %r: a progress statement's shape header %r is not ours: not followed",
+                      self.topic, shape_text[:200])
+            return
+        if rows <= 0 or n_bytes <= 0:
+            return
+        self._next_way = self._way_after(rows, groups, n_bytes)
+        self._executors_way().follow(rows, groups, n_bytes, spark, schema, data_cols)
+        log.debug("topic %r: the last batch had %d rows, %d groups and %d bytes of messages: the "
+                  "first batch goes the %s way", self.topic, rows, groups, n_bytes, self._next_way)
+
     def _small_layout(self, schema: Any, data_cols: list[str]) -> bool:
         """Whether the driver can finish this layout's batches: it consolidates on each row's
         encoded bytes, which equal rows share unless they hold maps (entries in any order)."""
@@ -826,8 +853,10 @@ class CdcSink:
             raise CdcError(f"{batch.what}: the sink log already records interval "
                            f"[{kept.lower}, {kept.upper}) for this batch; retry the batch")
 
-    def _commit(self, batch: Batch, upper: int | None, written: Written, since: int | None) -> BatchResult:
-        """Write the batch's progress statement — only after every update is acknowledged."""
+    def _commit(self, batch: Batch, upper: int | None, written: Written, since: int | None,
+                shape: Checked | None = None) -> BatchResult:
+        """Write the batch's progress statement — only after every update is acknowledged — with,
+        when ``shape`` knows them, the batch's rows, groups and bytes (:data:`HEADER_SHAPE`)."""
         counts, writer, lower = written.counts, batch.writer, batch.lower
         total = sum(counts.values())
         # unless another writer's statement took the interval meanwhile (a statement of ours on
@@ -839,6 +868,9 @@ class CdcSink:
                   (HEADER_SCHEMA, json.dumps(batch.avro_data, separators=(",", ":")).encode())]
         if batch.batch_id is not None:
             common.append((HEADER_BATCH, str(batch.batch_id).encode()))
+        if shape is not None and shape.rows and shape.bytes:
+            common.append((HEADER_SHAPE, json.dumps({"rows": shape.rows, "groups": shape.groups,
+                                                     "bytes": shape.bytes}, separators=(",", ":")).encode()))
         # a statement counting more times than one message holds is written as several that
         # tile the interval, each naming the batch's interval; the digest goes on the last
         statements = split_progress(progress, self._times_per_statement())

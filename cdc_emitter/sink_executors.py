@@ -209,6 +209,17 @@ class ExecutorsWay:
         log.debug("%s: %d messages joined into %d on the driver", batch.what, stats.messages, len(joined))
         return joined
 
+    def follow(self, rows: int, groups: int, n_bytes: int, spark: Any, schema: Any, data_cols: list) -> None:
+        """Write the next batch as one after a batch of ``rows`` input rows, ``groups`` distinct
+        data and times among them and ``n_bytes`` of messages, by another sink: spread for its
+        bytes, and its rows consolidated straight away when that many repeats would fall in over
+        a quarter of the arrays (as :func:`~cdc_emitter.sink_jvm.note_repeats` notes of a batch
+        of this process)."""
+        from . import sink_jvm
+
+        self._size_next(n_bytes, int(spark.conf.get("spark.sql.shuffle.partitions")))
+        sink_jvm.note_repeats(schema, data_cols, 4 * (rows - groups) > self.buckets * self.fanout)
+
     def _size_next(self, n_bytes: int, partitions: int) -> None:
         """Size the next batch's spread (:func:`spread`) for this one's bytes."""
         self.buckets, self.fanout = spread(n_bytes, self.max_message_bytes, partitions)

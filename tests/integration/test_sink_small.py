@@ -15,7 +15,7 @@ from cdc_emitter import CdcSink
 from cdc_emitter.sink import SMALL_BATCH_ROWS as SMALL_DEFAULT
 from cdc_emitter.codec import CdcCodec
 from cdc_emitter.errors import BadInputError, LateUpdateError, ReplayError
-from cdc_emitter.frontier import HEADER_DIGEST
+from cdc_emitter.frontier import HEADER_DIGEST, HEADER_SHAPE
 from cdc_emitter.kafka_io import read_topic
 from cdc_emitter.spark_schema import data_schema
 
@@ -256,3 +256,44 @@ def test_the_kept_producer_survives_a_broker_restart_between_batches(spark, kafk
     history, frontier, violations, _ = read_history(bootstrap, topic, codec)
     assert (violations, frontier) == ([], (3,))
     assert history == as_history([((1, "a"), 0, 1), ((2, "b"), 1, 1), ((3, "c"), 2, 2)])
+
+
+
+def test_a_new_sink_follows_the_topics_last_batch(spark, kafka_bootstrap, topic_factory, monkeypatch):
+    """A sink's first batch is written as one after the topic's last batch of the same layout,
+    by any sink (the shape header of its progress statement): after a small one, on the driver
+    straight away, as a running sink's next batch would be; after one whose rows repeated,
+    consolidated straight away — the same history as sinks that do not know."""
+    from cdc_emitter import sink_jvm
+
+    df = spark.createDataFrame([(i, f"v{i % 7}") for i in range(3000)], "k long, v string")
+    codec = CdcCodec(data_schema(df.schema))
+    topic, unknowing = topic_factory(3), topic_factory(3)
+    first = CdcSink(kafka_bootstrap, topic).write(df, time=1)
+    assert (first.finished_on, first.consolidated_on) == ("driver", "executors")  # spread, then joined
+    shapes = [json.loads(dict(r.headers)[HEADER_SHAPE]) for r in read_topic(kafka_bootstrap, topic)
+              if HEADER_SHAPE in dict(r.headers)]
+    assert [(s["rows"], s["groups"], s["bytes"] > 0) for s in shapes] == [(3000, 3000, True)]
+    second = CdcSink(kafka_bootstrap, topic).write(df, time=2)
+    assert (second.finished_on, second.consolidated_on) == ("driver", "driver")
+    for t in (1, 2):
+        CdcSink(kafka_bootstrap, unknowing, small_batch_rows=0).write(df, time=t)
+    histories = [read_history(kafka_bootstrap, name, codec) for name in (topic, unknowing)]
+    assert [(h[2], h[1]) for h in histories] == [([], (3,))] * 2
+    assert as_history(histories[0][0]) == as_history(histories[1][0])
+
+    twice = df.union(df)  # every row repeated: consolidated straight away by a sink that follows
+    repeating = topic_factory(3)
+    sink_jvm.forget_layouts()  # as in a new process
+    CdcSink(kafka_bootstrap, repeating, small_batch_rows=0).write(twice, time=1)
+    sink_jvm.forget_layouts()
+    asked = []
+    messages = sink_jvm.MessagePlan.messages
+
+    def spy(self, *args, **kwargs):
+        asked.append(kwargs.get("consolidate", True))
+        return messages(self, *args, **kwargs)
+
+    monkeypatch.setattr(sink_jvm.MessagePlan, "messages", spy)
+    result = CdcSink(kafka_bootstrap, repeating, small_batch_rows=0).write(twice, time=2)
+    assert asked == [True] and result.counts == {2: 3000}
