@@ -711,7 +711,7 @@ class CdcSink:
             checked.release()
         clock.mark("write")
         # 5. only after every update is acknowledged: the progress statement
-        result = self._commit(batch, upper, written, since=since, shape=checked)
+        result = self._commit(batch, upper, written, since=since, checked=checked)
         return self._finish(result, encoder, way)
 
     def _finish(self, result: BatchResult, encoder: str, way: str) -> BatchResult:
@@ -854,9 +854,9 @@ class CdcSink:
                            f"[{kept.lower}, {kept.upper}) for this batch; retry the batch")
 
     def _commit(self, batch: Batch, upper: int | None, written: Written, since: int | None,
-                shape: Checked | None = None) -> BatchResult:
+                checked: Checked | None = None) -> BatchResult:
         """Write the batch's progress statement — only after every update is acknowledged — with,
-        when ``shape`` knows them, the batch's rows, groups and bytes (:data:`HEADER_SHAPE`)."""
+        when ``checked`` knows them, the batch's rows, groups and bytes (:data:`HEADER_SHAPE`)."""
         counts, writer, lower = written.counts, batch.writer, batch.lower
         total = sum(counts.values())
         # unless another writer's statement took the interval meanwhile (a statement of ours on
@@ -868,9 +868,9 @@ class CdcSink:
                   (HEADER_SCHEMA, json.dumps(batch.avro_data, separators=(",", ":")).encode())]
         if batch.batch_id is not None:
             common.append((HEADER_BATCH, str(batch.batch_id).encode()))
-        if shape is not None and shape.rows and shape.bytes:
-            common.append((HEADER_SHAPE, json.dumps({"rows": shape.rows, "groups": shape.groups,
-                                                     "bytes": shape.bytes}, separators=(",", ":")).encode()))
+        if checked is not None and checked.rows and checked.bytes:
+            common.append((HEADER_SHAPE, json.dumps({"rows": checked.rows, "groups": checked.groups,
+                                                     "bytes": checked.bytes}, separators=(",", ":")).encode()))
         # a statement counting more times than one message holds is written as several that
         # tile the interval, each naming the batch's interval; the digest goes on the last
         statements = split_progress(progress, self._times_per_statement())

@@ -45,6 +45,12 @@ def spread(n_bytes: int, max_message_bytes: int, partitions: int) -> tuple[int, 
     return buckets, max(1, min(FANOUT_ARRAYS, -(-arrays // buckets)))
 
 
+def _shuffle_partitions(spark: Any) -> int:
+    """The session's ``spark.sql.shuffle.partitions``: at most how many buckets :func:`spread`
+    makes for the arrays' sake alone."""
+    return int(spark.conf.get("spark.sql.shuffle.partitions"))
+
+
 class ExecutorsWay:
     """Writes a sink's batches from the executors; keeps how the last one spread its updates.
 
@@ -71,7 +77,7 @@ class ExecutorsWay:
         from . import sink_jvm
         from .codec import union_schema
 
-        partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
+        partitions = _shuffle_partitions(spark)
         plan = sink_jvm.MessagePlan.shared(
             type(spark), schema=batch.schema, data_cols=batch.data_cols,
             update_schema=union_schema(batch.avro_data)[0]["items"], frame=batch.codec.frame,
@@ -217,7 +223,7 @@ class ExecutorsWay:
         of this process)."""
         from . import sink_jvm
 
-        self._size_next(n_bytes, int(spark.conf.get("spark.sql.shuffle.partitions")))
+        self._size_next(n_bytes, _shuffle_partitions(spark))
         sink_jvm.note_repeats(schema, data_cols, 4 * (rows - groups) > self.buckets * self.fanout)
 
     def _size_next(self, n_bytes: int, partitions: int) -> None:
