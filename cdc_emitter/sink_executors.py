@@ -110,8 +110,15 @@ class ExecutorsWay:
         # stats when each is at most the share of join_bytes that one of its arrays would hold:
         # no job of their own to gather them, and at most join_bytes brought for nothing
         carry = self.join_bytes // (FIRST_BUCKETS * self.fanout) if first and self.producer is not None else 0
-        messages = plan.messages(prepared, checks, time=batch.time, fanout=self.fanout,
+        groups = sink_jvm.GroupsInMemory(spark)
+
+        def persisted_messages() -> Any:
+            if not consolidate:  # packed where the rows are: each input task holds every array
+                groups.at_least(sink_jvm.packed_groups(self.buckets or FIRST_BUCKETS, self.fanout))
+            return plan.messages(prepared, checks, time=batch.time, fanout=self.fanout, exact=exact,
                                  consolidate=consolidate).persist()
+
+        messages = persisted_messages()
         persisted = [messages]
 
         def release() -> None:
@@ -158,12 +165,13 @@ class ExecutorsWay:
                              stats.largest, self.max_message_bytes)
                     exact = consolidate = True
                 release()
-                messages = plan.messages(prepared, checks, time=batch.time, fanout=self.fanout, exact=exact,
-                                         consolidate=consolidate).persist()
+                messages = persisted_messages()
                 persisted[:] = [messages]
         except BaseException:
             release()
             raise
+        finally:
+            groups.restore()
         if may_skip_consolidation:  # consolidated too, the stats tell which arrays had repeats
             # from about a quarter, the first attempt and the arrays consolidated again cost
             # more than consolidating at once (4M rows: about 3.0 s + 0.5 s + 4.3 s times the

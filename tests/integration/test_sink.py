@@ -212,6 +212,41 @@ def test_jvm_path_consolidates_only_the_arrays_with_repeated_rows(spark, kafka_b
     check(kafka_bootstrap, topic, kv_codec(spark), expected, (5,))
 
 
+def test_packing_where_the_rows_are_leaves_the_sessions_setting_as_it_was(spark, kafka_bootstrap, topic_factory,
+                                                                          monkeypatch):
+    """An unconsolidated batch is packed in its input tasks, which hold a group per array: Spark's
+    setting for how many groups an object aggregation holds is raised for its job only, and put
+    back after it — unset, or the user's own value — whether the batch was written or refused."""
+    from cdc_emitter import sink_jvm
+
+    monkeypatch.setattr(sink_jvm, "_repeating", {})
+    seen: list = []
+    at_least = sink_jvm.GroupsInMemory.at_least
+
+    def recording(self, groups):
+        at_least(self, groups)
+        seen.append((groups, int(spark.conf.get(sink_jvm.FALLBACK_THRESHOLD))))
+
+    monkeypatch.setattr(sink_jvm.GroupsInMemory, "at_least", recording)
+    topic = topic_factory(2)
+    rows = [(k, f"v{k}", 1) for k in range(3000)]
+    for own in (None, "200"):
+        if own is not None:
+            spark.conf.set(sink_jvm.FALLBACK_THRESHOLD, own)
+        try:
+            sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0)
+            t = 0 if own is None else 2
+            assert sink.write(spark.createDataFrame(rows, KV), time=t).updates == 3000
+            assert spark.conf.get(sink_jvm.FALLBACK_THRESHOLD, None) == own
+            with pytest.raises(BadInputError, match="null diff"):  # fails the job in its input tasks
+                sink.write(spark.createDataFrame([*rows, (1, "a", None)], KV), time=t + 1)
+            assert spark.conf.get(sink_jvm.FALLBACK_THRESHOLD, None) == own
+        finally:
+            spark.conf.unset(sink_jvm.FALLBACK_THRESHOLD)
+    assert seen[0] == (8 * 65, 8 * 65)  # a new topic's first batch: 8 buckets of 64 arrays
+    assert all(in_force >= groups for groups, in_force in seen)  # later: spread for the batch before
+
+
 def test_rows_whose_hashes_collide_are_consolidated_apart(spark, kafka_bootstrap, topic_factory, monkeypatch):
     """Different rows of one hash (a collision, forced here: three hashes for 600 rows) make
     an unconsolidated array look repeated; the batch is consolidated, on the data's bytes, and
