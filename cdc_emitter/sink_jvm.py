@@ -12,7 +12,9 @@ A batch is two Spark jobs over one plan:
    made of its data bytes, time and diff, and packed into update arrays of at most
    ``max_message_bytes`` (joined by ``listagg`` on Spark 4), an array holding updates of any
    times. A batch is first packed unconsolidated instead, each row its own update (no
-   aggregation over every row); the arrays where two rows turn out to share data and time
+   aggregation over every row), encoded and packed in its input task, before the shuffle
+   (only each task's share of each array moves: see :class:`GroupsInMemory` for what a task
+   then holds); the arrays where two rows turn out to share data and time
    (found per array, before anything is written) are consolidated again alone — the whole
    batch when they are over half — and when they were over a quarter, the next batch of the
    same data layout is consolidated straight away. A whole batch is consolidated the way

@@ -101,6 +101,7 @@ def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
     from pyspark.sql import SparkSession
 
     from cdc_emitter import CdcSink
+    from cdc_emitter.sink_jvm import FALLBACK_THRESHOLD, GroupsInMemory
 
     spark = SparkSession.builder.remote(url).getOrCreate()
     source, checkpoint = Path(workdir) / "in", Path(workdir) / "checkpoint"
@@ -129,7 +130,14 @@ def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
     second = CdcSink(bootstrap, topic, checkpoint_location=str(other_checkpoint), time_column="t")
     run_query(spark, other, other_checkpoint, second)
     final = spark.createDataFrame(rows(4, 2_000), DDL)
-    CdcSink(bootstrap, topic, time_column="t").write(final)
+    # the executors' way through Connect, and the setting its packing raises (GroupsInMemory),
+    # read, raised and put back through Connect's config requests
+    CdcSink(bootstrap, topic, time_column="t", small_batch_rows=0).write(final)
+    held = GroupsInMemory(spark)
+    held.at_least(520)
+    assert spark.conf.get(FALLBACK_THRESHOLD) == "520"
+    held.restore()
+    assert spark.conf.get(FALLBACK_THRESHOLD, None) is None
     spark.stop()
     print("done")
 
