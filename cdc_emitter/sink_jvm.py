@@ -610,7 +610,8 @@ class GroupsInMemory:
     rest of the task's input, which cost more than the shuffle saved (4M rows: 4.7 s against
     3.3 s). What a task then holds is its own rows' messages, as a task packing a bucket holds
     its bucket's. The setting must be raised before the messages are cached: a cached plan is
-    planned on a copy of the session's settings taken then."""
+    planned on a copy of the session's settings taken then. Batches of two sinks on one session
+    at once may put it back under each other: a task then sorts, slower, to the same messages."""
 
     def __init__(self, spark: Any) -> None:
         self._spark = spark
