@@ -449,8 +449,10 @@ class MessagePlan:
             consolidated = rows.repartition(self._buckets, ex.bucket).select(*ex.unconsolidated)
             repeated = self._repeated_unconsolidated
         else:  # each row its own update, packed where the rows are (see packed_groups)
-            consolidated = rows.select(*ex.unconsolidated)
-            repeated = self._repeated_unconsolidated
+            # the shares are joined in at most a task per bucket, as packing was: else in the
+            # session's shuffle partitions (200 by default), when adaptive execution is off
+            return self._pack(rows.select(*ex.unconsolidated), self._fanned(fanout),
+                              self._repeated_unconsolidated, ex, time).coalesce(self._buckets)
         chunk = ex.chunk_exact if exact else self._fanned(fanout)
         return self._pack(consolidated, chunk, repeated, ex, time)
 
