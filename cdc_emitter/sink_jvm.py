@@ -39,7 +39,9 @@ those of the messages written; the executors need only Spark and the two Spark p
 from __future__ import annotations
 
 import json
+import logging
 import re
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -49,8 +51,11 @@ from .core import MAX_LONG, MIN_LONG
 from .errors import BadInputError, CdcError, ConfigError, LateUpdateError
 from .spark_schema import contains_map, contains_type
 
+log = logging.getLogger(__name__)
+
 __all__ = ["Check", "row_checks", "ENVELOPE", "MessagePlan", "bucket_of", "partition_labels", "spark_hash_long", "EncodedRows", "arrow_table", "normalized", "hash_columns", "encoded_data", "digest_share", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options", "java_client_options",
-           "canonical", "group_keys", "task_error", "kafka_cause", "expect_repeats", "note_repeats", "forget_layouts"]
+           "canonical", "group_keys", "task_error", "kafka_cause", "expect_repeats", "note_repeats", "forget_layouts",
+           "FALLBACK_THRESHOLD", "packed_groups", "GroupsInMemory"]
 
 TIME = "__cdc_time"
 DIFF = "__cdc_diff"
@@ -622,17 +627,23 @@ class GroupsInMemory:
         self._raised = False
 
     def at_least(self, groups: int) -> None:
-        """Raise the setting to ``groups`` if it is lower."""
+        """Raise the setting to ``groups`` if it is lower. Where the session refuses (a platform
+        that allows only some settings), the tasks sort instead: slower, the same messages."""
         conf = self._spark.conf
-        if self._current is None:
-            self._old = conf.get(FALLBACK_THRESHOLD, None)
-            try:
-                self._current = int(self._old if self._old is not None else conf.get(FALLBACK_THRESHOLD))
-            except (TypeError, ValueError):  # not a number we can compare: as the user left it
-                self._current = groups
-        if groups > self._current:
-            conf.set(FALLBACK_THRESHOLD, str(groups))
-            self._current, self._raised = groups, True
+        try:
+            if self._current is None:
+                self._old = conf.get(FALLBACK_THRESHOLD, None)
+                try:
+                    self._current = int(self._old if self._old is not None else conf.get(FALLBACK_THRESHOLD))
+                except (TypeError, ValueError):  # not a number we can compare: as the user left it
+                    self._current = groups
+            if groups > self._current:
+                conf.set(FALLBACK_THRESHOLD, str(groups))
+                self._current, self._raised = groups, True
+        except Exception as exc:  # noqa: BLE001 - refused by the session: not worth failing the batch for
+            log.info("could not raise %s to %d (%s): Spark sorts the rows of an input task past that many "
+                     "groups instead", FALLBACK_THRESHOLD, groups, str(exc).splitlines()[0][:200] if str(exc) else exc)
+            self._current = sys.maxsize  # not again for this batch
 
     def restore(self) -> None:
         """Put the session's own value back, if it was raised."""
@@ -1021,8 +1032,6 @@ def write_messages(messages: Any, options: Mapping[str, str], headers: Sequence[
 
     A password in the options (``kafka.sasl.jaas.config``) is kept out of what Spark prints
     (its option redaction is extended to that key) and out of Py4J's debug log."""
-    import logging
-
     from pyspark.sql import functions as F
 
     # one SQL expression, parsed on the JVM: built from Columns, the headers took some 130 round

@@ -94,3 +94,17 @@ def test_a_setting_already_high_enough_or_not_a_number_is_never_touched():
     held.at_least(100)  # within Spark's default of 128
     held.restore()
     assert default.conf.calls == []
+
+
+def test_a_session_that_refuses_the_setting_still_writes_the_batch():
+    class Refusing(FakeConf):
+        def set(self, key, value):
+            raise RuntimeError("[CONFIG_NOT_AVAILABLE] Configuration is not available.")
+
+    session = FakeSession()
+    session.conf = Refusing()
+    held = GroupsInMemory(session)
+    held.at_least(520)  # logged, not raised: the tasks sort instead
+    held.at_least(1040)  # not asked again for this batch
+    held.restore()
+    assert session.conf.own == {} and session.conf.calls == []
