@@ -113,8 +113,7 @@ class ExecutorsWay:
         groups = sink_jvm.GroupsInMemory(spark)
 
         def persisted_messages() -> Any:
-            if not consolidate:  # packed where the rows are: each input task holds every array
-                groups.at_least(sink_jvm.packed_groups(self.buckets or FIRST_BUCKETS, self.fanout))
+            groups.at_least(plan.groups_per_input_task(self.fanout, consolidate=consolidate, exact=exact))
             return plan.messages(prepared, checks, time=batch.time, fanout=self.fanout, exact=exact,
                                  consolidate=consolidate).persist()
 

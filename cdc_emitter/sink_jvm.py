@@ -446,20 +446,33 @@ class MessagePlan:
         else:
             rows = rows.drop(TIME_KEY)
         rows = rows.withColumn("__cdc_bucket", self._bucket)
-        if consolidate:
-            consolidated = (rows.repartition(self._buckets, ex.bucket).groupBy(*ex.keys)
-                            .agg(*self._sums, *self._firsts).select(*ex.after_keys))
-            repeated = self._repeated
-        elif exact or arrays is not None:  # each row its own update, packed in its bucket's task
-            consolidated = rows.repartition(self._buckets, ex.bucket).select(*ex.unconsolidated)
-            repeated = self._repeated_unconsolidated
-        else:  # each row its own update, packed where the rows are (see packed_groups)
+        if self._packs_in_input_tasks(consolidate, exact, arrays):  # see groups_per_input_task
             # the shares are joined in at most a task per bucket, as packing was: else in the
             # session's shuffle partitions (200 by default), when adaptive execution is off
             return self._pack(rows.select(*ex.unconsolidated), self._fanned(fanout),
                               self._repeated_unconsolidated, ex, time).coalesce(self._buckets)
+        rows = rows.repartition(self._buckets, ex.bucket)
+        if consolidate:
+            consolidated = rows.groupBy(*ex.keys).agg(*self._sums, *self._firsts).select(*ex.after_keys)
+            repeated = self._repeated
+        else:  # each row its own update, packed in its bucket's task
+            consolidated = rows.select(*ex.unconsolidated)
+            repeated = self._repeated_unconsolidated
         chunk = ex.chunk_exact if exact else self._fanned(fanout)
         return self._pack(consolidated, chunk, repeated, ex, time)
+
+    @staticmethod
+    def _packs_in_input_tasks(consolidate: bool, exact: bool, arrays: Any) -> bool:
+        """Whether :meth:`messages` packs where the rows are: unconsolidated and spread."""
+        return not (consolidate or exact or arrays is not None)
+
+    def groups_per_input_task(self, fanout: int, *, consolidate: bool, exact: bool = False) -> int:
+        """How many groups each input task holds computing :meth:`messages` of these arguments
+        (see :class:`GroupsInMemory`): :func:`packed_groups` when it packs where the rows are,
+        else 0 — the rows are packed after the shuffle, a bucket per task."""
+        if not self._packs_in_input_tasks(consolidate, exact, None):
+            return 0
+        return packed_groups(self._buckets, fanout)
 
     def _checked(self, prepared: Any, checks: Sequence[Check], into: str = TIME) -> Any:
         """``prepared`` with its column ``into`` (the time, or the diff) checked: in the map
@@ -627,8 +640,11 @@ class GroupsInMemory:
         self._raised = False
 
     def at_least(self, groups: int) -> None:
-        """Raise the setting to ``groups`` if it is lower. Where the session refuses (a platform
-        that allows only some settings), the tasks sort instead: slower, the same messages."""
+        """Raise the setting to ``groups`` if it is lower (0: nothing to raise). Where the
+        session refuses (a platform that allows only some settings), the tasks sort instead:
+        slower, the same messages."""
+        if groups <= 0:
+            return
         conf = self._spark.conf
         try:
             if self._current is None:
