@@ -683,11 +683,14 @@ class CdcSink:
             checked = self._driver_way().check(df, prepared, spark, batch, consolidated=way == DRIVER_AFTER_EXECUTORS)
         if checked is None:  # the executors' way, or too big for the driver after all
             way = EXECUTORS
-            if encoder == "jvm":
-                checked = self._executors_way().check(prepared, spark, batch)
+            if encoder == "jvm":  # checked and written by one job, when no digest is compared first
+                checked = self._executors_way().check(prepared, spark, batch,
+                                                      write_while_packing=recorded_digest is None)
             else:
                 checked = self._python_way(encoder).check(prepared, batch)
-        if encoder == "jvm":  # by the rows the driver would take, and by what they consolidated to
+        # the next batch's way: by the rows the driver would take, and by what they consolidated
+        # to (known after the write, for a batch checked and written by one job)
+        if encoder == "jvm" and checked.known_before_write:
             self._next_way = self._way_after(checked.rows, checked.groups, checked.bytes)
             if way == EXECUTORS and checked.produced_on_driver:  # a small batch's messages, joined
                 way = DRIVER_AFTER_EXECUTORS
@@ -709,6 +712,8 @@ class CdcSink:
                 raise
         finally:
             checked.release()
+        if encoder == "jvm" and not checked.known_before_write:
+            self._next_way = self._way_after(checked.rows, checked.groups, checked.bytes)
         clock.mark("write")
         # 5. only after every update is acknowledged: the progress statement
         result = self._commit(batch, upper, written, since=since, checked=checked)

@@ -10,7 +10,8 @@ only then calls :meth:`Checked.write`, and after it writes the progress statemen
 Guarantees a way gives: :meth:`Checked.write` is the only step that writes to Kafka, and it
 returns only once every message it wrote is acknowledged; a bad row, an overflowing diff sum or
 an oversized update raises before a way returns its :class:`Checked` batch (the Python
-encoders' way: before :meth:`Checked.write` writes its first message).
+encoders' way, and a JVM batch checked and written by one job: before :meth:`Checked.write`
+writes its first message).
 """
 
 from __future__ import annotations
@@ -65,6 +66,9 @@ class Checked:
     bytes: int = 0
     #: its messages are produced by the sink's driver producer, though packed on the executors
     produced_on_driver: bool = False
+    #: ``rows``, ``groups`` and ``bytes`` are known once :meth:`check <Checked>` returned; False:
+    #: only after :meth:`write` (a batch checked and written by one job)
+    known_before_write: bool = True
 
     def digest(self) -> tuple[int, tuple]:
         """``(xor, ((time, updates), ...))`` of what :meth:`write` would write: for a re-run to

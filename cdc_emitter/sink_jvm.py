@@ -30,6 +30,14 @@ A batch is two Spark jobs over one plan:
    fails the task, and Spark retries it — a retry can only duplicate whole update arrays, which
    readers discard.
 
+A running sink's batch of one time, bet unconsolidated, is both in one job instead
+(``write_observed``): its rows are checked, encoded and packed in the input stage, and its
+messages written by the tasks after the shuffle, which start only once every input task passed;
+the arrays found repeated or too big are left out of that write and written after it,
+consolidated; the figures are observed in the job (``Dataset.observe``) — no cache, no second
+read of the messages. A diff beyond ``LARGE_DIFF`` sends the batch to the two jobs (a sum over
+64 bits must be found before anything is written).
+
 Guarantees: no message is written before every row of the batch passed validation and every
 consolidated diff fits 64 bits; every message is at most ``max_message_bytes``; the counts are
 those of the messages written; the executors need only Spark and the two Spark packages
@@ -55,7 +63,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Check", "row_checks", "ENVELOPE", "MessagePlan", "bucket_of", "partition_labels", "spark_hash_long", "EncodedRows", "arrow_table", "normalized", "hash_columns", "encoded_data", "digest_share", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options", "java_client_options",
            "canonical", "group_keys", "task_error", "kafka_cause", "expect_repeats", "note_repeats", "forget_layouts",
-           "FALLBACK_THRESHOLD", "packed_groups", "GroupsInMemory"]
+           "FALLBACK_THRESHOLD", "packed_groups", "GroupsInMemory", "V1_SOURCES", "KafkaWriteObserved",
+           "LARGE_DIFF", "small_diffs", "large_diff", "ObservedWrite", "write_observed"]
 
 TIME = "__cdc_time"
 DIFF = "__cdc_diff"
@@ -671,6 +680,148 @@ class GroupsInMemory:
         self._current, self._raised = None, False
 
 
+#: Spark's setting: the data sources written by their V1 writer, Kafka's among them by default
+V1_SOURCES = "spark.sql.sources.useV1SourceList"
+
+
+class KafkaWriteObserved:
+    """Has ``spark``'s session write Kafka by its data source V2 writer while a batch is written
+    in the job that packs it (:func:`write_observed`), and puts the setting back
+    (:meth:`restore`): the V1 writer, Spark's default for Kafka, runs its job outside the
+    query that observes the messages, whose figures then never come (``Observation.get`` would
+    wait for ever). The two writers share the producers, their settings and the messages
+    written. :attr:`in_force` is False where the session refused the setting: the batch must
+    then be written by two jobs (:class:`~cdc_emitter.sink_executors.ExecutorsWay`)."""
+
+    def __init__(self, spark: Any) -> None:
+        self._spark = spark
+        self._old: str | None = None
+        self._changed = False
+        self.in_force = False
+        try:
+            conf = spark.conf
+            self._old = conf.get(V1_SOURCES, None)
+            current = self._old if self._old is not None else conf.get(V1_SOURCES)
+            sources = [s.strip() for s in str(current).split(",") if s.strip()]
+            if "kafka" in (s.lower() for s in sources):
+                conf.set(V1_SOURCES, ",".join(s for s in sources if s.lower() != "kafka"))
+                self._changed = True
+                # a session may take a setting and ignore it: read it back
+                self.in_force = "kafka" not in str(conf.get(V1_SOURCES)).lower().split(",")
+            else:
+                self.in_force = True
+        except Exception as exc:  # noqa: BLE001 - refused by the session: two jobs instead
+            log.info("could not set %s (%s): batches are written by a job after the one that packs them",
+                     V1_SOURCES, str(exc).splitlines()[0][:200] if str(exc) else exc)
+
+    def restore(self) -> None:
+        """Put the session's own value back, if it was changed."""
+        if self._changed:
+            if self._old is None:
+                self._spark.conf.unset(V1_SOURCES)
+            else:
+                self._spark.conf.set(V1_SOURCES, self._old)
+            self._changed = False
+
+
+#: A diff beyond which a batch written in the job that packs it is written by two jobs instead
+#: (:func:`small_diffs`): below it no sum of fewer than 2^31 rows' diffs can overflow 64 bits
+LARGE_DIFF = 2**32
+_LARGE = "LargeDiff"  # the kind of small_diffs' raise_error: not an error of the input
+
+
+def small_diffs() -> Check:
+    """A per-row check, for a batch written in the job that packs it, that fails the job before
+    the shuffle — before anything is written — on a diff beyond :data:`LARGE_DIFF` either way:
+    such a batch could hold rows of one data and time whose sum overflows 64 bits, which is only
+    found when their arrays are consolidated, after the others were written. The batch is then
+    written by two jobs, which find it before writing (:func:`large_diff` tells this failure)."""
+    from pyspark.sql import functions as F
+
+    d = F.col(DIFF)
+    return Check((d > F.lit(LARGE_DIFF)) | (d < F.lit(-LARGE_DIFF)), _LARGE, (f"{BATCH}: a diff beyond 2^32",))
+
+
+def large_diff(exc: BaseException) -> bool:
+    """Whether a failed job failed on :func:`small_diffs`' check alone (not on a bad row)."""
+    found = _MARKED.findall(str(exc))
+    return bool(found) and found[-1][0] == _LARGE
+
+
+@dataclass(frozen=True)
+class ObservedWrite:
+    """What :func:`write_observed` wrote: its updates' count and digest, messages, bytes, the
+    largest message, the input rows and groups behind them, and the ``(bucket, array)`` of each
+    message left out, with whether any was left out for its size (else for a repeat)."""
+
+    updates: int
+    digest: int
+    messages: int
+    bytes: int
+    largest: int
+    rows: int
+    groups: int
+    left_out: tuple = ()
+    too_big: bool = False
+
+
+_observed_lock = threading.Lock()
+_observed: dict[tuple, Any] = {}
+
+
+def _observed_columns(kind: type, max_message_bytes: int) -> tuple[Any, tuple]:
+    """``(kept, the Columns observed)`` of :func:`write_observed`, built once per DataFrame kind
+    and message limit (each Column made is round trips to the JVM)."""
+    with _observed_lock:
+        found = _observed.get((kind, max_message_bytes))
+        if found is None:
+            from pyspark.sql import functions as F
+
+            size = F.octet_length("value")
+            too_big = F.coalesce(size > F.lit(max_message_bytes), F.lit(False))
+            kept = ~F.col("repeated") & ~too_big
+
+            def of_kept(c: Any) -> Any:
+                return F.when(kept, c)
+
+            columns = (F.coalesce(F.sum(of_kept(F.col("n"))), F.lit(0)).alias("n"),
+                       F.coalesce(F.bit_xor(of_kept(F.col("xor"))), F.lit(0).cast("long")).alias("x"),
+                       F.count(of_kept(F.col("value"))).alias("m"),
+                       F.coalesce(F.sum(of_kept(size)), F.lit(0)).alias("b"),
+                       F.coalesce(F.max(of_kept(size)), F.lit(0)).alias("l"),
+                       F.coalesce(F.sum(of_kept(F.col("rows"))), F.lit(0)).alias("i"),
+                       F.coalesce(F.sum(of_kept(F.col("groups"))), F.lit(0)).alias("g"),
+                       F.collect_list(F.when(~kept, F.struct("bucket", "array"))).alias("left"),
+                       F.bool_or(too_big).alias("big"))
+            found = _observed[(kind, max_message_bytes)] = (kept, columns)
+    return found
+
+
+def write_observed(messages: Any, options: Mapping[str, str], headers: Sequence[tuple[str, bytes]], *,
+                   max_message_bytes: int) -> ObservedWrite:
+    """Write ``messages`` (of an unconsolidated batch of one time, not cached) in the job that
+    computes them, all but those with ``repeated`` or over ``max_message_bytes``, which are left
+    out for the caller to write again (consolidated, or packed exactly); and take the figures of
+    what was written from the same job (``Dataset.observe``). The session must write Kafka by
+    its V2 writer (:class:`KafkaWriteObserved`).
+
+    Why this keeps the guarantees: every row is checked in the job's input stage, before the
+    shuffle, and no task after a shuffle starts before every task before it succeeded — so a
+    bad row fails the job before its first message. A retried write task writes its arrays
+    again (duplicates, which readers discard); the figures count each array once (those of a
+    failed attempt are dropped)."""
+    from pyspark.sql import Observation
+
+    kept, columns = _observed_columns(type(messages), max_message_bytes)
+    observation = Observation()
+    observed = messages.observe(observation, *columns)
+    write_messages(observed.where(kept), options, headers)
+    got = observation.get
+    left = tuple((int(r["bucket"]), int(r["array"])) for r in (got["left"] or ()))
+    return ObservedWrite(int(got["n"]), int(got["x"]), int(got["m"]), int(got["b"]), int(got["l"]),
+                         int(got["i"]), int(got["g"]), left_out=left, too_big=bool(got["big"]))
+
+
 def _array_index(arrays: Any) -> Any:
     """Which of ``arrays`` arrays of its bucket an update goes to (null: no update), when
     spread: from the hash's high half. The bucket is the hash modulo the
@@ -1065,7 +1216,7 @@ def write_messages(messages: Any, options: Mapping[str, str], headers: Sequence[
         _redact_jaas(messages.sparkSession)
         py4j.setLevel(max(logging.INFO, py4j.getEffectiveLevel()))  # Py4J logs each command at DEBUG
     try:
-        writer = out.write.format("kafka")
+        writer = out.write.mode("append").format("kafka")  # append: what the V2 writer takes (see KafkaWriteObserved)
         for key, value in options.items():
             writer = writer.option(key, value)
         writer.save()

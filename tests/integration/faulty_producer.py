@@ -54,3 +54,27 @@ def pickled_by_value() -> None:
     from pyspark import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+class FailOnceAfterRows:
+    """A function for a Python UDF over a message's value: attempt 0 of task 0 fails on its
+    ``rows``-th row, after a pause that lets the messages before it reach the broker; every
+    other task and attempt passes each value through. Put in front of Spark's Kafka writer, it
+    fails a write task part-way, which Spark retries."""
+
+    def __init__(self, rows: int, pause: float = 2.0) -> None:
+        self.rows, self.pause = rows, pause
+        self.seen = 0
+
+    def __call__(self, value):  # no type hints: PySpark would try to infer a pandas UDF from them
+        import time
+
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        if ctx is not None and ctx.attemptNumber() == 0 and ctx.partitionId() == 0:
+            self.seen += 1
+            if self.seen == self.rows:
+                time.sleep(self.pause)
+                raise RuntimeError("injected failure of a write task, after some of its messages")
+        return value

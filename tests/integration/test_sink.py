@@ -11,6 +11,7 @@ import decimal
 import os
 import time
 import uuid
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -205,7 +206,9 @@ def test_jvm_path_consolidates_only_the_arrays_with_repeated_rows(spark, kafka_b
             sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0, max_message_bytes=2032)
         updates.append(sink.write(spark.createDataFrame(rows, KV), time=time_).updates)
         seen.append(calls[:])
-    assert seen == [["unconsolidated"], ["unconsolidated", "some arrays"], ["unconsolidated", "consolidated"],
+    # the third batch follows one of its sink: written by one job (WrittenWhilePacked), which
+    # leaves every repeated array out and consolidates them after it — here all of them
+    assert seen == [["unconsolidated"], ["unconsolidated", "some arrays"], ["unconsolidated", "some arrays"],
                     ["consolidated"], ["unconsolidated"]]
     assert updates == [2000, 1002, 1500, 1502, 1501]
     expected = [((k, v), t, d) for t, rows in enumerate(batches) for k, v, d in rows]
@@ -245,6 +248,195 @@ def test_packing_where_the_rows_are_leaves_the_sessions_setting_as_it_was(spark,
             spark.conf.unset(sink_jvm.FALLBACK_THRESHOLD)
     assert seen[0] == (8 * 65, 8 * 65)  # a new topic's first batch: 8 buckets of 64 arrays
     assert all(in_force >= groups for groups, in_force in seen)  # later: spread for the batch before
+
+
+def _record_observed_writes(monkeypatch) -> list:
+    """Record each batch written by one job (sink_jvm.write_observed): its ObservedWrite, and
+    the session's settings during the write."""
+    from cdc_emitter import sink_jvm
+
+    seen: list = []
+    write_observed = sink_jvm.write_observed
+
+    def recording(messages, *a, **kw):
+        spark = messages.sparkSession
+        during = (spark.conf.get(sink_jvm.V1_SOURCES), spark.conf.get(sink_jvm.FALLBACK_THRESHOLD))
+        observed = write_observed(messages, *a, **kw)
+        seen.append((observed, during))
+        return observed
+
+    monkeypatch.setattr(sink_jvm, "write_observed", recording)
+    return seen
+
+
+def _kv_rows(spark, n: int, *, start: int = 0, diff: Any = 1, partitions: int = 4):
+    """Rows ``(k, "v<k>", diff)`` for k in [start, start + n), of :data:`KV`'s schema (nullable
+    columns, as a DataFrame created from rows has), over ``partitions`` input partitions."""
+    from pyspark.sql import functions as F
+
+    k = F.when(F.col("id").isNotNull(), F.col("id"))  # nullable, as KV's
+    return (spark.range(start, start + n, numPartitions=partitions)
+            .select(k.alias("k"), F.concat(F.lit("v"), k.cast("string")).alias("v"),
+                    (diff if not isinstance(diff, int) else F.lit(diff)).cast("long").alias("diff")))
+
+
+def test_a_running_sinks_batch_is_checked_packed_and_written_by_one_job(spark, kafka_bootstrap, topic_factory,
+                                                                        monkeypatch):
+    """After a sink's first batch, a batch of one time bet unconsolidated is checked, packed and
+    written by one Spark job, its figures observed in that job: Kafka's V2 writer and the groups
+    setting are in force during it only, the session's own values back after it (unset, or the
+    user's); the figures are those of the messages in the topic."""
+    from cdc_emitter import sink_jvm
+
+    monkeypatch.setattr(sink_jvm, "_repeating", {})
+    seen = _record_observed_writes(monkeypatch)
+    topic = topic_factory(2)
+    sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0, max_message_bytes=4096)
+    results = [sink.write(_kv_rows(spark, 20_000), time=0)]
+    assert seen == []  # a first batch: two jobs (its spread is a guess)
+    own = "avro,csv,json,kafka,orc,parquet,text"
+    for t, setting in ((1, None), (2, own)):
+        if setting is not None:
+            spark.conf.set(sink_jvm.V1_SOURCES, setting)
+        try:
+            results.append(sink.write(_kv_rows(spark, 20_000, start=t * 20_000), time=t))
+            assert spark.conf.get(sink_jvm.V1_SOURCES, None) == setting
+            assert spark.conf.get(sink_jvm.FALLBACK_THRESHOLD, None) is None
+        finally:
+            spark.conf.unset(sink_jvm.V1_SOURCES)
+    assert len(seen) == 2
+    for (observed, (v1_sources, groups)), result in zip(seen, results[1:]):
+        assert "kafka" not in v1_sources.split(",") and int(groups) > 128
+        assert (observed.updates, observed.left_out, observed.rows) == (20_000, (), 20_000)
+        assert (result.updates, result.messages, result.bytes - observed.bytes) == (
+            20_000, observed.messages + 1, result.bytes - observed.bytes)
+        assert 0 < observed.largest <= 4096
+    assert count_messages(kafka_bootstrap, topic) == sum(r.messages for r in results)
+    expected = [((k, f"v{k}"), k // 20_000, 1) for k in range(60_000)]
+    check(kafka_bootstrap, topic, kv_codec(spark), expected, (3,))
+
+
+def test_a_bad_row_in_a_batch_written_by_one_job_writes_nothing(spark, kafka_bootstrap, topic_factory,
+                                                               monkeypatch):
+    """A bad row (a null diff) among 40,000 over four input partitions, in a running sink's
+    batch written by one job: the job fails in its input stage, before its shuffle — before
+    any write task starts — so the topic is as it was; the session's settings are back; the
+    same rows without it then write whole."""
+    from pyspark.sql import functions as F
+
+    from cdc_emitter import sink_jvm
+
+    monkeypatch.setattr(sink_jvm, "_repeating", {})
+    observed = _record_observed_writes(monkeypatch)
+    topic = topic_factory(2)
+    sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0)
+    sink.write(_kv_rows(spark, 40_000), time=0)
+    before = count_messages(kafka_bootstrap, topic)
+    bad = _kv_rows(spark, 40_000, start=40_000,
+                   diff=F.when(F.col("id") == 71_234, F.lit(None)).otherwise(F.lit(1)))
+    calls: list = []
+    _record_messages(monkeypatch, calls)
+    with pytest.raises(BadInputError, match=r"""null diff in column 'diff' \(e.g. row \{"k":71234,"v":"v71234"\}\)"""):
+        sink.write(bad, time=1)
+    assert calls == ["unconsolidated"] and observed == []  # one job, which failed before writing
+    assert count_messages(kafka_bootstrap, topic) == before
+    assert spark.conf.get(sink_jvm.V1_SOURCES, None) is None
+    assert spark.conf.get(sink_jvm.FALLBACK_THRESHOLD, None) is None
+    result = sink.write(bad.where("diff IS NOT NULL"), time=1)
+    assert (result.lower, result.upper, result.updates) == (1, 2, 39_999) and len(observed) == 1
+    expected = [((k, f"v{k}"), k // 40_000, 1) for k in range(80_000) if k != 71_234]
+    check(kafka_bootstrap, topic, kv_codec(spark), expected, (2,))
+
+
+def test_a_batch_with_a_diff_beyond_2_32_is_written_by_two_jobs(spark, kafka_bootstrap, topic_factory,
+                                                                monkeypatch):
+    """A batch written by one job could only find a 64-bit overflow of two rows of one data and
+    time when it consolidates their array, after the others were written: a diff beyond 2^32
+    fails that job before its shuffle, and the batch goes by the two jobs, which find the
+    overflow before writing anything; the sink's later batches take the two jobs straight away."""
+    from cdc_emitter import sink_jvm
+
+    monkeypatch.setattr(sink_jvm, "_repeating", {})
+    observed = _record_observed_writes(monkeypatch)
+    topic = topic_factory(2)
+    sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0)
+    sink.write(_kv_rows(spark, 10_000), time=0)
+    before = count_messages(kafka_bootstrap, topic)
+    calls: list = []
+    _record_messages(monkeypatch, calls)
+    big = [(k, f"v{k}", 1) for k in range(10_000, 14_000)] + [(1, "v1", 2**62), (1, "v1", 2**62)]
+    with pytest.raises(BadInputError, match=r'row \{"k":1,"v":"v1"\}.*overflows'):
+        sink.write(spark.createDataFrame(big, KV).repartition(4), time=1)
+    assert calls[0] == "unconsolidated" and "unconsolidated" in calls[1:] and observed == []
+    assert count_messages(kafka_bootstrap, topic) == before
+    calls.clear()
+    fits = big[:-1] + [(2, "v2", -(2**40))]
+    assert sink.write(spark.createDataFrame(fits, KV).repartition(4), time=1).updates == 4002
+    assert "unconsolidated" in calls and observed == []  # two jobs, without trying one first
+    expected = ([((k, f"v{k}"), 0, 1) for k in range(10_000)] + [((k, v), 1, d) for k, v, d in fits])
+    check(kafka_bootstrap, topic, kv_codec(spark), expected, (2,))
+
+
+def test_arrays_left_out_of_the_one_job_are_written_after_it(spark, kafka_bootstrap, topic_factory, monkeypatch):
+    """The arrays a batch written by one job finds repeated (rows of one data and time) or too
+    big (the batch outgrew the spread its sink sized from the last) are left out of that job
+    and written after it, consolidated, packed exactly when too big: every message within the
+    limit, the figures counting each update once."""
+    from cdc_emitter import kafka_io, sink_jvm
+
+    monkeypatch.setattr(sink_jvm, "_repeating", {})
+    observed = _record_observed_writes(monkeypatch)
+    topic = topic_factory(2)
+    limit = 2032
+    sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0, max_message_bytes=limit)
+    sink.write(_kv_rows(spark, 2_000), time=0)
+    calls: list = []
+    _record_messages(monkeypatch, calls)
+    # 1. a few rows repeated: their arrays are consolidated after the job
+    repeats = [(k, f"v{k}", 1) for k in range(2_000, 4_000)] + [(2_001, "v2001", 1), (2_002, "v2002", -1)]
+    result = sink.write(spark.createDataFrame(repeats, KV).repartition(4), time=1)
+    assert calls == ["unconsolidated", "some arrays"] and result.updates == 1_999
+    assert len(observed) == 1 and 0 < len(observed[0][0].left_out) <= 2 and not observed[0][0].too_big
+    # 2. a batch 20 times bigger than its spread was sized for: its big arrays packed exactly
+    calls.clear()
+    result = sink.write(_kv_rows(spark, 40_000, start=4_000), time=2)
+    assert calls == ["unconsolidated", "exact"] and result.updates == 40_000
+    assert observed[1][0].too_big and observed[1][0].left_out
+    sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
+    assert max(sizes) <= limit
+    expected = ([((k, f"v{k}"), 0, 1) for k in range(2_000)] + [((k, v), 1, d) for k, v, d in repeats]
+                + [((k, f"v{k}"), 2, 1) for k in range(4_000, 44_000)])
+    check(kafka_bootstrap, topic, kv_codec(spark), expected, (3,))
+
+
+def test_a_write_task_retried_in_the_one_job_only_duplicates(spark, kafka_bootstrap, topic_factory, monkeypatch):
+    """A write task of a batch written by one job fails after some of its messages reached the
+    topic, and Spark retries it: the retry writes its arrays again — duplicates, which readers
+    discard — and the figures observed count each array once (those of the failed attempt are
+    dropped), so the progress statement's counts are exact."""
+    from pyspark.sql import functions as F
+
+    from cdc_emitter import sink_jvm
+    from faulty_producer import FailOnceAfterRows, pickled_by_value
+
+    monkeypatch.setattr(sink_jvm, "_repeating", {})
+    pickled_by_value()
+    observed = _record_observed_writes(monkeypatch)
+    topic = topic_factory(2)
+    sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0, max_message_bytes=400)
+    sink.write(_kv_rows(spark, 6_000), time=0)
+    write_messages = sink_jvm.write_messages
+    fail = F.udf(FailOnceAfterRows(300), "binary")
+
+    def failing(messages, options, headers):  # every message in one task, which fails once
+        return write_messages(messages.coalesce(1).withColumn("value", fail("value")), options, headers)
+
+    monkeypatch.setattr(sink_jvm, "write_messages", failing)
+    result = sink.write(_kv_rows(spark, 6_000, start=6_000), time=1)
+    assert len(observed) == 1 and result.updates == 6_000 == observed[0][0].updates
+    expected = [((k, f"v{k}"), k // 6_000, 1) for k in range(12_000)]
+    reader = check(kafka_bootstrap, topic, kv_codec(spark), expected, (2,))
+    assert reader.duplicates >= 100  # the failed attempt's messages, written again by the retry
 
 
 def test_rows_whose_hashes_collide_are_consolidated_apart(spark, kafka_bootstrap, topic_factory, monkeypatch):

@@ -21,6 +21,14 @@ DDL = "k long, v string, t long, diff long"
 #: The standalone job's files (part, rows): two batches above its ``small_batch_rows``, two below
 #: (the sink picks a batch's way by the size of the batch before it).
 PARTS = ((0, 60_000), (1, 60_000), (2, 20_000), (3, 20_000))
+#: The Connect job's second topic (TOPIC + this): two batches of one time by one sink.
+ONE_JOB = "-one-job"
+ONE_JOB_ROWS = 3_000
+
+
+def one_job_rows(time: int) -> list[dict]:
+    """The rows of the Connect job's batch of ``time`` on its second topic: distinct."""
+    return [{"k": i, "v": f"v{time}-{i}", "t": 0, "diff": 1} for i in range(ONE_JOB_ROWS)]
 
 
 def rows(part: int, n: int) -> list[dict]:
@@ -101,7 +109,8 @@ def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
     from pyspark.sql import SparkSession
 
     from cdc_emitter import CdcSink
-    from cdc_emitter.sink_jvm import FALLBACK_THRESHOLD, GroupsInMemory
+    from cdc_emitter import sink_jvm
+    from cdc_emitter.sink_jvm import FALLBACK_THRESHOLD, V1_SOURCES, GroupsInMemory
 
     spark = SparkSession.builder.remote(url).getOrCreate()
     source, checkpoint = Path(workdir) / "in", Path(workdir) / "checkpoint"
@@ -133,6 +142,17 @@ def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
     # the executors' way through Connect, and the setting its packing raises (GroupsInMemory),
     # read, raised and put back through Connect's config requests
     CdcSink(bootstrap, topic, time_column="t", small_batch_rows=0).write(final)
+    # a running sink's batch of one time, checked, packed and written by one job through
+    # Connect: its figures observed (an Observation), Kafka's V2 writer set and put back
+    observed = []
+    write_observed = sink_jvm.write_observed
+    sink_jvm.write_observed = lambda *a, **kw: observed.append(write_observed(*a, **kw)) or observed[-1]
+    one_job = CdcSink(bootstrap, topic + ONE_JOB, create_topic=True, small_batch_rows=0)
+    for time_ in (0, 1):
+        written = one_job.write(spark.createDataFrame(one_job_rows(time_), DDL).drop("t"), time=time_)
+        assert (written.updates, written.finished_on) == (ONE_JOB_ROWS, "executors"), written
+    assert [o.updates for o in observed] == [ONE_JOB_ROWS], observed  # the second batch's one job
+    assert spark.conf.get(V1_SOURCES, None) is None
     held = GroupsInMemory(spark)
     held.at_least(520)
     assert spark.conf.get(FALLBACK_THRESHOLD) == "520"
