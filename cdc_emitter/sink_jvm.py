@@ -791,7 +791,8 @@ def _observed_columns(kind: type, max_message_bytes: int) -> tuple[Any, tuple]:
                        F.coalesce(F.max(of_kept(size)), F.lit(0)).alias("l"),
                        F.coalesce(F.sum(of_kept(F.col("rows"))), F.lit(0)).alias("i"),
                        F.coalesce(F.sum(of_kept(F.col("groups"))), F.lit(0)).alias("g"),
-                       F.collect_list(F.when(~kept, F.struct("bucket", "array"))).alias("left"),
+                       # as JSON text: PySpark 3.5's Observation hands back an array as a Java object
+                       F.to_json(F.collect_list(F.when(~kept, F.array("bucket", "array")))).alias("left"),
                        F.bool_or(too_big).alias("big"))
             found = _observed[(kind, max_message_bytes)] = (kept, columns)
     return found
@@ -817,7 +818,7 @@ def write_observed(messages: Any, options: Mapping[str, str], headers: Sequence[
     observed = messages.observe(observation, *columns)
     write_messages(observed.where(kept), options, headers)
     got = observation.get
-    left = tuple((int(r["bucket"]), int(r["array"])) for r in (got["left"] or ()))
+    left = tuple((int(bucket), int(array)) for bucket, array in json.loads(got["left"] or "[]"))
     return ObservedWrite(int(got["n"]), int(got["x"]), int(got["m"]), int(got["b"]), int(got["l"]),
                          int(got["i"]), int(got["g"]), left_out=left, too_big=bool(got["big"]))
 
