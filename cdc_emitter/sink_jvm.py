@@ -667,17 +667,27 @@ class GroupsInMemory:
                 self._current, self._raised = groups, True
         except Exception as exc:  # noqa: BLE001 - refused by the session: not worth failing the batch for
             log.info("could not raise %s to %d (%s): Spark sorts the rows of an input task past that many "
-                     "groups instead", FALLBACK_THRESHOLD, groups, str(exc).splitlines()[0][:200] if str(exc) else exc)
+                     "groups instead", FALLBACK_THRESHOLD, groups, _first_line(exc))
             self._current = sys.maxsize  # not again for this batch
 
     def restore(self) -> None:
         """Put the session's own value back, if it was raised."""
         if self._raised:
-            if self._old is None:
-                self._spark.conf.unset(FALLBACK_THRESHOLD)
-            else:
-                self._spark.conf.set(FALLBACK_THRESHOLD, self._old)
+            _put_back(self._spark, FALLBACK_THRESHOLD, self._old)
         self._current, self._raised = None, False
+
+
+def _put_back(spark: Any, key: str, old: str | None) -> None:
+    """Put a session setting back as the user left it: ``old``, or unset (None)."""
+    if old is None:
+        spark.conf.unset(key)
+    else:
+        spark.conf.set(key, old)
+
+
+def _first_line(exc: BaseException) -> Any:
+    """An exception's first line, short, for a log line (the exception itself when it has no text)."""
+    return str(exc).splitlines()[0][:200] if str(exc) else exc
 
 
 #: Spark's setting: the data sources written by their V1 writer, Kafka's among them by default
@@ -712,15 +722,12 @@ class KafkaWriteObserved:
                 self.in_force = True
         except Exception as exc:  # noqa: BLE001 - refused by the session: two jobs instead
             log.info("could not set %s (%s): batches are written by a job after the one that packs them",
-                     V1_SOURCES, str(exc).splitlines()[0][:200] if str(exc) else exc)
+                     V1_SOURCES, _first_line(exc))
 
     def restore(self) -> None:
         """Put the session's own value back, if it was changed."""
         if self._changed:
-            if self._old is None:
-                self._spark.conf.unset(V1_SOURCES)
-            else:
-                self._spark.conf.set(V1_SOURCES, self._old)
+            _put_back(self._spark, V1_SOURCES, self._old)
             self._changed = False
 
 
