@@ -2,7 +2,8 @@
 (:class:`~cdc_emitter.sink_jvm.MessagePlan`), its messages cached, then written by Spark's own
 Kafka writer — nothing of ours runs on the executors. A small first batch, spread before its
 size was known over many messages, has them joined on the driver and produced by the sink's
-producer instead (:meth:`ExecutorsWay._joined`).
+producer instead (:meth:`ExecutorsWay._joined`). A running sink's batch of one time, bet
+unconsolidated, is checked, packed and written by one job instead (:class:`WrittenWhilePacked`).
 
 Guarantees: nothing is written before every row passed its checks, every consolidated diff fits
 64 bits and every message is at most ``max_message_bytes`` (a spread that came out too big is
