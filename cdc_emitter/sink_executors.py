@@ -146,10 +146,8 @@ class ExecutorsWay:
                     if carry and too_big_for_driver(exc):  # spark.driver.maxResultSize: without them
                         carry = 0
                         continue
-                    ours = sink_jvm.task_error(exc, batch.what, batch.time)
-                    if ours is None:
-                        raise
-                    raise ours from None
+                    _raise_ours(exc, batch)
+                    raise
                 if not consolidate and stats.repeated:
                     consolidate = True
                     repeated = stats.repeated_arrays
@@ -283,6 +281,16 @@ class ExecutorsWay:
         return self._checks_writing[1]
 
 
+def _raise_ours(exc: BaseException, batch: Batch) -> None:
+    """Raise our error behind a failed Spark job (a ``raise_error`` of
+    :mod:`~cdc_emitter.sink_jvm`, the batch named), if that is what failed it."""
+    from . import sink_jvm
+
+    ours = sink_jvm.task_error(exc, batch.what, batch.time)
+    if ours is not None:
+        raise ours from None
+
+
 def _observable(spark: Any) -> bool:
     """Whether ``spark``'s DataFrames take an ``Observation`` (Spark Connect's from PySpark 4)."""
     if "connect" not in type(spark).__module__:
@@ -342,9 +350,7 @@ class WrittenWhilePacked(Checked):
                                                        max_message_bytes=way.max_message_bytes)
                 except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
                     if not sink_jvm.large_diff(exc):
-                        ours = sink_jvm.task_error(exc, batch.what, batch.time)
-                        if ours is not None:
-                            raise ours from None
+                        _raise_ours(exc, batch)
                         raise way._delivery_error(exc, options, batch) from exc
                     way._large_diffs = True  # it failed before its shuffle: nothing was written
         finally:
@@ -389,10 +395,8 @@ class WrittenWhilePacked(Checked):
                     way._write(fixed, options, batch)
                     return stats
             except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
-                ours = sink_jvm.task_error(exc, batch.what, batch.time)
-                if ours is None:
-                    raise
-                raise ours from None
+                _raise_ours(exc, batch)
+                raise
             finally:
                 fixed.unpersist()
             exact = True

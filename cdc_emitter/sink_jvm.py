@@ -772,37 +772,32 @@ class ObservedWrite:
     too_big: bool = False
 
 
-_observed_lock = threading.Lock()
-_observed: dict[tuple, Any] = {}
-
-
 def _observed_columns(kind: type, max_message_bytes: int) -> tuple[Any, tuple]:
     """``(kept, the Columns observed)`` of :func:`write_observed`, built once per DataFrame kind
-    and message limit (each Column made is round trips to the JVM)."""
-    with _observed_lock:
-        found = _observed.get((kind, max_message_bytes))
-        if found is None:
-            from pyspark.sql import functions as F
+    and message limit (:func:`_built_once`)."""
+    return _built_once(("observed", kind, max_message_bytes), lambda: _build_observed(max_message_bytes))
 
-            size = F.octet_length("value")
-            too_big = F.coalesce(size > F.lit(max_message_bytes), F.lit(False))
-            kept = ~F.col("repeated") & ~too_big
 
-            def of_kept(c: Any) -> Any:
-                return F.when(kept, c)
+def _build_observed(max_message_bytes: int) -> tuple[Any, tuple]:
+    from pyspark.sql import functions as F
 
-            columns = (F.coalesce(F.sum(of_kept(F.col("n"))), F.lit(0)).alias("n"),
-                       F.coalesce(F.bit_xor(of_kept(F.col("xor"))), F.lit(0).cast("long")).alias("x"),
-                       F.count(of_kept(F.col("value"))).alias("m"),
-                       F.coalesce(F.sum(of_kept(size)), F.lit(0)).alias("b"),
-                       F.coalesce(F.max(of_kept(size)), F.lit(0)).alias("l"),
-                       F.coalesce(F.sum(of_kept(F.col("rows"))), F.lit(0)).alias("i"),
-                       F.coalesce(F.sum(of_kept(F.col("groups"))), F.lit(0)).alias("g"),
-                       # as JSON text: PySpark 3.5's Observation hands back an array as a Java object
-                       F.to_json(F.collect_list(F.when(~kept, F.array("bucket", "array")))).alias("left"),
-                       F.bool_or(too_big).alias("big"))
-            found = _observed[(kind, max_message_bytes)] = (kept, columns)
-    return found
+    size = F.octet_length("value")
+    too_big = F.coalesce(size > F.lit(max_message_bytes), F.lit(False))
+    kept = ~F.col("repeated") & ~too_big
+
+    def of_kept(c: Any) -> Any:
+        return F.when(kept, c)
+
+    return kept, (F.coalesce(F.sum(of_kept(F.col("n"))), F.lit(0)).alias("n"),
+                  F.coalesce(F.bit_xor(of_kept(F.col("xor"))), F.lit(0).cast("long")).alias("x"),
+                  F.count(of_kept(F.col("value"))).alias("m"),
+                  F.coalesce(F.sum(of_kept(size)), F.lit(0)).alias("b"),
+                  F.coalesce(F.max(of_kept(size)), F.lit(0)).alias("l"),
+                  F.coalesce(F.sum(of_kept(F.col("rows"))), F.lit(0)).alias("i"),
+                  F.coalesce(F.sum(of_kept(F.col("groups"))), F.lit(0)).alias("g"),
+                  # as JSON text: PySpark 3.5's Observation hands back an array as a Java object
+                  F.to_json(F.collect_list(F.when(~kept, F.array("bucket", "array")))).alias("left"),
+                  F.bool_or(too_big).alias("big"))
 
 
 def write_observed(messages: Any, options: Mapping[str, str], headers: Sequence[tuple[str, bytes]], *,
@@ -1082,25 +1077,32 @@ def batch_stats(messages: Any, *, time: int | None = None, values_up_to: int = 0
                       repeated_arrays=repeated, values=values)
 
 
-_stats_lock = threading.Lock()
-_stats: dict[tuple, Any] = {}
+_columns_lock = threading.Lock()
+_columns: dict[tuple, Any] = {}
+
+
+def _built_once(key: tuple, build: Any) -> Any:
+    """``build()``'s Columns, built once per ``key`` (which holds the DataFrame kind, classic or
+    Connect) and kept for the process: on a classic session each function call to build one is
+    several round trips to the JVM, some 190 per batch for :func:`batch_stats`'s alone."""
+    with _columns_lock:
+        found = _columns.get(key)
+        if found is None:
+            found = _columns[key] = build()
+    return found
 
 
 def _stats_columns(kind: type, one_time: bool) -> Any:
-    """The Columns :func:`batch_stats` selects, built once per DataFrame kind (classic or
-    Connect): on a classic session each function call to build one is several round trips to
-    the JVM, some 190 per batch otherwise."""
-    with _stats_lock:
-        columns = _stats.get((kind, one_time))
-        if columns is None:
-            from pyspark.sql import functions as F
+    """The Columns :func:`batch_stats` selects, built once per DataFrame kind (:func:`_built_once`)."""
+    def build() -> tuple:
+        from pyspark.sql import functions as F
 
-            columns = (F.col("n"), F.col("xor").alias("x"), F.col("rows").alias("i"), F.col("groups").alias("g"),
-                       F.col("value").isNotNull().cast("long").alias("m"), F.octet_length("value").alias("b"),
-                       F.col("repeated").alias("r"), F.col("bucket"), F.col("array"),
-                       *([] if one_time else [F.col("max_time").alias("t")]))
-            _stats[(kind, one_time)] = columns
-    return columns
+        return (F.col("n"), F.col("xor").alias("x"), F.col("rows").alias("i"), F.col("groups").alias("g"),
+                F.col("value").isNotNull().cast("long").alias("m"), F.octet_length("value").alias("b"),
+                F.col("repeated").alias("r"), F.col("bucket"), F.col("array"),
+                *([] if one_time else [F.col("max_time").alias("t")]))
+
+    return _built_once(("stats", kind, one_time), build)
 
 
 #: librdkafka settings and their Java client equivalents (the JVM path's producers are Java's).
