@@ -714,6 +714,8 @@ class CdcSink:
             checked.release()
         if encoder == "jvm" and not checked.known_before_write:
             self._next_way = self._way_after(checked.rows, checked.groups, checked.bytes)
+            if way == EXECUTORS and checked.produced_on_driver:  # its small messages, joined
+                way = DRIVER_AFTER_EXECUTORS
         clock.mark("write")
         # 5. only after every update is acknowledged: the progress statement
         result = self._commit(batch, upper, written, since=since, checked=checked)

@@ -2,8 +2,8 @@
 (:class:`~cdc_emitter.sink_jvm.MessagePlan`), its messages cached, then written by Spark's own
 Kafka writer — nothing of ours runs on the executors. A small first batch, spread before its
 size was known over many messages, has them joined on the driver and produced by the sink's
-producer instead (:meth:`ExecutorsWay._joined`). A running sink's batch of one time, bet
-unconsolidated, is checked, packed and written by one job instead (:class:`WrittenWhilePacked`).
+producer instead (:meth:`ExecutorsWay._joined`). A batch of one time, bet unconsolidated, is
+checked, packed and written by one job instead (:class:`WrittenWhilePacked`).
 
 Guarantees: nothing is written before every row passed its checks, every consolidated diff fits
 64 bits and every message is at most ``max_message_bytes`` (a spread that came out too big is
@@ -98,9 +98,11 @@ class ExecutorsWay:
         ``write_while_packing`` (the caller needs no figures before writing: not a re-run
         comparing digests): a batch of one time whose rows are bet unconsolidated is instead
         checked, packed and written by one job when :meth:`Checked.write` is called
-        (:class:`WrittenWhilePacked`) — nothing is computed here — unless it is the sink's first:
-        its spread is a guess that a big batch outgrows (spread again, see below, before
-        anything is written), and a small one is joined on the driver (:meth:`_joined`)."""
+        (:class:`WrittenWhilePacked`) — nothing is computed here. A sink's first batch is spread
+        before its size is known: there, the arrays that came out small are left out of that job
+        and joined on the driver after it (:meth:`_joined`), and those too big are packed
+        exactly; by two jobs, a first batch's spread that came out too big is spread again by
+        its size (below) before anything is written."""
         from pyspark.sql import functions as F
 
         from . import sink_jvm
@@ -116,14 +118,14 @@ class ExecutorsWay:
         # one still does — nothing is written before the stats of the messages that will be
         may_skip_consolidation = plan.by_bytes
         consolidate = not may_skip_consolidation or sink_jvm.expect_repeats(batch.schema, batch.data_cols)
-        if (write_while_packing and not (first or consolidate or self._large_diffs) and batch.time is not None
+        # a first batch's messages that may be joined on the driver (_joined): those of at most
+        # the share of join_bytes that one of its arrays would hold — at most join_bytes in all
+        small = self.join_bytes // (FIRST_BUCKETS * self.fanout) if first and self.producer is not None else 0
+        if (write_while_packing and not (consolidate or self._large_diffs) and batch.time is not None
                 and _observable(spark)):
-            return WrittenWhilePacked(self, spark, prepared, batch, plan, partitions)
+            return WrittenWhilePacked(self, spark, prepared, batch, plan, partitions, small_below=small)
         exact = respread = False
-        # a first batch's messages that may be joined on the driver (_joined) come with its
-        # stats when each is at most the share of join_bytes that one of its arrays would hold:
-        # no job of their own to gather them, and at most join_bytes brought for nothing
-        carry = self.join_bytes // (FIRST_BUCKETS * self.fanout) if first and self.producer is not None else 0
+        carry = small  # such messages come with the stats: no job of their own to gather them
         groups = sink_jvm.GroupsInMemory(spark)
 
         def persisted_messages() -> Any:
@@ -313,7 +315,9 @@ class WrittenWhilePacked(Checked):
     most ``max_message_bytes`` and holds no two live updates of one data and time — the arrays
     that came out too big, or with such a repeat, are left out of that job and written after it,
     consolidated (and packed exactly if one was too big); the figures are those of the messages
-    written. Consolidating those arrays cannot fail on a diff sum over 64 bits, found only then:
+    written. A sink's first batch, spread before its size was known, also leaves out the arrays
+    under ``small_below`` bytes (at most the sink's join bytes in all): a small batch's many tiny
+    messages are joined on the driver after the job, into as few as hold them. Consolidating those arrays cannot fail on a diff sum over 64 bits, found only then:
     a batch with a diff beyond :data:`~cdc_emitter.sink_jvm.LARGE_DIFF` fails the first job
     before its shuffle and is written by the two jobs instead, which find it before writing.
 
@@ -324,9 +328,9 @@ class WrittenWhilePacked(Checked):
     known_before_write = False
 
     def __init__(self, way: ExecutorsWay, spark: Any, prepared: Any, batch: Batch, plan: Any,
-                 partitions: int) -> None:
+                 partitions: int, *, small_below: int = 0) -> None:
         self._way, self._spark, self._prepared, self._batch = way, spark, prepared, batch
-        self._plan, self._partitions = plan, partitions
+        self._plan, self._partitions, self._small_below = plan, partitions, small_below
         self.max_time = batch.time  # a batch of one time: the interval does not wait for its rows
 
     def digest(self) -> tuple[int, tuple]:
@@ -347,7 +351,8 @@ class WrittenWhilePacked(Checked):
                                          consolidate=False)
                 try:
                     observed = sink_jvm.write_observed(messages, options, batch.headers,
-                                                       max_message_bytes=way.max_message_bytes)
+                                                       max_message_bytes=way.max_message_bytes,
+                                                       small_below=self._small_below)
                 except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
                     if not sink_jvm.large_diff(exc):
                         _raise_ours(exc, batch)
@@ -362,44 +367,56 @@ class WrittenWhilePacked(Checked):
         updates, digest, n_messages, n_bytes = observed.updates, observed.digest, observed.messages, observed.bytes
         self.rows, self.groups = observed.rows, observed.groups
         if observed.left_out:  # written after, consolidated: its figures join the first job's
-            left = self._left_out(observed, checks, options)
+            left, left_messages, left_bytes = self._left_out(observed, checks, options)
             updates += left.counts.get(batch.time, 0)
             digest ^= left.digest
-            n_messages, n_bytes = n_messages + left.messages, n_bytes + left.bytes
+            n_messages, n_bytes = n_messages + left_messages, n_bytes + left_bytes
             self.rows, self.groups = self.rows + left.rows, self.groups + left.groups
         # as ExecutorsWay.check notes them: consolidate the layout's next batch straight away when
         # over a quarter of the arrays had a repeat
         sink_jvm.note_repeats(batch.schema, batch.data_cols,
-                              4 * len(observed.left_out) > max(1, observed.messages + len(observed.left_out)))
+                              4 * observed.repeated > max(1, observed.messages + len(observed.left_out)))
         way._size_next(n_bytes, self._partitions)
         self.bytes = n_bytes
         return Written({batch.time: updates} if updates else {}, digest, n_messages, n_bytes)
 
-    def _left_out(self, observed: Any, checks: list, options: dict) -> Any:
+    def _left_out(self, observed: Any, checks: list, options: dict) -> tuple[Any, int, int]:
         """Write the arrays that the first job left out, consolidated — packed exactly if one was
-        too big, or comes out so — and return their :class:`~cdc_emitter.sink_jvm.BatchStats`.
-        Their rows passed the checks, and their sums cannot overflow (see the class)."""
+        too big, or comes out so; a first batch's small ones joined on the driver
+        (:meth:`ExecutorsWay._joined`) — and return their
+        :class:`~cdc_emitter.sink_jvm.BatchStats`, messages and bytes as written. Their rows
+        passed the checks, and their sums cannot overflow (see the class)."""
         from . import sink_jvm
 
         way, batch = self._way, self._batch
         exact = observed.too_big
+        why = ("a message too big" if exact else "small messages, to be joined" if observed.too_small
+               else "rows of one data and time")
         log.debug("%s: %d arrays left out of the first write (%s): writing them consolidated%s", batch.what,
-                  len(observed.left_out), "a message too big" if exact else "rows of one data and time",
-                  ", packed exactly" if exact else "")
+                  len(observed.left_out), why, ", packed exactly" if exact else "")
+        carry = self._small_below if observed.too_small else 0
         while True:
             fixed = self._plan.messages(self._prepared, checks, time=batch.time, fanout=way.fanout,
                                         exact=exact, arrays=observed.left_out).persist()
             try:
-                stats = sink_jvm.batch_stats(fixed, time=batch.time)
+                stats = sink_jvm.batch_stats(fixed, time=batch.time, values_up_to=carry)
                 if exact or stats.largest <= way.max_message_bytes:
-                    way._write(fixed, options, batch)
-                    return stats
+                    joined = way._joined(fixed, stats, batch) if carry else None
+                    if joined is None:
+                        way._write(fixed, options, batch)
+                        return stats, stats.messages, stats.bytes
+                    break
             except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
                 _raise_ours(exc, batch)
                 raise
             finally:
                 fixed.unpersist()
             exact = True
+        from .sink_driver import produce_messages
+
+        produce_messages(way.producer(), joined, batch, way.flush_timeout)
+        self.produced_on_driver = True
+        return stats, len(joined), sum(map(len, joined))
 
     def _in_two_jobs(self, why: str) -> Written:
         """Write the batch by the two jobs (:meth:`ExecutorsWay.check`, then its write)."""

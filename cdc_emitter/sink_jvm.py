@@ -759,7 +759,7 @@ def large_diff(exc: BaseException) -> bool:
 class ObservedWrite:
     """What :func:`write_observed` wrote: its updates' count and digest, messages, bytes, the
     largest message, the input rows and groups behind them, and the ``(bucket, array)`` of each
-    message left out, with whether any was left out for its size (else for a repeat)."""
+    message left out: how many for a repeat, and whether any for being too big or too small."""
 
     updates: int
     digest: int
@@ -769,21 +769,25 @@ class ObservedWrite:
     rows: int
     groups: int
     left_out: tuple = ()
+    repeated: int = 0
     too_big: bool = False
+    too_small: bool = False
 
 
-def _observed_columns(kind: type, max_message_bytes: int) -> tuple[Any, tuple]:
-    """``(kept, the Columns observed)`` of :func:`write_observed`, built once per DataFrame kind
-    and message limit (:func:`_built_once`)."""
-    return _built_once(("observed", kind, max_message_bytes), lambda: _build_observed(max_message_bytes))
+def _observed_columns(kind: type, max_message_bytes: int, small_below: int) -> tuple[Any, tuple]:
+    """``(kept, the Columns observed)`` of :func:`write_observed`, built once per DataFrame kind,
+    message limit and small size (:func:`_built_once`)."""
+    return _built_once(("observed", kind, max_message_bytes, small_below),
+                       lambda: _build_observed(max_message_bytes, small_below))
 
 
-def _build_observed(max_message_bytes: int) -> tuple[Any, tuple]:
+def _build_observed(max_message_bytes: int, small_below: int) -> tuple[Any, tuple]:
     from pyspark.sql import functions as F
 
     size = F.octet_length("value")
     too_big = F.coalesce(size > F.lit(max_message_bytes), F.lit(False))
-    kept = ~F.col("repeated") & ~too_big
+    too_small = F.coalesce(size < F.lit(small_below), F.lit(False))
+    kept = ~F.col("repeated") & ~too_big & ~too_small
 
     def of_kept(c: Any) -> Any:
         return F.when(kept, c)
@@ -797,16 +801,18 @@ def _build_observed(max_message_bytes: int) -> tuple[Any, tuple]:
                   F.coalesce(F.sum(of_kept(F.col("groups"))), F.lit(0)).alias("g"),
                   # as JSON text: PySpark 3.5's Observation hands back an array as a Java object
                   F.to_json(F.collect_list(F.when(~kept, F.array("bucket", "array")))).alias("left"),
-                  F.bool_or(too_big).alias("big"))
+                  F.count(F.when(F.col("repeated"), F.lit(1))).alias("r"),
+                  F.bool_or(too_big).alias("big"), F.bool_or(too_small & ~F.col("repeated")).alias("small"))
 
 
 def write_observed(messages: Any, options: Mapping[str, str], headers: Sequence[tuple[str, bytes]], *,
-                   max_message_bytes: int) -> ObservedWrite:
+                   max_message_bytes: int, small_below: int = 0) -> ObservedWrite:
     """Write ``messages`` (of an unconsolidated batch of one time, not cached) in the job that
-    computes them, all but those with ``repeated`` or over ``max_message_bytes``, which are left
-    out for the caller to write again (consolidated, or packed exactly); and take the figures of
-    what was written from the same job (``Dataset.observe``). The session must write Kafka by
-    its V2 writer (:class:`KafkaWriteObserved`).
+    computes them, all but those with ``repeated``, over ``max_message_bytes`` or under
+    ``small_below`` bytes, which are left out for the caller to write again (consolidated, packed
+    exactly, or joined into fewer); and take the figures of what was written from the same job
+    (``Dataset.observe``). The session must write Kafka by its V2 writer
+    (:class:`KafkaWriteObserved`).
 
     Why this keeps the guarantees: every row is checked in the job's input stage, before the
     shuffle, and no task after a shuffle starts before every task before it succeeded — so a
@@ -815,14 +821,15 @@ def write_observed(messages: Any, options: Mapping[str, str], headers: Sequence[
     failed attempt are dropped)."""
     from pyspark.sql import Observation
 
-    kept, columns = _observed_columns(type(messages), max_message_bytes)
+    kept, columns = _observed_columns(type(messages), max_message_bytes, small_below)
     observation = Observation()
     observed = messages.observe(observation, *columns)
     write_messages(observed.where(kept), options, headers)
     got = observation.get
     left = tuple((int(bucket), int(array)) for bucket, array in json.loads(got["left"] or "[]"))
     return ObservedWrite(int(got["n"]), int(got["x"]), int(got["m"]), int(got["b"]), int(got["l"]),
-                         int(got["i"]), int(got["g"]), left_out=left, too_big=bool(got["big"]))
+                         int(got["i"]), int(got["g"]), left_out=left, repeated=int(got["r"]),
+                         too_big=bool(got["big"]), too_small=bool(got["small"]))
 
 
 def _array_index(arrays: Any) -> Any:

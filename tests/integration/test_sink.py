@@ -112,7 +112,7 @@ def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(spark, k
                                                                         monkeypatch):
     """The JVM path spreads updates over arrays by hash; updates near half the limit make some
     array too big, spread again by the batch's size too, and the batch is then packed by running
-    size before anything is written."""
+    size before anything is written (by two jobs: rows that carry their times)."""
     from cdc_emitter import kafka_io, sink_jvm
 
     topic = topic_factory(2)
@@ -121,8 +121,8 @@ def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(spark, k
     messages = sink_jvm.MessagePlan.messages
     monkeypatch.setattr(sink_jvm.MessagePlan, "messages",
                         lambda self, *a, **kw: calls.append(kw.get("exact", False)) or messages(self, *a, **kw))
-    result = CdcSink(kafka_bootstrap, topic, encoder="jvm", max_message_bytes=400).write(
-        spark.createDataFrame(rows, KV), time=1)
+    result = CdcSink(kafka_bootstrap, topic, encoder="jvm", max_message_bytes=400, time_column="t").write(
+        spark.createDataFrame(rows, KV).selectExpr("*", "1L as t"))
     assert calls == [False, False, True]
     assert result.updates == 200
     sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
@@ -133,8 +133,9 @@ def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(spark, k
 def test_a_batch_bigger_than_its_spread_is_spread_again_by_its_size(spark, kafka_bootstrap, topic_factory,
                                                                      monkeypatch):
     """A first batch's size is unknown: it is spread over at most FIRST_BUCKETS buckets of
-    FANOUT_ARRAYS arrays. One that overflows them is spread again over as many as its bytes need
-    (no sort), before anything is written; the next batch starts from that size."""
+    FANOUT_ARRAYS arrays. By two jobs (here: rows that carry their times), one that overflows
+    them is spread again over as many as its bytes need (no sort), before anything is written;
+    the next batch starts from that size."""
     from cdc_emitter import kafka_io, sink_jvm
     from cdc_emitter.sink_executors import FANOUT_ARRAYS, FIRST_BUCKETS
 
@@ -145,9 +146,10 @@ def test_a_batch_bigger_than_its_spread_is_spread_again_by_its_size(spark, kafka
     messages = sink_jvm.MessagePlan.messages
     monkeypatch.setattr(sink_jvm.MessagePlan, "messages", lambda self, *a, **kw: buckets.append(
         (self._buckets, kw.get("fanout"), kw.get("exact", False))) or messages(self, *a, **kw))
-    sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", max_message_bytes=limit, small_batch_rows=0)
+    sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", max_message_bytes=limit, small_batch_rows=0,
+                   time_column="t")
     df = spark.createDataFrame(rows, KV)
-    first = sink.write(df, time=1)
+    first = sink.write(df.selectExpr("*", "1L as t"))
     assert buckets[0] == (FIRST_BUCKETS, FANOUT_ARRAYS, False)
     assert len(buckets) == 2 and buckets[1][0] * buckets[1][1] > buckets[0][0] * buckets[0][1] and not buckets[1][2]
     assert first.updates == 40_000
@@ -155,8 +157,39 @@ def test_a_batch_bigger_than_its_spread_is_spread_again_by_its_size(spark, kafka
     assert max(sizes) <= limit and len(sizes) == first.messages
     respread = buckets[1][0]
     buckets.clear()
-    sink.write(df.selectExpr("k", "v", "-diff as diff"), time=2)  # sized from the first: one spread
+    sink.write(df.selectExpr("k", "v", "-diff as diff", "2L as t"))  # sized from the first: one spread
     assert len(buckets) == 1 and buckets[0][0] == respread > FIRST_BUCKETS and not buckets[0][2]
+    check(kafka_bootstrap, topic, kv_codec(spark),
+          [((k, v), 1, d) for k, v, d in rows] + [((k, v), 2, -d) for k, v, d in rows], (3,))
+
+
+def test_a_first_batch_bigger_than_its_spread_in_one_job_packs_its_big_arrays_exactly(
+        spark, kafka_bootstrap, topic_factory, monkeypatch):
+    """A first batch of one time goes by one job on the spread guessed for it: the arrays that
+    came out over the limit are left out of it and packed exactly after it — every message
+    within the limit, every update once — and the next batch is spread for its bytes."""
+    from cdc_emitter import kafka_io, sink_jvm
+    from cdc_emitter.sink_executors import FIRST_BUCKETS
+
+    monkeypatch.setattr(sink_jvm, "_repeating", {})  # what earlier tests' batches noted
+    topic = topic_factory(3)
+    limit = 2032
+    rows = [(i, f"value-{i:08d}-" + "x" * (i % 30), 1) for i in range(40_000)]  # ~1.4 MB of updates
+    calls: list = []
+    _record_messages(monkeypatch, calls)
+    sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", max_message_bytes=limit, small_batch_rows=0)
+    df = spark.createDataFrame(rows, KV)
+    first = sink.write(df, time=1)
+    assert calls == ["unconsolidated", "exact"]
+    assert (first.updates, first.finished_on) == (40_000, "executors")
+    sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
+    assert max(sizes) <= limit and len(sizes) == first.messages
+    assert sink._executors.buckets > FIRST_BUCKETS  # sized from the first batch's bytes
+    calls.clear()
+    second = sink.write(df.selectExpr("k", "v", "-diff as diff"), time=2)
+    assert calls == ["unconsolidated"] and second.updates == 40_000
+    sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
+    assert max(sizes) <= limit and len(sizes) == first.messages + second.messages
     check(kafka_bootstrap, topic, kv_codec(spark),
           [((k, v), 1, d) for k, v, d in rows] + [((k, v), 2, -d) for k, v, d in rows], (3,))
 
@@ -282,8 +315,8 @@ def _kv_rows(spark, n: int, *, start: int = 0, diff: Any = 1, partitions: int = 
 
 def _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, first_rows: int, **options):
     """``(sink, topic, observed)``: a JVM-path sink on a new topic, past its first batch (of
-    ``first_rows`` rows at time 0, by two jobs), whose later batches' one-job writes are recorded
-    in ``observed`` (:func:`_record_observed_writes`)."""
+    ``first_rows`` rows at time 0, by one job too), whose later batches' one-job writes are
+    recorded in ``observed`` (:func:`_record_observed_writes`)."""
     from cdc_emitter import sink_jvm
 
     monkeypatch.setattr(sink_jvm, "_repeating", {})  # what earlier tests' batches noted
@@ -291,7 +324,8 @@ def _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, first_rows
     topic = topic_factory(2)
     sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0, **options)
     sink.write(_kv_rows(spark, first_rows), time=0)
-    assert observed == []  # a first batch: two jobs (its spread is a guess)
+    assert [o.rows for o, _ in observed] == [first_rows]  # on the spread guessed for a first batch
+    observed.clear()
     return sink, topic, observed
 
 
@@ -440,8 +474,9 @@ def test_a_write_task_retried_in_the_one_job_only_duplicates(spark, kafka_bootst
 
 def test_rows_whose_hashes_collide_are_consolidated_apart(spark, kafka_bootstrap, topic_factory, monkeypatch):
     """Different rows of one hash (a collision, forced here: three hashes for 600 rows) make
-    an unconsolidated array look repeated; the batch is consolidated, on the data's bytes, and
-    each row stays an update of its own."""
+    an unconsolidated array look repeated; its arrays are consolidated (left out of the one job
+    that wrote the others, here none), on the data's bytes, and each row stays an update of its
+    own."""
     from pyspark.sql import functions as F
 
     from cdc_emitter import sink_jvm
@@ -455,7 +490,7 @@ def test_rows_whose_hashes_collide_are_consolidated_apart(spark, kafka_bootstrap
     rows = [(k, f"v{k % 5}", 1 + k % 4) for k in range(600)]
     result = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0).write(
         spark.createDataFrame(rows, KV), time=3)
-    assert calls == ["unconsolidated", "consolidated"] and result.updates == 600
+    assert calls == ["unconsolidated", "some arrays"] and result.updates == 600
     check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 3, d) for k, v, d in rows], (4,))
 
 
