@@ -99,10 +99,10 @@ class ExecutorsWay:
         comparing digests): a batch of one time whose rows are bet unconsolidated is instead
         checked, packed and written by one job when :meth:`Checked.write` is called
         (:class:`WrittenWhilePacked`) — nothing is computed here. A sink's first batch is spread
-        before its size is known: there, the arrays that came out small are left out of that job
-        and joined on the driver after it (:meth:`_joined`), and those too big are packed
-        exactly; by two jobs, a first batch's spread that came out too big is spread again by
-        its size (below) before anything is written."""
+        before its size is known: there, the arrays that came out small are brought back by that
+        job and joined on the driver, and those too big are packed exactly after it; by two
+        jobs, a first batch's spread that came out too big is spread again by its size (below)
+        before anything is written."""
         from pyspark.sql import functions as F
 
         from . import sink_jvm
@@ -210,8 +210,8 @@ class ExecutorsWay:
         write them as they are, from the executors. A sink's first batch is spread before its
         size is known — over 512 arrays — so a small one comes out as many tiny messages (later
         batches are spread for the size of the one before): when its bytes are at most
-        ``join_bytes`` and its messages over twice as many as would hold them,
-        they are brought to the driver, joined and produced there, in about the time of Spark's
+        ``join_bytes`` and its messages came with its figures, or are over twice as many as
+        would hold them, they are brought to the driver, joined and produced there, in about the time of Spark's
         write job (measured on 2 cores: 1,000 to 500,000 rows, within the noise) — and readers get
         a few full messages instead of hundreds of tiny ones. They come with the batch's figures,
         in the same job, when each is at most its share of ``join_bytes`` (as they are unless
@@ -219,11 +219,12 @@ class ExecutorsWay:
         300,000 rows, 1.19 s against 1.09 s for 600,000 (medians of 10, interleaved)."""
         from pyspark.sql import functions as F
 
-        full = -(-stats.bytes // self.max_message_bytes)
-        if self.producer is None or stats.bytes > self.join_bytes or stats.messages <= 2 * full:
+        if self.producer is None or stats.bytes > self.join_bytes:
             return None
-        if stats.values is not None:  # they came with the stats
+        if stats.values is not None:  # they came with the stats: produced from here, however few
             return batch.codec.merge_arrays(list(stats.values))
+        if stats.messages <= 2 * -(-stats.bytes // self.max_message_bytes):  # not worth a job to gather
+            return None
         try:
             values = [row[0] for row in messages.where(F.col("value").isNotNull()).select("value").collect()]
         except Exception as exc:  # noqa: BLE001 - too big for the driver after all: write them as they are
@@ -315,9 +316,10 @@ class WrittenWhilePacked(Checked):
     most ``max_message_bytes`` and holds no two live updates of one data and time — the arrays
     that came out too big, or with such a repeat, are left out of that job and written after it,
     consolidated (and packed exactly if one was too big); the figures are those of the messages
-    written. A sink's first batch, spread before its size was known, also leaves out the arrays
-    under ``small_below`` bytes (at most the sink's join bytes in all): a small batch's many tiny
-    messages are joined on the driver after the job, into as few as hold them. Consolidating those arrays cannot fail on a diff sum over 64 bits, found only then:
+    written. A sink's first batch, spread before its size was known, does not write its arrays
+    under ``small_below`` bytes (at most the sink's join bytes in all): their values come back
+    with the job's figures, and a small batch's many tiny messages are joined on the driver into
+    as few as hold them, and produced there — no job of their own. Consolidating those arrays cannot fail on a diff sum over 64 bits, found only then:
     a batch with a diff beyond :data:`~cdc_emitter.sink_jvm.LARGE_DIFF` fails the first job
     before its shuffle and is written by the two jobs instead, which find it before writing.
 
@@ -366,57 +368,61 @@ class WrittenWhilePacked(Checked):
                                      else "the session keeps Kafka's V1 writer")
         updates, digest, n_messages, n_bytes = observed.updates, observed.digest, observed.messages, observed.bytes
         self.rows, self.groups = observed.rows, observed.groups
+        to_join = list(observed.small_values)  # a first batch's small arrays: joined on the driver
         if observed.left_out:  # written after, consolidated: its figures join the first job's
-            left, left_messages, left_bytes = self._left_out(observed, checks, options)
+            left, left_values = self._left_out(observed, checks, options)
             updates += left.counts.get(batch.time, 0)
             digest ^= left.digest
-            n_messages, n_bytes = n_messages + left_messages, n_bytes + left_bytes
             self.rows, self.groups = self.rows + left.rows, self.groups + left.groups
+            if left_values:
+                to_join += left_values
+            else:
+                n_messages, n_bytes = n_messages + left.messages, n_bytes + left.bytes
+        if to_join:
+            from .sink_driver import produce_messages
+
+            joined = batch.codec.merge_arrays(to_join)
+            log.debug("%s: %d small messages joined into %d on the driver", batch.what, len(to_join), len(joined))
+            produce_messages(way.producer(), joined, batch, way.flush_timeout)
+            self.produced_on_driver = True
+            n_messages, n_bytes = n_messages + len(joined), n_bytes + sum(map(len, joined))
         # as ExecutorsWay.check notes them: consolidate the layout's next batch straight away when
         # over a quarter of the arrays had a repeat
-        sink_jvm.note_repeats(batch.schema, batch.data_cols,
-                              4 * observed.repeated > max(1, observed.messages + len(observed.left_out)))
+        arrays = observed.messages + len(observed.small_values) + len(observed.left_out)
+        sink_jvm.note_repeats(batch.schema, batch.data_cols, 4 * observed.repeated > max(1, arrays))
         way._size_next(n_bytes, self._partitions)
         self.bytes = n_bytes
         return Written({batch.time: updates} if updates else {}, digest, n_messages, n_bytes)
 
-    def _left_out(self, observed: Any, checks: list, options: dict) -> tuple[Any, int, int]:
+    def _left_out(self, observed: Any, checks: list, options: dict) -> tuple[Any, list[bytes]]:
         """Write the arrays that the first job left out, consolidated — packed exactly if one was
-        too big, or comes out so; a first batch's small ones joined on the driver
-        (:meth:`ExecutorsWay._joined`) — and return their
-        :class:`~cdc_emitter.sink_jvm.BatchStats`, messages and bytes as written. Their rows
-        passed the checks, and their sums cannot overflow (see the class)."""
+        too big, or comes out so — and return their :class:`~cdc_emitter.sink_jvm.BatchStats`
+        and, for a first batch whose arrays all came out under ``small_below`` bytes, their
+        values instead of writing them, to be joined on the driver. Their rows passed the
+        checks, and their sums cannot overflow (see the class)."""
         from . import sink_jvm
 
         way, batch = self._way, self._batch
         exact = observed.too_big
-        why = ("a message too big" if exact else "small messages, to be joined" if observed.too_small
-               else "rows of one data and time")
         log.debug("%s: %d arrays left out of the first write (%s): writing them consolidated%s", batch.what,
-                  len(observed.left_out), why, ", packed exactly" if exact else "")
-        carry = self._small_below if observed.too_small else 0
+                  len(observed.left_out), "a message too big" if exact else "rows of one data and time",
+                  ", packed exactly" if exact else "")
         while True:
             fixed = self._plan.messages(self._prepared, checks, time=batch.time, fanout=way.fanout,
                                         exact=exact, arrays=observed.left_out).persist()
             try:
-                stats = sink_jvm.batch_stats(fixed, time=batch.time, values_up_to=carry)
+                stats = sink_jvm.batch_stats(fixed, time=batch.time, values_up_to=self._small_below)
                 if exact or stats.largest <= way.max_message_bytes:
-                    joined = way._joined(fixed, stats, batch) if carry else None
-                    if joined is None:
-                        way._write(fixed, options, batch)
-                        return stats, stats.messages, stats.bytes
-                    break
+                    if stats.values is not None:
+                        return stats, list(stats.values)
+                    way._write(fixed, options, batch)
+                    return stats, []
             except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
                 _raise_ours(exc, batch)
                 raise
             finally:
                 fixed.unpersist()
             exact = True
-        from .sink_driver import produce_messages
-
-        produce_messages(way.producer(), joined, batch, way.flush_timeout)
-        self.produced_on_driver = True
-        return stats, len(joined), sum(map(len, joined))
 
     def _in_two_jobs(self, why: str) -> Written:
         """Write the batch by the two jobs (:meth:`ExecutorsWay.check`, then its write)."""

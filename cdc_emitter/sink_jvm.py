@@ -46,6 +46,7 @@ those of the messages written; the executors need only Spark and the two Spark p
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import re
@@ -757,9 +758,10 @@ def large_diff(exc: BaseException) -> bool:
 
 @dataclass(frozen=True)
 class ObservedWrite:
-    """What :func:`write_observed` wrote: its updates' count and digest, messages, bytes, the
-    largest message, the input rows and groups behind them, and the ``(bucket, array)`` of each
-    message left out: how many for a repeat, and whether any for being too big or too small."""
+    """What :func:`write_observed` found: the updates' count and digest, input rows and groups of
+    every array it wrote or brought back (:attr:`small_values`); the messages, bytes and largest
+    message it wrote; the ``(bucket, array)`` of each array left out for a repeat or its size,
+    how many for a repeat and whether any for its size."""
 
     updates: int
     digest: int
@@ -771,7 +773,8 @@ class ObservedWrite:
     left_out: tuple = ()
     repeated: int = 0
     too_big: bool = False
-    too_small: bool = False
+    #: the values of the arrays under its ``small_below`` bytes (and without a repeat), not written
+    small_values: tuple[bytes, ...] = ()
 
 
 def _observed_columns(kind: type, max_message_bytes: int, small_below: int) -> tuple[Any, tuple]:
@@ -786,33 +789,38 @@ def _build_observed(max_message_bytes: int, small_below: int) -> tuple[Any, tupl
 
     size = F.octet_length("value")
     too_big = F.coalesce(size > F.lit(max_message_bytes), F.lit(False))
-    too_small = F.coalesce(size < F.lit(small_below), F.lit(False))
-    kept = ~F.col("repeated") & ~too_big & ~too_small
+    held = ~F.col("repeated") & ~too_big  # a message as it is: written, or brought back if small
+    small = held & F.coalesce(size < F.lit(small_below), F.lit(False))
+    kept = held & ~small
+
+    def of_held(c: Any) -> Any:
+        return F.when(held, c)
 
     def of_kept(c: Any) -> Any:
         return F.when(kept, c)
 
-    return kept, (F.coalesce(F.sum(of_kept(F.col("n"))), F.lit(0)).alias("n"),
-                  F.coalesce(F.bit_xor(of_kept(F.col("xor"))), F.lit(0).cast("long")).alias("x"),
+    # arrays as JSON text: PySpark 3.5's Observation hands them back as Java objects
+    return kept, (F.coalesce(F.sum(of_held(F.col("n"))), F.lit(0)).alias("n"),
+                  F.coalesce(F.bit_xor(of_held(F.col("xor"))), F.lit(0).cast("long")).alias("x"),
                   F.count(of_kept(F.col("value"))).alias("m"),
                   F.coalesce(F.sum(of_kept(size)), F.lit(0)).alias("b"),
                   F.coalesce(F.max(of_kept(size)), F.lit(0)).alias("l"),
-                  F.coalesce(F.sum(of_kept(F.col("rows"))), F.lit(0)).alias("i"),
-                  F.coalesce(F.sum(of_kept(F.col("groups"))), F.lit(0)).alias("g"),
-                  # as JSON text: PySpark 3.5's Observation hands back an array as a Java object
-                  F.to_json(F.collect_list(F.when(~kept, F.array("bucket", "array")))).alias("left"),
+                  F.coalesce(F.sum(of_held(F.col("rows"))), F.lit(0)).alias("i"),
+                  F.coalesce(F.sum(of_held(F.col("groups"))), F.lit(0)).alias("g"),
+                  F.to_json(F.collect_list(F.when(~held, F.array("bucket", "array")))).alias("left"),
                   F.count(F.when(F.col("repeated"), F.lit(1))).alias("r"),
-                  F.bool_or(too_big).alias("big"), F.bool_or(too_small & ~F.col("repeated")).alias("small"))
+                  F.bool_or(too_big).alias("big"),
+                  F.to_json(F.collect_list(F.when(small, F.base64("value")))).alias("small"))
 
 
 def write_observed(messages: Any, options: Mapping[str, str], headers: Sequence[tuple[str, bytes]], *,
                    max_message_bytes: int, small_below: int = 0) -> ObservedWrite:
     """Write ``messages`` (of an unconsolidated batch of one time, not cached) in the job that
-    computes them, all but those with ``repeated``, over ``max_message_bytes`` or under
-    ``small_below`` bytes, which are left out for the caller to write again (consolidated, packed
-    exactly, or joined into fewer); and take the figures of what was written from the same job
-    (``Dataset.observe``). The session must write Kafka by its V2 writer
-    (:class:`KafkaWriteObserved`).
+    computes them, all but those with ``repeated`` or over ``max_message_bytes``, which are left
+    out for the caller to write again (consolidated, or packed exactly), and those under
+    ``small_below`` bytes, whose values come back instead (for the caller to join into fewer);
+    and take the figures of what was written from the same job (``Dataset.observe``). The
+    session must write Kafka by its V2 writer (:class:`KafkaWriteObserved`).
 
     Why this keeps the guarantees: every row is checked in the job's input stage, before the
     shuffle, and no task after a shuffle starts before every task before it succeeded — so a
@@ -827,9 +835,10 @@ def write_observed(messages: Any, options: Mapping[str, str], headers: Sequence[
     write_messages(observed.where(kept), options, headers)
     got = observation.get
     left = tuple((int(bucket), int(array)) for bucket, array in json.loads(got["left"] or "[]"))
+    small = tuple(base64.b64decode(value) for value in json.loads(got["small"] or "[]"))
     return ObservedWrite(int(got["n"]), int(got["x"]), int(got["m"]), int(got["b"]), int(got["l"]),
                          int(got["i"]), int(got["g"]), left_out=left, repeated=int(got["r"]),
-                         too_big=bool(got["big"]), too_small=bool(got["small"]))
+                         too_big=bool(got["big"]), small_values=small)
 
 
 def _array_index(arrays: Any) -> Any:

@@ -61,12 +61,31 @@ def normal(history):
     return [(fix(u.data), u.time, u.diff) for u in history]
 
 
-def test_a_small_first_batch_is_joined_into_few_messages_on_the_driver(spark, kafka_bootstrap, topic_factory):
+def _recording_messages(monkeypatch) -> list:
+    """How the sink asks for each batch's messages, as ``(consolidated, only some arrays)``."""
+    from cdc_emitter import sink_jvm
+
+    calls: list = []
+    messages = sink_jvm.MessagePlan.messages
+
+    def recording(self, *a, **kw):
+        calls.append((kw.get("consolidate", True), kw.get("arrays") is not None))
+        return messages(self, *a, **kw)
+
+    monkeypatch.setattr(sink_jvm.MessagePlan, "messages", recording)
+    monkeypatch.setattr(sink_jvm, "_repeating", {})  # what earlier tests' batches noted
+    return calls
+
+
+def test_a_small_first_batch_is_joined_into_few_messages_on_the_driver(spark, kafka_bootstrap, topic_factory,
+                                                                         monkeypatch):
     """A first batch is spread before its size is known (hundreds of arrays): a small one's
-    messages are joined on the driver into as few as hold them, the same updates as the
-    executors write them with small_batch_rows=0, where every message is Spark's."""
+    messages are brought back by the one job that checks and packs them — none written by it —
+    and joined on the driver into as few as hold them, the same updates as the executors write
+    them with small_batch_rows=0, where every message is Spark's."""
     df = spark.createDataFrame([(i, f"v{i % 7}") for i in range(3000)], "k long, v string")
     codec = CdcCodec(data_schema(df.schema))
+    calls = _recording_messages(monkeypatch)
     seen = {}
     for rows in (SMALL_DEFAULT, 0):
         topic = topic_factory(3)
@@ -74,6 +93,8 @@ def test_a_small_first_batch_is_joined_into_few_messages_on_the_driver(spark, ka
         history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
         assert (violations, frontier, result.counts) == ([], (5,), {4: 3000})
         seen[rows] = (result, as_history(history))
+        assert calls == [(False, False)]  # one job, unconsolidated: nothing computed again
+        calls.clear()
     joined, spread = seen[SMALL_DEFAULT][0], seen[0][0]
     assert (joined.finished_on, joined.consolidated_on) == ("driver", "executors")
     assert spread.finished_on == "executors"
@@ -83,6 +104,25 @@ def test_a_small_first_batch_is_joined_into_few_messages_on_the_driver(spark, ka
     assert seen[SMALL_DEFAULT][1] == seen[0][1]
 
 
+def test_a_small_first_batch_with_repeated_rows_is_consolidated_and_joined(spark, kafka_bootstrap, topic_factory,
+                                                                           monkeypatch):
+    """A small first batch bet unconsolidated whose every row comes twice: every array has a
+    repeat, so the one job writes none; they are consolidated after it and joined on the
+    driver — a few full messages, each update once with its diffs summed."""
+    rows = [(i, f"v{i % 7}", 1 + i % 3) for i in range(2000)]
+    df = spark.createDataFrame(rows * 2, "k long, v string, diff long")
+    calls = _recording_messages(monkeypatch)
+    topic = topic_factory(2)
+    result = CdcSink(kafka_bootstrap, topic, max_message_bytes=20_000).write(df, time=2)
+    assert calls == [(False, False), (True, True)]  # the one job, then the repeated arrays consolidated
+    assert (result.finished_on, result.consolidated_on, result.counts) == ("driver", "executors", {2: 2000})
+    assert result.messages == 1 + 1  # about 18 KB of updates in one message, and the progress statement
+    assert count_messages(kafka_bootstrap, topic) == 2
+    history, frontier, violations, _ = read_history(kafka_bootstrap, topic, CdcCodec(data_schema(df.drop("diff").schema)))
+    assert (violations, frontier) == ([], (3,))
+    assert as_history(history) == as_history([((k, v), 2, 2 * d) for k, v, d in rows])
+
+
 def test_a_small_batch_on_the_driver_writes_what_the_executors_would(spark, kafka_bootstrap, topic_factory):
     df = spark.createDataFrame(typed_rows(), ROWS_DDL)
     warm_up = spark.createDataFrame(typed_rows()[:1], ROWS_DDL)
@@ -90,7 +130,7 @@ def test_a_small_batch_on_the_driver_writes_what_the_executors_would(spark, kafk
     for way, rows in (("driver", 100_000), ("executors", 0)):
         topic = topic_factory(3)
         sink = CdcSink(kafka_bootstrap, topic, small_batch_rows=rows)
-        assert sink.write(warm_up, time=0).finished_on == "executors"  # a first batch: size unknown
+        assert sink.write(warm_up, time=0).consolidated_on == "executors"  # a first batch: size unknown
         result = sink.write(df, time=1)
         assert result.finished_on == way
         codec = CdcCodec(data_schema(df.drop("diff").schema))
@@ -131,8 +171,10 @@ def test_the_way_follows_the_size_of_the_last_batch(spark, kafka_bootstrap, topi
     frames = [spark.createDataFrame([(i, "v", 1) for i in range(n)], "k long, v string, diff long")
               for n in (2, 2, 10, 10, 1, 0, 2)]
     ways = [sink.write(df).finished_on for df in frames]
-    # the first batch's size is unknown; a batch over 3 rows sends the next one to the executors
-    assert ways == ["executors", "driver", "driver", "executors", "executors", "driver", "driver"]
+    # the first batch's size is unknown: the executors' way, whose few small messages come back
+    # with its figures and are produced on the driver; a batch over 3 rows sends the next one
+    # to the executors
+    assert ways == ["driver", "driver", "driver", "executors", "executors", "driver", "driver"]
     codec = CdcCodec(data_schema(frames[0].drop("diff").schema))
     history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
     assert (violations, frontier) == ([], (7,))
@@ -146,7 +188,9 @@ def test_rows_that_consolidate_to_few_updates_go_to_the_driver_as_updates(spark,
     """The driver would take every row, not every update: after 40 rows over 2 updates (limit 10),
     the next batch is consolidated on the executors and only its updates come to the driver — also
     40 rows whose 4 updates all cancel. A batch sent that way that has 30 updates after all is
-    written from the executors, and so is the next. Every way writes the same history."""
+    written from the executors, and so is the next. Every way writes the same history. (A first
+    batch's size is unknown: it is packed on the executors, and its small message produced on
+    the driver.)"""
     from pyspark.sql import functions as F
 
     topic = topic_factory(2)
@@ -165,8 +209,8 @@ def test_rows_that_consolidate_to_few_updates_go_to_the_driver_as_updates(spark,
         batches = [df.withColumn("t", F.lit(i).cast("long")) for i, df in enumerate(batches)]
     results = [sink.write(df) for df in batches]
     ex, dr, after = ("executors", "executors"), ("driver", "driver"), ("driver", "executors")
-    assert [(r.finished_on, r.consolidated_on) for r in results] == [ex, dr, dr, after, after, dr, dr, after, after,
-                                                                     after, dr, dr, ex, ex]
+    assert [(r.finished_on, r.consolidated_on) for r in results] == [after, dr, dr, after, after, dr, dr, after,
+                                                                     after, after, dr, dr, ex, ex]
     assert [r.updates for r in results] == [len(updates[kind]) for kind in kinds]
     codec = CdcCodec(data_schema(frames["few"].drop("diff").schema))
     history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
@@ -202,7 +246,7 @@ def test_bad_input_in_a_small_batch_writes_nothing(spark, kafka_bootstrap, topic
     if consolidated_on == "executors":  # 3 rows, 1 update: over the limit, which the update is not
         good, options = good * 3, {**options, "small_batch_rows": 2}
     sink = CdcSink(kafka_bootstrap, topic, **options)
-    assert sink.write(spark.createDataFrame(good, ddl)).finished_on == "executors"
+    assert sink.write(spark.createDataFrame(good, ddl)).consolidated_on == "executors"  # a first batch
     written = count_messages(kafka_bootstrap, topic)
     with pytest.raises(error, match=pattern) as info:
         sink.write(spark.createDataFrame(rows, ddl))
@@ -251,7 +295,7 @@ def test_the_kept_producer_survives_a_broker_restart_between_batches(spark, kafk
     kafka_local.stop_broker()
     kafka_local.start_broker()
     ways.append(sink.write(spark.createDataFrame([(3, "c"), (3, "c")], ddl)).finished_on)
-    assert ways == ["executors", "driver", "driver"]
+    assert ways == ["driver"] * 3  # the first batch's message, too, came back with its figures
     codec = CdcCodec(data_schema(spark.createDataFrame([], ddl).schema))
     history, frontier, violations, _ = read_history(bootstrap, topic, codec)
     assert (violations, frontier) == ([], (3,))

@@ -142,8 +142,9 @@ def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
     # the executors' way through Connect, and the setting its packing raises (GroupsInMemory),
     # read, raised and put back through Connect's config requests
     CdcSink(bootstrap, topic, time_column="t", small_batch_rows=0).write(final)
-    # a running sink's batch of one time, checked, packed and written by one job through
-    # Connect: its figures observed (an Observation), Kafka's V2 writer set and put back
+    # a sink's batches of one time, checked, packed and written by one job through Connect
+    # (the first on the spread guessed for it): their figures observed (an Observation), Kafka's
+    # V2 writer set and put back
     observed = []
     write_observed = sink_jvm.write_observed
     sink_jvm.write_observed = lambda *a, **kw: observed.append(write_observed(*a, **kw)) or observed[-1]
@@ -151,7 +152,7 @@ def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
     for time_ in (0, 1):
         written = one_job.write(spark.createDataFrame(one_job_rows(time_), DDL).drop("t"), time=time_)
         assert (written.updates, written.finished_on) == (ONE_JOB_ROWS, "executors"), written
-    assert [o.updates for o in observed] == [ONE_JOB_ROWS], observed  # the second batch's one job
+    assert [o.updates for o in observed] == [ONE_JOB_ROWS] * 2, observed
     assert spark.conf.get(V1_SOURCES, None) is None
     held = GroupsInMemory(spark)
     held.at_least(520)
