@@ -338,7 +338,7 @@ def convert_kafka(spark: Any, fmt: str, source_topic: str, *, columns: str | Any
     from .kafka_io import end_offsets
     from .sink import CdcSink
     from .sources import columns_struct
-    from .sink_jvm import kafka_read_options
+    from .spark_kafka import kafka_read_options
 
     if fmt not in FORMATS:
         raise ConfigError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")

@@ -535,7 +535,7 @@ class CdcSink:
         if avro:
             chosen, why = "avro", "spark-sql-kafka-0-10 is not loaded"
             if self._probe_kafka(spark):
-                from .sink_jvm import kafka_write_options
+                from .spark_kafka import kafka_write_options
 
                 try:
                     kafka_write_options(self.bootstrap_servers, self.topic, self.producer_config)

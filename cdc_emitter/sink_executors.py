@@ -16,9 +16,12 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from . import spark_kafka
 from .errors import DeliveryError
 from .sink_batch import Batch, Checked, Known, Written
 from .sink_driver import too_big_for_driver
+from .spark_kafka import kafka_cause, kafka_write_options
+from .spark_settings import GroupsInMemory, KafkaWriteObserved
 
 __all__ = ["ExecutorsWay", "FANOUT_ARRAYS", "FIRST_BUCKETS", "WrittenWhilePacked", "spread"]
 
@@ -126,7 +129,7 @@ class ExecutorsWay:
             return WrittenWhilePacked(self, spark, prepared, batch, plan, partitions, small_below=small)
         exact = respread = False
         carry = small  # such messages come with the stats: no job of their own to gather them
-        groups = sink_jvm.GroupsInMemory(spark)
+        groups = GroupsInMemory(spark)
 
         def persisted_messages() -> Any:
             groups.at_least(plan.groups_per_input_task(self.fanout, consolidate=consolidate, exact=exact))
@@ -195,7 +198,7 @@ class ExecutorsWay:
                        groups=stats.groups)
         joined = self._joined(messages, stats, batch) if first and not respread else None
         if joined is None:  # Spark's Kafka writer writes the cached messages
-            options = sink_jvm.kafka_write_options(self.bootstrap_servers, self.topic, self.producer_config)
+            options = kafka_write_options(self.bootstrap_servers, self.topic, self.producer_config)
             return Known(**figures, messages=stats.messages, n_bytes=stats.bytes,
                          write=lambda: self._write(messages, options, batch), release=release)
         from .sink_driver import produce_messages
@@ -211,8 +214,8 @@ class ExecutorsWay:
         size is known — over 512 arrays — so a small one comes out as many tiny messages (later
         batches are spread for the size of the one before): when its bytes are at most
         ``join_bytes`` and its messages came with its figures, or are over twice as many as
-        would hold them, they are brought to the driver, joined and produced there, in about the time of Spark's
-        write job (measured on 2 cores: 1,000 to 500,000 rows, within the noise) — and readers get
+        would hold them, they are brought to the driver, joined and produced there, in about the
+        time of Spark's write job (measured on 2 cores: 1,000 to 500,000 rows, within the noise) — and readers get
         a few full messages instead of hundreds of tiny ones. They come with the batch's figures,
         in the same job, when each is at most its share of ``join_bytes`` (as they are unless
         the spread is skewed); else a job of their own gathers them: 0.97 s against 0.82 s for
@@ -253,18 +256,15 @@ class ExecutorsWay:
         self.buckets, self.fanout = spread(n_bytes, self.max_message_bytes, partitions)
 
     def _write(self, messages: Any, options: dict, batch: Batch) -> None:
-        from . import sink_jvm
-
         try:
-            sink_jvm.write_messages(messages, options, batch.headers)
+            spark_kafka.write_messages(messages, options, batch.headers)
         except Exception as exc:  # noqa: BLE001 - Spark wraps the producer's error
             raise self._delivery_error(exc, options, batch) from exc
 
     def _delivery_error(self, exc: BaseException, options: dict, batch: Batch) -> DeliveryError:
-        from . import sink_jvm
         from .sources import spark_error_text
 
-        cause = sink_jvm.kafka_cause(exc) or spark_error_text(exc)
+        cause = kafka_cause(exc) or spark_error_text(exc)
         timeout = options["kafka.delivery.timeout.ms"]
         return DeliveryError(
             f"delivery to topic {self.topic!r} failed in Spark's Kafka writer "
@@ -316,12 +316,14 @@ class WrittenWhilePacked(Checked):
     most ``max_message_bytes`` and holds no two live updates of one data and time — the arrays
     that came out too big, or with such a repeat, are left out of that job and written after it,
     consolidated (and packed exactly if one was too big); the figures are those of the messages
-    written. A sink's first batch, spread before its size was known, does not write its arrays
-    under ``small_below`` bytes (at most the sink's join bytes in all): their values come back
-    with the job's figures, and a small batch's many tiny messages are joined on the driver into
-    as few as hold them, and produced there — no job of their own. Consolidating those arrays cannot fail on a diff sum over 64 bits, found only then:
+    written. Consolidating those arrays cannot fail on a diff sum over 64 bits, found only then:
     a batch with a diff beyond :data:`~cdc_emitter.sink_jvm.LARGE_DIFF` fails the first job
     before its shuffle and is written by the two jobs instead, which find it before writing.
+
+    A sink's first batch, spread before its size was known, does not write its arrays under
+    ``small_below`` bytes (at most the sink's join bytes in all): their values come back with
+    the job's figures, and a small batch's many tiny messages are joined on the driver into as
+    few as hold them and produced there, with no job of their own.
 
     Unlike the two jobs' batch, its figures (:attr:`rows`, :attr:`groups`, :attr:`bytes`) are
     known only after :meth:`write` (:attr:`known_before_write`), and it has no :meth:`digest`
@@ -343,8 +345,8 @@ class WrittenWhilePacked(Checked):
 
         way, batch, spark, plan = self._way, self._batch, self._spark, self._plan
         checks = way.checks_writing(batch)
-        options = sink_jvm.kafka_write_options(way.bootstrap_servers, way.topic, way.producer_config)
-        groups, v2 = sink_jvm.GroupsInMemory(spark), sink_jvm.KafkaWriteObserved(spark)
+        options = kafka_write_options(way.bootstrap_servers, way.topic, way.producer_config)
+        groups, v2 = GroupsInMemory(spark), KafkaWriteObserved(spark)
         observed = None
         try:
             if v2.in_force:

@@ -13,7 +13,8 @@ A batch is two Spark jobs over one plan:
    ``max_message_bytes`` (joined by ``listagg`` on Spark 4), an array holding updates of any
    times. A batch is first packed unconsolidated instead, each row its own update (no
    aggregation over every row), encoded and packed in its input task, before the shuffle
-   (only each task's share of each array moves: see :class:`GroupsInMemory` for what a task
+   (only each task's share of each array moves: see
+   :class:`~cdc_emitter.spark_settings.GroupsInMemory` for what a task
    then holds); the arrays where two rows turn out to share data and time
    (found per array, before anything is written) are consolidated again alone — the whole
    batch when they are over half — and when they were over a quarter, the next batch of the
@@ -25,7 +26,7 @@ A batch is two Spark jobs over one plan:
    branch, the array's block count (``to_avro`` of a long is its zig-zag varint), the encoded
    updates and the closing zero. The messages are cached; the job's result is the
    per-time update counts and the digest. A bad row fails this job: nothing has been written.
-2. **Write** (``write_messages``): Spark's own Kafka writer (``spark-sql-kafka-0-10``: producers
+2. **Write** (:func:`~cdc_emitter.spark_kafka.write_messages`): Spark's own Kafka writer (``spark-sql-kafka-0-10``: producers
    cached per executor, ``acks=all``) writes the cached messages; a delivery error
    fails the task, and Spark retries it — a retry can only duplicate whole update arrays, which
    readers discard.
@@ -48,23 +49,20 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
 import re
-import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from . import spark_kafka
 from .core import MAX_LONG, MIN_LONG
-from .errors import BadInputError, CdcError, ConfigError, LateUpdateError
+from .errors import BadInputError, CdcError, LateUpdateError
 from .spark_schema import contains_map, contains_type
 
-log = logging.getLogger(__name__)
-
-__all__ = ["Check", "row_checks", "ENVELOPE", "MessagePlan", "bucket_of", "partition_labels", "spark_hash_long", "EncodedRows", "arrow_table", "normalized", "hash_columns", "encoded_data", "digest_share", "BATCH", "BatchStats", "batch_stats", "write_messages", "kafka_write_options", "java_client_options",
-           "canonical", "group_keys", "task_error", "kafka_cause", "expect_repeats", "note_repeats", "forget_layouts",
-           "FALLBACK_THRESHOLD", "packed_groups", "GroupsInMemory", "V1_SOURCES", "KafkaWriteObserved",
+__all__ = ["Check", "row_checks", "ENVELOPE", "MessagePlan", "bucket_of", "partition_labels", "spark_hash_long", "EncodedRows", "arrow_table", "normalized", "hash_columns", "encoded_data", "digest_share", "BATCH", "BatchStats", "batch_stats",
+           "canonical", "group_keys", "task_error", "expect_repeats", "note_repeats", "forget_layouts",
+           "packed_groups",
            "LARGE_DIFF", "small_diffs", "large_diff", "ObservedWrite", "write_observed"]
 
 TIME = "__cdc_time"
@@ -427,7 +425,7 @@ class MessagePlan:
         repeat check too: each task's hashes of an array, then all of them) — instead of
         shuffling every row to its bucket's task: no packing task per bucket, and a few rows
         shuffled per array instead of one per update. Each input task then holds
-        :func:`packed_groups` groups: see :class:`GroupsInMemory`.
+        :func:`packed_groups` groups: see :class:`~cdc_emitter.spark_settings.GroupsInMemory`.
 
         ``arrays``: only the updates of these ``(bucket, array)`` pairs among ``fanout``, the
         rows of others left out before they are encoded or shuffled — to consolidate the few
@@ -478,7 +476,7 @@ class MessagePlan:
 
     def groups_per_input_task(self, fanout: int, *, consolidate: bool, exact: bool = False) -> int:
         """How many groups each input task holds computing :meth:`messages` of these arguments
-        (see :class:`GroupsInMemory`): :func:`packed_groups` when it packs where the rows are,
+        (see :class:`~cdc_emitter.spark_settings.GroupsInMemory`): :func:`packed_groups` when it packs where the rows are,
         else 0 — the rows are packed after the shuffle, a bucket per task."""
         if not self._packs_in_input_tasks(consolidate, exact, None):
             return 0
@@ -621,115 +619,10 @@ def forget_layouts() -> None:
         _repeating.clear()
 
 
-#: Spark's setting: how many groups an object aggregation (the packing's: it collects values)
-#: holds in a task before it sorts the rest of its input instead (default 128)
-FALLBACK_THRESHOLD = "spark.sql.objectHashAggregate.sortBased.fallbackThreshold"
-
-
 def packed_groups(buckets: int, fanout: int) -> int:
     """How many groups a task packing where the rows are (:meth:`MessagePlan.messages`) can
     hold: every array of every bucket, and each bucket's group of cancelled updates."""
     return buckets * (max(1, fanout) + 1)
-
-
-class GroupsInMemory:
-    """Lets Spark's object aggregations keep more groups of a task in memory
-    (:data:`FALLBACK_THRESHOLD`) on ``spark``'s session while a batch's messages are planned
-    and computed, and puts the setting back (:meth:`restore`). Packing where the rows are holds
-    a group per array in each input task, 520 for a first batch: past 128, Spark would sort the
-    rest of the task's input, which cost more than the shuffle saved (4M rows: 4.7 s against
-    3.3 s). What a task then holds is its own rows' messages, as a task packing a bucket holds
-    its bucket's. The setting must be raised before the messages are cached: a cached plan is
-    planned on a copy of the session's settings taken then. Batches of two sinks on one session
-    at once may put it back under each other: a task then sorts, slower, to the same messages."""
-
-    def __init__(self, spark: Any) -> None:
-        self._spark = spark
-        self._current: int | None = None  # the setting in force, once read
-        self._old: str | None = None  # the session's own value, None: not set
-        self._raised = False
-
-    def at_least(self, groups: int) -> None:
-        """Raise the setting to ``groups`` if it is lower (0: nothing to raise). Where the
-        session refuses (a platform that allows only some settings), the tasks sort instead:
-        slower, the same messages."""
-        if groups <= 0:
-            return
-        conf = self._spark.conf
-        try:
-            if self._current is None:
-                self._old = conf.get(FALLBACK_THRESHOLD, None)
-                try:
-                    self._current = int(self._old if self._old is not None else conf.get(FALLBACK_THRESHOLD))
-                except (TypeError, ValueError):  # not a number we can compare: as the user left it
-                    self._current = groups
-            if groups > self._current:
-                conf.set(FALLBACK_THRESHOLD, str(groups))
-                self._current, self._raised = groups, True
-        except Exception as exc:  # noqa: BLE001 - refused by the session: not worth failing the batch for
-            log.info("could not raise %s to %d (%s): Spark sorts the rows of an input task past that many "
-                     "groups instead", FALLBACK_THRESHOLD, groups, _first_line(exc))
-            self._current = sys.maxsize  # not again for this batch
-
-    def restore(self) -> None:
-        """Put the session's own value back, if it was raised."""
-        if self._raised:
-            _put_back(self._spark, FALLBACK_THRESHOLD, self._old)
-        self._current, self._raised = None, False
-
-
-def _put_back(spark: Any, key: str, old: str | None) -> None:
-    """Put a session setting back as the user left it: ``old``, or unset (None)."""
-    if old is None:
-        spark.conf.unset(key)
-    else:
-        spark.conf.set(key, old)
-
-
-def _first_line(exc: BaseException) -> Any:
-    """An exception's first line, short, for a log line (the exception itself when it has no text)."""
-    return str(exc).splitlines()[0][:200] if str(exc) else exc
-
-
-#: Spark's setting: the data sources written by their V1 writer, Kafka's among them by default
-V1_SOURCES = "spark.sql.sources.useV1SourceList"
-
-
-class KafkaWriteObserved:
-    """Has ``spark``'s session write Kafka by its data source V2 writer while a batch is written
-    in the job that packs it (:func:`write_observed`), and puts the setting back
-    (:meth:`restore`): the V1 writer, Spark's default for Kafka, runs its job outside the
-    query that observes the messages, whose figures then never come (``Observation.get`` would
-    wait for ever). The two writers share the producers, their settings and the messages
-    written. :attr:`in_force` is False where the session refused the setting: the batch must
-    then be written by two jobs (:class:`~cdc_emitter.sink_executors.ExecutorsWay`)."""
-
-    def __init__(self, spark: Any) -> None:
-        self._spark = spark
-        self._old: str | None = None
-        self._changed = False
-        self.in_force = False
-        try:
-            conf = spark.conf
-            self._old = conf.get(V1_SOURCES, None)
-            current = self._old if self._old is not None else conf.get(V1_SOURCES)
-            sources = [s.strip() for s in str(current).split(",") if s.strip()]
-            if "kafka" in (s.lower() for s in sources):
-                conf.set(V1_SOURCES, ",".join(s for s in sources if s.lower() != "kafka"))
-                self._changed = True
-                # a session may take a setting and ignore it: read it back
-                self.in_force = "kafka" not in str(conf.get(V1_SOURCES)).lower().split(",")
-            else:
-                self.in_force = True
-        except Exception as exc:  # noqa: BLE001 - refused by the session: two jobs instead
-            log.info("could not set %s (%s): batches are written by a job after the one that packs them",
-                     V1_SOURCES, _first_line(exc))
-
-    def restore(self) -> None:
-        """Put the session's own value back, if it was changed."""
-        if self._changed:
-            _put_back(self._spark, V1_SOURCES, self._old)
-            self._changed = False
 
 
 #: A diff beyond which a batch written in the job that packs it is written by two jobs instead
@@ -820,7 +713,7 @@ def write_observed(messages: Any, options: Mapping[str, str], headers: Sequence[
     out for the caller to write again (consolidated, or packed exactly), and those under
     ``small_below`` bytes, whose values come back instead (for the caller to join into fewer);
     and take the figures of what was written from the same job (``Dataset.observe``). The
-    session must write Kafka by its V2 writer (:class:`KafkaWriteObserved`).
+    session must write Kafka by its V2 writer (:class:`~cdc_emitter.spark_settings.KafkaWriteObserved`).
 
     Why this keeps the guarantees: every row is checked in the job's input stage, before the
     shuffle, and no task after a shuffle starts before every task before it succeeded — so a
@@ -832,7 +725,7 @@ def write_observed(messages: Any, options: Mapping[str, str], headers: Sequence[
     kept, columns = _observed_columns(type(messages), max_message_bytes, small_below)
     observation = Observation()
     observed = messages.observe(observation, *columns)
-    write_messages(observed.where(kept), options, headers)
+    spark_kafka.write_messages(observed.where(kept), options, headers)
     got = observation.get
     left = tuple((int(bucket), int(array)) for bucket, array in json.loads(got["left"] or "[]"))
     small = tuple(base64.b64decode(value) for value in json.loads(got["small"] or "[]"))
@@ -1119,151 +1012,6 @@ def _stats_columns(kind: type, one_time: bool) -> Any:
                 *([] if one_time else [F.col("max_time").alias("t")]))
 
     return _built_once(("stats", kind, one_time), build)
-
-
-#: librdkafka settings and their Java client equivalents (the JVM path's producers are Java's).
-_SAME = {"security.protocol", "sasl.mechanism", "ssl.endpoint.identification.algorithm",
-         "linger.ms", "batch.size", "compression.type", "request.timeout.ms", "retry.backoff.ms",
-         "client.id", "acks", "enable.idempotence", "max.in.flight.requests.per.connection"}
-_RENAMED = {"sasl.mechanisms": "sasl.mechanism", "compression.codec": "compression.type",
-            "message.timeout.ms": "delivery.timeout.ms", "delivery.timeout.ms": "delivery.timeout.ms",
-            "message.max.bytes": "max.request.size", "request.required.acks": "acks"}
-_LOGIN = {"SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
-          "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
-          "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule"}
-#: librdkafka-only settings that change nothing the Java producer needs.
-_IGNORED = {"queue.buffering.max.ms", "queue.buffering.max.messages",
-            "queue.buffering.max.kbytes", "batch.num.messages", "log_level", "log.connection.close",
-            "socket.keepalive.enable", "statistics.interval.ms"}
-
-
-def java_client_options(config: Mapping[str, Any], *, unknown: str, unsupported: str) -> dict[str, str]:
-    """Java Kafka client options (``kafka.``-prefixed, as Spark's Kafka source and writer take
-    them) for librdkafka-style ``config``: the settings with a Java equivalent, SASL credentials
-    as a JAAS configuration, a PEM CA file as a truststore.
-
-    Raises ConfigError with ``unknown`` (formatted with ``key``) for a setting that has no Java
-    equivalent here, and ``unsupported`` (formatted with ``mechanism``) for a SASL mechanism
-    without a login module here: each says who needed it and what to do instead."""
-    options: dict[str, str] = {}
-    config = dict(config)
-    username, password = config.pop("sasl.username", None), config.pop("sasl.password", None)
-    ca = config.pop("ssl.ca.location", None)
-    for key, value in config.items():
-        if key in _RENAMED:
-            options["kafka." + _RENAMED[key]] = str(value)
-        elif key in _SAME:
-            options["kafka." + key] = str(value)
-        elif key in _IGNORED or key.startswith("bootstrap.servers"):
-            continue
-        else:
-            raise ConfigError(unknown.format(key=key))
-    if username is not None:
-        mechanism = options.get("kafka.sasl.mechanism", "PLAIN").upper()
-        module = _LOGIN.get(mechanism)
-        if module is None:
-            raise ConfigError(unsupported.format(mechanism=mechanism))
-        quoted = [str(v).replace("\\", "\\\\").replace('"', '\\"') for v in (username, password or "")]
-        options["kafka.sasl.jaas.config"] = (f'{module} required username="{quoted[0]}" '
-                                             f'password="{quoted[1]}";')
-    if ca is not None:
-        options["kafka.ssl.truststore.type"] = "PEM"
-        options["kafka.ssl.truststore.location"] = str(ca)
-    if options.get("kafka.ssl.endpoint.identification.algorithm") == "none":
-        options["kafka.ssl.endpoint.identification.algorithm"] = ""
-    return options
-
-
-def kafka_read_options(bootstrap_servers: str, config: Mapping[str, Any], *, user: str) -> dict[str, str]:
-    """Spark's Kafka source options for librdkafka-style ``config`` (security settings; producer
-    settings dropped); ``user`` names who reads, in the error for a key without a Java equivalent."""
-    producer_only = {"acks", "enable.idempotence", "delivery.timeout.ms", "linger.ms", "batch.size",
-                     "compression.type", "max.request.size", "max.in.flight.requests.per.connection"}
-    options = java_client_options(
-        config, unknown=f"kafka_options key {{key!r}} has no equivalent in Spark's Kafka source, which "
-                        f"{user} uses: leave it out",
-        unsupported=f"sasl.mechanism {{mechanism!r}} is not supported by {user}")
-    return {"kafka.bootstrap.servers": bootstrap_servers,
-            **{k: v for k, v in options.items() if k[len("kafka."):] not in producer_only}}
-
-
-def kafka_write_options(bootstrap_servers: str, topic: str, producer_config: Mapping[str, Any]) -> dict:
-    """Options for Spark's Kafka writer from the sink's librdkafka ``producer_config``.
-
-    Raises ConfigError naming a setting that has no Java equivalent here (the sink's
-    ``encoder="python"`` takes every librdkafka setting)."""
-    # acks=all; not idempotent: the Java producer's flush was seen to wait forever (not
-    # delivery.timeout.ms) when two of three replicas were down, and a retry's duplicates are
-    # harmless here — readers discard duplicate updates
-    options = {"kafka.bootstrap.servers": bootstrap_servers, "topic": topic,
-               "kafka.acks": "all", "kafka.enable.idempotence": "false",
-               "kafka.delivery.timeout.ms": "120000", "includeHeaders": "true"}
-    options.update(java_client_options(
-        producer_config,
-        unknown="producer_config key {key!r} has no equivalent in Spark's Kafka writer, which the "
-                "sink's JVM data path uses: pass encoder='python' to write with librdkafka",
-        unsupported="sasl.mechanism {mechanism!r} is not supported by the JVM data path: pass "
-                    "encoder='python'"))
-    # Java refuses a delivery timeout below linger.ms + request.timeout.ms (30 s by default)
-    delivery = int(options["kafka.delivery.timeout.ms"])
-    linger = int(options.get("kafka.linger.ms", 5))
-    if "kafka.request.timeout.ms" not in options and delivery < 30000 + linger:
-        options["kafka.request.timeout.ms"] = str(max(1, delivery - linger))
-    # a send waits for metadata up to max.block.ms (60 s by default): no longer than a delivery
-    options.setdefault("kafka.max.block.ms", str(delivery))
-    # update arrays are tens to hundreds of KB: Java's default batch of 16 KB sends each in a
-    # request of its own (all to the same partitions); librdkafka's default of 1,000,000 bytes
-    # lets a request carry several (measured: a 315-message write of 70 MB, 0.34 s → 0.25 s)
-    options.setdefault("kafka.batch.size", "1000000")
-    if options["kafka.acks"] not in ("all", "-1"):
-        raise ConfigError(f"acks={options['kafka.acks']!r}: the sink needs acks=all")
-    return options
-
-
-def write_messages(messages: Any, options: Mapping[str, str], headers: Sequence[tuple[str, bytes]]) -> None:
-    """Write the messages that hold updates with Spark's Kafka writer (one Spark job).
-
-    A password in the options (``kafka.sasl.jaas.config``) is kept out of what Spark prints
-    (its option redaction is extended to that key) and out of Py4J's debug log."""
-    from pyspark.sql import functions as F
-
-    # one SQL expression, parsed on the JVM: built from Columns, the headers took some 130 round
-    # trips to it per batch
-    for key, _ in headers:
-        if not re.fullmatch(r"[\w.-]+", key):
-            raise ValueError(f"a header name of letters, digits, '.', '_' and '-' only, not {key!r}")
-    header_col = F.expr("array(" + ", ".join(f"named_struct('key', '{key}', 'value', X'{bytes(value).hex()}')"
-                                             for key, value in headers) + ") AS headers")
-    out = messages.where("value IS NOT NULL").select(F.col("value"), F.col("partition"), header_col)
-    secret = "kafka.sasl.jaas.config" in options
-    py4j = logging.getLogger("py4j")
-    level = py4j.level
-    if secret:
-        _redact_jaas(messages.sparkSession)
-        py4j.setLevel(max(logging.INFO, py4j.getEffectiveLevel()))  # Py4J logs each command at DEBUG
-    try:
-        writer = out.write.mode("append").format("kafka")  # append: what the V2 writer takes (see KafkaWriteObserved)
-        for key, value in options.items():
-            writer = writer.option(key, value)
-        writer.save()
-    finally:
-        py4j.setLevel(level)
-
-
-def _redact_jaas(spark: Any) -> None:
-    key = "spark.sql.redaction.options.regex"
-    current = spark.conf.get(key, "(?i)url")
-    if "jaas" not in current:
-        spark.conf.set(key, f"{current}|(?i)sasl\\.jaas\\.config")
-
-
-_KAFKA_CAUSE = re.compile(r"(org\.apache\.kafka\.common\.errors\.\w+: [^\n]*)")
-
-
-def kafka_cause(exc: BaseException) -> str | None:
-    """The Kafka client's own error behind a failed Spark write (the innermost one), if any."""
-    found = _KAFKA_CAUSE.findall(str(exc))
-    return found[-1].strip() if found else None
 
 
 def task_error(exc: BaseException, what: str, time: int | None = None) -> CdcError | None:

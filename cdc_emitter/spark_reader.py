@@ -193,7 +193,7 @@ def _read_once(spark: Any, servers: str, topic: str, codec: Any, config: dict, e
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro, to_avro
 
-    from .sink_jvm import kafka_read_options
+    from .spark_kafka import kafka_read_options
 
     options = kafka_read_options(servers, config, user="read_cdc")
     reader = spark.read.format("kafka").options(**options).option("subscribe", topic)

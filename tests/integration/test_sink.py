@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cdc_emitter import CdcSink
+from cdc_emitter import CdcSink, spark_kafka, spark_settings
 from cdc_emitter.codec import CdcCodec
 from cdc_emitter.errors import BadInputError, BrokerError, LateUpdateError, SchemaError
 from cdc_emitter.spark_schema import data_schema
@@ -257,28 +257,28 @@ def test_packing_where_the_rows_are_leaves_the_sessions_setting_as_it_was(spark,
 
     monkeypatch.setattr(sink_jvm, "_repeating", {})
     seen: list = []
-    at_least = sink_jvm.GroupsInMemory.at_least
+    at_least = spark_settings.GroupsInMemory.at_least
 
     def recording(self, groups):
         at_least(self, groups)
-        seen.append((groups, int(spark.conf.get(sink_jvm.FALLBACK_THRESHOLD))))
+        seen.append((groups, int(spark.conf.get(spark_settings.FALLBACK_THRESHOLD))))
 
-    monkeypatch.setattr(sink_jvm.GroupsInMemory, "at_least", recording)
+    monkeypatch.setattr(spark_settings.GroupsInMemory, "at_least", recording)
     topic = topic_factory(2)
     rows = [(k, f"v{k}", 1) for k in range(3000)]
     for own in (None, "200"):
         if own is not None:
-            spark.conf.set(sink_jvm.FALLBACK_THRESHOLD, own)
+            spark.conf.set(spark_settings.FALLBACK_THRESHOLD, own)
         try:
             sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0)
             t = 0 if own is None else 2
             assert sink.write(spark.createDataFrame(rows, KV), time=t).updates == 3000
-            assert spark.conf.get(sink_jvm.FALLBACK_THRESHOLD, None) == own
+            assert spark.conf.get(spark_settings.FALLBACK_THRESHOLD, None) == own
             with pytest.raises(BadInputError, match="null diff"):  # fails the job in its input tasks
                 sink.write(spark.createDataFrame([*rows, (1, "a", None)], KV), time=t + 1)
-            assert spark.conf.get(sink_jvm.FALLBACK_THRESHOLD, None) == own
+            assert spark.conf.get(spark_settings.FALLBACK_THRESHOLD, None) == own
         finally:
-            spark.conf.unset(sink_jvm.FALLBACK_THRESHOLD)
+            spark.conf.unset(spark_settings.FALLBACK_THRESHOLD)
     assert seen[0] == (8 * 65, 8 * 65)  # a new topic's first batch: 8 buckets of 64 arrays
     assert all(in_force >= groups for groups, in_force in seen)  # later: spread for the batch before
 
@@ -293,7 +293,7 @@ def _record_observed_writes(monkeypatch) -> list:
 
     def recording(messages, *a, **kw):
         spark = messages.sparkSession
-        during = (spark.conf.get(sink_jvm.V1_SOURCES), spark.conf.get(sink_jvm.FALLBACK_THRESHOLD))
+        during = (spark.conf.get(spark_settings.V1_SOURCES), spark.conf.get(spark_settings.FALLBACK_THRESHOLD))
         observed = write_observed(messages, *a, **kw)
         seen.append((observed, during))
         return observed
@@ -335,7 +335,6 @@ def test_a_running_sinks_batch_is_checked_packed_and_written_by_one_job(spark, k
     written by one Spark job, its figures observed in that job: Kafka's V2 writer and the groups
     setting are in force during it only, the session's own values back after it (unset, or the
     user's); the figures are those of the messages in the topic."""
-    from cdc_emitter import sink_jvm
 
     sink, topic, seen = _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, 20_000,
                                       max_message_bytes=4096)
@@ -343,13 +342,13 @@ def test_a_running_sinks_batch_is_checked_packed_and_written_by_one_job(spark, k
     own = "avro,csv,json,kafka,orc,parquet,text"
     for t, setting in ((1, None), (2, own)):
         if setting is not None:
-            spark.conf.set(sink_jvm.V1_SOURCES, setting)
+            spark.conf.set(spark_settings.V1_SOURCES, setting)
         try:
             results.append(sink.write(_kv_rows(spark, 20_000, start=t * 20_000), time=t))
-            assert spark.conf.get(sink_jvm.V1_SOURCES, None) == setting
-            assert spark.conf.get(sink_jvm.FALLBACK_THRESHOLD, None) is None
+            assert spark.conf.get(spark_settings.V1_SOURCES, None) == setting
+            assert spark.conf.get(spark_settings.FALLBACK_THRESHOLD, None) is None
         finally:
-            spark.conf.unset(sink_jvm.V1_SOURCES)
+            spark.conf.unset(spark_settings.V1_SOURCES)
     assert len(seen) == 2
     for (observed, (v1_sources, groups)), result in zip(seen, results[1:]):
         assert "kafka" not in v1_sources.split(",") and int(groups) > 128
@@ -371,7 +370,6 @@ def test_a_bad_row_in_a_batch_written_by_one_job_writes_nothing(spark, kafka_boo
     same rows without it then write whole."""
     from pyspark.sql import functions as F
 
-    from cdc_emitter import sink_jvm
 
     sink, topic, observed = _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, 40_000)
     before = count_messages(kafka_bootstrap, topic)
@@ -383,8 +381,8 @@ def test_a_bad_row_in_a_batch_written_by_one_job_writes_nothing(spark, kafka_boo
         sink.write(bad, time=1)
     assert calls == ["unconsolidated"] and observed == []  # one job, which failed before writing
     assert count_messages(kafka_bootstrap, topic) == before
-    assert spark.conf.get(sink_jvm.V1_SOURCES, None) is None
-    assert spark.conf.get(sink_jvm.FALLBACK_THRESHOLD, None) is None
+    assert spark.conf.get(spark_settings.V1_SOURCES, None) is None
+    assert spark.conf.get(spark_settings.FALLBACK_THRESHOLD, None) is None
     result = sink.write(bad.where("diff IS NOT NULL"), time=1)
     assert (result.lower, result.upper, result.updates) == (1, 2, 39_999) and len(observed) == 1
     expected = [((k, f"v{k}"), k // 40_000, 1) for k in range(80_000) if k != 71_234]
@@ -450,13 +448,12 @@ def test_a_write_task_retried_in_the_one_job_only_duplicates(spark, kafka_bootst
     dropped), so the progress statement's counts are exact."""
     from pyspark.sql import functions as F
 
-    from cdc_emitter import sink_jvm
     from faulty_producer import FailOnceAfterRows, pickled_by_value
 
     pickled_by_value()
     sink, topic, observed = _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, 6_000,
                                           max_message_bytes=400)
-    write_messages = sink_jvm.write_messages
+    write_messages = spark_kafka.write_messages
     # not Arrow-optimized (Spark 4.3's default): rows go to Python in batches of 100, so the
     # values of the batches before the failing row are written before it fails
     fail = F.udf(FailOnceAfterRows(300), "binary", useArrow=False)
@@ -464,7 +461,7 @@ def test_a_write_task_retried_in_the_one_job_only_duplicates(spark, kafka_bootst
     def failing(messages, options, headers):  # every message in one task, which fails once
         return write_messages(messages.coalesce(1).withColumn("value", fail("value")), options, headers)
 
-    monkeypatch.setattr(sink_jvm, "write_messages", failing)
+    monkeypatch.setattr(spark_kafka, "write_messages", failing)
     result = sink.write(_kv_rows(spark, 6_000, start=6_000), time=1)
     assert len(observed) == 1 and result.updates == 6_000 == observed[0][0].updates
     expected = [((k, f"v{k}"), k // 6_000, 1) for k in range(12_000)]

@@ -7,14 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cdc_emitter.sink_executors import BUCKET_BYTES, FANOUT_ARRAYS, spread
-from cdc_emitter.sink_jvm import (
-    FALLBACK_THRESHOLD,
-    V1_SOURCES,
-    GroupsInMemory,
-    KafkaWriteObserved,
-    large_diff,
-    packed_groups,
-)
+from cdc_emitter.sink_jvm import large_diff, packed_groups
+from cdc_emitter.spark_settings import FALLBACK_THRESHOLD, V1_SOURCES, GroupsInMemory, KafkaWriteObserved
 
 LIMIT = 900_000
 

@@ -59,7 +59,7 @@ def standalone(master: str, bootstrap: str, topic: str, workdir: str, spark_loca
     from pyspark.sql import SparkSession
 
     from cdc_emitter import CdcSink, configure_spark
-    from cdc_emitter import sink_jvm
+    from cdc_emitter import spark_kafka
 
     spark = (configure_spark(SparkSession.builder.master(master).appName("cdc-emitter-standalone"))
              .config("spark.pyspark.python", "/nonexistent/executor-python")
@@ -73,7 +73,7 @@ def standalone(master: str, bootstrap: str, topic: str, workdir: str, spark_loca
     sink = CdcSink(bootstrap, topic, checkpoint_location=str(checkpoint), time_column="t",
                    small_batch_rows=50_000)
     finished_on = []
-    write = sink_jvm.write_messages
+    write = spark_kafka.write_messages
     killed = []
 
     def write_then_kill(*args, **kwargs):
@@ -85,11 +85,11 @@ def standalone(master: str, bootstrap: str, topic: str, workdir: str, spark_loca
 
     def batch(df, batch_id):
         if batch_id == 1:
-            sink_jvm.write_messages = write_then_kill
+            spark_kafka.write_messages = write_then_kill
         try:
             sink(df, batch_id)
         finally:
-            sink_jvm.write_messages = write
+            spark_kafka.write_messages = write
         finished_on.append(sink.last_result.finished_on)
         if batch_id == 0:
             subprocess.run(f"{spark_local} restart-worker", shell=True, check=True)
@@ -110,7 +110,7 @@ def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
 
     from cdc_emitter import CdcSink
     from cdc_emitter import sink_jvm
-    from cdc_emitter.sink_jvm import FALLBACK_THRESHOLD, V1_SOURCES, GroupsInMemory
+    from cdc_emitter.spark_settings import FALLBACK_THRESHOLD, V1_SOURCES, GroupsInMemory
 
     spark = SparkSession.builder.remote(url).getOrCreate()
     source, checkpoint = Path(workdir) / "in", Path(workdir) / "checkpoint"
