@@ -31,12 +31,12 @@ A batch is two Spark jobs over one plan:
    fails the task, and Spark retries it — a retry can only duplicate whole update arrays, which
    readers discard.
 
-A running sink's batch of one time, bet unconsolidated, is both in one job instead
-(``write_observed``): its rows are checked, encoded and packed in the input stage, and its
-messages written by the tasks after the shuffle, which start only once every input task passed;
-the arrays found repeated or too big are left out of that write and written after it,
-consolidated; the figures are observed in the job (``Dataset.observe``) — no cache, no second
-read of the messages. A diff beyond ``LARGE_DIFF`` sends the batch to the two jobs (a sum over
+A batch of one time, bet unconsolidated, is both in one job instead (``write_observed``): its
+rows are checked, encoded and packed in the input stage, and its messages written by the tasks
+after the shuffle, which start only once every input task passed; the arrays found repeated or
+too big are left out of that write and written after it, consolidated (a sink's first batch also
+brings its tiny arrays back, for the driver to join); the figures are observed in the job
+(``Dataset.observe``) — no cache, no second read of the messages. A diff beyond ``LARGE_DIFF`` sends the batch to the two jobs (a sum over
 64 bits must be found before anything is written).
 
 Guarantees: no message is written before every row of the batch passed validation and every
