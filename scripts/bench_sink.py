@@ -10,8 +10,10 @@ Pipelines, each writing to its own new topic on the same broker:
    arrays in Python (needs spark-avro; skipped with ``--no-avro-encoder``).
 3. ``diy kafka sink``: the do-it-yourself pipeline — the same consolidation, then ``to_avro``
    per update, framed as a one-update CDC array message (Confluent header + union branch 0 +
-   count 1 + item + 0), one Kafka record per update through Spark's ``kafka`` sink. No progress
-   statements (it could not write correct ones anyway).
+   count 1 + item + 0), one Kafka record per update through Spark's ``kafka`` sink, with the
+   writer options the sink's JVM path uses (``acks=all``, no compression, 1 MB batches;
+   ``--peer-writer lz4``: lz4, idempotent, as earlier rounds measured). No progress statements
+   (it could not write correct ones anyway).
 4. ``raw kafka sink``: Spark's ``kafka`` sink on the unconsolidated rows, ``to_avro`` per row
    (a ceiling for reference: no consolidation, no arrays, no progress).
 5. ``floor``: the same consolidation written to Spark's ``noop`` sink — what any correct sink pays
@@ -127,6 +129,10 @@ def main() -> int:
     ap.add_argument("--no-avro-encoder", action="store_true")
     ap.add_argument("--only", default=None, help="comma list: jvm,python,avro,diy,raw,floor")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--peer-writer", choices=("sink", "lz4"), default="sink",
+                    help="the Kafka writer options of the do-it-yourself and raw pipelines: sink (default): "
+                         "those of the sink's JVM path (acks=all, no compression, 1 MB batches); lz4: "
+                         "lz4-compressed, idempotent, Java's default batch size (the peer of earlier rounds)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="rounds: each pipeline timed once per round, interleaved (best kept)")
     ap.add_argument("--same-sink", action="store_true",
@@ -150,6 +156,7 @@ def main() -> int:
     from cdc_emitter import CdcSink
     from cdc_emitter.codec import union_schema
     from cdc_emitter.kafka_io import ensure_topic, end_offsets
+    from cdc_emitter.spark_kafka import kafka_write_options
     from cdc_emitter.sink_jvm import forget_layouts
     from cdc_emitter.spark_schema import data_schema
 
@@ -179,8 +186,12 @@ def main() -> int:
     avro_data = data_schema(df.select(*data_cols).schema)
     update_schema = json.dumps(union_schema(avro_data)[0]["items"])
     header = bytes([0, 0, 0, 0, 0, 0, 2])  # confluent framing (id 0) + union branch 0 + count 1
-    kafka_opts = {"kafka.bootstrap.servers": bootstrap, "kafka.compression.type": "lz4",
-                  "kafka.linger.ms": "20", "kafka.acks": "all", "kafka.enable.idempotence": "true"}
+    if args.peer_writer == "sink":  # Spark's Kafka writer as the sink's JVM path sets it up
+        kafka_opts = {k: v for k, v in kafka_write_options(bootstrap, "-", {}).items()
+                      if k not in ("topic", "includeHeaders")}
+    else:  # an earlier round's peer: lz4, idempotent, Java's default batch
+        kafka_opts = {"kafka.bootstrap.servers": bootstrap, "kafka.compression.type": "lz4",
+                      "kafka.linger.ms": "20", "kafka.acks": "all", "kafka.enable.idempotence": "true"}
 
     def new_topic(name: str) -> str:
         topic = f"bench-{name}-{uuid.uuid4().hex[:8]}"
@@ -269,7 +280,8 @@ def main() -> int:
     rates = {}
     print(f"rows={n} keys={keys} times={args.times or 'one batch time'} shape={args.shape} "
           f"spark={pyspark.__version__} packages={version} broker={bootstrap} "
-          f"topic partitions={args.partitions} sink={'one across rounds' if args.same_sink else 'new each round'}"
+          f"topic partitions={args.partitions} sink={'one across rounds' if args.same_sink else 'new each round'} "
+          f"peer writer={args.peer_writer}"
           f"{' (cold: the layout forgotten before each)' if args.cold else ''}")
     # warm-up: every pipeline once on a small input (JIT, Python workers, producers, metadata)
     small = df.limit(50_000).cache()

@@ -135,5 +135,8 @@ def test_spark_kafka_writer_options_batch_several_arrays_per_request_unless_told
     options = kafka_write_options("b:9092", "t", {})
     assert (options["kafka.acks"], options["kafka.batch.size"], options["topic"]) == ("all", "1000000", "t")
     assert kafka_write_options("b:9092", "t", {"batch.size": 65536})["kafka.batch.size"] == "65536"
+    # lz4 unless told otherwise, as the sink's librdkafka producers
+    assert options["kafka.compression.type"] == "lz4"
+    assert kafka_write_options("b:9092", "t", {"compression.codec": "zstd"})["kafka.compression.type"] == "zstd"
     with pytest.raises(ConfigError, match="acks='1': the sink needs acks=all"):
         kafka_write_options("b:9092", "t", {"acks": 1})
