@@ -370,7 +370,6 @@ def test_a_bad_row_in_a_batch_written_by_one_job_writes_nothing(spark, kafka_boo
     same rows without it then write whole."""
     from pyspark.sql import functions as F
 
-
     sink, topic, observed = _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, 40_000)
     before = count_messages(kafka_bootstrap, topic)
     bad = _kv_rows(spark, 40_000, start=40_000,
@@ -387,6 +386,33 @@ def test_a_bad_row_in_a_batch_written_by_one_job_writes_nothing(spark, kafka_boo
     assert (result.lower, result.upper, result.updates) == (1, 2, 39_999) and len(observed) == 1
     expected = [((k, f"v{k}"), k // 40_000, 1) for k in range(80_000) if k != 71_234]
     check(kafka_bootstrap, topic, kv_codec(spark), expected, (2,))
+
+
+def test_a_bad_row_in_a_first_batch_written_by_one_job_writes_nothing(spark, kafka_bootstrap, topic_factory,
+                                                                      monkeypatch):
+    """A new topic's first batch goes by one job too, small arrays and all: a bad row (a null
+    diff) fails it in its input stage — nothing written, none brought back to the driver, no
+    progress statement — and the sink, its settings back, then writes the good rows whole."""
+    from pyspark.sql import functions as F
+
+    from cdc_emitter import sink_jvm
+
+    monkeypatch.setattr(sink_jvm, "_repeating", {})  # what earlier tests' batches noted
+    observed = _record_observed_writes(monkeypatch)
+    topic = topic_factory(2)
+    sink = CdcSink(kafka_bootstrap, topic, encoder="jvm")
+    bad = _kv_rows(spark, 3_000, diff=F.when(F.col("id") == 1_234, F.lit(None)).otherwise(F.lit(1)))
+    calls: list = []
+    _record_messages(monkeypatch, calls)
+    with pytest.raises(BadInputError, match=r"""null diff in column 'diff' \(e.g. row \{"k":1234,"v":"v1234"\}\)"""):
+        sink.write(bad, time=0)
+    assert calls == ["unconsolidated"] and observed == []  # one job, which failed before writing
+    assert count_messages(kafka_bootstrap, topic) == 0 and sink.last_result is None
+    assert spark.conf.get(spark_settings.V1_SOURCES, None) is None
+    result = sink.write(bad.where("diff IS NOT NULL"), time=0)
+    assert (result.lower, result.upper, result.updates) == (0, 1, 2_999)
+    assert (result.finished_on, len(observed[0][0].small_values) > 100) == ("driver", True)
+    check(kafka_bootstrap, topic, kv_codec(spark), [((k, f"v{k}"), 0, 1) for k in range(3_000) if k != 1_234], (1,))
 
 
 def test_a_batch_with_a_diff_beyond_2_32_is_written_by_two_jobs(spark, kafka_bootstrap, topic_factory,
