@@ -691,9 +691,7 @@ class CdcSink:
         # the next batch's way: by the rows the driver would take, and by what they consolidated
         # to (known after the write, for a batch checked and written by one job)
         if encoder == "jvm" and checked.known_before_write:
-            self._next_way = self._way_after(checked.rows, checked.groups, checked.bytes)
-            if way == EXECUTORS and checked.produced_on_driver:  # a small batch's messages, joined
-                way = DRIVER_AFTER_EXECUTORS
+            way = self._followed_by(checked, way)
         try:
             clock.mark("check")
             upper = self._upper(batch, close, checked.max_time)
@@ -713,9 +711,7 @@ class CdcSink:
         finally:
             checked.release()
         if encoder == "jvm" and not checked.known_before_write:
-            self._next_way = self._way_after(checked.rows, checked.groups, checked.bytes)
-            if way == EXECUTORS and checked.produced_on_driver:  # its small messages, joined
-                way = DRIVER_AFTER_EXECUTORS
+            way = self._followed_by(checked, way)
         clock.mark("write")
         # 5. only after every update is acknowledged: the progress statement
         result = self._commit(batch, upper, written, since=since, checked=checked)
@@ -791,6 +787,13 @@ class CdcSink:
                          max_message_bytes=self.max_message_bytes, flush_timeout=self.flush_timeout,
                          time_column=self.time_column, diff_column=self.diff_column,
                          producer_factory=self._task_producer)
+
+    def _followed_by(self, checked: Any, way: str) -> str:
+        """Choose the next batch's way from ``checked``'s figures (:meth:`_way_after`); return
+        where its own messages were finished: the driver, after the executors, when a small
+        batch's messages came back to be joined."""
+        self._next_way = self._way_after(checked.rows, checked.groups, checked.bytes)
+        return DRIVER_AFTER_EXECUTORS if way == EXECUTORS and checked.produced_on_driver else way
 
     def _way_after(self, rows: int, groups: int, n_bytes: int) -> str:
         """How the batch after one of ``rows`` input rows, ``groups`` distinct data and times
