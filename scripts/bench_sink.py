@@ -11,8 +11,8 @@ Pipelines, each writing to its own new topic on the same broker:
 3. ``diy kafka sink``: the do-it-yourself pipeline — the same consolidation, then ``to_avro``
    per update, framed as a one-update CDC array message (Confluent header + union branch 0 +
    count 1 + item + 0), one Kafka record per update through Spark's ``kafka`` sink, with the
-   writer options the sink's JVM path uses (``acks=all``, no compression, 1 MB batches;
-   ``--peer-writer lz4``: lz4, idempotent, as earlier rounds measured). No progress statements
+   writer options the sink's JVM path uses (``acks=all``, lz4, 1 MB batches, not idempotent;
+   ``--peer-writer lz4``: lz4, idempotent, Java's default batch, as earlier rounds measured). No progress statements
    (it could not write correct ones anyway).
 4. ``raw kafka sink``: Spark's ``kafka`` sink on the unconsolidated rows, ``to_avro`` per row
    (a ceiling for reference: no consolidation, no arrays, no progress).
@@ -131,7 +131,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--peer-writer", choices=("sink", "lz4"), default="sink",
                     help="the Kafka writer options of the do-it-yourself and raw pipelines: sink (default): "
-                         "those of the sink's JVM path (acks=all, no compression, 1 MB batches); lz4: "
+                         "those of the sink's JVM path (acks=all, lz4, 1 MB batches, not idempotent); lz4: "
                          "lz4-compressed, idempotent, Java's default batch size (the peer of earlier rounds)")
     ap.add_argument("--repeat", type=int, default=1,
                     help="rounds: each pipeline timed once per round, interleaved (best kept)")
