@@ -346,7 +346,7 @@ def _verify(decoded: Any, codec: Any, until: int | None, strict: str | None) -> 
             else:  # as verify_topic says it: the codec's error, the likely cause once
                 error, value = payload
                 report_undecodable(partition, offset, value, error)
-        sizes = decoded.agg(F.count(F.lit(1)).alias("messages"), F.sum(F.size("u")).alias("updates")).first()
+        sizes = decoded.agg(F.count(F.lit(1)).alias("messages"), F.sum(_updates_of(F.col("u"))).alias("updates")).first()
         counting.messages = sizes["messages"]
         counting.updates_received = (sizes["updates"] or 0) - _updates_in(decoded, undecodable)
         if counting.late_violations:
@@ -472,7 +472,15 @@ def _updates_in(decoded: Any, keys: list) -> int:
 
     bad = decoded.sparkSession.createDataFrame(keys, "partition int, offset long")
     return decoded.join(F.broadcast(bad), ["partition", "offset"]).agg(
-        F.coalesce(F.sum(F.size("u")), F.lit(0))).first()[0]
+        F.coalesce(F.sum(_updates_of(F.col("u"))), F.lit(0))).first()[0]
+
+
+def _updates_of(array: Any) -> Any:
+    """How many updates a message's decoded array holds, none for a progress statement's null:
+    Spark 3 sizes a null array as -1 (``spark.sql.legacy.sizeOfNull``), Spark 4 as null."""
+    from pyspark.sql import functions as F
+
+    return F.when(array.isNotNull(), F.size(array))
 
 
 def _fill_late_details(counting: CountingReader, groups: Any, data_fields: list, data_schema: str,
