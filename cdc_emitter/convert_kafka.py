@@ -235,8 +235,10 @@ def _updates(parsed: Any, columns: Any, lower: int, upper: int, topic: str) -> A
     earlier = Window.partitionBy(_KEY).orderBy("partition", "offset").rowsBetween(Window.unboundedPreceding, -1)
     latest = F.max(F.struct(F.col(_T), F.col(_TICK), F.col(_STAMP))).over(earlier)
     rows = rows.withColumn("_latest", latest)
-    backwards = F.col("_latest").isNotNull() & (F.struct(F.col(_T), F.col(_TICK)) < F.struct(
-        F.col("_latest")[_T], F.col("_latest")[_TICK]))
+    # the fields named alike on both sides: Spark Connect 3.5 names an unaliased field col1, col2,
+    # and a comparison of structs whose field names differ does not resolve
+    backwards = F.col("_latest").isNotNull() & (F.struct(F.col(_T).alias(_T), F.col(_TICK).alias(_TICK)) < F.struct(
+        F.col("_latest")[_T].alias(_T), F.col("_latest")[_TICK].alias(_TICK)))
     rows = rows.withColumn(_ERROR, F.when(backwards, F.raise_error(F.concat(
         F.lit("cdc-emitter convert: "), _where(topic), F.lit("the timestamp of key "), F.col(_KEY),
         F.lit(" goes back to "), F.col(_STAMP), F.lit(" after "), F.col("_latest")[_STAMP]))).cast("string"))

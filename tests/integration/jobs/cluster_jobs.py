@@ -26,6 +26,15 @@ ONE_JOB = "-one-job"
 ONE_JOB_ROWS = 3_000
 
 
+def _spark_4() -> bool:
+    import pyspark
+
+    return int(pyspark.__version__.split(".")[0]) >= 4
+
+
+SPARK_4 = _spark_4()
+
+
 def one_job_rows(time: int) -> list[dict]:
     """The rows of the Connect job's batch of ``time`` on its second topic: distinct."""
     return [{"k": i, "v": f"v{time}-{i}", "t": 0, "diff": 1} for i in range(ONE_JOB_ROWS)]
@@ -131,7 +140,9 @@ def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
     except AssertionError:
         raise
     except Exception as exc:  # noqa: BLE001 - the simulated crash, through Spark Connect
-        assert "simulated crash" in str(exc), exc
+        # Spark Connect 3.5 loses a foreachBatch function's error (the server reads EOF from its
+        # Python worker; SPARK-44463, fixed in 4.0): there the marker shows the crash ran
+        assert "simulated crash" in str(exc) or (not SPARK_4 and marker.exists()), exc
     add_file(source, 2, 2_000)
     run_query(spark, source, checkpoint, crash_once)  # batch 1 again, then batch 2
     other, other_checkpoint = Path(workdir) / "in2", Path(workdir) / "checkpoint2"
@@ -149,10 +160,16 @@ def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
     write_observed = sink_jvm.write_observed
     sink_jvm.write_observed = lambda *a, **kw: observed.append(write_observed(*a, **kw)) or observed[-1]
     one_job = CdcSink(bootstrap, topic + ONE_JOB, create_topic=True, small_batch_rows=0)
+    finished_on = []
     for time_ in (0, 1):
         written = one_job.write(spark.createDataFrame(one_job_rows(time_), DDL).drop("t"), time=time_)
-        assert (written.updates, written.finished_on) == (ONE_JOB_ROWS, "executors"), written
-    assert [o.updates for o in observed] == [ONE_JOB_ROWS] * 2, observed
+        assert written.updates == ONE_JOB_ROWS, written
+        finished_on.append(written.finished_on)
+    if SPARK_4:
+        assert finished_on == ["executors", "executors"], finished_on
+        assert [o.updates for o in observed] == [ONE_JOB_ROWS] * 2, observed
+    else:  # Connect 3.5 DataFrames take no Observation: two jobs each
+        assert observed == [], observed
     assert spark.conf.get(V1_SOURCES, None) is None
     held = GroupsInMemory(spark)
     held.at_least(520)
