@@ -9,9 +9,10 @@ Guarantees:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from .errors import ConfigError, SchemaError
@@ -73,11 +74,39 @@ def spark_session(app: str, packages: Sequence[str] = (), conf: dict | None = No
     for key, value in reader_conf(fmt, packages, conf).items():
         builder = builder.config(key, value)
     try:
-        spark = builder.getOrCreate()
+        with _jvm_output_to_stderr():
+            spark = builder.getOrCreate()
     except Exception as exc:  # noqa: BLE001 - e.g. a package Maven Central does not have
         raise ConfigError(f"cannot start Spark: {spark_error_text(exc)}") from exc
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+@contextlib.contextmanager
+def _jvm_output_to_stderr() -> Iterator[None]:
+    """While a session starts, this process's standard output is its standard error: the JVM
+    that PySpark launches inherits it, and what the JVM prints (Spark 3.5's Ivy prints
+    ``:: loading settings ::`` when it resolves packages) must not mix into a command's output
+    (``--json``). Python's own standard output is put back after."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def spark_struct(spark: Any, columns: str) -> Any:
+    """Spark's StructType of the DDL column list ``columns``, parsed on ``spark``'s JVM:
+    ``StructType.fromDDL`` from PySpark 4; before, the parser PySpark 3.5's ``createDataFrame``
+    uses for a DDL schema (an empty DataFrame of those columns would refuse ``varchar``)."""
+    from pyspark.sql import types
+
+    if hasattr(types.StructType, "fromDDL"):
+        return types.StructType.fromDDL(columns)
+    return types._parse_datatype_string(columns)
 
 
 def spark_error_text(exc: BaseException) -> str:
@@ -133,11 +162,11 @@ def columns_struct(columns: str) -> Any:
         return parse_ddl_columns(columns)
     except (DdlUnknown, ValueError):
         pass
-    spark_session("cdc-emitter schema")
+    spark = spark_session("cdc-emitter schema")
     from pyspark.sql.types import StructType
 
     try:
-        struct = StructType.fromDDL(columns)
+        struct = spark_struct(spark, columns)
     except Exception as exc:  # noqa: BLE001 - Spark's parse errors
         first = str(exc).strip().splitlines()[0]
         raise SchemaError(f"cannot parse --columns {columns!r}: {first}") from exc

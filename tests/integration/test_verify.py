@@ -679,11 +679,10 @@ def _jdbc_codec():
     "s struct<x: int not null, y: array<map<string, double>>>, `odd name` string",
 ])
 def test_pure_ddl_parser_agrees_with_spark(spark, ddl):
-    from pyspark.sql.types import StructType
-
+    from cdc_emitter.sources import spark_struct
     from cdc_emitter.spark_schema import parse_ddl_columns
 
-    assert parse_ddl_columns(ddl) == StructType.fromDDL(ddl)
+    assert parse_ddl_columns(ddl) == spark_struct(spark, ddl)
 
 
 @pytest.mark.spark
