@@ -99,9 +99,10 @@ def _jvm_output_to_stderr() -> Iterator[None]:
 
 
 def spark_struct(spark: Any, columns: str) -> Any:
-    """Spark's StructType of the DDL column list ``columns``, parsed on ``spark``'s JVM:
-    ``StructType.fromDDL`` from PySpark 4; before, the parser PySpark 3.5's ``createDataFrame``
-    uses for a DDL schema (an empty DataFrame of those columns would refuse ``varchar``)."""
+    """Spark's StructType of the DDL column list ``columns``, parsed by the JVM of ``spark`` (a
+    running classic session, which both parsers need): ``StructType.fromDDL`` from PySpark 4;
+    before, the parser PySpark 3.5's ``createDataFrame`` uses for a DDL schema (an empty
+    DataFrame of those columns would refuse ``varchar``)."""
     from pyspark.sql import types
 
     if hasattr(types.StructType, "fromDDL"):
