@@ -145,7 +145,8 @@ def _ydb(raw: Any, struct: Any, key: Sequence[str]) -> Any:
     error = (F.when(keys.isNull(), F.lit("not a JSON object"))
              .when(resolved.isNotNull(), F.when(F.size(resolved) != 2, F.lit("resolved is not [step, txId]")))
              .when(key_text.isNull(), F.lit("no 'key'"))
-             .when(F.size(elements) != len(key),
+             # not a JSON array: no elements (Spark 4 sizes null as null, which no branch takes)
+             .when(elements.isNull() | (F.size(elements) != len(key)),
                    F.concat(F.lit(f"'key' has {len(key)} columns in --key ({', '.join(key)}) but the message "),
                             F.substring(key_text, 1, 80)))
              .when(ts.isNull() | (F.size(ts) != 2),

@@ -135,6 +135,20 @@ def test_a_ydb_erase_without_old_image_names_the_mode_to_enable(spark, kafka_boo
                     r"changefeed WITH MODE = 'NEW_AND_OLD_IMAGES'", key=["id"])
 
 
+def test_a_ydb_key_that_is_not_an_array_fails_the_batch_naming_it(spark, kafka_bootstrap, topic_factory, tmp_path):
+    """Not converted with null key columns: Spark 4 sizes a null array as null, Spark 3 as -1."""
+    source, out = topic_factory(1), topic_factory(1)
+    produce(kafka_bootstrap, source, [(0, b"1", json.dumps({"key": 1, "update": {}, "newImage": {"name": "a", "price": 3},
+                                                           "ts": [5, 9]}).encode()),
+                                      (0, b"", b'{"resolved": [6, 0]}')])
+    _expect_failure(spark, "ydb", source, kafka_bootstrap, out, tmp_path / "ck",
+                    rf"topic '{source}' partition 0 offset 0: 'key' has 1 columns in --key \(id\) but the "
+                    r"message 1", key=["id"])
+    from cdc_emitter import kafka_io
+
+    assert list(kafka_io.read_topic(kafka_bootstrap, out)) == []
+
+
 def test_cli_converts_a_cockroachdb_topic_and_a_rerun_has_nothing_new(spark, kafka_bootstrap, topic_factory,
                                                                       tmp_path):
     from click.testing import CliRunner
