@@ -222,8 +222,8 @@ class ExecutorsWay:
         batches are spread for the size of the one before): when its bytes are at most
         ``join_bytes`` and its messages came with its figures, or are over twice as many as
         would hold them, they are brought to the driver, joined and produced there, in about the
-        time of Spark's write job (measured on 2 cores: 1,000 to 500,000 rows, within the noise) — and readers get
-        a few full messages instead of hundreds of tiny ones. They come with the batch's figures,
+        time of Spark's write job (measured on 2 cores: 1,000 to 500,000 rows, within the noise)
+        — and readers get a few full messages instead of hundreds of tiny ones. They come with the batch's figures,
         in the same job, when each is at most its share of ``join_bytes`` (as they are unless
         the spread is skewed); else a job of their own gathers them: 0.97 s against 0.82 s for
         300,000 rows, 1.19 s against 1.09 s for 600,000 (medians of 10, interleaved)."""
