@@ -31,13 +31,14 @@ A batch is two Spark jobs over one plan:
    fails the task, and Spark retries it — a retry can only duplicate whole update arrays, which
    readers discard.
 
-A batch of one time, bet unconsolidated, is both in one job instead (``write_observed``): its
-rows are checked, encoded and packed in the input stage, and its messages written by the tasks
-after the shuffle, which start only once every input task passed; the arrays found repeated or
-too big are left out of that write and written after it, consolidated (a sink's first batch also
-brings its tiny arrays back, for the driver to join); the figures are observed in the job
-(``Dataset.observe``) — no cache, no second read of the messages. A diff beyond ``LARGE_DIFF`` sends the batch to the two jobs (a sum over
-64 bits must be found before anything is written).
+A batch of one time is both in one job instead (``write_observed``): its rows are checked in
+the input stage — there also encoded and packed when bet unconsolidated, partly summed when
+consolidated — and its messages written by the tasks after the (last) shuffle, which start only
+once every task before passed; the arrays found repeated (unconsolidated) or too big are left
+out of that write and written after it, consolidated (a sink's first batch also brings its tiny
+arrays back, for the driver to join); the figures are observed in the job (``Dataset.observe``)
+— no cache, no second read of the messages. A diff beyond ``LARGE_DIFF`` sends the batch to the
+two jobs (a sum over 64 bits must be found before anything is written).
 
 Guarantees: no message is written before every row of the batch passed validation and every
 consolidated diff fits 64 bits; every message is at most ``max_message_bytes``; the counts are
@@ -670,19 +671,22 @@ class ObservedWrite:
     small_values: tuple[bytes, ...] = ()
 
 
-def _observed_columns(kind: type, max_message_bytes: int, small_below: int) -> tuple[Any, tuple]:
+def _observed_columns(kind: type, max_message_bytes: int, small_below: int,
+                      consolidated: bool) -> tuple[Any, tuple]:
     """``(kept, the Columns observed)`` of :func:`write_observed`, built once per DataFrame kind,
-    message limit and small size (:func:`_built_once`)."""
-    return _built_once(("observed", kind, max_message_bytes, small_below),
-                       lambda: _build_observed(max_message_bytes, small_below))
+    message limit, small size and whether the messages are consolidated (:func:`_built_once`)."""
+    return _built_once(("observed", kind, max_message_bytes, small_below, consolidated),
+                       lambda: _build_observed(max_message_bytes, small_below, consolidated))
 
 
-def _build_observed(max_message_bytes: int, small_below: int) -> tuple[Any, tuple]:
+def _build_observed(max_message_bytes: int, small_below: int, consolidated: bool) -> tuple[Any, tuple]:
     from pyspark.sql import functions as F
 
     size = F.octet_length("value")
     too_big = F.coalesce(size > F.lit(max_message_bytes), F.lit(False))
-    held = ~F.col("repeated") & ~too_big  # a message as it is: written, or brought back if small
+    # a message as it is: written, or brought back if small; consolidated, ``repeated`` only
+    # says that an update was made of several rows (counted, for the next batch's bet)
+    held = ~too_big if consolidated else ~F.col("repeated") & ~too_big
     small = held & F.coalesce(size < F.lit(small_below), F.lit(False))
     kept = held & ~small
 
@@ -707,22 +711,25 @@ def _build_observed(max_message_bytes: int, small_below: int) -> tuple[Any, tupl
 
 
 def write_observed(messages: Any, options: Mapping[str, str], headers: Sequence[tuple[str, bytes]], *,
-                   max_message_bytes: int, small_below: int = 0) -> ObservedWrite:
-    """Write ``messages`` (of an unconsolidated batch of one time, not cached) in the job that
-    computes them, all but those with ``repeated`` or over ``max_message_bytes``, which are left
-    out for the caller to write again (consolidated, or packed exactly), and those under
-    ``small_below`` bytes, whose values come back instead (for the caller to join into fewer);
-    and take the figures of what was written from the same job (``Dataset.observe``). The
-    session must write Kafka by its V2 writer (:class:`~cdc_emitter.spark_settings.KafkaWriteObserved`).
+                   max_message_bytes: int, small_below: int = 0, consolidated: bool = False) -> ObservedWrite:
+    """Write ``messages`` (of a batch of one time, not cached; ``consolidated`` or not) in the
+    job that computes them, all but those over ``max_message_bytes`` and, unconsolidated, those
+    with ``repeated``, which are left out for the caller to write again (consolidated, or packed
+    exactly), and those under ``small_below`` bytes, whose values come back instead (for the
+    caller to join into fewer); and take the figures of what was written from the same job
+    (``Dataset.observe``). The session must write Kafka by its V2 writer
+    (:class:`~cdc_emitter.spark_settings.KafkaWriteObserved`).
 
     Why this keeps the guarantees: every row is checked in the job's input stage, before the
-    shuffle, and no task after a shuffle starts before every task before it succeeded — so a
-    bad row fails the job before its first message. A retried write task writes its arrays
-    again (duplicates, which readers discard); the figures count each array once (those of a
-    failed attempt are dropped)."""
+    first shuffle, and no task after a shuffle starts before every task before it succeeded — so
+    a bad row fails the job before its first message. Consolidated, the messages must be those
+    of a plan that sums the diffs before the shuffle that its writing tasks follow
+    (:meth:`MessagePlan.messages` of a whole batch grouped as bytes). A retried write task
+    writes its arrays again (duplicates, which readers discard); the figures count each array
+    once (those of a failed attempt are dropped)."""
     from pyspark.sql import Observation
 
-    kept, columns = _observed_columns(type(messages), max_message_bytes, small_below)
+    kept, columns = _observed_columns(type(messages), max_message_bytes, small_below, consolidated)
     observation = Observation()
     observed = messages.observe(observation, *columns)
     spark_kafka.write_messages(observed.where(kept), options, headers)

@@ -467,6 +467,52 @@ def test_arrays_left_out_of_the_one_job_are_written_after_it(spark, kafka_bootst
     check(kafka_bootstrap, topic, kv_codec(spark), expected, (3,))
 
 
+def test_a_running_sinks_batch_of_repeated_rows_is_consolidated_and_written_by_one_job(
+        spark, kafka_bootstrap, topic_factory, monkeypatch):
+    """A batch of a layout whose last batch repeated rows is consolidated straight away — and,
+    as a batch bet unconsolidated, checked, packed and written by one job: a bad row fails it
+    before anything is written; repeated rows are consolidated in it, no array left out; a batch
+    that outgrew its spread has its too big arrays left out and packed exactly after it. Every
+    message within the limit, the figures those of the topic."""
+    from pyspark.sql import functions as F
+
+    from cdc_emitter import kafka_io, sink_jvm
+
+    limit = 2032
+    sink, topic, observed = _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, 2_000,
+                                          max_message_bytes=limit)
+    calls: list = []
+    _record_messages(monkeypatch, calls)
+    twice = _kv_rows(spark, 2_000, start=2_000).unionByName(_kv_rows(spark, 2_000, start=2_000, diff=2))
+    sink_jvm.note_repeats(twice.schema, ["k", "v"], True)  # as a batch that repeated rows notes
+    # 1. a bad row: the one job fails before its shuffle, nothing written
+    before = count_messages(kafka_bootstrap, topic)
+    bad = twice.withColumn("diff", F.when(F.col("k") == 3_210, F.lit(None)).otherwise(F.col("diff")))
+    sink_jvm.note_repeats(bad.schema, ["k", "v"], True)  # its diff nullable: a layout of its own
+    with pytest.raises(BadInputError, match=r"""null diff in column 'diff' \(e.g. row \{"k":3210,"v":"v3210"\}\)"""):
+        sink.write(bad, time=1)
+    assert calls == ["consolidated"] and observed == []
+    assert count_messages(kafka_bootstrap, topic) == before
+    # 2. every row twice, diffs 1 and 2: one update of diff 3 each, written by the one job
+    calls.clear()
+    result = sink.write(twice, time=1)
+    assert calls == ["consolidated"] and (result.updates, result.finished_on) == (2_000, "executors")
+    [(first, _)] = observed
+    assert (first.updates, first.rows, first.groups, first.left_out) == (2_000, 4_000, 2_000, ())
+    assert first.repeated == first.messages > 0  # every array: the next batch is consolidated too
+    # 3. twenty times the rows its spread was sized for: its too big arrays packed exactly after
+    calls.clear()
+    big = _kv_rows(spark, 40_000, start=4_000)
+    result = sink.write(big.unionByName(big.limit(100)), time=2)
+    assert calls == ["consolidated", "exact"] and result.updates == 40_000
+    assert observed[1][0].too_big and observed[1][0].left_out
+    sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
+    assert max(sizes) <= limit and len(sizes) == count_messages(kafka_bootstrap, topic)
+    expected = ([((k, f"v{k}"), 0, 1) for k in range(2_000)] + [((k, f"v{k}"), 1, 3) for k in range(2_000, 4_000)]
+                + [((k, f"v{k}"), 2, 2 if k < 4_100 else 1) for k in range(4_000, 44_000)])
+    check(kafka_bootstrap, topic, kv_codec(spark), expected, (3,))
+
+
 def test_a_write_task_retried_in_the_one_job_only_duplicates(spark, kafka_bootstrap, topic_factory, monkeypatch):
     """A write task of a batch written by one job fails after some of its messages reached the
     topic, and Spark retries it: the retry writes its arrays again — duplicates, which readers
@@ -681,9 +727,10 @@ def test_a_bad_row_among_many_writes_nothing_and_the_batch_then_goes_through(spa
 
 def test_bad_rows_in_a_batch_combined_before_the_shuffle_write_nothing(spark, kafka_bootstrap, topic_factory,
                                                                       monkeypatch):
-    """A batch of a layout known to repeat goes combined straight away: a null diff, or a
-    consolidated diff that overflows 64 bits, fails the batch with the row named before any
-    message is written; the same sink then writes the good rows exactly."""
+    """A batch of a layout known to repeat goes combined straight away, by one job: a null diff
+    fails it with the row named before any message is written; a diff beyond 2^32 fails that job
+    before its shuffle, and the two jobs then find the consolidated diff that overflows 64 bits
+    and name its row, before writing; the same sink then writes the good rows exactly."""
     from pyspark.sql import functions as F
 
     from cdc_emitter import sink_jvm
@@ -693,22 +740,24 @@ def test_bad_rows_in_a_batch_combined_before_the_shuffle_write_nothing(spark, ka
     topic = topic_factory(2)
     key = F.col("id") % 5000
     rows = spark.range(20_000, numPartitions=4).select("id", key.alias("k"), (key % 7).cast("string").alias("v"))
-    bad_diffs = {
+    bad_diffs = {  # the error, and the batch's messages asked for: by one job, then by two
         r"""null diff in column 'diff' \(e.g. row \{"k":4321,"v":"2"\}\)""":
-            F.when(F.col("id") == 14_321, F.lit(None)).otherwise(F.lit(1)),
+            (F.when(F.col("id") == 14_321, F.lit(None)).otherwise(F.lit(1)), ["consolidated"]),
         r"""the consolidated diff of row \{"k":1234,"v":"2"\} at time 0 is 18446744073709551616, """
         r"which overflows a 64-bit long":
-            F.when(F.col("id").isin(1234, 6234, 11_234, 16_234), F.lit(2**62)).otherwise(F.lit(1)),
+            (F.when(F.col("id").isin(1234, 6234, 11_234, 16_234), F.lit(2**62)).otherwise(F.lit(1)),
+             ["consolidated", "consolidated"]),
     }
     sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0)
-    for message, diff in bad_diffs.items():
+    observed = _record_observed_writes(monkeypatch)
+    for message, (diff, asked) in bad_diffs.items():
         monkeypatch.setattr(sink_jvm, "_repeating", {})
         df = rows.withColumn("diff", diff.cast("long")).drop("id")
         sink_jvm.note_repeats(df.schema, ["k", "v"], True)
         calls.clear()
         with pytest.raises(BadInputError, match=message):
             sink.write(df, time=0)
-        assert calls == ["consolidated"]
+        assert calls == asked and observed == []
         assert count_messages(kafka_bootstrap, topic) == 0
     good = rows.withColumn("diff", F.lit(1).cast("long")).drop("id")
     sink_jvm.note_repeats(good.schema, ["k", "v"], True)
