@@ -432,9 +432,8 @@ class MessagePlan:
         rows of others left out before they are encoded or shuffled — to consolidate the few
         arrays an unconsolidated attempt found repeated, and keep its others.
 
-        A whole batch consolidated and spread (not exact, no ``arrays``, data grouped as bytes)
-        goes as :meth:`_combined` says."""
-        from pyspark.sql import functions as F
+        Consolidated and spread (not exact), data grouped as bytes — a whole batch, or only
+        ``arrays`` — goes as :meth:`_combined` says."""
 
         if not (consolidate or self.by_bytes):
             raise ValueError("rows are left unconsolidated only when their data is grouped as bytes")
@@ -443,13 +442,11 @@ class MessagePlan:
         if one_time:  # its time comes as binary literals, added where they are used
             prepared = prepared.drop(TIME)
         rows = self._checked(prepared, checks, into=DIFF if one_time else TIME)
-        if consolidate and self.by_bytes and not exact and arrays is None:
-            return self._combined(rows, fanout, time)
+        if consolidate and self.by_bytes and not exact:
+            return self._combined(rows, fanout, time, arrays)
         rows = _with_time(rows, time, TIME_KEY).withColumn(ORDER, ex.order)
         if arrays is not None:
-            fanout = max(1, fanout)
-            rows = rows.where((self._bucket * F.lit(fanout) + _hash_array(F.lit(fanout))).isin(
-                sorted({bucket * fanout + array for bucket, array in arrays})))
+            rows = rows.where(self._of_arrays(fanout, arrays))
         if self.by_bytes:
             rows = rows.select(*ex.rows)
         else:
@@ -547,16 +544,30 @@ class MessagePlan:
             chunk = self._chunks[fanout] = _array_index(F.lit(fanout))
         return chunk
 
-    def _combined(self, rows: Any, fanout: int, time: int | None) -> Any:
+    def _of_arrays(self, fanout: int, arrays: Sequence[tuple[int, int]]) -> Any:
+        """Whether a row (with its :data:`ORDER`) falls in one of ``arrays``, ``(bucket, array)``
+        pairs among ``fanout`` arrays per bucket."""
+        from pyspark.sql import functions as F
+
+        fanout = max(1, fanout)
+        return (self._bucket * F.lit(fanout) + _hash_array(F.lit(fanout))).isin(
+            sorted({bucket * fanout + array for bucket, array in arrays}))
+
+    def _combined(self, rows: Any, fanout: int, time: int | None,
+                  arrays: Sequence[tuple[int, int]] | None = None) -> Any:
         """A batch consolidated the way Spark's own aggregation goes: grouped on the data columns
         (collations were taken off before; Spark's grouping normalizes floats as
         :func:`normalized` does) and, unless the batch has one ``time``, the time, partly where
         the rows are, before the shuffle — so repeated rows shrink before they move, as the
         floor's do — then each update hashed, encoded and sent to its bucket (only updates, not
         every row), which packs it as the other ways do: the same updates, arrays, counts and
-        digest."""
+        digest. ``arrays``: only the rows of these arrays, the others left out before anything
+        else (an unconsolidated attempt's arrays found repeated: all of them, when it bet wrong)."""
 
         ex = self._time_exprs(time is not None)
+        if arrays is not None:
+            keyed = _with_time(rows, time, TIME_KEY).withColumn(ORDER, ex.order)
+            rows = keyed.where(self._of_arrays(fanout, arrays)).drop(ORDER, TIME_KEY)
         updates = (_with_time(rows.groupBy(*self._columns, *ex.time).agg(*self._sums), time, TIME_KEY)
                    .select(*ex.combined).select(*ex.combined_updates)
                    .withColumn("__cdc_bucket", self._bucket).repartition(self._buckets, ex.bucket))
