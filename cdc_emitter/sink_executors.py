@@ -108,11 +108,11 @@ class ExecutorsWay:
         comparing digests): a batch of one time whose data is grouped as bytes is instead
         checked, packed and written by one job when :meth:`Checked.write` is called
         (:class:`WrittenWhilePacked`), bet unconsolidated or consolidated straight away —
-        nothing is computed here. A sink's first batch is spread
-        before its size is known: there, the arrays that came out small are brought back by that
-        job and joined on the driver, and those too big are packed exactly after it; by two
-        jobs, a first batch's spread that came out too big is spread again by its size (below)
-        before anything is written."""
+        nothing is computed here. A sink's first batch is spread before its size is known:
+        there, the arrays that came out small are brought back by that job and joined on the
+        driver, and those too big are packed exactly after it; by two jobs, a first batch's
+        spread that came out too big is spread again by its size (below) before anything is
+        written."""
         from pyspark.sql import functions as F
 
         from . import sink_jvm
@@ -412,9 +412,10 @@ class WrittenWhilePacked(Checked):
 
     def _left_out(self, observed: Any, checks: list, options: dict) -> tuple[Any, list[bytes]]:
         """Write the arrays that the first job left out, consolidated — packed exactly if one was
-        too big (all there are of a consolidated job), or comes out so — and return their :class:`~cdc_emitter.sink_jvm.BatchStats`
-        and, for a first batch whose arrays all came out under ``small_below`` bytes, their
-        values instead of writing them, to be joined on the driver. Their rows passed the
+        too big (the only ones a consolidated job leaves out), or comes out so — and return
+        their :class:`~cdc_emitter.sink_jvm.BatchStats` and, for a first batch whose arrays all
+        came out under ``small_below`` bytes, their values instead of writing them, to be joined
+        on the driver. Their rows passed the
         checks, and their sums cannot overflow (see the class)."""
         from . import sink_jvm
 
