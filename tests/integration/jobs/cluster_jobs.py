@@ -35,9 +35,15 @@ def _spark_4() -> bool:
 SPARK_4 = _spark_4()
 
 
+#: The Connect job's batch times on its second topic: distinct rows, then each row twice.
+ONE_JOB_TIMES = (0, 1, 2)
+
+
 def one_job_rows(time: int) -> list[dict]:
-    """The rows of the Connect job's batch of ``time`` on its second topic: distinct."""
-    return [{"k": i, "v": f"v{time}-{i}", "t": 0, "diff": 1} for i in range(ONE_JOB_ROWS)]
+    """The rows of the Connect job's batch of ``time`` on its second topic: distinct, but at time
+    2, where each row comes twice (``ONE_JOB_ROWS`` updates of diff 2)."""
+    distinct = [{"k": i, "v": f"v{time}-{i}", "t": 0, "diff": 1} for i in range(ONE_JOB_ROWS)]
+    return distinct * 2 if time == 2 else distinct
 
 
 def rows(part: int, n: int) -> list[dict]:
@@ -154,20 +160,26 @@ def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
     # read, raised and put back through Connect's config requests
     CdcSink(bootstrap, topic, time_column="t", small_batch_rows=0).write(final)
     # a sink's batches of one time, checked, packed and written by one job through Connect
-    # (the first on the spread guessed for it): their figures observed (an Observation), Kafka's
-    # V2 writer set and put back
+    # (the first on the spread guessed for it; the third, of repeated rows, consolidated in it,
+    # as the next batch of a layout that repeated rows is): their figures observed (an
+    # Observation), Kafka's V2 writer set and put back
     observed = []
     write_observed = sink_jvm.write_observed
     sink_jvm.write_observed = lambda *a, **kw: observed.append(write_observed(*a, **kw)) or observed[-1]
     one_job = CdcSink(bootstrap, topic + ONE_JOB, create_topic=True, small_batch_rows=0)
     finished_on = []
-    for time_ in (0, 1):
-        written = one_job.write(spark.createDataFrame(one_job_rows(time_), DDL).drop("t"), time=time_)
+    for time_ in ONE_JOB_TIMES:
+        batch = spark.createDataFrame(one_job_rows(time_), DDL).drop("t")
+        if time_ == 2:  # as the batch of a layout that repeated rows: consolidated straight away
+            sink_jvm.note_repeats(batch.schema, ["k", "v"], True)
+        written = one_job.write(batch, time=time_)
         assert written.updates == ONE_JOB_ROWS, written
         finished_on.append(written.finished_on)
     if SPARK_4:
-        assert finished_on == ["executors", "executors"], finished_on
-        assert [o.updates for o in observed] == [ONE_JOB_ROWS] * 2, observed
+        assert finished_on == ["executors"] * 3, finished_on
+        assert [(o.updates, o.rows, o.left_out) for o in observed] == [
+            (ONE_JOB_ROWS, ONE_JOB_ROWS, ()), (ONE_JOB_ROWS, ONE_JOB_ROWS, ()),
+            (ONE_JOB_ROWS, 2 * ONE_JOB_ROWS, ())], observed
     else:  # Connect 3.5 DataFrames take no Observation: two jobs each
         assert observed == [], observed
     assert spark.conf.get(V1_SOURCES, None) is None
