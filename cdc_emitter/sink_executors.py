@@ -224,10 +224,11 @@ class ExecutorsWay:
         ``join_bytes`` and its messages came with its figures, or are over twice as many as
         would hold them, they are brought to the driver, joined and produced there, in about the
         time of Spark's write job (measured on 2 cores: 1,000 to 500,000 rows, within the noise)
-        — and readers get a few full messages instead of hundreds of tiny ones. They come with the batch's figures,
-        in the same job, when each is at most its share of ``join_bytes`` (as they are unless
-        the spread is skewed); else a job of their own gathers them: 0.97 s against 0.82 s for
-        300,000 rows, 1.19 s against 1.09 s for 600,000 (medians of 10, interleaved)."""
+        — and readers get a few full messages instead of hundreds of tiny ones. They come with
+        the batch's figures, in the same job, when each is at most its share of ``join_bytes``
+        (as they are unless the spread is skewed); else a job of their own gathers them: 0.97 s
+        against 0.82 s for 300,000 rows, 1.19 s against 1.09 s for 600,000 (medians of 10,
+        interleaved)."""
         from pyspark.sql import functions as F
 
         if self.producer is None or stats.bytes > self.join_bytes:
@@ -415,8 +416,8 @@ class WrittenWhilePacked(Checked):
         too big (the only ones a consolidated job leaves out), or comes out so — and return
         their :class:`~cdc_emitter.sink_jvm.BatchStats` and, for a first batch whose arrays all
         came out under ``small_below`` bytes, their values instead of writing them, to be joined
-        on the driver. Their rows passed the
-        checks, and their sums cannot overflow (see the class)."""
+        on the driver. Their rows passed the checks, and their sums cannot overflow (see the
+        class)."""
         from . import sink_jvm
 
         way, batch = self._way, self._batch
