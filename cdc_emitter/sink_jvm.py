@@ -20,8 +20,9 @@ A batch is two Spark jobs over one plan:
    batch when they are over half — and when they were over a quarter, the next batch of the
    same data layout is consolidated straight away. A whole batch is consolidated the way
    Spark's own aggregation goes instead (``MessagePlan._combined``): on the data columns (and
-   time), partly before the shuffle, so repeated rows shrink before they move, each update
-   encoded after it and sent to its bucket, which packs it. Each message is the Confluent
+   time), partly before the shuffle, so repeated rows shrink before they move; each update is
+   encoded after it and packed where the aggregation left it, each task's share of each array
+   then shuffled and joined, as for a batch packed unconsolidated. Each message is the Confluent
    header (one owner: :attr:`CdcCodec.frame <cdc_emitter.codec.CdcCodec.frame>`), the union
    branch, the array's block count (``to_avro`` of a long is its zig-zag varint), the encoded
    updates and the closing zero. The messages are cached; the job's result is the
@@ -433,7 +434,8 @@ class MessagePlan:
         arrays an unconsolidated attempt found repeated, and keep its others.
 
         Consolidated and spread (not exact), data grouped as bytes — a whole batch, or only
-        ``arrays`` — goes as :meth:`_combined` says."""
+        ``arrays`` — goes as :meth:`_combined` says: packed where the aggregation's tasks left
+        the updates, each of those tasks then holding :func:`packed_groups` groups too."""
 
         if not (consolidate or self.by_bytes):
             raise ValueError("rows are left unconsolidated only when their data is grouped as bytes")
@@ -473,10 +475,12 @@ class MessagePlan:
         return not (consolidate or exact or arrays is not None)
 
     def groups_per_input_task(self, fanout: int, *, consolidate: bool, exact: bool = False) -> int:
-        """How many groups each input task holds computing :meth:`messages` of these arguments
-        (see :class:`~cdc_emitter.spark_settings.GroupsInMemory`): :func:`packed_groups` when it packs where the rows are,
-        else 0 — the rows are packed after the shuffle, a bucket per task."""
-        if not self._packs_in_input_tasks(consolidate, exact, None):
+        """How many groups a task before the last shuffle holds computing :meth:`messages` of
+        these arguments (see :class:`~cdc_emitter.spark_settings.GroupsInMemory`):
+        :func:`packed_groups` when it packs a share of every array — unconsolidated where the
+        rows are, or consolidated the combined way where the aggregation left them — else 0:
+        the updates are packed after the shuffle, a bucket per task."""
+        if exact or (consolidate and not self.by_bytes):
             return 0
         return packed_groups(self._buckets, fanout)
 
@@ -559,10 +563,15 @@ class MessagePlan:
         (collations were taken off before; Spark's grouping normalizes floats as
         :func:`normalized` does) and, unless the batch has one ``time``, the time, partly where
         the rows are, before the shuffle — so repeated rows shrink before they move, as the
-        floor's do — then each update hashed, encoded and sent to its bucket (only updates, not
-        every row), which packs it as the other ways do: the same updates, arrays, counts and
-        digest. ``arrays``: only the rows of these arrays, the others left out before anything
-        else (an unconsolidated attempt's arrays found repeated: all of them, when it bet wrong)."""
+        floor's do — then each update hashed, encoded and packed as the other ways do (only
+        updates move, not every row): the same updates, arrays, counts and digest. ``arrays``:
+        only the rows of these arrays, the others left out before anything else (an
+        unconsolidated attempt's arrays found repeated: all of them, when it bet wrong).
+
+        The updates are packed where the aggregation's tasks leave them, as an unconsolidated
+        batch is where its rows are: each of those tasks joins its share of every array, and
+        only the shares are shuffled, to be joined in at most a task per bucket — not every
+        update to its bucket's task (2,000,000 updates of 4M rows: about 15% less time)."""
 
         ex = self._time_exprs(time is not None)
         if arrays is not None:
@@ -570,8 +579,8 @@ class MessagePlan:
             rows = keyed.where(self._of_arrays(fanout, arrays)).drop(ORDER, TIME_KEY)
         updates = (_with_time(rows.groupBy(*self._columns, *ex.time).agg(*self._sums), time, TIME_KEY)
                    .select(*ex.combined).select(*ex.combined_updates)
-                   .withColumn("__cdc_bucket", self._bucket).repartition(self._buckets, ex.bucket))
-        return self._pack(updates, self._fanned(fanout), self._repeated, ex, time)
+                   .withColumn("__cdc_bucket", self._bucket))
+        return self._pack(updates, self._fanned(fanout), self._repeated, ex, time).coalesce(self._buckets)
 
 
 def _with_time(df: Any, time: int | None, name: str) -> Any:
