@@ -140,7 +140,7 @@ class ExecutorsWay:
         groups = GroupsInMemory(spark)
 
         def persisted_messages() -> Any:
-            groups.at_least(plan.groups_per_input_task(self.fanout, consolidate=consolidate, exact=exact))
+            groups.at_least(plan.groups_per_packing_task(self.fanout, consolidate=consolidate, exact=exact))
             return plan.messages(prepared, checks, time=batch.time, fanout=self.fanout, exact=exact,
                                  consolidate=consolidate).persist()
 
@@ -364,7 +364,7 @@ class WrittenWhilePacked(Checked):
         observed = None
         try:
             if v2.in_force:
-                groups.at_least(plan.groups_per_input_task(way.fanout, consolidate=self._consolidate))
+                groups.at_least(plan.groups_per_packing_task(way.fanout, consolidate=self._consolidate))
                 messages = plan.messages(self._prepared, checks, time=batch.time, fanout=way.fanout,
                                          consolidate=self._consolidate)
                 try:

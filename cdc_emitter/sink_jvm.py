@@ -454,7 +454,7 @@ class MessagePlan:
         else:
             rows = rows.drop(TIME_KEY)
         rows = rows.withColumn("__cdc_bucket", self._bucket)
-        if self._packs_in_input_tasks(consolidate, exact, arrays):  # see groups_per_input_task
+        if self._packs_in_input_tasks(consolidate, exact, arrays):  # see groups_per_packing_task
             # the shares are joined in at most a task per bucket, as packing was: else in the
             # session's shuffle partitions (200 by default), when adaptive execution is off
             return self._pack(rows.select(*ex.unconsolidated), self._fanned(fanout),
@@ -474,7 +474,7 @@ class MessagePlan:
         """Whether :meth:`messages` packs where the rows are: unconsolidated and spread."""
         return not (consolidate or exact or arrays is not None)
 
-    def groups_per_input_task(self, fanout: int, *, consolidate: bool, exact: bool = False) -> int:
+    def groups_per_packing_task(self, fanout: int, *, consolidate: bool, exact: bool = False) -> int:
         """How many groups a task before the last shuffle holds computing :meth:`messages` of
         these arguments (see :class:`~cdc_emitter.spark_settings.GroupsInMemory`):
         :func:`packed_groups` when it packs a share of every array — unconsolidated where the
