@@ -702,6 +702,11 @@ def test_a_batch_combined_before_the_shuffle_holds_what_one_consolidated_after_i
     assert (combined.counts, combined.digest, combined.max_time) == (exact.counts, exact.digest, exact.max_time)
     # 10 keys x 4 strings-or-null x 3 floats (-0.0 is 0.0, every NaN one): at most 120 updates
     assert 0 < combined.counts[4] <= 120 and combined.repeated and exact.repeated
+    # the aggregation's tasks pack a share of every array, as unconsolidated input tasks do: the
+    # object aggregation must keep that many groups in memory; the exact packing, after its shuffle
+    assert plan.groups_per_packing_task(8, consolidate=True) == sink_jvm.packed_groups(3, 8)
+    assert plan.groups_per_packing_task(8, consolidate=False) == sink_jvm.packed_groups(3, 8)
+    assert plan.groups_per_packing_task(8, consolidate=True, exact=True) == 0
 
 
 def test_a_bad_row_among_many_writes_nothing_and_the_batch_then_goes_through(spark, kafka_bootstrap,
