@@ -444,7 +444,7 @@ class MessagePlan:
         if one_time:  # its time comes as binary literals, added where they are used
             prepared = prepared.drop(TIME)
         rows = self._checked(prepared, checks, into=DIFF if one_time else TIME)
-        if consolidate and self.by_bytes and not exact:
+        if self._combines(consolidate, exact):
             return self._combined(rows, fanout, time, arrays)
         rows = _with_time(rows, time, TIME_KEY).withColumn(ORDER, ex.order)
         if arrays is not None:
@@ -474,15 +474,20 @@ class MessagePlan:
         """Whether :meth:`messages` packs where the rows are: unconsolidated and spread."""
         return not (consolidate or exact or arrays is not None)
 
+    def _combines(self, consolidate: bool, exact: bool) -> bool:
+        """Whether :meth:`messages` consolidates as :meth:`_combined` does: consolidated and
+        spread, data grouped as bytes."""
+        return consolidate and self.by_bytes and not exact
+
     def groups_per_packing_task(self, fanout: int, *, consolidate: bool, exact: bool = False) -> int:
         """How many groups a task before the last shuffle holds computing :meth:`messages` of
         these arguments (see :class:`~cdc_emitter.spark_settings.GroupsInMemory`):
         :func:`packed_groups` when it packs a share of every array — unconsolidated where the
         rows are, or consolidated the combined way where the aggregation left them — else 0:
         the updates are packed after the shuffle, a bucket per task."""
-        if exact or (consolidate and not self.by_bytes):
-            return 0
-        return packed_groups(self._buckets, fanout)
+        if self._combines(consolidate, exact) or self._packs_in_input_tasks(consolidate, exact, None):
+            return packed_groups(self._buckets, fanout)
+        return 0
 
     def _checked(self, prepared: Any, checks: Sequence[Check], into: str = TIME) -> Any:
         """``prepared`` with its column ``into`` (the time, or the diff) checked: in the map
