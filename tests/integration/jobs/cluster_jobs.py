@@ -37,13 +37,15 @@ SPARK_4 = _spark_4()
 
 #: The Connect job's batch times on its second topic: distinct rows, then each row twice.
 ONE_JOB_TIMES = (0, 1, 2)
+#: The one of them whose rows each come twice.
+ONE_JOB_REPEATED = 2
 
 
 def one_job_rows(time: int) -> list[dict]:
-    """The rows of the Connect job's batch of ``time`` on its second topic: distinct, but at time
-    2, where each row comes twice (``ONE_JOB_ROWS`` updates of diff 2)."""
+    """The rows of the Connect job's batch of ``time`` on its second topic: distinct, but at
+    :data:`ONE_JOB_REPEATED`, where each row comes twice (``ONE_JOB_ROWS`` updates of diff 2)."""
     distinct = [{"k": i, "v": f"v{time}-{i}", "t": 0, "diff": 1} for i in range(ONE_JOB_ROWS)]
-    return distinct * 2 if time == 2 else distinct
+    return distinct * 2 if time == ONE_JOB_REPEATED else distinct
 
 
 def rows(part: int, n: int) -> list[dict]:
@@ -170,7 +172,7 @@ def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
     finished_on = []
     for time_ in ONE_JOB_TIMES:
         batch = spark.createDataFrame(one_job_rows(time_), DDL).drop("t")
-        if time_ == 2:  # as the batch of a layout that repeated rows: consolidated straight away
+        if time_ == ONE_JOB_REPEATED:  # as the batch of a layout that repeated rows: consolidated straight away
             sink_jvm.note_repeats(batch.schema, ["k", "v"], True)
         written = one_job.write(batch, time=time_)
         assert written.updates == ONE_JOB_ROWS, written
