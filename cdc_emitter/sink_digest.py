@@ -1,7 +1,7 @@
 """A batch's digest: how a re-run tells whether its source replayed the same data (pure).
 
 Every progress statement the sink writes carries, in a header, the digest of its batch: the XOR
-of its updates' 64-bit hashes (:func:`cdc_emitter.sink_jvm.digest_share`; any order, any
+of its updates' 64-bit hashes (:func:`cdc_emitter.spark_columns.digest_share`; any order, any
 batching) and its update counts per time. A re-run of a batch whose first attempt is complete in
 the topic computes the digest of what it would write and compares it before writing anything:
 the same, and it writes nothing; other, and it raises :class:`~cdc_emitter.errors.ReplayError`
@@ -24,7 +24,7 @@ __all__ = ["DIGEST_TIMES", "DIGEST_VERSION", "digest_form", "format_digest", "pa
 #: in the message) — a re-run then still compares exactly, and says less about what changed.
 DIGEST_TIMES = 1000
 
-#: How update hashes are made (:func:`cdc_emitter.sink_jvm.digest_share`); 2 since the hash
+#: How update hashes are made (:func:`cdc_emitter.spark_columns.digest_share`); 2 since the hash
 #: became xxhash64(xxhash64(data, time), diff) — a digest of another version is not compared.
 DIGEST_VERSION = 2
 

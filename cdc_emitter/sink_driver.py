@@ -4,7 +4,7 @@ updates) are few enough that a Spark job and its shuffle would cost more than th
 Two forms:
 
 - **small batches**: one narrow Spark job (no shuffle) brings every row to the driver, its data
-  encoded by ``to_avro`` and hashed by ``xxhash64`` (:class:`~cdc_emitter.sink_jvm.EncodedRows`:
+  encoded by ``to_avro`` and hashed by ``xxhash64`` (:class:`~cdc_emitter.spark_columns.EncodedRows`:
   nothing of ours on the executors); the driver checks the rows and consolidates them on those
   bytes (:mod:`cdc_emitter.small_batch`);
 - **rows that consolidate to few updates**: one Spark job checks and consolidates the rows,
@@ -77,13 +77,14 @@ class DriverWay:
         import pyarrow.compute as pc
 
         from . import small_batch, sink_jvm
-        from .sink_jvm import ENVELOPE, EncodedRows
+        from .sink_jvm import ENVELOPE
+        from .spark_columns import EncodedRows, arrow_table
 
         try:
             if consolidated:  # at most one update over the limit comes back: then too many
                 plan = self.plan(spark, batch)
                 updates = plan.updates(prepared, self.row_checks(batch), one_time=batch.time is not None)
-                table = sink_jvm.arrow_table(updates.limit(self.small_batch_rows + 1))
+                table = arrow_table(updates.limit(self.small_batch_rows + 1))
             else:
                 layout = dict(schema=batch.schema, data_cols=batch.data_cols, data_record=batch.codec.data_schema,
                               time_column=self.time_column, diff_column=batch.diff_col)

@@ -60,16 +60,14 @@ from typing import Any
 from . import spark_kafka
 from .core import MAX_LONG, MIN_LONG
 from .errors import BadInputError, CdcError, LateUpdateError
-from .spark_schema import contains_map, contains_type
+from .spark_columns import (DIFF, HASH, TIME, arrow_table, bucket_of, digest_share, encoded_data, group_keys,
+                            hash_columns)
+from .spark_schema import contains_map
 
-__all__ = ["Check", "row_checks", "ENVELOPE", "MessagePlan", "bucket_of", "partition_labels", "spark_hash_long", "EncodedRows", "arrow_table", "normalized", "hash_columns", "encoded_data", "digest_share", "BATCH", "BatchStats", "batch_stats",
-           "canonical", "group_keys", "task_error", "expect_repeats", "note_repeats", "forget_layouts",
-           "packed_groups",
+__all__ = ["Check", "row_checks", "ENVELOPE", "MessagePlan", "BATCH", "BatchStats", "batch_stats", "task_error",
+           "expect_repeats", "note_repeats", "forget_layouts", "packed_groups",
            "LARGE_DIFF", "small_diffs", "large_diff", "ObservedWrite", "write_observed"]
 
-TIME = "__cdc_time"
-DIFF = "__cdc_diff"
-HASH = "__cdc_hash"
 ORDER = "__cdc_order"
 DATA = "__cdc_data"
 REPEAT = "__cdc_repeat"
@@ -133,44 +131,6 @@ def row_checks(*, what: str, lower: int, recorded_upper: int | None, time_column
             "an update at time ", t, ": the batch's input changed between attempts (a streaming "
             "source must replay the same data)")))
     return checks
-
-
-def canonical(c: Any, dtype: Any) -> Any:
-    """An expression equal for equal values that Spark can group on (maps → sorted entry arrays)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    if not contains_map(dtype):
-        return c
-    if isinstance(dtype, T.MapType):
-        if contains_map(dtype.valueType):
-            entries = F.transform(
-                F.map_entries(c),
-                lambda e: F.struct(e["key"].alias("key"), canonical(e["value"], dtype.valueType).alias("value")),
-            )
-        else:
-            entries = F.map_entries(c)
-        return F.array_sort(entries)
-    if isinstance(dtype, T.ArrayType):
-        return F.transform(c, lambda e: canonical(e, dtype.elementType))
-    inner = F.struct(*[canonical(c[f.name], f.dataType).alias(f.name) for f in dtype.fields])
-    return F.when(c.isNull(), F.lit(None)).otherwise(inner)
-
-
-def group_keys(schema: Any, data_cols: Sequence[str]) -> tuple[list, list]:
-    """Grouping expressions for the data columns (maps canonicalised) and the ``first`` aggregates
-    that bring back the original map-holding columns."""
-    from pyspark.sql import functions as F
-
-    keys, firsts = [], []
-    for i, c in enumerate(data_cols):
-        dtype = schema[c].dataType
-        if contains_map(dtype):
-            keys.append(canonical(F.col(c), dtype).alias(f"__cdc_key{i}"))
-            firsts.append(F.first(F.col(c)).alias(c))
-        else:
-            keys.append(F.col(c))
-    return keys, firsts
 
 
 def _fail(kind: str, *parts: Any) -> Any:
@@ -512,10 +472,11 @@ class MessagePlan:
 
     def updates(self, prepared: Any, checks: Sequence[Check], *, one_time: bool = False) -> Any:
         """The batch consolidated on the executors, for the driver to finish
-        (:func:`cdc_emitter.small_batch.consolidate`, as :class:`EncodedRows`): one row per data
-        and time — ``data``, its data record as ``to_avro`` bytes; ``h``, Spark's ``xxhash64``
-        of its data columns; ``t``; ``d``, the exact sum of its diffs (zero sums kept: their
-        times count for the batch's largest); ``n``, the input rows behind it. Grouped on the
+        (:func:`cdc_emitter.small_batch.consolidate`, as
+        :class:`~cdc_emitter.spark_columns.EncodedRows`): one row per data and time — ``data``,
+        its data record as ``to_avro`` bytes; ``h``, Spark's ``xxhash64`` of its data columns;
+        ``t``; ``d``, the exact sum of its diffs (zero sums kept: their times count for the
+        batch's largest); ``n``, the input rows behind it. Grouped on the
         data columns partly before the shuffle, as :meth:`_combined`; a bad row, or a sum over
         64 bits, fails the job. Only for data grouped as bytes (:attr:`by_bytes`).
 
@@ -566,8 +527,8 @@ class MessagePlan:
                   arrays: Sequence[tuple[int, int]] | None = None) -> Any:
         """A batch consolidated the way Spark's own aggregation goes: grouped on the data columns
         (collations were taken off before; Spark's grouping normalizes floats as
-        :func:`normalized` does) and, unless the batch has one ``time``, the time, partly where
-        the rows are, before the shuffle — so repeated rows shrink before they move, as the
+        :func:`~cdc_emitter.spark_columns.normalized` does) and, unless the batch has one
+        ``time``, the time, partly where the rows are, before the shuffle — so repeated rows shrink before they move, as the
         floor's do — then each update hashed, encoded and packed as the other ways do (only
         updates move, not every row): the same updates, arrays, counts and digest. ``arrays``:
         only the rows of these arrays, the others left out before anything else (an
@@ -784,57 +745,6 @@ def _hash_array(arrays: Any) -> Any:
     return F.pmod(F.shiftright(F.col(ORDER), 32), arrays)
 
 
-def spark_hash_long(value: int, seed: int = 42) -> int:
-    """Spark's ``hash`` (Murmur3 x86 32-bit) of one long column: what its hash partitioning uses."""
-    def mix_k1(k: int) -> int:
-        k = (k * 0xCC9E2D51) & 0xFFFFFFFF
-        k = ((k << 15) | (k >> 17)) & 0xFFFFFFFF
-        return (k * 0x1B873593) & 0xFFFFFFFF
-
-    def mix_h1(h: int, k: int) -> int:
-        h ^= k
-        h = ((h << 13) | (h >> 19)) & 0xFFFFFFFF
-        return (h * 5 + 0xE6546B64) & 0xFFFFFFFF
-
-    value &= 0xFFFFFFFFFFFFFFFF
-    h = mix_h1(seed & 0xFFFFFFFF, mix_k1(value & 0xFFFFFFFF))
-    h = mix_h1(h, mix_k1(value >> 32))
-    h ^= 8
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & 0xFFFFFFFF
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & 0xFFFFFFFF
-    h ^= h >> 16
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def bucket_of(order: Any, buckets: int) -> Any:
-    """The bucket of a row whose hash is ``order``: one of :func:`partition_labels` (longs), so
-    that ``repartition(buckets, bucket)`` gives every bucket a task of its own."""
-    from pyspark.sql import functions as F
-
-    labels = F.array(*[F.lit(label).cast("long") for label in partition_labels(buckets)])
-    return F.element_at(labels, (F.pmod(order, F.lit(buckets)) + 1).cast("int"))
-
-
-_LABELS: dict[int, tuple[int, ...]] = {}
-
-
-def partition_labels(count: int) -> tuple[int, ...]:
-    """``count`` longs, the i-th of which Spark's hash partitioning into ``count`` partitions
-    sends to partition i (the smallest such non-negative long)."""
-    if count not in _LABELS:
-        labels: list[int | None] = [None] * count
-        missing, value = count, 0
-        while missing:
-            partition = spark_hash_long(value) % count  # Python's % is Spark's pmod here
-            if labels[partition] is None:
-                labels[partition], missing = value, missing - 1
-            value += 1
-        _LABELS[count] = tuple(labels)  # type: ignore[arg-type]
-    return _LABELS[count]
-
-
 def _long_bytes(c: Any) -> Any:
     """A long column's Avro encoding (a zig-zag varint), with the common diffs +1 and -1 as
     constants instead of a ``to_avro`` call each."""
@@ -854,100 +764,6 @@ def _concat_all(item: Any) -> Any:
     if hasattr(F, "listagg"):
         return F.listagg(item)
     return F.array_join(F.collect_list(item.cast("string")), "").cast("binary")
-
-
-def hash_columns(schema: Any, data_cols: Sequence[str]) -> list:
-    """The data columns as every data path hashes them: maps as sorted entries
-    (:func:`canonical`), floats as Spark's grouping sees them (:func:`normalized`)."""
-    from pyspark.sql import functions as F
-
-    return [canonical(F.col(c), schema[c].dataType) if contains_map(schema[c].dataType)
-            else normalized(F.col(c), schema[c].dataType, schema[c].nullable) for c in data_cols]
-
-
-def encoded_data(schema: Any, data_cols: Sequence[str], data_record: dict) -> Any:
-    """Each row's data record as ``to_avro`` bytes, floats normalized (:func:`normalized`), so
-    rows that consolidate together encode to the same bytes. Not for data holding maps (equal
-    maps can encode their entries in other orders)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import to_avro
-
-    data = [normalized(F.col(c), schema[c].dataType, schema[c].nullable).alias(c) for c in data_cols]
-    return to_avro(F.struct(*data), json.dumps(data_record))
-
-
-def digest_share(order: Any, diff: Any) -> Any:
-    """An update's share of its batch's digest (the digest is their XOR, in any order):
-    ``xxhash64(xxhash64(data, time), diff)``, ``order`` being the inner hash. Every data path
-    computes the same (:func:`cdc_emitter.small_batch.consolidate` in numpy), so a re-run
-    compares whichever path wrote the first attempt."""
-    from pyspark.sql import functions as F
-
-    return F.xxhash64(order, diff)
-
-
-def _has_float(dtype: Any) -> bool:
-    from pyspark.sql import types as T
-
-    return contains_type(dtype, (T.FloatType, T.DoubleType))
-
-
-def normalized(c: Any, dtype: Any, nullable: bool) -> Any:
-    """``c`` with every float as Spark's grouping sees it (-0.0 as 0.0, one NaN), nullability
-    kept: rows that consolidate together then encode to the same bytes."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    if not _has_float(dtype):
-        return c
-    if isinstance(dtype, (T.FloatType, T.DoubleType)):
-        zero, nan = F.lit(0.0).cast(dtype), F.lit(float("nan")).cast(dtype)
-        return F.when(F.isnan(c), nan).when(c == zero, zero).otherwise(c)
-    if isinstance(dtype, T.ArrayType):
-        return F.transform(c, lambda e: normalized(e, dtype.elementType, dtype.containsNull))
-    inner = F.struct(*[normalized(c[f.name], f.dataType, f.nullable).alias(f.name) for f in dtype.fields])
-    return F.when(c.isNull(), F.lit(None)).otherwise(inner) if nullable else inner
-
-
-class EncodedRows:
-    """A small batch's rows for the driver to finish (:mod:`cdc_emitter.small_batch`), in one
-    narrow Spark job (no shuffle): ``data``, each row's data record encoded by ``to_avro``
-    (floats normalized: equal rows, equal bytes); ``h``, Spark's ``xxhash64`` of its data
-    columns — the distributed path's update hash before time and diff; ``t`` and ``d``, the
-    time and diff columns as longs when the rows carry them. Built once per layout; not for
-    data holding maps (equal maps can encode their entries in other orders)."""
-
-    def __init__(self, *, schema: Any, data_cols: Sequence[str], data_record: dict,
-                 time_column: str | None, diff_column: str | None) -> None:
-        from pyspark.sql import functions as F
-
-        self.columns = [encoded_data(schema, data_cols, data_record).alias("data"),
-                        F.xxhash64(*hash_columns(schema, data_cols)).alias("h")]
-        if time_column is not None:
-            self.columns.append(F.col(time_column).cast("long").alias("t"))
-        if diff_column is not None:
-            self.columns.append(F.col(diff_column).cast("long").alias("d"))
-
-    @staticmethod
-    def key_of(*, schema: Any, data_cols: Sequence[str], data_record: dict, time_column: str | None,
-               diff_column: str | None) -> tuple:
-        return schema.json(), tuple(data_cols), json.dumps(data_record), time_column, diff_column
-
-    def collect(self, df: Any) -> Any:
-        """The rows as a pyarrow Table (one Spark job)."""
-        return arrow_table(df.select(*self.columns))
-
-
-def arrow_table(rows: Any) -> Any:
-    """A DataFrame of :class:`EncodedRows`' columns (or :meth:`MessagePlan.updates`') collected
-    as a pyarrow Table (one Spark job)."""
-    import pyarrow as pa
-
-    if hasattr(rows, "toArrow"):  # pyspark >= 4.0, classic and Connect
-        return rows.toArrow()
-    collected = rows.collect()
-    types = {"data": pa.binary(), "h": pa.int64(), "t": pa.int64(), "d": pa.int64(), "n": pa.int64()}
-    return pa.table({n: pa.array([r[i] for r in collected], types[n]) for i, n in enumerate(rows.columns)})
 
 
 @dataclass(frozen=True)

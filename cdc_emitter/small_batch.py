@@ -148,7 +148,7 @@ def consolidate(data: pa.Array, data_hashes: np.ndarray, times: np.ndarray, diff
     grouped = grouped.filter(pa.array(live))
     sums = sums[live]
     t = grouped.column("t").to_numpy(zero_copy_only=False)
-    # each update's digest share, as sink_jvm.digest_share: xxhash64(xxhash64(data, time), diff)
+    # each update's digest share, as spark_columns.digest_share: xxhash64(xxhash64(data, time), diff)
     inner = spark_xxhash64_long(t, grouped.column("h_min").to_numpy(zero_copy_only=False))
     hashes = spark_xxhash64_long(sums, spark_xxhash64_long(inner, np.full(len(inner), 42, np.int64)))
     zz: dict[int, bytes] = {}

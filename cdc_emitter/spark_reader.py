@@ -93,7 +93,7 @@ def _data_order(df: Any, codec: Any) -> list:
     """Sort expressions over the data columns that order rows as ``codec.sort_key`` orders the
     decoded data: nulls first, NaN after every number, strings by code point (UTF-8 bytes),
     records and arrays element by element, maps by their sorted entries."""
-    from .sink_jvm import canonical
+    from .spark_columns import canonical
 
     return [canonical(df[c], df.schema[c].dataType).asc_nulls_first() for c in _data_fields(codec)]
 
@@ -267,7 +267,8 @@ def _verify(decoded: Any, codec: Any, until: int | None, strict: str | None) -> 
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import to_avro
 
-    from .sink_jvm import canonical, contains_map
+    from .spark_columns import canonical
+    from .spark_schema import contains_map
 
     counting = CountingReader(strict=strict)
     spark = decoded.sparkSession
@@ -376,7 +377,8 @@ def _collection(history: Any, data_fields: list[str]) -> Any:
     """The multiset ``history`` adds up to: data columns + ``count``, zero counts left out."""
     from pyspark.sql import functions as F
 
-    from .sink_jvm import canonical, contains_map
+    from .spark_columns import canonical
+    from .spark_schema import contains_map
 
     maps = [c for c in data_fields if contains_map(history.schema[c].dataType)]
     by_data = [F.col(c) if c not in maps else canonical(F.col(c), history.schema[c].dataType).alias(f"__key{i}")

@@ -1232,7 +1232,7 @@ def test_bucket_labels_go_each_to_a_task_of_their_own(spark):
     (``spark_hash_long`` is Spark's ``hash`` of a long, checked here against Spark itself)."""
     from pyspark.sql import functions as F
 
-    from cdc_emitter.sink_jvm import bucket_of, partition_labels, spark_hash_long
+    from cdc_emitter.spark_columns import bucket_of, partition_labels, spark_hash_long
 
     values = [0, 1, -1, 7, 2**40 + 7, -(2**63), 2**63 - 1, 123456789]
     hashed = spark.createDataFrame([(v,) for v in values], "v long").select(F.hash("v").alias("h")).collect()

@@ -37,3 +37,21 @@ def test_only_kafka_io_and_registry_import_confluent_kafka():
     users = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                    if "confluent_kafka" in imported(p))
     assert users == ["kafka_io.py", "registry.py"]
+
+
+def our_modules(path: Path) -> set[str]:
+    """The package's own modules that ``path`` imports (relative imports, also inside functions)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module:
+                names.add(node.module.split(".")[0])
+            else:  # from . import x, y
+                names.update(alias.name for alias in node.names)
+    return names
+
+
+def test_reading_with_spark_needs_nothing_of_the_sink():
+    # the Columns both share (canonical forms, hashes) live in spark_columns, not in a sink module
+    assert {m for m in our_modules(PACKAGE / "spark_reader.py") if m.startswith("sink")} == set()
+    assert our_modules(PACKAGE / "spark_columns.py") <= {"spark_schema"}
