@@ -115,7 +115,7 @@ class ExecutorsWay:
         written."""
         from pyspark.sql import functions as F
 
-        from . import sink_jvm
+        from . import sink_figures, sink_jvm
 
         checks = self.row_checks(batch)
         first = self.buckets is None  # spread before any size was known
@@ -154,7 +154,7 @@ class ExecutorsWay:
         try:
             while True:
                 try:
-                    stats = sink_jvm.batch_stats(messages, time=batch.time, values_up_to=0 if respread else carry)
+                    stats = sink_figures.batch_stats(messages, time=batch.time, values_up_to=0 if respread else carry)
                 except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
                     if carry and too_big_for_driver(exc):  # spark.driver.maxResultSize: without them
                         carry = 0
@@ -324,10 +324,10 @@ class WrittenWhilePacked(Checked):
 
     Guarantees, as the two jobs': nothing is written before every row passed its checks (they
     fail the job's input stage, and no task after the shuffle — no write — starts before every
-    task before it succeeded: :func:`~cdc_emitter.sink_jvm.write_observed`); every message is at
-    most ``max_message_bytes`` and holds no two live updates of one data and time — the arrays
-    that came out too big, or (unconsolidated) with such a repeat, are left out of that job and
-    written after it, consolidated (and packed exactly if one was too big); the figures are
+    task before it succeeded: :func:`~cdc_emitter.sink_figures.write_observed`); every message
+    is at most ``max_message_bytes`` and holds no two live updates of one data and time — the
+    arrays that came out too big, or (unconsolidated) with such a repeat, are left out of that
+    job and written after it, consolidated (and packed exactly if one was too big); the figures are
     those of the messages written. No consolidation can fail on a diff sum over 64 bits once a
     message is written: a batch with a diff beyond :data:`~cdc_emitter.sink_jvm.LARGE_DIFF`
     fails the first job before its shuffle and is written by the two jobs instead, which find
@@ -355,7 +355,7 @@ class WrittenWhilePacked(Checked):
         raise TypeError("a batch written while it is packed has no digest before it is written")
 
     def write(self) -> Written:
-        from . import sink_jvm
+        from . import sink_figures, sink_jvm
 
         way, batch, spark, plan = self._way, self._batch, self._spark, self._plan
         checks = way.checks_writing(batch)
@@ -368,10 +368,10 @@ class WrittenWhilePacked(Checked):
                 messages = plan.messages(self._prepared, checks, time=batch.time, fanout=way.fanout,
                                          consolidate=self._consolidate)
                 try:
-                    observed = sink_jvm.write_observed(messages, options, batch.headers,
-                                                       max_message_bytes=way.max_message_bytes,
-                                                       small_below=self._small_below,
-                                                       consolidated=self._consolidate)
+                    observed = sink_figures.write_observed(messages, options, batch.headers,
+                                                           max_message_bytes=way.max_message_bytes,
+                                                           small_below=self._small_below,
+                                                           consolidated=self._consolidate)
                 except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
                     if not sink_jvm.large_diff(exc):
                         _raise_ours(exc, batch)
@@ -414,11 +414,11 @@ class WrittenWhilePacked(Checked):
     def _left_out(self, observed: Any, checks: list, options: dict) -> tuple[Any, list[bytes]]:
         """Write the arrays that the first job left out, consolidated — packed exactly if one was
         too big (the only ones a consolidated job leaves out), or comes out so — and return
-        their :class:`~cdc_emitter.sink_jvm.BatchStats` and, for a first batch whose arrays all
+        their :class:`~cdc_emitter.sink_figures.BatchStats` and, for a first batch whose arrays all
         came out under ``small_below`` bytes, their values instead of writing them, to be joined
         on the driver. Their rows passed the checks, and their sums cannot overflow (see the
         class)."""
-        from . import sink_jvm
+        from . import sink_figures
 
         way, batch = self._way, self._batch
         exact = observed.too_big
@@ -429,7 +429,7 @@ class WrittenWhilePacked(Checked):
             fixed = self._plan.messages(self._prepared, checks, time=batch.time, fanout=way.fanout,
                                         exact=exact, arrays=observed.left_out).persist()
             try:
-                stats = sink_jvm.batch_stats(fixed, time=batch.time, values_up_to=self._small_below)
+                stats = sink_figures.batch_stats(fixed, time=batch.time, values_up_to=self._small_below)
                 if exact or stats.largest <= way.max_message_bytes:
                     if stats.values is not None:
                         return stats, list(stats.values)

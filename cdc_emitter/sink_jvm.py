@@ -3,9 +3,10 @@ and the Kafka write, all as Spark SQL — nothing of ours runs on the executors.
 
 A batch is two Spark jobs over one plan:
 
-1. **Prepare** (``MessagePlan.messages`` then ``batch_stats``): every row is checked in the map
-   stage, before the shuffle (``raise_error``: a null, negative or late time, a null diff, a
-   time beyond a re-run's recorded interval); there too each row's data record is encoded by
+1. **Prepare** (``MessagePlan.messages``, then
+   :func:`~cdc_emitter.sink_figures.batch_stats`): every row is checked in the map stage,
+   before the shuffle (``raise_error``: a null, negative or late time, a null diff, a time
+   beyond a re-run's recorded interval); there too each row's data record is encoded by
    ``to_avro`` and hashed with its time; rows are shuffled by that hash, consolidated on the
    encoded bytes (diff sums computed exactly: a 64-bit sum that overflows on the way to a
    total that fits is still right, and a total that does not fit fails the job), each update
@@ -27,14 +28,15 @@ A batch is two Spark jobs over one plan:
    branch, the array's block count (``to_avro`` of a long is its zig-zag varint), the encoded
    updates and the closing zero. The messages are cached; the job's result is the
    per-time update counts and the digest. A bad row fails this job: nothing has been written.
-2. **Write** (:func:`~cdc_emitter.spark_kafka.write_messages`): Spark's own Kafka writer (``spark-sql-kafka-0-10``: producers
-   cached per executor, ``acks=all``) writes the cached messages; a delivery error
-   fails the task, and Spark retries it — a retry can only duplicate whole update arrays, which
-   readers discard.
+2. **Write** (:func:`~cdc_emitter.spark_kafka.write_messages`): Spark's own Kafka writer
+   (``spark-sql-kafka-0-10``: producers cached per executor, ``acks=all``) writes the cached
+   messages; a delivery error fails the task, and Spark retries it — a retry can only duplicate
+   whole update arrays, which readers discard.
 
-A batch of one time is both in one job instead (``write_observed``): its rows are checked in
-the input stage — there also encoded and packed when bet unconsolidated, partly summed when
-consolidated — and its messages written by the tasks after the (last) shuffle, which start only
+A batch of one time is both in one job instead
+(:func:`~cdc_emitter.sink_figures.write_observed`): its rows are checked in the input stage —
+there also encoded and packed when bet unconsolidated, partly summed when consolidated — and its
+messages written by the tasks after the (last) shuffle, which start only
 once every task before passed; the arrays found repeated (unconsolidated) or too big are left
 out of that write and written after it, consolidated (a sink's first batch also brings its tiny
 arrays back, for the driver to join); the figures are observed in the job (``Dataset.observe``)
@@ -49,24 +51,21 @@ those of the messages written; the executors need only Spark and the two Spark p
 
 from __future__ import annotations
 
-import base64
 import json
 import re
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import spark_kafka
 from .core import MAX_LONG, MIN_LONG
 from .errors import BadInputError, CdcError, LateUpdateError
-from .spark_columns import (DIFF, HASH, TIME, arrow_table, bucket_of, digest_share, encoded_data, group_keys,
-                            hash_columns)
+from .spark_columns import DIFF, HASH, TIME, bucket_of, digest_share, encoded_data, group_keys, hash_columns
 from .spark_schema import contains_map
 
-__all__ = ["Check", "row_checks", "ENVELOPE", "MessagePlan", "BATCH", "BatchStats", "batch_stats", "task_error",
+__all__ = ["Check", "row_checks", "ENVELOPE", "MessagePlan", "BATCH", "task_error",
            "expect_repeats", "note_repeats", "forget_layouts", "packed_groups",
-           "LARGE_DIFF", "small_diffs", "large_diff", "ObservedWrite", "write_observed"]
+           "LARGE_DIFF", "small_diffs", "large_diff"]
 
 ORDER = "__cdc_order"
 DATA = "__cdc_data"
@@ -636,97 +635,6 @@ def large_diff(exc: BaseException) -> bool:
     return bool(found) and found[-1][0] == _LARGE
 
 
-@dataclass(frozen=True)
-class ObservedWrite:
-    """What :func:`write_observed` found: the updates' count and digest, input rows and groups of
-    every array it wrote or brought back (:attr:`small_values`); the messages, bytes and largest
-    message it wrote; the ``(bucket, array)`` of each array left out for a repeat or its size,
-    how many for a repeat and whether any for its size."""
-
-    updates: int
-    digest: int
-    messages: int
-    bytes: int
-    largest: int
-    rows: int
-    groups: int
-    left_out: tuple = ()
-    repeated: int = 0
-    too_big: bool = False
-    #: the values of the arrays under its ``small_below`` bytes (and without a repeat), not written
-    small_values: tuple[bytes, ...] = ()
-
-
-def _observed_columns(kind: type, max_message_bytes: int, small_below: int,
-                      consolidated: bool) -> tuple[Any, tuple]:
-    """``(kept, the Columns observed)`` of :func:`write_observed`, built once per DataFrame kind,
-    message limit, small size and whether the messages are consolidated (:func:`_built_once`)."""
-    return _built_once(("observed", kind, max_message_bytes, small_below, consolidated),
-                       lambda: _build_observed(max_message_bytes, small_below, consolidated))
-
-
-def _build_observed(max_message_bytes: int, small_below: int, consolidated: bool) -> tuple[Any, tuple]:
-    from pyspark.sql import functions as F
-
-    size = F.octet_length("value")
-    too_big = F.coalesce(size > F.lit(max_message_bytes), F.lit(False))
-    # a message as it is: written, or brought back if small; consolidated, ``repeated`` only
-    # says that an update was made of several rows (counted, for the next batch's bet)
-    held = ~too_big if consolidated else ~F.col("repeated") & ~too_big
-    small = held & F.coalesce(size < F.lit(small_below), F.lit(False))
-    kept = held & ~small
-
-    def of_held(c: Any) -> Any:
-        return F.when(held, c)
-
-    def of_kept(c: Any) -> Any:
-        return F.when(kept, c)
-
-    # arrays as JSON text: PySpark 3.5's Observation hands them back as Java objects
-    return kept, (F.coalesce(F.sum(of_held(F.col("n"))), F.lit(0)).alias("n"),
-                  F.coalesce(F.bit_xor(of_held(F.col("xor"))), F.lit(0).cast("long")).alias("x"),
-                  F.count(of_kept(F.col("value"))).alias("m"),
-                  F.coalesce(F.sum(of_kept(size)), F.lit(0)).alias("b"),
-                  F.coalesce(F.max(of_kept(size)), F.lit(0)).alias("l"),
-                  F.coalesce(F.sum(of_held(F.col("rows"))), F.lit(0)).alias("i"),
-                  F.coalesce(F.sum(of_held(F.col("groups"))), F.lit(0)).alias("g"),
-                  F.to_json(F.collect_list(F.when(~held, F.array("bucket", "array")))).alias("left"),
-                  F.count(F.when(F.col("repeated"), F.lit(1))).alias("r"),
-                  F.bool_or(too_big).alias("big"),
-                  F.to_json(F.collect_list(F.when(small, F.base64("value")))).alias("small"))
-
-
-def write_observed(messages: Any, options: Mapping[str, str], headers: Sequence[tuple[str, bytes]], *,
-                   max_message_bytes: int, small_below: int = 0, consolidated: bool = False) -> ObservedWrite:
-    """Write ``messages`` (of a batch of one time, not cached; ``consolidated`` or not) in the
-    job that computes them, all but those over ``max_message_bytes`` and, unconsolidated, those
-    with ``repeated``, which are left out for the caller to write again (consolidated, or packed
-    exactly), and those under ``small_below`` bytes, whose values come back instead (for the
-    caller to join into fewer); and take the figures of what was written from the same job
-    (``Dataset.observe``). The session must write Kafka by its V2 writer
-    (:class:`~cdc_emitter.spark_settings.KafkaWriteObserved`).
-
-    Why this keeps the guarantees: every row is checked in the job's input stage, before the
-    first shuffle, and no task after a shuffle starts before every task before it succeeded — so
-    a bad row fails the job before its first message. Consolidated, the messages must be those
-    of a plan that sums the diffs before the shuffle that its writing tasks follow
-    (:meth:`MessagePlan.messages` of a whole batch grouped as bytes). A retried write task
-    writes its arrays again (duplicates, which readers discard); the figures count each array
-    once (those of a failed attempt are dropped)."""
-    from pyspark.sql import Observation
-
-    kept, columns = _observed_columns(type(messages), max_message_bytes, small_below, consolidated)
-    observation = Observation()
-    observed = messages.observe(observation, *columns)
-    spark_kafka.write_messages(observed.where(kept), options, headers)
-    got = observation.get
-    left = tuple((int(bucket), int(array)) for bucket, array in json.loads(got["left"] or "[]"))
-    small = tuple(base64.b64decode(value) for value in json.loads(got["small"] or "[]"))
-    return ObservedWrite(int(got["n"]), int(got["x"]), int(got["m"]), int(got["b"]), int(got["l"]),
-                         int(got["i"]), int(got["g"]), left_out=left, repeated=int(got["r"]),
-                         too_big=bool(got["big"]), small_values=small)
-
-
 def _array_index(arrays: Any) -> Any:
     """Which of ``arrays`` arrays of its bucket an update goes to (null: no update), when
     spread: from the hash's high half. The bucket is the hash modulo the
@@ -764,102 +672,6 @@ def _concat_all(item: Any) -> Any:
     if hasattr(F, "listagg"):
         return F.listagg(item)
     return F.array_join(F.collect_list(item.cast("string")), "").cast("binary")
-
-
-@dataclass(frozen=True)
-class BatchStats:
-    """What a batch's messages hold (see :func:`batch_stats`)."""
-
-    counts: dict  # updates per time
-    digest: int  # XOR of the updates' hashes
-    max_time: int | None  # the largest time, cancelled updates included; None: no rows
-    messages: int
-    bytes: int
-    largest: int  # bytes of the largest message
-    rows: int = 0  # input rows behind the messages, zero diffs included
-    groups: int = 0  # distinct (data, time) among them, cancelled ones included
-    #: the ``(bucket, array)`` of each message with ``repeated`` (see MessagePlan.messages)
-    repeated_arrays: tuple = ()
-    #: every message's value, when each was at most the ``values_up_to`` bytes asked for;
-    #: else None
-    values: tuple[bytes, ...] | None = None
-
-    @property
-    def repeated(self) -> bool:
-        """Some message has ``repeated``."""
-        return bool(self.repeated_arrays)
-
-
-def batch_stats(messages: Any, *, time: int | None = None, values_up_to: int = 0) -> BatchStats:
-    """Compute the (cached) messages and what they hold: a row per message (about one per
-    bucket in a small batch) brought to the driver — one Spark job; a bad row fails it, as
-    :func:`task_error` explains — and, for a batch of many times, its live updates counted per
-    time from the cached messages, a second, small one.
-
-    ``time``: every update's time (a batch of one time, whose messages do not hold it).
-    ``values_up_to``: also bring each message's value of at most that many bytes, in the same
-    job — the caller joins a small batch's messages on the driver without a job of its own to
-    gather them; :attr:`BatchStats.values` holds them when every message came.
-    """
-    from pyspark.sql import functions as F
-
-    one_time = time is not None
-    columns = _stats_columns(type(messages), one_time)
-    if values_up_to > 0:
-        columns = (*columns, F.when(F.octet_length("value") <= F.lit(values_up_to), F.col("value")).alias("v"))
-    rows = messages.select(*columns).collect()
-    largest = max((int(r["b"] or 0) for r in rows), default=0)
-    repeated = tuple((r["bucket"], r["array"]) for r in rows if r["r"])
-    updates = sum(int(r["n"]) for r in rows)
-    if one_time:
-        counts = {time: updates} if updates else {}
-        max_time = time if rows else None
-    else:
-        counts = {}
-        if updates:
-            # as Arrow: a batch of event times can have a count for each of 100,000 times, which
-            # as Rows took 0.5 s to bring over
-            per_time = arrow_table(messages.select(F.explode("times").alias("t")).groupBy("t")
-                                   .agg(F.count(F.lit(1)).alias("n")))
-            counts = dict(zip(per_time.column("t").to_pylist(), per_time.column("n").to_pylist()))
-        max_time = max((r["t"] for r in rows if r["t"] is not None), default=None)
-    xor = 0
-    for r in rows:
-        xor ^= r["x"]
-    values = None
-    if values_up_to > 0 and all(r["m"] == 0 or r["v"] is not None for r in rows):
-        values = tuple(bytes(r["v"]) for r in rows if r["m"])
-    return BatchStats(counts, xor, max_time, sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows),
-                      largest, rows=sum(int(r["i"] or 0) for r in rows), groups=sum(int(r["g"] or 0) for r in rows),
-                      repeated_arrays=repeated, values=values)
-
-
-_columns_lock = threading.Lock()
-_columns: dict[tuple, Any] = {}
-
-
-def _built_once(key: tuple, build: Any) -> Any:
-    """``build()``'s Columns, built once per ``key`` (which holds the DataFrame kind, classic or
-    Connect) and kept for the process: on a classic session each function call to build one is
-    several round trips to the JVM, some 190 per batch for :func:`batch_stats`'s alone."""
-    with _columns_lock:
-        found = _columns.get(key)
-        if found is None:
-            found = _columns[key] = build()
-    return found
-
-
-def _stats_columns(kind: type, one_time: bool) -> Any:
-    """The Columns :func:`batch_stats` selects, built once per DataFrame kind (:func:`_built_once`)."""
-    def build() -> tuple:
-        from pyspark.sql import functions as F
-
-        return (F.col("n"), F.col("xor").alias("x"), F.col("rows").alias("i"), F.col("groups").alias("g"),
-                F.col("value").isNotNull().cast("long").alias("m"), F.octet_length("value").alias("b"),
-                F.col("repeated").alias("r"), F.col("bucket"), F.col("array"),
-                *([] if one_time else [F.col("max_time").alias("t")]))
-
-    return _built_once(("stats", kind, one_time), build)
 
 
 def task_error(exc: BaseException, what: str, time: int | None = None) -> CdcError | None:

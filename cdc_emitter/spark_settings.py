@@ -87,7 +87,7 @@ V1_SOURCES = "spark.sql.sources.useV1SourceList"
 
 class KafkaWriteObserved:
     """Has ``spark``'s session write Kafka by its data source V2 writer while a batch is written
-    in the job that packs it (:func:`~cdc_emitter.sink_jvm.write_observed`), and puts the setting back
+    in the job that packs it (:func:`~cdc_emitter.sink_figures.write_observed`), and puts the setting back
     (:meth:`restore`): the V1 writer, Spark's default for Kafka, runs its job outside the
     query that observes the messages, whose figures then never come (``Observation.get`` would
     wait for ever). The two writers share the producers, their settings and the messages

@@ -284,12 +284,12 @@ def test_packing_where_the_rows_are_leaves_the_sessions_setting_as_it_was(spark,
 
 
 def _record_observed_writes(monkeypatch) -> list:
-    """Record each batch written by one job (sink_jvm.write_observed): its ObservedWrite, and
+    """Record each batch written by one job (sink_figures.write_observed): its ObservedWrite, and
     the session's settings during the write."""
-    from cdc_emitter import sink_jvm
+    from cdc_emitter import sink_figures
 
     seen: list = []
-    write_observed = sink_jvm.write_observed
+    write_observed = sink_figures.write_observed
 
     def recording(messages, *a, **kw):
         spark = messages.sparkSession
@@ -298,7 +298,7 @@ def _record_observed_writes(monkeypatch) -> list:
         seen.append((observed, during))
         return observed
 
-    monkeypatch.setattr(sink_jvm, "write_observed", recording)
+    monkeypatch.setattr(sink_figures, "write_observed", recording)
     return seen
 
 
@@ -571,7 +571,7 @@ def test_unconsolidated_messages_hold_what_consolidated_ones_do(spark):
     ways."""
     from pyspark.sql import functions as F
 
-    from cdc_emitter import sink_jvm
+    from cdc_emitter import sink_figures, sink_jvm
     from cdc_emitter.codec import union_schema
 
     df = spark.createDataFrame([(k, f"v{k % 7}", 1 - 2 * (k % 2)) for k in range(3000)], KV)
@@ -581,7 +581,7 @@ def test_unconsolidated_messages_hold_what_consolidated_ones_do(spark):
 
     def stats(rows, consolidate):
         prepared = rows.select("k", "v", F.lit(7).cast("long").alias("__cdc_time"), F.col("diff").alias("__cdc_diff"))
-        return sink_jvm.batch_stats(plan.messages(prepared, [], time=7, fanout=5, consolidate=consolidate), time=7)
+        return sink_figures.batch_stats(plan.messages(prepared, [], time=7, fanout=5, consolidate=consolidate), time=7)
 
     unconsolidated, consolidated = stats(df, False), stats(df, True)
     same = ("counts", "digest", "max_time", "repeated")
@@ -600,7 +600,7 @@ def test_arrays_of_a_batch_of_many_times_hold_any_times_and_are_counted_per_time
 
     from pyspark.sql import functions as F
 
-    from cdc_emitter import sink_jvm
+    from cdc_emitter import sink_figures, sink_jvm
     from cdc_emitter.codec import CdcCodec, union_schema
 
     rows = [(k, f"v{k % 7}", 1, k % 400) for k in range(3000)]
@@ -617,7 +617,7 @@ def test_arrays_of_a_batch_of_many_times_hold_any_times_and_are_counted_per_time
     figures = []
     for options in (dict(consolidate=False), {}, dict(exact=True)):
         messages = plan.messages(prepared, [], fanout=4, **options)
-        stats = sink_jvm.batch_stats(messages)
+        stats = sink_figures.batch_stats(messages)
         values = [r.value for r in messages.where("value IS NOT NULL").collect()]
         arrays = [codec.decode(v) for v in values]
         assert len(values) == stats.messages <= 12  # 3 buckets of at most 4 arrays, for 400 times
@@ -628,11 +628,11 @@ def test_arrays_of_a_batch_of_many_times_hold_any_times_and_are_counted_per_time
     assert figures[0] == figures[1] == figures[2]
     # the values come with the figures when every message is at most the bytes asked for
     largest = max(map(len, values))
-    carried = sink_jvm.batch_stats(messages, values_up_to=largest)
+    carried = sink_figures.batch_stats(messages, values_up_to=largest)
     assert sorted(carried.values) == sorted(values) and carried.counts == stats.counts
-    assert (stats.values, sink_jvm.batch_stats(messages, values_up_to=largest - 1).values) == (None, None)
+    assert (stats.values, sink_figures.batch_stats(messages, values_up_to=largest - 1).values) == (None, None)
     repeated = prepared.union(prepared.where("k = 42"))  # one row twice: the same data and time
-    assert sink_jvm.batch_stats(plan.messages(repeated, [], fanout=4, consolidate=False)).repeated
+    assert sink_figures.batch_stats(plan.messages(repeated, [], fanout=4, consolidate=False)).repeated
 
 
 def _generated_code(df) -> list[str]:
@@ -656,7 +656,7 @@ def test_every_time_of_a_running_sink_runs_the_same_generated_code(spark, way):
     messages are made."""
     from pyspark.sql import functions as F
 
-    from cdc_emitter import sink_jvm
+    from cdc_emitter import sink_figures, sink_jvm
     from cdc_emitter.codec import union_schema
 
     df = spark.createDataFrame([(k, f"v{k % 7}", 1) for k in range(500)], KV)
@@ -673,7 +673,7 @@ def test_every_time_of_a_running_sink_runs_the_same_generated_code(spark, way):
 
     first, later = messages(11), messages(2**40 + 12)
     assert _generated_code(first) and _generated_code(first) == _generated_code(later)
-    one, other = sink_jvm.batch_stats(first, time=11), sink_jvm.batch_stats(later, time=2**40 + 12)
+    one, other = sink_figures.batch_stats(first, time=11), sink_figures.batch_stats(later, time=2**40 + 12)
     assert (one.counts, other.counts) == ({11: 500}, {2**40 + 12: 500}) and one.digest != other.digest
 
 
@@ -684,7 +684,7 @@ def test_a_batch_combined_before_the_shuffle_holds_what_one_consolidated_after_i
     0.0 and NaNs of any sign — both make the same updates: counts, digest, repeats."""
     from pyspark.sql import functions as F
 
-    from cdc_emitter import sink_jvm
+    from cdc_emitter import sink_figures, sink_jvm
     from cdc_emitter.codec import union_schema
 
     floats = [0.0, -0.0, float("nan"), -float("nan"), 1.5]
@@ -697,8 +697,8 @@ def test_a_batch_combined_before_the_shuffle_holds_what_one_consolidated_after_i
                                 update_schema=union_schema(data_schema(data))[0]["items"],
                                 max_message_bytes=1 << 20, buckets=3, partitions=None)
     prepared = df.select("k", "v", "x", F.lit(4).cast("long").alias("__cdc_time"), F.col("diff").alias("__cdc_diff"))
-    combined = sink_jvm.batch_stats(plan.messages(prepared, [], time=4, fanout=8), time=4)
-    exact = sink_jvm.batch_stats(plan.messages(prepared, [], time=4, fanout=8, exact=True), time=4)
+    combined = sink_figures.batch_stats(plan.messages(prepared, [], time=4, fanout=8), time=4)
+    exact = sink_figures.batch_stats(plan.messages(prepared, [], time=4, fanout=8, exact=True), time=4)
     assert (combined.counts, combined.digest, combined.max_time) == (exact.counts, exact.digest, exact.max_time)
     # 10 keys x 4 strings-or-null x 3 floats (-0.0 is 0.0, every NaN one): at most 120 updates
     assert 0 < combined.counts[4] <= 120 and combined.repeated and exact.repeated

@@ -126,7 +126,7 @@ def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
     from pyspark.sql import SparkSession
 
     from cdc_emitter import CdcSink
-    from cdc_emitter import sink_jvm
+    from cdc_emitter import sink_figures, sink_jvm
     from cdc_emitter.spark_settings import FALLBACK_THRESHOLD, V1_SOURCES, GroupsInMemory
 
     spark = SparkSession.builder.remote(url).getOrCreate()
@@ -166,8 +166,8 @@ def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
     # as the next batch of a layout that repeated rows is): their figures observed (an
     # Observation), Kafka's V2 writer set and put back
     observed = []
-    write_observed = sink_jvm.write_observed
-    sink_jvm.write_observed = lambda *a, **kw: observed.append(write_observed(*a, **kw)) or observed[-1]
+    write_observed = sink_figures.write_observed
+    sink_figures.write_observed = lambda *a, **kw: observed.append(write_observed(*a, **kw)) or observed[-1]
     one_job = CdcSink(bootstrap, topic + ONE_JOB, create_topic=True, small_batch_rows=0)
     finished_on = []
     for time_ in ONE_JOB_TIMES:
