@@ -78,8 +78,8 @@ from .sink_batch import Batch, Checked, Written
 from .sink_digest import digest_form, format_digest, parse_digest, replay_message
 from .sink_interval import Recorded, batch_upper, recorded_from_statement
 from .sink_interval import batch_time as decide_batch_time
-from .spark_columns import DIFF, TIME  # one name per column, every way
 from .sink_metrics import BatchResult, PhaseClock
+from .spark_columns import DIFF, TIME  # one name per column, every way
 from .spark_schema import data_schema, without_collation
 
 __all__ = ["CdcSink", "BatchResult", "TopicFrontier", "HEADER_KIND", "HEADER_WRITER", "HEADER_BATCH",

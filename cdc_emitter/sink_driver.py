@@ -4,8 +4,8 @@ updates) are few enough that a Spark job and its shuffle would cost more than th
 Two forms:
 
 - **small batches**: one narrow Spark job (no shuffle) brings every row to the driver, its data
-  encoded by ``to_avro`` and hashed by ``xxhash64`` (:class:`~cdc_emitter.spark_columns.EncodedRows`:
-  nothing of ours on the executors); the driver checks the rows and consolidates them on those
+  encoded by ``to_avro`` and hashed by ``xxhash64``
+  (:class:`~cdc_emitter.spark_columns.EncodedRows`: nothing of ours on the executors); the driver checks the rows and consolidates them on those
   bytes (:mod:`cdc_emitter.small_batch`);
 - **rows that consolidate to few updates**: one Spark job checks and consolidates the rows,
   partly before its shuffle (:meth:`MessagePlan.updates <cdc_emitter.sink_jvm.MessagePlan.updates>`),

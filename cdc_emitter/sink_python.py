@@ -19,8 +19,8 @@ from typing import Any
 from .core import MAX_LONG, MIN_LONG
 from .errors import BadInputError, CdcError, LateUpdateError
 from .sink_batch import Batch, Checked, Written
-from .spark_columns import DIFF, HASH, TIME, digest_share, group_keys, hash_columns
 from .sink_tasks import TaskSpec, check_sizes, produce_partition
+from .spark_columns import DIFF, HASH, TIME, digest_share, group_keys, hash_columns
 
 __all__ = ["PythonWay", "task_error"]
 

@@ -87,12 +87,13 @@ V1_SOURCES = "spark.sql.sources.useV1SourceList"
 
 class KafkaWriteObserved:
     """Has ``spark``'s session write Kafka by its data source V2 writer while a batch is written
-    in the job that packs it (:func:`~cdc_emitter.sink_figures.write_observed`), and puts the setting back
-    (:meth:`restore`): the V1 writer, Spark's default for Kafka, runs its job outside the
-    query that observes the messages, whose figures then never come (``Observation.get`` would
-    wait for ever). The two writers share the producers, their settings and the messages
-    written. :attr:`in_force` is False where the session refused the setting: the batch must
-    then be written by two jobs (:class:`~cdc_emitter.sink_executors.ExecutorsWay`)."""
+    in the job that packs it (:func:`~cdc_emitter.sink_figures.write_observed`), and puts the
+    setting back (:meth:`restore`): the V1 writer, Spark's default for Kafka, runs its job
+    outside the query that observes the messages, whose figures then never come
+    (``Observation.get`` would wait for ever). The two writers share the producers, their
+    settings and the messages written. :attr:`in_force` is False where the session refused the
+    setting: the batch must then be written by two jobs
+    (:class:`~cdc_emitter.sink_executors.ExecutorsWay`)."""
 
     def __init__(self, spark: Any) -> None:
         self._spark = spark
