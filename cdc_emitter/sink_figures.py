@@ -6,8 +6,9 @@
 - :func:`write_observed`: in the one job that computes and writes them (``Dataset.observe``),
   for a batch of one time — no cache, no second read of the messages.
 
-Either way the figures are those of the messages written: counts per time, the digest, the
-largest message, the input rows and groups behind them, and the arrays to write again.
+Either way the figures are those of the messages written (by :func:`batch_stats`, about to be):
+the updates per time, the digest, the largest message, the input rows and groups behind them,
+and the arrays to make again (repeated, or too big).
 """
 
 from __future__ import annotations
@@ -99,9 +100,9 @@ def write_observed(messages: Any, options: Mapping[str, str], headers: Sequence[
     first shuffle, and no task after a shuffle starts before every task before it succeeded — so
     a bad row fails the job before its first message. Consolidated, the messages must be those
     of a plan that sums the diffs before the shuffle that its writing tasks follow
-    (:meth:`~cdc_emitter.sink_jvm.MessagePlan.messages` of a whole batch grouped as bytes). A retried write task
-    writes its arrays again (duplicates, which readers discard); the figures count each array
-    once (those of a failed attempt are dropped)."""
+    (:meth:`~cdc_emitter.sink_jvm.MessagePlan.messages` of a whole batch grouped as bytes). A
+    retried write task writes its arrays again (duplicates, which readers discard); the figures
+    count each array once (those of a failed attempt are dropped)."""
     from pyspark.sql import Observation
 
     kept, columns = _observed_columns(type(messages), max_message_bytes, small_below, consolidated)
@@ -143,8 +144,8 @@ class BatchStats:
 def batch_stats(messages: Any, *, time: int | None = None, values_up_to: int = 0) -> BatchStats:
     """Compute the (cached) messages and what they hold: a row per message (about one per
     bucket in a small batch) brought to the driver — one Spark job; a bad row fails it, as
-    :func:`~cdc_emitter.sink_jvm.task_error` explains — and, for a batch of many times, its live updates counted per
-    time from the cached messages, a second, small one.
+    :func:`~cdc_emitter.sink_jvm.task_error` explains — and, for a batch of many times, its live
+    updates counted per time from the cached messages, a second, small one.
 
     ``time``: every update's time (a batch of one time, whose messages do not hold it).
     ``values_up_to``: also bring each message's value of at most that many bytes, in the same

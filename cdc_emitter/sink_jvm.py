@@ -527,11 +527,12 @@ class MessagePlan:
         """A batch consolidated the way Spark's own aggregation goes: grouped on the data columns
         (collations were taken off before; Spark's grouping normalizes floats as
         :func:`~cdc_emitter.spark_columns.normalized` does) and, unless the batch has one
-        ``time``, the time, partly where the rows are, before the shuffle — so repeated rows shrink before they move, as the
-        floor's do — then each update hashed, encoded and packed as the other ways do (only
-        updates move, not every row): the same updates, arrays, counts and digest. ``arrays``:
-        only the rows of these arrays, the others left out before anything else (an
-        unconsolidated attempt's arrays found repeated: all of them, when it bet wrong).
+        ``time``, the time, partly where the rows are, before the shuffle — so repeated rows
+        shrink before they move, as the floor's do — then each update hashed, encoded and packed
+        as the other ways do (only updates move, not every row): the same updates, arrays,
+        counts and digest. ``arrays``: only the rows of these arrays, the others left out before
+        anything else (an unconsolidated attempt's arrays found repeated: all of them, when it
+        bet wrong).
 
         The updates are packed where the aggregation's tasks leave them, as an unconsolidated
         batch is where its rows are: each of those tasks joins its share of every array, and
