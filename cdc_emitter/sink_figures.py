@@ -49,8 +49,9 @@ class ObservedWrite:
 
 def _observed_columns(kind: type, max_message_bytes: int, small_below: int,
                       consolidated: bool) -> tuple[Any, tuple]:
-    """``(kept, the Columns observed)`` of :func:`write_observed`, built once per DataFrame kind,
-    message limit, small size and whether the messages are consolidated (:func:`_built_once`)."""
+    """``(the condition of the messages written, the Columns observed)`` of
+    :func:`write_observed`, built once per DataFrame kind, message limit, small size and whether
+    the messages are consolidated (:func:`_built_once`)."""
     return _built_once(("observed", kind, max_message_bytes, small_below, consolidated),
                        lambda: _build_observed(max_message_bytes, small_below, consolidated))
 
@@ -73,7 +74,7 @@ def _build_observed(max_message_bytes: int, small_below: int, consolidated: bool
         return F.when(kept, c)
 
     # arrays as JSON text: PySpark 3.5's Observation hands them back as Java objects
-    return kept, (F.coalesce(F.sum(of_held(F.col("n"))), F.lit(0)).alias("n"),
+    return kept & F.col("value").isNotNull(), (F.coalesce(F.sum(of_held(F.col("n"))), F.lit(0)).alias("n"),
                   F.coalesce(F.bit_xor(of_held(F.col("xor"))), F.lit(0).cast("long")).alias("x"),
                   F.count(of_kept(F.col("value"))).alias("m"),
                   F.coalesce(F.sum(of_kept(size)), F.lit(0)).alias("b"),
@@ -105,10 +106,10 @@ def write_observed(messages: Any, options: Mapping[str, str], headers: Sequence[
     count each array once (those of a failed attempt are dropped)."""
     from pyspark.sql import Observation
 
-    kept, columns = _observed_columns(type(messages), max_message_bytes, small_below, consolidated)
+    written, columns = _observed_columns(type(messages), max_message_bytes, small_below, consolidated)
     observation = Observation()
     observed = messages.observe(observation, *columns)
-    spark_kafka.write_messages(observed.where(kept), options, headers)
+    spark_kafka.write_messages(observed, options, headers, where=written)
     got = observation.get
     left = tuple((int(bucket), int(array)) for bucket, array in json.loads(got["left"] or "[]"))
     small = tuple(base64.b64decode(value) for value in json.loads(got["small"] or "[]"))

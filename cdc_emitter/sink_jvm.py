@@ -216,19 +216,27 @@ class _Exprs:
                         F.col("__cdc_chunk").alias("array"),
                         *([] if one_time else [F.col("max_time"), F.col("times")]))
         # the lists messages() selects and groups by, built once: on a classic session each
-        # Column made is several round trips to the JVM (a column name given as text, one)
+        # Column made is several round trips to the JVM (a column name given as text, one).
+        # Where a step's columns need only the step before's, they are one select: a classic
+        # session analyses each DataFrame step (10-25 ms each on a 500,000-row batch)
         bucket, order = F.col("__cdc_bucket"), F.col(ORDER)
         self.bucket = bucket
         self.rows = (plan._data_bytes.alias(DATA), *self.time, d, order) if plan.by_bytes else None
+        # ... the same, the hash computed in the same step
+        self.rows_ordered = (plan._data_bytes.alias(DATA), *self.time, d, self.order.alias(ORDER)) \
+            if plan.by_bytes else None
         self.keys = (bucket, order, *plan._keys, *self.time)
         self.after_keys = (bucket, order, *plan._data, *self.time, *self.consolidated)
-        self.unconsolidated = (bucket, order, *plan._data, *self.time, d, F.lit(False).alias(REPEAT),
-                               F.lit(1).cast("long").alias(ROWS))
+        unconsolidated = (order, *plan._data, *self.time, d, F.lit(False).alias(REPEAT),
+                          F.lit(1).cast("long").alias(ROWS))
+        self.unconsolidated = (bucket, *unconsolidated)
+        self.unconsolidated_bucketed = (plan._bucket.alias("__cdc_bucket"), *unconsolidated)  # from ORDER
         self.arrays = (bucket, F.col("__cdc_chunk"))
         if plan.by_bytes:  # MessagePlan._combined's
             self.combined = (self.order.alias(ORDER), plan._data_bytes.alias(DATA), *self.time, F.col("__cdc_hi"),
                              F.col("__cdc_lo"), F.col("__cdc_rows"), F.col(ROWS))
-            self.combined_updates = (order, F.col(DATA), *self.time, *self.consolidated)
+            self.combined_updates = (plan._bucket.alias("__cdc_bucket"), order, F.col(DATA), *self.time,
+                                     *self.consolidated)
 
 
 class MessagePlan:
@@ -402,22 +410,25 @@ class MessagePlan:
         ex = self._time_exprs(one_time)
         if one_time:  # its time comes as binary literals, added where they are used
             prepared = prepared.drop(TIME)
-        rows = self._checked(prepared, checks, into=DIFF if one_time else TIME)
         if self._combines(consolidate, exact):
-            return self._combined(rows, fanout, time, arrays)
-        rows = _with_time(rows, time, TIME_KEY).withColumn(ORDER, ex.order)
-        if arrays is not None:
-            rows = rows.where(self._of_arrays(fanout, arrays))
-        if self.by_bytes:
-            rows = rows.select(*ex.rows)
+            return self._combined(self._checked(prepared, checks, into=DIFF if one_time else TIME),
+                                  fanout, time, arrays)
+        rows = self._checked(prepared, checks, into=DIFF if one_time else TIME, added=_time_columns(time, TIME_KEY))
+        if arrays is None and self.by_bytes:
+            rows = rows.select(*ex.rows_ordered)
         else:
-            rows = rows.drop(TIME_KEY)
-        rows = rows.withColumn("__cdc_bucket", self._bucket)
+            rows = rows.withColumn(ORDER, ex.order)
+            if arrays is not None:
+                rows = rows.where(self._of_arrays(fanout, arrays))
+            rows = rows.select(*ex.rows) if self.by_bytes else rows.drop(TIME_KEY)
         if self._packs_in_input_tasks(consolidate, exact, arrays):  # see groups_per_packing_task
             # the shares are joined in at most a task per bucket, as packing was: else in the
             # session's shuffle partitions (200 by default), when adaptive execution is off
-            return self._pack(rows.select(*ex.unconsolidated), self._fanned(fanout),
-                              self._repeated_unconsolidated, ex, time).coalesce(self._buckets)
+            item_time = [c.alias(name) for name, c in _time_columns(time, TIME_ITEM).items()]
+            updates = rows.select(*ex.unconsolidated_bucketed, *item_time)
+            return self._pack(updates, self._fanned(fanout), self._repeated_unconsolidated, ex,
+                              None).coalesce(self._buckets)
+        rows = rows.withColumn("__cdc_bucket", self._bucket)
         rows = rows.repartition(self._buckets, ex.bucket)
         if consolidate:
             consolidated = rows.groupBy(*ex.keys).agg(*self._sums, *self._firsts).select(*ex.after_keys)
@@ -448,16 +459,18 @@ class MessagePlan:
             return packed_groups(self._buckets, fanout)
         return 0
 
-    def _checked(self, prepared: Any, checks: Sequence[Check], into: str = TIME) -> Any:
+    def _checked(self, prepared: Any, checks: Sequence[Check], into: str = TIME,
+                 added: dict[str, Any] | None = None) -> Any:
         """``prepared`` with its column ``into`` (the time, or the diff) checked: in the map
         stage, each bad row fails the task with its own message (when() evaluates a branch's
         value only for rows that take it); the checked column is what the shuffle hashes, groups
-        on or sums, so the check cannot be pruned or moved past the shuffle."""
+        on or sums, so the check cannot be pruned or moved past the shuffle. ``added``: columns
+        added in the same step, by name."""
         from pyspark.sql import functions as F
 
         last = self._last_checked.get(into)
         if last is not None and last[0] is checks:  # the same checks as the last batch's (built once)
-            return prepared.withColumn(into, last[1])
+            return prepared.withColumns({into: last[1], **(added or {})})
         t = F.col(into)
         checked = None
         for check in checks:
@@ -467,7 +480,7 @@ class MessagePlan:
             checked = F.when(check.condition, fail) if checked is None else checked.when(check.condition, fail)
         column = t if checked is None else checked.otherwise(t)
         self._last_checked[into] = (checks, column)
-        return prepared.withColumn(into, column)
+        return prepared.withColumns({into: column, **(added or {})})
 
     def updates(self, prepared: Any, checks: Sequence[Check], *, one_time: bool = False) -> Any:
         """The batch consolidated on the executors, for the driver to finish
@@ -495,12 +508,15 @@ class MessagePlan:
                         F.col(ROWS).alias("n")))
 
     def _pack(self, updates: Any, chunk: Any, repeated: Any, ex: _Exprs, time: int | None) -> Any:
-        """Messages from ``updates`` (bucket, order, data, time, diff, repeat): each update encoded,
-        given its array by ``chunk``, and each array's updates joined."""
-        encoded = (_with_time(updates, time, TIME_ITEM).select(*ex.items).select(*ex.encoded)
-                   .withColumn("__cdc_size", self._size))
-        return (encoded.withColumn("__cdc_chunk", chunk)
-                .groupBy(*ex.arrays).agg(*self._packed, repeated, *ex.times)
+        """Messages from ``updates`` (bucket, order, data, time, diff, repeat; and
+        :data:`TIME_ITEM` for a batch of one time, unless ``time`` is given to add it): each update
+        encoded, given its array by ``chunk``, and each array's updates joined."""
+        items = _with_time(updates, time, TIME_ITEM).select(*ex.items)
+        if chunk is ex.chunk_exact:  # by running size
+            encoded = items.select(*ex.encoded).withColumn("__cdc_size", self._size).withColumn("__cdc_chunk", chunk)
+        else:  # by hash: of the item as encoded before its size check, which only fails the job
+            encoded = items.select(*ex.encoded, chunk.alias("__cdc_chunk"))
+        return (encoded.groupBy(*ex.arrays).agg(*self._packed, repeated, *ex.times)
                 .select(*ex.message))
 
     def _fanned(self, fanout: int) -> Any:
@@ -544,16 +560,22 @@ class MessagePlan:
             keyed = _with_time(rows, time, TIME_KEY).withColumn(ORDER, ex.order)
             rows = keyed.where(self._of_arrays(fanout, arrays)).drop(ORDER, TIME_KEY)
         updates = (_with_time(rows.groupBy(*self._columns, *ex.time).agg(*self._sums), time, TIME_KEY)
-                   .select(*ex.combined).select(*ex.combined_updates)
-                   .withColumn("__cdc_bucket", self._bucket))
+                   .select(*ex.combined).select(*ex.combined_updates))
         return self._pack(updates, self._fanned(fanout), self._repeated, ex, time).coalesce(self._buckets)
 
 
 def _with_time(df: Any, time: int | None, name: str) -> Any:
     """``df`` with a batch of one time's ``time`` as the binary literal column ``name``
     (:data:`TIME_KEY` or :data:`TIME_ITEM`); ``df`` itself for rows that carry their times."""
+    added = _time_columns(time, name)
+    return df.withColumns(added) if added else df
+
+
+def _time_columns(time: int | None, name: str) -> dict[str, Any]:
+    """The column :func:`_with_time` adds, by name (none for rows that carry their times): for a
+    step that adds others too."""
     if time is None:
-        return df
+        return {}
     import struct
 
     from pyspark.sql import functions as F
@@ -561,7 +583,7 @@ def _with_time(df: Any, time: int | None, name: str) -> Any:
     from .codec import encode_zigzag_long
 
     value = struct.pack("<q", time) if name == TIME_KEY else encode_zigzag_long(time)
-    return df.withColumn(name, F.lit(value))
+    return {name: F.lit(value)}
 
 
 #: How many layouts' plans :meth:`MessagePlan.shared` keeps.

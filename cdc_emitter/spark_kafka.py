@@ -122,8 +122,10 @@ def kafka_write_options(bootstrap_servers: str, topic: str, producer_config: Map
     return options
 
 
-def write_messages(messages: Any, options: Mapping[str, str], headers: Sequence[tuple[str, bytes]]) -> None:
-    """Write the messages that hold updates with Spark's Kafka writer (one Spark job).
+def write_messages(messages: Any, options: Mapping[str, str], headers: Sequence[tuple[str, bytes]], *,
+                   where: Any = None) -> None:
+    """Write the messages that hold updates with Spark's Kafka writer (one Spark job): those with
+    a value, or those of ``where`` (a condition that implies a value), in the same step.
 
     A password in the options (``kafka.sasl.jaas.config``) is kept out of what Spark prints
     (its option redaction is extended to that key) and out of Py4J's debug log."""
@@ -136,7 +138,8 @@ def write_messages(messages: Any, options: Mapping[str, str], headers: Sequence[
             raise ValueError(f"a header name of letters, digits, '.', '_' and '-' only, not {key!r}")
     header_col = F.expr("array(" + ", ".join(f"named_struct('key', '{key}', 'value', X'{bytes(value).hex()}')"
                                              for key, value in headers) + ") AS headers")
-    out = messages.where("value IS NOT NULL").select(F.col("value"), F.col("partition"), header_col)
+    out = messages.where("value IS NOT NULL" if where is None else where).select(
+        F.col("value"), F.col("partition"), header_col)
     secret = "kafka.sasl.jaas.config" in options
     py4j = logging.getLogger("py4j")
     level = py4j.level

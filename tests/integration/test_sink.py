@@ -530,8 +530,8 @@ def test_a_write_task_retried_in_the_one_job_only_duplicates(spark, kafka_bootst
     # values of the batches before the failing row are written before it fails
     fail = F.udf(FailOnceAfterRows(300), "binary", useArrow=False)
 
-    def failing(messages, options, headers):  # every message in one task, which fails once
-        return write_messages(messages.coalesce(1).withColumn("value", fail("value")), options, headers)
+    def failing(messages, options, headers, **kwargs):  # every message in one task, which fails once
+        return write_messages(messages.coalesce(1).withColumn("value", fail("value")), options, headers, **kwargs)
 
     monkeypatch.setattr(spark_kafka, "write_messages", failing)
     result = sink.write(_kv_rows(spark, 6_000, start=6_000), time=1)
