@@ -60,7 +60,8 @@ from typing import Any
 
 from .core import MAX_LONG, MIN_LONG
 from .errors import BadInputError, CdcError, LateUpdateError
-from .spark_columns import DIFF, HASH, TIME, bucket_of, digest_share, encoded_data, group_keys, hash_columns
+from .spark_columns import (DIFF, HASH, TIME, bucket_of, digest_share, encoded_data, group_keys, hash_columns,
+                            not_null_long)
 from .spark_schema import contains_map
 
 __all__ = ["Check", "row_checks", "ENVELOPE", "MessagePlan", "BATCH", "task_error",
@@ -157,7 +158,7 @@ class _Exprs:
             self.order = plan._order(F.col(TIME_KEY))
         else:
             self.time = [t]
-            time_text, time_bytes = t.cast("string"), to_avro(t, '"long"')
+            time_text, time_bytes = t.cast("string"), _avro_long(t)
             self.order = plan._order(t)
         # a consolidated update's diff, and whether more than one live row made it
         self.consolidated = (plan._total(time_text), (F.col("__cdc_rows") > 1).alias(REPEAT), F.col(ROWS))
@@ -196,7 +197,7 @@ class _Exprs:
         self.chunk_exact = (F.when(no_item, F.lit(None))
                             .when(small, F.floor((running - 1) / F.lit(half)))
                             .otherwise(-F.row_number().over(window)))
-        value = F.concat(F.lit(plan._frame + b"\x00"), to_avro(F.col("n").cast("long"), '"long"'),
+        value = F.concat(F.lit(plan._frame + b"\x00"), _avro_long(F.col("n").cast("long")),
                          F.col("__cdc_body"), F.lit(b"\x00"))
         if plan._partitions:
             spread = F.xxhash64("__cdc_bucket", "__cdc_chunk")
@@ -681,10 +682,18 @@ def _long_bytes(c: Any) -> Any:
     """A long column's Avro encoding (a zig-zag varint), with the common diffs +1 and -1 as
     constants instead of a ``to_avro`` call each."""
     from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import to_avro
 
     return (F.when(c == F.lit(1), F.lit(b"\x02")).when(c == F.lit(-1), F.lit(b"\x01"))
-            .otherwise(to_avro(c, '"long"')))
+            .otherwise(_avro_long(c)))
+
+
+def _avro_long(c: Any) -> Any:
+    """``to_avro`` of a long column that is never null where it is evaluated (an update's diff
+    and an array's count are encoded only when not zero): see
+    :func:`~cdc_emitter.spark_columns.not_null_long`."""
+    from pyspark.sql.avro.functions import to_avro
+
+    return to_avro(not_null_long(c), '"long"')
 
 
 def _concat_all(item: Any) -> Any:

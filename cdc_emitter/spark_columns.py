@@ -18,7 +18,7 @@ from typing import Any
 from .spark_schema import contains_map, contains_type
 
 __all__ = ["TIME", "DIFF", "HASH", "canonical", "group_keys", "hash_columns", "encoded_data", "digest_share",
-           "normalized", "spark_hash_long", "bucket_of", "partition_labels", "EncodedRows", "arrow_table"]
+           "not_null_long", "normalized", "spark_hash_long", "bucket_of", "partition_labels", "EncodedRows", "arrow_table"]
 
 #: The columns a batch is prepared into, one name each on every way of writing it.
 TIME = "__cdc_time"
@@ -133,6 +133,16 @@ def encoded_data(schema: Any, data_cols: Sequence[str], data_record: dict) -> An
 
     data = [normalized(F.col(c), schema[c].dataType, schema[c].nullable).alias(c) for c in data_cols]
     return to_avro(F.struct(*data), json.dumps(data_record))
+
+
+def not_null_long(c: Any) -> Any:
+    """A long column that is never null where it is used (a row with a null time or diff fails
+    its batch first; sums are of at least one row), said so to Spark by ``coalesce``: given a
+    column it thinks nullable and a non-null Avro type, Spark's Avro serializer logs, in every
+    task of every batch, a warning that a null would fail."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(c, F.lit(0).cast("long"))
 
 
 def digest_share(order: Any, diff: Any) -> Any:

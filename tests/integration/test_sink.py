@@ -852,6 +852,68 @@ def test_each_batch_reports_its_figures_to_the_listener_and_the_log(spark, kafka
                          == ("driver", "executors") else "") for r in seen]
 
 
+class JvmLog:
+    """What Spark's loggers under ``name`` log at WARN and above while in use, through a log4j2
+    appender of the driver's JVM (where local executors log too), whatever the session's level."""
+
+    def __init__(self, spark, name: str) -> None:
+        self._jvm, self._name = spark._jvm, name
+
+    def __enter__(self) -> JvmLog:
+        log4j = self._jvm.org.apache.logging.log4j
+        self._context = log4j.LogManager.getContext(False)
+        self._text = self._jvm.java.io.StringWriter()
+        layout = log4j.core.layout.PatternLayout.newBuilder().withPattern("%p %c{1}: %m%n").build()
+        self._appender = log4j.core.appender.WriterAppender.createAppender(
+            layout, None, self._text, "cdc-test-" + uuid.uuid4().hex[:8], False, True)
+        self._appender.start()
+        log4j.core.config.Configurator.setLevel(self._name, log4j.Level.WARN)
+        self._context.getLogger(self._name).addAppender(self._appender)
+        return self
+
+    def text(self) -> str:
+        return self._text.toString()
+
+    def clear(self) -> None:
+        self._text.getBuffer().setLength(0)
+
+    def __exit__(self, *exc: Any) -> None:
+        log4j = self._jvm.org.apache.logging.log4j
+        self._context.getLogger(self._name).removeAppender(self._appender)
+        self._appender.stop()
+        log4j.core.config.Configurator.setLevel(self._name, log4j.Level.ERROR)
+
+
+def test_a_batch_logs_no_warning_of_sparks_avro_serializer(spark, kafka_bootstrap, topic_factory):
+    """Spark's Avro serializer warns, in each task, of a column it thinks nullable given a
+    non-null Avro type ("will throw runtime exception if there is a record with null value"): in
+    a session at Spark's default level (WARN) that was a warning or more in every batch. Every
+    long the sink encodes is known not null where encoded, and says so: batches of one time and
+    of many, diffs of 1 and others, a first batch and a running sink's, and each update encoded
+    alone (``encoder="avro"``). (Spark warns too of a data
+    column the DataFrame says nullable and its optimizer proves is not — the data's own.)"""
+    from pyspark.sql import functions as F
+    from pyspark.sql.avro.functions import to_avro
+
+    rows = spark.createDataFrame([(k, f"v{k}", 1 if k % 5 == 0 else 3) for k in range(3_000)], KV)
+    with JvmLog(spark, "org.apache.spark.sql.avro") as log:
+        # what the capture sees: the warning of a nullable column given a non-null type
+        spark.range(3).select(to_avro(F.when(F.col("id") > 0, F.col("id")), '"long"')).collect()
+        assert "nullable catalyst schema" in log.text()
+        log.clear()
+        one_time = CdcSink(kafka_bootstrap, topic_factory(2), diff_column="diff", small_batch_rows=0)
+        many = CdcSink(kafka_bootstrap, topic_factory(2), diff_column="diff", time_column="t",
+                       small_batch_rows=0)
+        for t in (0, 1):
+            assert one_time.write(rows, time=t).updates == 3_000
+            assert many.write(rows.withColumn("t", F.col("k") % 3 + 3 * t)).updates == 3_000
+        # and the way that encodes each update by to_avro, then joins them in Python
+        by_update = CdcSink(kafka_bootstrap, topic_factory(1), diff_column="diff", encoder="avro",
+                            small_batch_rows=0)
+        assert by_update.write(rows, time=0).updates == 3_000
+        assert log.text() == ""
+
+
 def test_a_failing_listener_fails_the_batch_after_it_was_written_and_the_rerun_writes_nothing(
         spark, kafka_bootstrap, topic_factory, tmp_path):
     topic = topic_factory(1)
