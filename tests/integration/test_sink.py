@@ -867,6 +867,7 @@ class JvmLog:
         self._appender = log4j.core.appender.WriterAppender.createAppender(
             layout, None, self._text, "cdc-test-" + uuid.uuid4().hex[:8], False, True)
         self._appender.start()
+        self._level = self._context.getLogger(self._name).getLevel()  # the level in force before
         log4j.core.config.Configurator.setLevel(self._name, log4j.Level.WARN)
         self._context.getLogger(self._name).addAppender(self._appender)
         return self
@@ -881,7 +882,7 @@ class JvmLog:
         log4j = self._jvm.org.apache.logging.log4j
         self._context.getLogger(self._name).removeAppender(self._appender)
         self._appender.stop()
-        log4j.core.config.Configurator.setLevel(self._name, log4j.Level.ERROR)
+        log4j.core.config.Configurator.setLevel(self._name, self._level)
 
 
 def test_a_batch_logs_no_warning_of_sparks_avro_serializer(spark, kafka_bootstrap, topic_factory):
@@ -890,8 +891,8 @@ def test_a_batch_logs_no_warning_of_sparks_avro_serializer(spark, kafka_bootstra
     a session at Spark's default level (WARN) that was a warning or more in every batch. Every
     long the sink encodes is known not null where encoded, and says so: batches of one time and
     of many, diffs of 1 and others, a first batch and a running sink's, and each update encoded
-    alone (``encoder="avro"``). (Spark warns too of a data
-    column the DataFrame says nullable and its optimizer proves is not — the data's own.)"""
+    alone (``encoder="avro"``). (Spark warns too of a data column the DataFrame says nullable and
+    its optimizer proves is not: the data's own declaration, which the topic's schema follows.)"""
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import to_avro
 
