@@ -688,8 +688,8 @@ def _long_bytes(c: Any) -> Any:
 
 
 def _avro_long(c: Any) -> Any:
-    """``to_avro`` of a long column that is never null where it is evaluated (an update's diff
-    and an array's count are encoded only when not zero): see
+    """``to_avro`` of a long column that is never null where it is evaluated (an update's time
+    and diff are encoded only for a non-zero diff, an array's count only when not zero): see
     :func:`~cdc_emitter.spark_columns.not_null_long`."""
     from pyspark.sql.avro.functions import to_avro
 
