@@ -1,7 +1,9 @@
-"""Helpers for integration tests: read a CDC topic back through the codec and the reader."""
+"""Helpers for integration tests: read a CDC topic back through the codec and the reader; see
+what Spark logs."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from cdc_emitter.core import CdcReader, Update, consolidate
@@ -40,3 +42,36 @@ def count_messages(bootstrap: str, topic: str) -> int:
     from cdc_emitter.kafka_io import end_offsets
 
     return sum(high - low for low, high in end_offsets(bootstrap, topic).values())
+
+
+class JvmLog:
+    """What Spark's loggers under ``name`` log at WARN and above while in use, through a log4j2
+    appender of the driver's JVM (where local executors log too), whatever the session's level."""
+
+    def __init__(self, spark, name: str) -> None:
+        self._jvm, self._name = spark._jvm, name
+
+    def __enter__(self) -> JvmLog:
+        log4j = self._jvm.org.apache.logging.log4j
+        self._context = log4j.LogManager.getContext(False)
+        self._text = self._jvm.java.io.StringWriter()
+        layout = log4j.core.layout.PatternLayout.newBuilder().withPattern("%p %c{1}: %m%n").build()
+        self._appender = log4j.core.appender.WriterAppender.createAppender(
+            layout, None, self._text, "cdc-test-" + uuid.uuid4().hex[:8], False, True)
+        self._appender.start()
+        self._level = self._context.getLogger(self._name).getLevel()  # the level in force before
+        log4j.core.config.Configurator.setLevel(self._name, log4j.Level.WARN)
+        self._context.getLogger(self._name).addAppender(self._appender)
+        return self
+
+    def text(self) -> str:
+        return self._text.toString()
+
+    def clear(self) -> None:
+        self._text.getBuffer().setLength(0)
+
+    def __exit__(self, *exc: Any) -> None:
+        log4j = self._jvm.org.apache.logging.log4j
+        self._context.getLogger(self._name).removeAppender(self._appender)
+        self._appender.stop()
+        log4j.core.config.Configurator.setLevel(self._name, self._level)

@@ -22,7 +22,7 @@ from cdc_emitter.codec import CdcCodec
 from cdc_emitter.errors import BadInputError, BrokerError, LateUpdateError, SchemaError
 from cdc_emitter.spark_schema import data_schema
 
-from helpers import as_history, count_messages, read_history
+from helpers import JvmLog, as_history, count_messages, read_history
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -850,39 +850,6 @@ def test_each_batch_reports_its_figures_to_the_listener_and_the_log(spark, kafka
     assert [line.rsplit(" finished on the ", 1)[1] for line in lines] == [
         r.finished_on + (" (consolidated on the executors)" if (r.finished_on, r.consolidated_on)
                          == ("driver", "executors") else "") for r in seen]
-
-
-class JvmLog:
-    """What Spark's loggers under ``name`` log at WARN and above while in use, through a log4j2
-    appender of the driver's JVM (where local executors log too), whatever the session's level."""
-
-    def __init__(self, spark, name: str) -> None:
-        self._jvm, self._name = spark._jvm, name
-
-    def __enter__(self) -> JvmLog:
-        log4j = self._jvm.org.apache.logging.log4j
-        self._context = log4j.LogManager.getContext(False)
-        self._text = self._jvm.java.io.StringWriter()
-        layout = log4j.core.layout.PatternLayout.newBuilder().withPattern("%p %c{1}: %m%n").build()
-        self._appender = log4j.core.appender.WriterAppender.createAppender(
-            layout, None, self._text, "cdc-test-" + uuid.uuid4().hex[:8], False, True)
-        self._appender.start()
-        self._level = self._context.getLogger(self._name).getLevel()  # the level in force before
-        log4j.core.config.Configurator.setLevel(self._name, log4j.Level.WARN)
-        self._context.getLogger(self._name).addAppender(self._appender)
-        return self
-
-    def text(self) -> str:
-        return self._text.toString()
-
-    def clear(self) -> None:
-        self._text.getBuffer().setLength(0)
-
-    def __exit__(self, *exc: Any) -> None:
-        log4j = self._jvm.org.apache.logging.log4j
-        self._context.getLogger(self._name).removeAppender(self._appender)
-        self._appender.stop()
-        log4j.core.config.Configurator.setLevel(self._name, self._level)
 
 
 def test_a_batch_logs_no_warning_of_sparks_avro_serializer(spark, kafka_bootstrap, topic_factory):
