@@ -18,7 +18,7 @@ from typing import Any
 from .spark_schema import contains_map, contains_type
 
 __all__ = ["TIME", "DIFF", "HASH", "canonical", "group_keys", "hash_columns", "encoded_data", "digest_share",
-           "not_null_long", "normalized", "spark_hash_long", "bucket_of", "partition_labels", "EncodedRows",
+           "not_null_long", "declared_as_avro", "normalized", "spark_hash_long", "bucket_of", "partition_labels", "EncodedRows",
            "arrow_table"]
 
 #: The columns a batch is prepared into, one name each on every way of writing it.
@@ -144,6 +144,123 @@ def not_null_long(c: Any) -> Any:
     from pyspark.sql import functions as F
 
     return F.coalesce(c, F.lit(0).cast("long"))
+
+
+def declared_as_avro(c: Any, dtype: Any, avro: Any) -> Any:
+    """``c``, of Spark type ``dtype``, said not null wherever the Avro type ``avro`` has no null
+    (each record's fields, each array's items and map's values, the value itself), so that
+    ``to_avro(result, avro)`` encodes the same bytes as ``to_avro(c, avro)`` without Spark's Avro
+    serializer warning, in every task, that a null would fail (``from_avro`` in PERMISSIVE mode
+    declares every field nullable; in FAILFAST mode only the value itself). For a value that
+    ``from_avro`` decoded: where the Avro type has no null there is none, and the defaults
+    ``coalesce`` adds are never taken. Only what Spark declares nullable is rebuilt: an array
+    whose items are declared as Avro says is not gone through. A union of more than null and
+    one type, or a name it cannot resolve, is left as it is (Spark may warn there)."""
+    return _declared(c, dtype, avro, {}, nullable=True)
+
+
+def _avro_resolved(avro: Any, names: dict) -> Any:
+    """``avro`` with names and ``{"type": <a type>}`` wrappers followed, each named type it
+    defines recorded in ``names``; None for a name it cannot resolve."""
+    while True:
+        if isinstance(avro, list):
+            return avro
+        if isinstance(avro, str):
+            if avro in names:
+                avro = names[avro]
+                continue
+            return {"type": avro} if avro in _AVRO_PRIMITIVES else None
+        kind = avro.get("type")
+        if isinstance(kind, (list, dict)) or (isinstance(kind, str) and kind in names):
+            avro = kind
+            continue
+        if kind in ("record", "enum", "fixed") and "name" in avro:
+            names[avro["name"]] = avro
+            if avro.get("namespace") and "." not in avro["name"]:
+                names[f"{avro['namespace']}.{avro['name']}"] = avro
+        return avro
+
+
+def _gaps(dtype: Any, avro: Any, names: dict, nullable: bool) -> bool:
+    """Whether Spark declares a null, at or below a value of ``dtype`` (itself ``nullable``),
+    where ``avro`` has none."""
+    from pyspark.sql import types as T
+
+    avro = _avro_resolved(avro, names)
+    if avro is None:
+        return False
+    if isinstance(avro, list):
+        others = [b for b in avro if b != "null"]
+        return len(others) == 1 and _gaps(dtype, others[0], names, nullable and len(others) == len(avro))
+    if nullable:
+        return True
+    kind = avro.get("type")
+    if kind == "record" and isinstance(dtype, T.StructType):
+        types = {f["name"]: f["type"] for f in avro.get("fields", [])}
+        return any(f.name in types and _gaps(f.dataType, types[f.name], names, f.nullable) for f in dtype.fields)
+    if kind == "array" and isinstance(dtype, T.ArrayType):
+        return _gaps(dtype.elementType, avro.get("items"), names, dtype.containsNull)
+    if kind == "map" and isinstance(dtype, T.MapType):
+        return _gaps(dtype.valueType, avro.get("values"), names, dtype.valueContainsNull)
+    return False
+
+
+def _declared(c: Any, dtype: Any, avro: Any, names: dict, nullable: bool) -> Any:
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    if not _gaps(dtype, avro, names, nullable):
+        return c
+    avro = _avro_resolved(avro, names)
+    if isinstance(avro, list):  # null and one type: its value rebuilt where it is not null
+        (other,) = [b for b in avro if b != "null"]
+        inner = _declared(c, dtype, other, names, nullable=True)
+        return F.when(c.isNull(), F.lit(None)).otherwise(inner) if "null" in avro else inner
+    kind = avro.get("type")
+    if kind == "record" and isinstance(dtype, T.StructType):
+        types = {f["name"]: f["type"] for f in avro.get("fields", [])}
+        if set(types) != set(dtype.names):
+            return c
+        # a field of a struct Spark thinks nullable is nullable too, whatever its own declaration
+        return F.struct(*[_declared(c[f.name], f.dataType, types[f.name], names, nullable=True).alias(f.name)
+                          for f in dtype.fields])
+    if kind == "array" and isinstance(dtype, T.ArrayType):
+        items = c
+        if _gaps(dtype.elementType, avro["items"], names, dtype.containsNull):
+            items = F.transform(c, lambda e: _declared(e, dtype.elementType, avro["items"], names, nullable=True))
+        return F.coalesce(items, F.array())
+    if kind == "map" and isinstance(dtype, T.MapType):
+        values = c
+        if _gaps(dtype.valueType, avro["values"], names, dtype.valueContainsNull):
+            values = F.transform_values(
+                c, lambda _k, v: _declared(v, dtype.valueType, avro["values"], names, nullable=True))
+        return F.coalesce(values, F.create_map())
+    default = _default_literals().get(type(dtype))
+    return c if default is None else F.coalesce(c, default(dtype))
+
+
+_AVRO_PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
+
+
+def _default_literals() -> dict:
+    """A literal of each Spark type that ``from_avro`` decodes a non-record value to, by type:
+    what :func:`declared_as_avro` coalesces with (never taken). Casts of literals are folded
+    by Spark's optimizer, before the serializer sees them."""
+    import datetime
+    import decimal
+
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    def cast(value: Any) -> Any:
+        return lambda t: F.lit(value).cast(t)
+
+    return {T.BooleanType: lambda _t: F.lit(False), T.IntegerType: cast(0), T.LongType: cast(0),
+            T.ShortType: cast(0), T.ByteType: cast(0), T.FloatType: cast(0.0), T.DoubleType: cast(0.0),
+            T.DecimalType: cast(decimal.Decimal(0)), T.StringType: lambda _t: F.lit(""),
+            T.BinaryType: lambda _t: F.lit(bytearray()), T.DateType: lambda _t: F.lit(datetime.date(1970, 1, 1)),
+            T.TimestampType: lambda _t: F.timestamp_seconds(F.lit(0)),
+            T.TimestampNTZType: cast(datetime.datetime(1970, 1, 1))}
 
 
 def digest_share(order: Any, diff: Any) -> Any:

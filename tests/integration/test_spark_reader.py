@@ -121,3 +121,58 @@ def test_missing_topic_is_a_broker_error_before_spark_reads(spark, kafka_bootstr
     with pytest.raises(BrokerError, match=r"topic 'no-such-topic-for-read-cdc' does not exist"):
         read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic="no-such-topic-for-read-cdc",
                  schema={"type": "record", "name": "row", "fields": [{"name": "k", "type": "long"}]})
+
+
+def test_a_read_logs_no_warning_of_sparks_avro_serializer(spark, kafka_bootstrap, topic_factory):
+    """Spark decodes the messages with ``from_avro`` in PERMISSIVE mode (a malformed message is
+    reported, not a failed job), which declares every field nullable, and encodes them again to
+    check their length, and a violation's data to name it: Spark's Avro serializer warned, in
+    each task, of each such field of a non-null Avro type ("will throw runtime exception if there
+    is a record with null value") — nine to fourteen lines a read at Spark's default level. The
+    reader says which fields are not null, through records, arrays and maps, the violations'
+    paths included, and reads the same."""
+    import datetime
+    import decimal
+
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+    from pyspark.sql.avro.functions import to_avro
+
+    from helpers import JvmLog
+
+    ddl = T.StructType([
+        T.StructField("id", T.LongType(), False),
+        T.StructField("amount", T.DecimalType(10, 2), True),
+        T.StructField("day", T.DateType(), False),
+        T.StructField("ts", T.TimestampType(), True),
+        T.StructField("tags", T.ArrayType(T.StringType(), False), False),
+        T.StructField("attrs", T.StructType([T.StructField("a", T.IntegerType(), False),
+                                             T.StructField("b", T.StringType(), True)]), False),
+        T.StructField("m", T.MapType(T.StringType(), T.LongType(), True), True),
+    ])
+    rows = [(k, decimal.Decimal(k) / 4 if k % 3 else None, datetime.date(2026, 1, 1 + k % 28),
+             datetime.datetime(2026, 1, 1, k % 24) if k % 4 else None, [f"t{k % 5}"] * (k % 3),
+             (k % 7, None if k % 2 else f"b{k}"), {"x": k} if k % 5 else None) for k in range(200)]
+    topic = topic_factory(2)
+    sink = CdcSink(kafka_bootstrap, topic)
+    sink.write(spark.createDataFrame(rows, ddl), time=0)
+    sink.write(spark.createDataFrame(rows[:50], ddl).withColumn("diff", F.lit(-1)), time=1)
+    schema = data_schema(ddl)
+    codec = CdcCodec(schema)
+    with JvmLog(spark, "org.apache.spark.sql.avro") as log:
+        # what the capture sees: the warning of a nullable column given a non-null type
+        spark.range(3).select(to_avro(F.when(F.col("id") > 0, F.col("id")), '"long"')).collect()
+        assert "nullable catalyst schema" in log.text()
+        log.clear()
+        read = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=schema)
+        assert (read.verdict, read.frontier, read.collection.count()) == ("verified", (2,), 150)
+        # violations name their rows' data, which the reader encodes again: a zero diff, a
+        # conflicting one
+        first = next(codec.decode(r.value) for r in read_topic(kafka_bootstrap, topic) if r.value[5:6] == b"\x00")
+        data, time = first[0].data, first[0].time
+        with CdcProducer(kafka_bootstrap, topic) as producer:
+            producer.produce(codec.encode_updates([Update(data, time, 0)])[0], partition=0)
+            producer.produce(codec.encode_updates([Update(data, time, first[0].diff + 1)])[0], partition=0)
+        read = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=schema, strict="exact")
+        assert {v.kind for v in read.violations} == {"zero_diff", "conflicting_diff"}
+        assert log.text() == ""
