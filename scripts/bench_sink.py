@@ -117,7 +117,9 @@ def main() -> int:
                          "each pair on several rows, which every pipeline consolidates")
     ap.add_argument("--shape", choices=SHAPES, default="kv",
                     help="kv: (k long, v string) with 1,000 distinct short strings; wide: (id long, name "
-                         "string of 40 hex digits, price double, qty int, ts timestamp, flag boolean)")
+                         "string of 40 hex digits, price double, qty int, ts timestamp, flag boolean); "
+                         "nested: (id long, amount decimal(18,2), day date, note string null in every "
+                         "fifth row, tags array<string> of 3, attrs struct<a int, b string>)")
     ap.add_argument("--times", type=int, default=None,
                     help="rows carry their times: a column t of this many distinct times (row i at time "
                          "i %% TIMES), the sink in column mode and every pipeline consolidating per (data, "
