@@ -18,8 +18,8 @@ from typing import Any
 from .spark_schema import contains_map, contains_type
 
 __all__ = ["TIME", "DIFF", "HASH", "canonical", "group_keys", "hash_columns", "encoded_data", "digest_share",
-           "not_null_long", "declared_as_avro", "normalized", "spark_hash_long", "bucket_of", "partition_labels", "EncodedRows",
-           "arrow_table"]
+           "not_null_long", "declared_as_avro", "normalized", "spark_hash_long", "bucket_of",
+           "partition_labels", "EncodedRows", "arrow_table"]
 
 #: The columns a batch is prepared into, one name each on every way of writing it.
 TIME = "__cdc_time"
