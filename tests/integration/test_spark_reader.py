@@ -123,6 +123,33 @@ def test_missing_topic_is_a_broker_error_before_spark_reads(spark, kafka_bootstr
                  schema={"type": "record", "name": "row", "fields": [{"name": "k", "type": "long"}]})
 
 
+def _many_types(n: int) -> tuple:
+    """A schema of nullable and non-null fields of many types, and ``n`` rows of it with nulls
+    wherever they are allowed (a decimal, a date, a timestamp, an array with null items, a
+    nullable struct, a map)."""
+    import datetime
+    import decimal
+
+    from pyspark.sql import types as T
+
+    ddl = T.StructType([
+        T.StructField("id", T.LongType(), False),
+        T.StructField("amount", T.DecimalType(10, 2), True),
+        T.StructField("day", T.DateType(), False),
+        T.StructField("ts", T.TimestampType(), True),
+        T.StructField("tags", T.ArrayType(T.StringType(), True), False),
+        T.StructField("attrs", T.StructType([T.StructField("a", T.IntegerType(), False),
+                                             T.StructField("b", T.BinaryType(), True)]), True),
+        T.StructField("m", T.MapType(T.StringType(), T.DoubleType(), False), False),
+    ])
+    rows = [(k, decimal.Decimal(k) / 4 if k % 3 else None, datetime.date(2026, 1, 1 + k % 28),
+             datetime.datetime(2026, 1, 1, k % 24) if k % 4 else None,
+             [None if (k + i) % 4 == 0 else f"t{i}" for i in range(k % 4)],
+             (k % 7, bytes([k % 256]) if k % 2 else None) if k % 5 else None,
+             {f"x{i}": k / 3 for i in range(k % 3)}) for k in range(n)]
+    return ddl, rows
+
+
 def test_a_read_logs_no_warning_of_sparks_avro_serializer(spark, kafka_bootstrap, topic_factory):
     """Spark decodes the messages with ``from_avro`` in PERMISSIVE mode (a malformed message is
     reported, not a failed job), which declares every field nullable, and encodes them again to
@@ -131,28 +158,12 @@ def test_a_read_logs_no_warning_of_sparks_avro_serializer(spark, kafka_bootstrap
     is a record with null value") — nine to fourteen lines a read at Spark's default level. The
     reader says which fields are not null, through records, arrays and maps, the violations'
     paths included, and reads the same."""
-    import datetime
-    import decimal
-
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
     from pyspark.sql.avro.functions import to_avro
 
     from helpers import JvmLog
 
-    ddl = T.StructType([
-        T.StructField("id", T.LongType(), False),
-        T.StructField("amount", T.DecimalType(10, 2), True),
-        T.StructField("day", T.DateType(), False),
-        T.StructField("ts", T.TimestampType(), True),
-        T.StructField("tags", T.ArrayType(T.StringType(), False), False),
-        T.StructField("attrs", T.StructType([T.StructField("a", T.IntegerType(), False),
-                                             T.StructField("b", T.StringType(), True)]), False),
-        T.StructField("m", T.MapType(T.StringType(), T.LongType(), True), True),
-    ])
-    rows = [(k, decimal.Decimal(k) / 4 if k % 3 else None, datetime.date(2026, 1, 1 + k % 28),
-             datetime.datetime(2026, 1, 1, k % 24) if k % 4 else None, [f"t{k % 5}"] * (k % 3),
-             (k % 7, None if k % 2 else f"b{k}"), {"x": k} if k % 5 else None) for k in range(200)]
+    ddl, rows = _many_types(200)
     topic = topic_factory(2)
     sink = CdcSink(kafka_bootstrap, topic)
     sink.write(spark.createDataFrame(rows, ddl), time=0)
@@ -183,32 +194,15 @@ def test_values_said_not_null_encode_to_the_same_bytes(spark):
     PERMISSIVE decoding said not null (every field nullable to Spark), and the length check of a
     FAILFAST decoding, give each message's own bytes and length — else every message would go
     to the driver as suspect, a cost no verdict shows."""
-    import datetime
-    import decimal
     import json
 
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
     from pyspark.sql.avro.functions import from_avro, to_avro
 
     from cdc_emitter.spark_columns import declared_as_avro
     from cdc_emitter.spark_reader import _length_as_written
 
-    ddl = T.StructType([
-        T.StructField("id", T.LongType(), False),
-        T.StructField("amount", T.DecimalType(10, 2), True),
-        T.StructField("day", T.DateType(), False),
-        T.StructField("ts", T.TimestampType(), True),
-        T.StructField("tags", T.ArrayType(T.StringType(), True), False),
-        T.StructField("attrs", T.StructType([T.StructField("a", T.IntegerType(), False),
-                                             T.StructField("b", T.BinaryType(), True)]), True),
-        T.StructField("m", T.MapType(T.StringType(), T.DoubleType(), False), False),
-    ])
-    rows = [(k, decimal.Decimal(k) / 4 if k % 3 else None, datetime.date(2026, 1, 1 + k % 28),
-             datetime.datetime(2026, 1, 1, k % 24) if k % 4 else None,
-             [None if (k + i) % 4 == 0 else f"t{i}" for i in range(k % 4)],
-             (k % 7, bytes([k % 256]) if k % 2 else None) if k % 5 else None,
-             {f"x{i}": k / 3 for i in range(k % 3)}) for k in range(300)]
+    ddl, rows = _many_types(300)
     record = data_schema(ddl)
     codec = CdcCodec(record)
     updates = json.dumps(codec.union[0])
