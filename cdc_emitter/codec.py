@@ -691,7 +691,9 @@ def _key(v: Any) -> Any:
     return (10, type(v).__name__, repr(v))
 
 
-def _resolve(schema: Any, named: dict) -> Any:
+def resolve(schema: Any, named: dict) -> Any:
+    """``schema`` with its names followed: a parsed Avro type (a primitive's name, a union's
+    list or a type's dict), given ``named``, the named types ``fastavro.parse_schema`` filled."""
     while isinstance(schema, str) and schema not in PRIMITIVES:
         schema = named[schema]
     return schema
@@ -712,7 +714,7 @@ def _branch(schemas: list, value: Any, named: dict) -> Any:
         bytes: ("bytes", "fixed"), list: ("array",), dict: ("record", "map"),
     }.get(type(value), ())
     for s in schemas:
-        r = _resolve(s, named)
+        r = resolve(s, named)
         t = r if isinstance(r, str) else r["type"]
         if t in want:
             return s
@@ -726,7 +728,7 @@ def _avro_json(schema: Any, value: Any, named: dict) -> Any:
             return None
         s = _branch([b for b in schema if b != "null"], value, named)
         return {_type_name(s): _avro_json(s, value, named)}
-    schema = _resolve(schema, named)
+    schema = resolve(schema, named)
     t = schema if isinstance(schema, str) else schema["type"]
     if t == "record":
         return {f["name"]: _avro_json(f["type"], value[f["name"]], named) for f in schema["fields"]}
@@ -748,7 +750,7 @@ def _plain_json(schema: Any, value: Any, named: dict) -> Any:
         if len(live) == 1:
             return _plain_json(live[0], value, named)
         return _plain_value(value)
-    schema = _resolve(schema, named)
+    schema = resolve(schema, named)
     t = schema if isinstance(schema, str) else schema["type"]
     if t == "record":
         fields = schema["fields"]

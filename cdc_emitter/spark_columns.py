@@ -11,10 +11,12 @@ Nothing here runs a Spark job but :meth:`EncodedRows.collect` and :func:`arrow_t
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Sequence
 from typing import Any
 
+from .codec import resolve
 from .spark_schema import contains_map, contains_type
 
 __all__ = ["TIME", "DIFF", "HASH", "canonical", "group_keys", "hash_columns", "encoded_data", "digest_share",
@@ -155,93 +157,72 @@ def declared_as_avro(c: Any, dtype: Any, avro: Any) -> Any:
     ``from_avro`` decoded: where the Avro type has no null there is none, and the defaults
     ``coalesce`` adds are never taken. Only what Spark declares nullable is rebuilt: an array
     whose items are declared as Avro says is not gone through. A union of more than null and
-    one type, or a name it cannot resolve, is left as it is (Spark may warn there)."""
-    return _declared(c, dtype, avro, {}, nullable=True)
+    one type is left as it is (Spark may warn there). ``avro`` is a whole schema: its names are
+    resolved as Avro resolves them (by ``fastavro``), namespaces inherited."""
+    import fastavro
+
+    named: dict = {}
+    parsed = fastavro.parse_schema(avro, named_schemas=named)
+    return _declared(c, dtype, parsed, named, nullable=True)
 
 
-def _avro_resolved(avro: Any, names: dict) -> Any:
-    """``avro`` with names and ``{"type": <a type>}`` wrappers followed, each named type it
-    defines recorded in ``names``; None for a name it cannot resolve."""
-    while True:
-        if isinstance(avro, list):
-            return avro
-        if isinstance(avro, str):
-            if avro in names:
-                avro = names[avro]
-                continue
-            return {"type": avro} if avro in _AVRO_PRIMITIVES else None
-        kind = avro.get("type")
-        if isinstance(kind, (list, dict)) or (isinstance(kind, str) and kind in names):
-            avro = kind
-            continue
-        if kind in ("record", "enum", "fixed") and "name" in avro:
-            names[avro["name"]] = avro
-            if avro.get("namespace") and "." not in avro["name"]:
-                names[f"{avro['namespace']}.{avro['name']}"] = avro
-        return avro
-
-
-def _gaps(dtype: Any, avro: Any, names: dict, nullable: bool) -> bool:
+def _gaps(dtype: Any, avro: Any, named: dict, nullable: bool) -> bool:
     """Whether Spark declares a null, at or below a value of ``dtype`` (itself ``nullable``),
-    where ``avro`` has none."""
+    where ``avro`` (parsed by ``fastavro``, its named types in ``named``) has none."""
     from pyspark.sql import types as T
 
-    avro = _avro_resolved(avro, names)
-    if avro is None:
-        return False
+    avro = resolve(avro, named)
     if isinstance(avro, list):
         others = [b for b in avro if b != "null"]
-        return len(others) == 1 and _gaps(dtype, others[0], names, nullable and len(others) == len(avro))
+        return len(others) == 1 and _gaps(dtype, others[0], named, nullable and len(others) == len(avro))
     if nullable:
         return True
-    kind = avro.get("type")
+    kind = avro if isinstance(avro, str) else avro["type"]
     if kind == "record" and isinstance(dtype, T.StructType):
-        types = {f["name"]: f["type"] for f in avro.get("fields", [])}
-        return any(f.name in types and _gaps(f.dataType, types[f.name], names, f.nullable) for f in dtype.fields)
+        types = {f["name"]: f["type"] for f in avro["fields"]}
+        return any(f.name in types and _gaps(f.dataType, types[f.name], named, f.nullable) for f in dtype.fields)
     if kind == "array" and isinstance(dtype, T.ArrayType):
-        return _gaps(dtype.elementType, avro.get("items"), names, dtype.containsNull)
+        return _gaps(dtype.elementType, avro["items"], named, dtype.containsNull)
     if kind == "map" and isinstance(dtype, T.MapType):
-        return _gaps(dtype.valueType, avro.get("values"), names, dtype.valueContainsNull)
+        return _gaps(dtype.valueType, avro["values"], named, dtype.valueContainsNull)
     return False
 
 
-def _declared(c: Any, dtype: Any, avro: Any, names: dict, nullable: bool) -> Any:
+def _declared(c: Any, dtype: Any, avro: Any, named: dict, nullable: bool) -> Any:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    if not _gaps(dtype, avro, names, nullable):
+    if not _gaps(dtype, avro, named, nullable):
         return c
-    avro = _avro_resolved(avro, names)
+    avro = resolve(avro, named)
     if isinstance(avro, list):  # null and one type: its value rebuilt where it is not null
         (other,) = [b for b in avro if b != "null"]
-        inner = _declared(c, dtype, other, names, nullable=True)
+        inner = _declared(c, dtype, other, named, nullable=True)
         return F.when(c.isNull(), F.lit(None)).otherwise(inner) if "null" in avro else inner
-    kind = avro.get("type")
+    kind = avro if isinstance(avro, str) else avro["type"]
     if kind == "record" and isinstance(dtype, T.StructType):
-        types = {f["name"]: f["type"] for f in avro.get("fields", [])}
+        types = {f["name"]: f["type"] for f in avro["fields"]}
         if set(types) != set(dtype.names):
             return c
         # a field of a struct Spark thinks nullable is nullable too, whatever its own declaration
-        return F.struct(*[_declared(c[f.name], f.dataType, types[f.name], names, nullable=True).alias(f.name)
+        return F.struct(*[_declared(c[f.name], f.dataType, types[f.name], named, nullable=True).alias(f.name)
                           for f in dtype.fields])
     if kind == "array" and isinstance(dtype, T.ArrayType):
         items = c
-        if _gaps(dtype.elementType, avro["items"], names, dtype.containsNull):
-            items = F.transform(c, lambda e: _declared(e, dtype.elementType, avro["items"], names, nullable=True))
+        if _gaps(dtype.elementType, avro["items"], named, dtype.containsNull):
+            items = F.transform(c, lambda e: _declared(e, dtype.elementType, avro["items"], named, nullable=True))
         return F.coalesce(items, F.array())
     if kind == "map" and isinstance(dtype, T.MapType):
         values = c
-        if _gaps(dtype.valueType, avro["values"], names, dtype.valueContainsNull):
+        if _gaps(dtype.valueType, avro["values"], named, dtype.valueContainsNull):
             values = F.transform_values(
-                c, lambda _k, v: _declared(v, dtype.valueType, avro["values"], names, nullable=True))
+                c, lambda _k, v: _declared(v, dtype.valueType, avro["values"], named, nullable=True))
         return F.coalesce(values, F.create_map())
     default = _default_literals().get(type(dtype))
     return c if default is None else F.coalesce(c, default(dtype))
 
 
-_AVRO_PRIMITIVES = {"null", "boolean", "int", "long", "float", "double", "bytes", "string"}
-
-
+@functools.cache
 def _default_literals() -> dict:
     """A literal of each Spark type that ``from_avro`` decodes a non-record value to, by type:
     what :func:`declared_as_avro` coalesces with (never taken). Casts of literals are folded

@@ -222,8 +222,8 @@ def _read_once(spark: Any, servers: str, topic: str, codec: Any, config: dict, e
                         as_written.alias("as_written"))
     # Spark's Avro reader ignores bytes left after the record, which the local codec refuses:
     # a body that re-encodes to another length goes to the driver's codec to be judged
-    written = F.coalesce(F.col("as_written"), _length_as_written(parsed, F.col("body"), F.col("u"), codec.union[0]),
-                         _length_as_written(parsed, F.col("body"), F.col("p"), codec.union[1]))
+    written = F.coalesce(F.col("as_written"), _lengths_as_written(
+        parsed, F.col("body"), [(F.col("u"), codec.union[0]), (F.col("p"), codec.union[1])]))
     suspect = F.col("value").isNull() | F.coalesce(written != F.octet_length("body"), F.lit(True))
     decoded = parsed.select("partition", "offset", "u", "p", F.when(suspect, F.col("value")).alias("suspect"),
                             F.when(F.col("value").isNull(), True).alias("tombstone")).persist()
@@ -246,20 +246,22 @@ def _reencoded(value: Any, dtype: Any, avro: Any) -> Any:
     return F.when(value.isNotNull(), to_avro(declared_as_avro(value, dtype, avro), json.dumps(avro)))
 
 
-def _length_as_written(df: Any, body: Any, decoded: Any, avro: Any) -> Any:
-    """The length of ``body`` as Avro encodes what ``from_avro`` of ``avro`` reads of it, where
-    ``decoded`` (its PERMISSIVE decoding) is not null: a body with bytes to spare, which Spark's
-    reader ignores, is longer. The body is decoded again in FAILFAST mode there (it decoded
-    once, it decodes again), typed as ``avro`` says, so only its top is said not null before
-    it is encoded again: a second decoding costs less than going through every update to say
-    each is not null (1M updates of nested rows, ad hoc: 0.8-1.0 s more than the old check,
-    against 2.4 s)."""
+def _lengths_as_written(df: Any, body: Any, decodings: list[tuple[Any, Any]]) -> Any:
+    """The length of ``body`` as Avro encodes what ``from_avro`` of ``avro`` reads of it, for
+    the first ``(decoded, avro)`` of ``decodings`` whose ``decoded`` (the body's PERMISSIVE
+    decoding) is not null: a body with bytes to spare, which Spark's reader ignores, is longer.
+    The body is decoded again in FAILFAST mode there (it decoded once, it decodes again), typed
+    as ``avro`` says, so only its top is said not null before it is encoded again: a second
+    decoding costs less than going through every update to say each is not null (1M updates
+    of nested rows, ad hoc: 0.8-1.0 s more than the old check, against 2.4 s). One analysis
+    of ``df`` gives the types of all the decodings."""
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
-    again = from_avro(body, json.dumps(avro), {"mode": "FAILFAST"})
-    dtype = df.select(again.alias("again")).schema["again"].dataType
-    return F.octet_length(F.when(decoded.isNotNull(), _reencoded(again, dtype, avro)))
+    again = [from_avro(body, json.dumps(avro), {"mode": "FAILFAST"}) for _decoded, avro in decodings]
+    types = df.select(*[a.alias(f"again{i}") for i, a in enumerate(again)]).schema
+    return F.coalesce(*[F.octet_length(F.when(decoded.isNotNull(), _reencoded(a, dtype.dataType, avro)))
+                        for (decoded, avro), a, dtype in zip(decodings, again, types.fields)])
 
 
 def _resolved_ids(raw: Any, codec: Any, body: Any, is_array: Any, is_progress: Any, u: Any, p: Any,
@@ -285,9 +287,9 @@ def _resolved_ids(raw: Any, codec: Any, body: Any, is_array: Any, is_progress: A
             continue  # no such id: Spark fails to decode those messages; the driver names the cause
         this = header_id == F.lit(schema_id.to_bytes(4, "big"))
         array_writer, progress_writer = json.dumps(writer[0]), json.dumps(writer[1])
-        written = F.coalesce(
-            _length_as_written(raw, body, F.when(is_array, from_avro(body, array_writer, reader)), writer[0]),
-            _length_as_written(raw, body, F.when(is_progress, from_avro(body, progress_writer, reader)), writer[1]))
+        written = _lengths_as_written(raw, body, [(F.when(is_array, from_avro(body, array_writer, reader)), writer[0]),
+                                                  (F.when(is_progress, from_avro(body, progress_writer, reader)),
+                                                   writer[1])])
         u = F.when(this & is_array, from_avro(body, array_writer, {**reader, "avroSchema": array_reader})) \
             .otherwise(u)
         p = F.when(this & is_progress, from_avro(body, progress_writer, {**reader, "avroSchema": progress_reader})) \

@@ -200,7 +200,7 @@ def test_values_said_not_null_encode_to_the_same_bytes(spark):
     from pyspark.sql.avro.functions import from_avro, to_avro
 
     from cdc_emitter.spark_columns import declared_as_avro
-    from cdc_emitter.spark_reader import _length_as_written
+    from cdc_emitter.spark_reader import _lengths_as_written
 
     ddl, rows = _many_types(300)
     record = data_schema(ddl)
@@ -214,6 +214,6 @@ def test_values_said_not_null_encode_to_the_same_bytes(spark):
     assert u_type.containsNull and u_type.elementType["diff"].nullable  # PERMISSIVE: all nullable
     again = decoded.select(
         "body", to_avro(declared_as_avro(F.col("u"), u_type, codec.union[0]), updates).alias("again"),
-        _length_as_written(decoded, F.col("body"), F.col("u"), codec.union[0]).alias("length"))
+        _lengths_as_written(decoded, F.col("body"), [(F.col("u"), codec.union[0])]).alias("length"))
     assert again.where((F.col("again") != F.col("body")) | (F.col("length") != F.octet_length("body"))).count() == 0
     assert again.count() == 300
