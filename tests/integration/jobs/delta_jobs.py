@@ -22,11 +22,14 @@ def main(bootstrap: str, topic: str, workdir: str) -> None:
     from cdc_emitter.convert_delta import convert_delta
     from cdc_emitter.sources import DELTA_PACKAGES, spark_session
 
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the integration tests' helpers
+    from helpers import DELTA_TEST_CONF
+
     import pyspark
 
     package = DELTA_PACKAGES[".".join(pyspark.__version__.split(".")[:2])]
-    spark = spark_session("delta-jobs", [package], {"spark.sql.shuffle.partitions": "2",
-                                                    "spark.master": "local[2]"}, "delta")
+    spark = spark_session("delta-jobs", [package], {"spark.sql.shuffle.partitions": "2", "spark.master": "local[2]",
+                                                    **DELTA_TEST_CONF}, "delta")
     work = Path(workdir)
     table = str(work / "products")
     checkpoint = str(work / "checkpoint")
