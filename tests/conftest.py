@@ -234,10 +234,11 @@ def kafka_local(_kafka_broker: _Broker):
         local.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def secure_kafka():
     """A second kafka-local broker speaking SASL/SCRAM-SHA-512 over TLS (its own CA), started
-    once per session: ``(bootstrap_servers, client settings)`` — the settings a client needs
+    once for the module that uses it (one module: once per session), stopped after it, so it
+    does not idle through the rest of the session: ``(bootstrap_servers, client settings)`` — the settings a client needs
     (security.protocol, sasl.*, ssl.ca.location), read from the broker's client.properties."""
     home = tempfile.mkdtemp(prefix="cdc-emitter-kafka-secure-")
     local = KafkaLocal(home=home)
@@ -273,11 +274,11 @@ def schema_registry():
         subprocess.run([script, "stop"], env=env, capture_output=True, text=True, timeout=120)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def proxied_kafka():
     """A third kafka-local broker that advertises the port of a :class:`faultproxy.FaultProxy`
     in front of it, so every client connection goes through the proxy: ``(bootstrap, proxy)``.
-    Started once per session."""
+    Started once for the module that uses it, like :func:`secure_kafka`."""
     from faultproxy import FaultProxy, wait_port
 
     home = tempfile.mkdtemp(prefix="cdc-emitter-kafka-proxied-")
@@ -322,10 +323,11 @@ class KafkaCluster:
         self.local._run("stop", check=False)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kafka_cluster():
     """A 3-node KRaft cluster on loopback (replication 3, min.insync.replicas 2), started once
-    per session."""
+    for the module that uses it, like :func:`secure_kafka` (three idle brokers cost the rest of
+    the session CPU: replica fetchers and controller heartbeats)."""
     cluster = KafkaCluster()
     try:
         cluster.start()

@@ -1,5 +1,5 @@
 """The sink where users' Spark runs: a standalone cluster whose executors have no Python at all,
-and Spark Connect. The cluster (``scripts/spark-local start --connect``) starts once per session;
+and Spark Connect. The cluster (``scripts/spark-local start --connect``) starts once, for this module;
 each job runs in its own process (see ``jobs/cluster_jobs.py``)."""
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ DATA = {"type": "record", "name": "data", "fields": [
     {"name": "k", "type": ["null", "long"]}, {"name": "v", "type": ["null", "string"]}]}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def spark_cluster(tmp_path_factory):
-    """``(spark://…, sc://…, env)`` of a standalone cluster with a Spark Connect server."""
+    """``(spark://…, sc://…, env)`` of a standalone cluster with a Spark Connect server, for this
+    module only (stopped after it, so it does not idle through the rest of the session)."""
     env = dict(os.environ, CDC_SPARK_HOME=str(tmp_path_factory.mktemp("spark-local")),
                CDC_SPARK_PYTHON=sys.executable)
     started = subprocess.run([str(SPARK_LOCAL), "start", "--connect"], env=env, capture_output=True,
