@@ -619,8 +619,9 @@ def test_export_delta_with_packages(kafka_bootstrap, topic_factory, spark, tmp_p
     topic = topic_factory()
     base = [source, "--format", "delta", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
             "--time", "1"]
-    without = export_in_new_process(*base)
-    assert without.returncode == 2
+    # without the package: in this process, whose session has no Delta either (no JVM to start)
+    without = cli("export", *base)
+    assert without.exit_code == 2
     assert without.stdout == ""
     assert f"error: cannot read delta source '{source}': " in without.stderr
     assert "[DATA_SOURCE_NOT_FOUND]" in without.stderr
@@ -646,8 +647,8 @@ def test_export_jdbc_with_a_driver_package(kafka_bootstrap, topic_factory, spark
     topic = topic_factory()
     base = ["products", "--format", "jdbc", "-O", f"url=jdbc:sqlite:{db}", "-O", "driver=org.sqlite.JDBC",
             "--bootstrap-servers", kafka_bootstrap, "--topic", topic, "--time", "1"]
-    without = export_in_new_process(*base)
-    assert without.returncode == 2
+    without = cli("export", *base)  # in this process, whose session has no SQLite driver either
+    assert without.exit_code == 2
     assert "error: cannot read jdbc source 'products': " in without.stderr
     assert "ClassNotFoundException: org.sqlite.JDBC" in without.stderr
     assert "add --packages with the driver's Maven coordinates" in without.stderr
