@@ -14,6 +14,8 @@ from cdc_emitter.kafka_io import read_topic
 #: default, which for a table of a few rows on two cores is most of each command's time (the
 #: converter's job took 172 s with them, 82 s with 2).
 DELTA_TEST_CONF = {"spark.databricks.delta.snapshotPartitions": "2"}
+#: The same as ``--conf`` options of the command line.
+DELTA_TEST_ARGS = [arg for key, value in DELTA_TEST_CONF.items() for arg in ("--conf", f"{key}={value}")]
 
 
 def read_history(bootstrap: str, topic: str, codec: Any, *, start: int = 0, timeout: float = 60.0):

@@ -18,7 +18,7 @@ import pytest
 
 from cdc_emitter.codec import CdcCodec
 
-from helpers import DELTA_TEST_CONF, read_history
+from helpers import DELTA_TEST_ARGS, read_history
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -84,8 +84,7 @@ def test_split_versions_are_held_until_whole_and_each_version_is_written_by_one_
 
 
 def convert_cli(*args):
-    conf = [arg for key, value in DELTA_TEST_CONF.items() for arg in ("--conf", f"{key}={value}")]
-    return subprocess.run([sys.executable, "-m", "cdc_emitter.cli", "convert", *args, *conf],
+    return subprocess.run([sys.executable, "-m", "cdc_emitter.cli", "convert", *args, *DELTA_TEST_ARGS],
                           capture_output=True, text=True, timeout=600)
 
 

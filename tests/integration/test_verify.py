@@ -20,7 +20,7 @@ from cdc_emitter.core import Progress, Update, consolidate, progress_for
 from cdc_emitter.kafka_io import CdcProducer
 from cdc_emitter.verify import verify_topic
 
-from helpers import DELTA_TEST_CONF, read_history
+from helpers import DELTA_TEST_ARGS, read_history
 
 pytestmark = pytest.mark.kafka
 
@@ -628,8 +628,7 @@ def test_export_delta_with_packages(kafka_bootstrap, topic_factory, spark, tmp_p
     package = DELTA_PACKAGES[".".join(pyspark.__version__.split(".")[:2])]
     assert f"Spark has no Delta Lake reader loaded: add --packages {package}\n" in without.stderr
 
-    conf = [arg for key, value in DELTA_TEST_CONF.items() for arg in ("--conf", f"{key}={value}")]
-    exported = export_in_new_process(*base, "--packages", package, *conf)
+    exported = export_in_new_process(*base, "--packages", package, *DELTA_TEST_ARGS)
     assert exported.returncode == 0, exported.stderr
     assert exported.stdout.startswith(f"exported {source} to topic {topic} at time 1: 4 updates in ")
     assert _verify_table(kafka_bootstrap, topic, _write_parquet(tmp_path / "same.parquet", V1),
