@@ -699,6 +699,12 @@ def resolve(schema: Any, named: dict) -> Any:
     return schema
 
 
+def kind(schema: Any) -> str:
+    """The kind of a resolved, non-union Avro type: a primitive's name (``long``) or a complex
+    type's (``record``, ``array``, ``map``, ``enum``, ``fixed``)."""
+    return schema if isinstance(schema, str) else schema["type"]
+
+
 def _type_name(schema: Any) -> str:
     if isinstance(schema, str):
         return schema
@@ -715,8 +721,7 @@ def _branch(schemas: list, value: Any, named: dict) -> Any:
     }.get(type(value), ())
     for s in schemas:
         r = resolve(s, named)
-        t = r if isinstance(r, str) else r["type"]
-        if t in want:
+        if kind(r) in want:
             return s
     raise DecodeError(f"no union branch matches value {value!r}")
 
@@ -729,7 +734,7 @@ def _avro_json(schema: Any, value: Any, named: dict) -> Any:
         s = _branch([b for b in schema if b != "null"], value, named)
         return {_type_name(s): _avro_json(s, value, named)}
     schema = resolve(schema, named)
-    t = schema if isinstance(schema, str) else schema["type"]
+    t = kind(schema)
     if t == "record":
         return {f["name"]: _avro_json(f["type"], value[f["name"]], named) for f in schema["fields"]}
     if t == "array":
@@ -751,7 +756,7 @@ def _plain_json(schema: Any, value: Any, named: dict) -> Any:
             return _plain_json(live[0], value, named)
         return _plain_value(value)
     schema = resolve(schema, named)
-    t = schema if isinstance(schema, str) else schema["type"]
+    t = kind(schema)
     if t == "record":
         fields = schema["fields"]
         if isinstance(value, dict):

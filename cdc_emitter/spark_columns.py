@@ -16,7 +16,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from .codec import resolve
+from .codec import kind, resolve
 from .spark_schema import contains_map, contains_type
 
 __all__ = ["TIME", "DIFF", "HASH", "canonical", "group_keys", "hash_columns", "encoded_data", "digest_share",
@@ -177,13 +177,13 @@ def _gaps(dtype: Any, avro: Any, named: dict, nullable: bool) -> bool:
         return len(others) == 1 and _gaps(dtype, others[0], named, nullable and len(others) == len(avro))
     if nullable:
         return True
-    kind = avro if isinstance(avro, str) else avro["type"]
-    if kind == "record" and isinstance(dtype, T.StructType):
+    avro_kind = kind(avro)
+    if avro_kind == "record" and isinstance(dtype, T.StructType):
         types = {f["name"]: f["type"] for f in avro["fields"]}
         return any(f.name in types and _gaps(f.dataType, types[f.name], named, f.nullable) for f in dtype.fields)
-    if kind == "array" and isinstance(dtype, T.ArrayType):
+    if avro_kind == "array" and isinstance(dtype, T.ArrayType):
         return _gaps(dtype.elementType, avro["items"], named, dtype.containsNull)
-    if kind == "map" and isinstance(dtype, T.MapType):
+    if avro_kind == "map" and isinstance(dtype, T.MapType):
         return _gaps(dtype.valueType, avro["values"], named, dtype.valueContainsNull)
     return False
 
@@ -199,20 +199,20 @@ def _declared(c: Any, dtype: Any, avro: Any, named: dict, nullable: bool) -> Any
         (other,) = [b for b in avro if b != "null"]
         inner = _declared(c, dtype, other, named, nullable=True)
         return F.when(c.isNull(), F.lit(None)).otherwise(inner) if "null" in avro else inner
-    kind = avro if isinstance(avro, str) else avro["type"]
-    if kind == "record" and isinstance(dtype, T.StructType):
+    avro_kind = kind(avro)
+    if avro_kind == "record" and isinstance(dtype, T.StructType):
         types = {f["name"]: f["type"] for f in avro["fields"]}
         if set(types) != set(dtype.names):
             return c
         # a field of a struct Spark thinks nullable is nullable too, whatever its own declaration
         return F.struct(*[_declared(c[f.name], f.dataType, types[f.name], named, nullable=True).alias(f.name)
                           for f in dtype.fields])
-    if kind == "array" and isinstance(dtype, T.ArrayType):
+    if avro_kind == "array" and isinstance(dtype, T.ArrayType):
         items = c
         if _gaps(dtype.elementType, avro["items"], named, dtype.containsNull):
             items = F.transform(c, lambda e: _declared(e, dtype.elementType, avro["items"], named, nullable=True))
         return F.coalesce(items, F.array())
-    if kind == "map" and isinstance(dtype, T.MapType):
+    if avro_kind == "map" and isinstance(dtype, T.MapType):
         values = c
         if _gaps(dtype.valueType, avro["values"], named, dtype.valueContainsNull):
             values = F.transform_values(
