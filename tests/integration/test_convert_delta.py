@@ -3,7 +3,8 @@
 The table is made and converted in its own process (``jobs/delta_jobs.py``: Delta needs its
 package and session extensions when the session starts), with commits of every kind and
 ``maxFilesPerTrigger=2``, so that many-file commits are split over micro-batches. The topic is
-then read back with the project's reader and compared with the table at *every* version.
+then read back with the project's reader and compared with the table at *every* version. The
+command line's ``convert delta`` runs in that process too, through click's ``CliRunner``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import pytest
 
 from cdc_emitter.codec import CdcCodec
 
-from helpers import DELTA_TEST_ARGS, read_history
+from helpers import read_history
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -43,14 +44,17 @@ def collection_at(history, version: int) -> Counter:
 
 @pytest.fixture(scope="module")
 def converted(kafka_bootstrap, module_topic_factory, tmp_path_factory):
-    """The job's report, after it converted the table in two rounds into a 2-partition topic."""
-    topic = module_topic_factory(2)
+    """The job's report, after it converted the table in two rounds into a 2-partition topic, and
+    the command line converted it into a 1-partition one (``report["cli"]``, with the topic's name
+    as ``report["cli_topic"]``)."""
+    topic, cli_topic = module_topic_factory(2), module_topic_factory(1)
     work = tmp_path_factory.mktemp("delta")
-    done = subprocess.run([sys.executable, str(JOB), kafka_bootstrap, topic, str(work)],
+    done = subprocess.run([sys.executable, str(JOB), kafka_bootstrap, topic, str(work), cli_topic],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     report["versions"] = {int(v): Counter(tuple(r) for r in rows) for v, rows in report["versions"].items()}
+    report["cli_topic"] = cli_topic
     return topic, work, report
 
 
@@ -83,18 +87,11 @@ def test_split_versions_are_held_until_whole_and_each_version_is_written_by_one_
     assert second[0]["batch_id"] > first[-1]["batch_id"]
 
 
-def convert_cli(*args):
-    return subprocess.run([sys.executable, "-m", "cdc_emitter.cli", "convert", *args, *DELTA_TEST_ARGS],
-                          capture_output=True, text=True, timeout=600)
-
-
-def test_cli_converts_the_same_table_to_the_same_history(converted, kafka_bootstrap, topic_factory, tmp_path):
+def test_cli_converts_the_same_table_to_the_same_history(converted, kafka_bootstrap):
     topic, work, report = converted
-    again = topic_factory(1)
-    done = convert_cli("delta", str(work / "products"), "--topic", again, "--checkpoint", str(tmp_path / "ck"),
-                       "--once", "--bootstrap-servers", kafka_bootstrap, "--json")
-    assert done.returncode == 0, done.stderr[-4000:]
-    summary = json.loads(done.stdout)
+    again, done = report["cli_topic"], report["cli"]["convert"]
+    assert done["exit"] == 0, done["stderr"][-4000:]
+    summary = json.loads(done["stdout"])
     expected_updates = sum(r["updates"] for r in report["results"])
     counts = {k: summary.pop(k) for k in ("batches", "messages")}
     assert summary == {"source": str(work / "products"), "format": "delta", "topic": again,
@@ -106,21 +103,17 @@ def test_cli_converts_the_same_table_to_the_same_history(converted, kafka_bootst
     assert ours == theirs
 
     # nothing new: a second run from the checkpoint writes nothing and says so
-    rerun = convert_cli("delta", str(work / "products"), "--topic", again, "--checkpoint", str(tmp_path / "ck"),
-                        "--once", "--bootstrap-servers", kafka_bootstrap)
-    assert rerun.returncode == 0, rerun.stderr[-4000:]
-    assert rerun.stdout == f"converted delta table {work / 'products'} to topic {again}: no new changes\n"
+    rerun = report["cli"]["rerun"]
+    assert rerun["exit"] == 0, rerun["stderr"][-4000:]
+    assert rerun["stdout"] == f"converted delta table {work / 'products'} to topic {again}: no new changes\n"
 
 
-def test_cli_refuses_a_table_without_change_data_feed_and_says_how_to_enable_it(converted, kafka_bootstrap,
-                                                                                 tmp_path):
-    _topic, work, _report = converted
-    plain = work / "plain"
-    done = convert_cli("delta", str(plain), "--topic", "never-created", "--checkpoint", str(tmp_path / "ck"),
-                       "--once", "--bootstrap-servers", kafka_bootstrap)
-    assert done.returncode == 2
-    assert done.stdout == ""
-    assert done.stderr.endswith(
+def test_cli_refuses_a_table_without_change_data_feed_and_says_how_to_enable_it(converted):
+    _topic, work, report = converted
+    plain, done = work / "plain", report["cli"]["plain"]
+    assert done["exit"] == 2
+    assert done["stdout"] == ""
+    assert done["stderr"].endswith(
         f"error: delta table '{plain}' has no change data feed: enable it with ALTER TABLE "
         f"delta.`{plain}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true) — changes from the "
         "next commit on are then recorded (pass --starting-version with that commit's version)\n")

@@ -1,14 +1,17 @@
 """The Delta converter's job, in its own process (Delta needs its package and session extensions
 when the session starts; the test session has neither).
 
-    python delta_jobs.py BOOTSTRAP TOPIC WORKDIR
+    python delta_jobs.py BOOTSTRAP TOPIC WORKDIR CLI_TOPIC
 
 Makes ``WORKDIR/products`` with its change data feed enabled and, in two rounds, commits of every
 kind (inserts, updates, a no-op update, deletes, a commit of many files), converting after each
 round with ``convert_delta(once=True, max_files_per_trigger=2)`` from the same checkpoint, so
 many-file commits are split over micro-batches. Also makes ``WORKDIR/plain`` without the change
-data feed. Prints one JSON line: the table's rows at each version (time travel), each batch's
-result, and the plans the converter recorded.
+data feed. Then, in the same session, the command line (through click's ``CliRunner``): ``convert
+delta`` of the same table into ``CLI_TOPIC``, the same again from its checkpoint, and ``convert
+delta`` of the plain table — each a new process would start Spark with Delta again (20–40 s each).
+Prints one JSON line: the table's rows at each version (time travel), each batch's result, the
+plans the converter recorded, and each command's exit code, standard output and error.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import sys
 from pathlib import Path
 
 
-def main(bootstrap: str, topic: str, workdir: str) -> None:
+def main(bootstrap: str, topic: str, workdir: str, cli_topic: str) -> None:
     from cdc_emitter.convert_delta import convert_delta
     from cdc_emitter.sources import DELTA_PACKAGES, spark_session
 
@@ -66,9 +69,29 @@ def main(bootstrap: str, topic: str, workdir: str) -> None:
                           .collect()) for v in range(latest + 1)}
     plans = sorted((json.loads(p.read_text()) for p in (work / "checkpoint" / "cdc-emitter-convert").iterdir()
                     if p.name.isdigit()), key=lambda p: p["batch_id"])
+    cli = {"convert": convert_cli(table, "--topic", cli_topic, "--checkpoint", str(work / "cli-checkpoint"),
+                                  "--once", "--bootstrap-servers", bootstrap, "--json")}
+    cli["rerun"] = convert_cli(table, "--topic", cli_topic, "--checkpoint", str(work / "cli-checkpoint"),
+                               "--once", "--bootstrap-servers", bootstrap)
+    cli["plain"] = convert_cli(str(work / "plain"), "--topic", "never-created", "--checkpoint",
+                               str(work / "plain-checkpoint"), "--once", "--bootstrap-servers", bootstrap)
     print(json.dumps({"versions": versions, "first_run": first_run,
-                      "results": [r.as_dict() for r in results], "plans": plans}))
+                      "results": [r.as_dict() for r in results], "plans": plans, "cli": cli}))
+
+
+def convert_cli(*args: str) -> dict:
+    """``cdc-emitter convert delta ARGS`` in this process (its session is this one, which has
+    Delta): its exit code, standard output and standard error."""
+    from click.testing import CliRunner
+
+    from cdc_emitter.cli import main
+    from helpers import DELTA_TEST_ARGS
+
+    done = CliRunner().invoke(main, ["convert", "delta", *args, *DELTA_TEST_ARGS], prog_name="cdc-emitter")
+    if done.exception is not None and not isinstance(done.exception, SystemExit):
+        raise done.exception
+    return {"exit": done.exit_code, "stdout": done.stdout, "stderr": done.stderr}
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])
