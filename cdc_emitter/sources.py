@@ -25,7 +25,14 @@ DELTA_PACKAGES = {
     "3.5": "io.delta:delta-spark_2.12:3.3.2",
     "4.0": "io.delta:delta-spark_2.13:4.0.0",
     "4.1": "io.delta:delta-spark_4.1_2.13:4.4.0",
+    "4.2": "io.delta:delta-spark_4.2_2.13:4.4.0",
 }
+
+
+def delta_package(spark_version: str) -> str | None:
+    """The Delta Lake package built for Spark ``spark_version`` (``4.1.1``), or None when Delta
+    publishes none for that release (see :data:`DELTA_PACKAGES`)."""
+    return DELTA_PACKAGES.get(".".join(spark_version.split(".")[:2]))
 
 _DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -148,9 +155,8 @@ def read_table(spark: Any, source: str, fmt: str, options: dict) -> Any:
         missing = ("DATA_SOURCE_NOT_FOUND", "No suitable driver", "ClassNotFoundException")
         hint = _SOURCE_HINTS.get(fmt) if any(m in text for m in missing) else None
         if hint is not None:
-            version = ".".join(spark.version.split(".")[:2])
-            hint = hint.format(delta=DELTA_PACKAGES.get(
-                version, f"with the Delta Lake package built for Spark {spark.version}"))
+            hint = hint.format(delta=delta_package(spark.version)
+                               or f"with the Delta Lake package built for Spark {spark.version}")
         raise ConfigError(f"cannot read {fmt} source {source!r}: {text}"
                           + (f"\n{hint}" if hint else "")) from exc
 

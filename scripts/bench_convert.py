@@ -60,9 +60,11 @@ def main() -> None:
 
     from cdc_emitter import CdcSink
     from cdc_emitter.convert_delta import DIFF, VERSION, convert_delta, delta_changes, read_changes
-    from cdc_emitter.sources import DELTA_PACKAGES, spark_session
+    from cdc_emitter.sources import delta_package, spark_session
 
-    package = DELTA_PACKAGES[".".join(pyspark.__version__.split(".")[:2])]
+    package = delta_package(pyspark.__version__)
+    if package is None:
+        sys.exit(f"Delta Lake has no build for Spark {pyspark.__version__} (cdc_emitter.sources.DELTA_PACKAGES)")
     spark = spark_session("bench-convert", [package], {"spark.master": "local[2]",
                                                        "spark.sql.shuffle.partitions": "4",
                                                        "spark.driver.memory": "3g"}, "delta")

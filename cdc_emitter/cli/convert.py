@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from ..errors import CdcError
-from ..sources import DELTA_PACKAGES, spark_session
+from ..sources import delta_package, spark_session
 from .console import (
     EXIT_OK,
     _servers,
@@ -119,7 +119,7 @@ def convert(fmt, source, bootstrap_servers, kafka_settings, broker_timeout, topi
     if not kafka_source and not spark_remote and not any(c.startswith("io.delta:") for c in packages):
         import pyspark  # the Delta build for this Spark (a Connect server loads its own)
 
-        package = DELTA_PACKAGES.get(".".join(pyspark.__version__.split(".")[:2]))
+        package = delta_package(pyspark.__version__)
         packages += [package] if package else []
     try:
         spark = spark_session("cdc-emitter convert", packages, spark_conf, None if kafka_source else "delta",

@@ -481,6 +481,15 @@ def test_schema_registry_with_raw_framing_reads_by_schema_id(kafka_bootstrap, to
     assert tailed.stdout == '{"array":[{"data":{"id":5,"price":{"int":10}},"time":1,"diff":1}]}\n'
 
 
+def test_the_delta_package_follows_sparks_release_and_is_none_where_delta_has_no_build():
+    from cdc_emitter.sources import delta_package
+
+    assert delta_package("4.1.1") == "io.delta:delta-spark_4.1_2.13:4.4.0"
+    assert delta_package("4.2.1") == "io.delta:delta-spark_4.2_2.13:4.4.0"
+    assert delta_package("3.5.7") == "io.delta:delta-spark_2.12:3.3.2"  # Scala 2.12, as Spark 3.5's
+    assert delta_package("3.4.4") is None
+
+
 def test_delta_session_settings_only_with_a_delta_package_and_user_conf_wins():
     from cdc_emitter.sources import reader_conf as _reader_conf
 

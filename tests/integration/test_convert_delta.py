@@ -19,7 +19,7 @@ import pytest
 
 from cdc_emitter.codec import CdcCodec
 
-from helpers import read_history
+from helpers import delta_package_or_skip, read_history
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -47,9 +47,10 @@ def converted(kafka_bootstrap, module_topic_factory, tmp_path_factory):
     """The job's report, after it converted the table in two rounds into a 2-partition topic, and
     the command line converted it into a 1-partition one (``report["cli"]``, with the topic's name
     as ``report["cli_topic"]``)."""
+    package = delta_package_or_skip()
     topic, cli_topic = module_topic_factory(2), module_topic_factory(1)
     work = tmp_path_factory.mktemp("delta")
-    done = subprocess.run([sys.executable, str(JOB), kafka_bootstrap, topic, str(work), cli_topic],
+    done = subprocess.run([sys.executable, str(JOB), package, kafka_bootstrap, topic, str(work), cli_topic],
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,7 +1,7 @@
 """The Delta converter's job, in its own process (Delta needs its package and session extensions
 when the session starts; the test session has neither).
 
-    python delta_jobs.py BOOTSTRAP TOPIC WORKDIR CLI_TOPIC
+    python delta_jobs.py DELTA_PACKAGE BOOTSTRAP TOPIC WORKDIR CLI_TOPIC
 
 Makes ``WORKDIR/products`` with its change data feed enabled and, in two rounds, commits of every
 kind (inserts, updates, a no-op update, deletes, a commit of many files), converting after each
@@ -21,16 +21,13 @@ import sys
 from pathlib import Path
 
 
-def main(bootstrap: str, topic: str, workdir: str, cli_topic: str) -> None:
+def main(package: str, bootstrap: str, topic: str, workdir: str, cli_topic: str) -> None:
     from cdc_emitter.convert_delta import convert_delta
-    from cdc_emitter.sources import DELTA_PACKAGES, spark_session
+    from cdc_emitter.sources import spark_session
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the integration tests' helpers
     from helpers import DELTA_TEST_CONF
 
-    import pyspark
-
-    package = DELTA_PACKAGES[".".join(pyspark.__version__.split(".")[:2])]
     spark = spark_session("delta-jobs", [package], {"spark.sql.shuffle.partitions": "2", "spark.master": "local[2]",
                                                     **DELTA_TEST_CONF}, "delta")
     work = Path(workdir)
@@ -94,4 +91,4 @@ def convert_cli(*args: str) -> dict:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])
