@@ -34,6 +34,7 @@ def delta_package(spark_version: str) -> str | None:
     publishes none for that release (see :data:`DELTA_PACKAGES`)."""
     return DELTA_PACKAGES.get(".".join(spark_version.split(".")[:2]))
 
+
 _DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
