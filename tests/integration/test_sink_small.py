@@ -341,3 +341,101 @@ def test_a_new_sink_follows_the_topics_last_batch(spark, kafka_bootstrap, topic_
     monkeypatch.setattr(sink_jvm.MessagePlan, "messages", spy)
     result = CdcSink(kafka_bootstrap, repeating, small_batch_rows=0).write(twice, time=2)
     assert asked == [True] and result.counts == {2: 3000}
+
+
+class _ProgressWatcher:
+    """A reader of partition 0 (where every progress statement goes) in a thread of its own, from
+    its end when started: the wall time at which it received each progress statement."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        import threading
+
+        from confluent_kafka import Consumer, TopicPartition
+
+        from cdc_emitter.kafka_io import end_offsets
+
+        self.seen: list[float] = []
+        self._stop = threading.Event()
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"watch-{uuid.uuid4().hex}",
+                                   "enable.auto.commit": False, "fetch.wait.max.ms": 100})
+        self._consumer.assign([TopicPartition(topic, 0, end_offsets(bootstrap, topic)[0][1])])
+        self._consumer.poll(0.5)  # connected, and fetching at the end, before the first batch
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        import time
+
+        from cdc_emitter.frontier import HEADER_KIND
+
+        while not self._stop.is_set():
+            message = self._consumer.poll(0.05)
+            if message is not None and message.error() is None and \
+                    dict(message.headers() or ()).get(HEADER_KIND) == b"progress":
+                self.seen.append(time.time())
+
+    def wait_for(self, count: int, timeout: float = 10.0) -> float:
+        """The wall time of the ``count``-th statement seen (1-based)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while len(self.seen) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(self.seen) >= count, f"no progress statement {count} within {timeout} s"
+        return self.seen[count - 1]
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._consumer.close()
+
+
+@pytest.mark.parametrize("small_batch_rows", [SMALL_DEFAULT, 0], ids=["driver", "executors"])
+@pytest.mark.parametrize("call", ["write", "foreachBatch"])
+def test_a_batchs_progress_statement_is_readable_within_a_second_of_its_last_spark_job(
+        spark, kafka_bootstrap, topic_factory, monkeypatch, tmp_path, small_batch_rows, call):
+    """Issue 11's bound, measured from the outside: from the moment the batch's last Spark action
+    returns on the driver (its job's end) to the moment a reader of the topic receives the
+    batch's progress statement, under a second, batch after batch — on the driver's way (200
+    rows) and the executors' (every batch by a Spark job that writes), by ``write`` and as a
+    streaming query's ``foreachBatch`` function (its sink log beside a checkpoint)."""
+    import time
+
+    topic = topic_factory(2)
+    sink = CdcSink(kafka_bootstrap, topic, small_batch_rows=small_batch_rows,
+                   checkpoint_location=str(tmp_path / "checkpoint") if call == "foreachBatch" else None)
+    rows = spark.range(200).selectExpr("id AS k", "cast(id % 7 AS string) AS v").cache()
+    rows.count()
+
+    def batch(n: int):
+        df = rows.withColumn("k", rows.k + n * 1_000)
+        return sink.write(df, time=n) if call == "write" else sink(df, n)
+
+    batch(0)  # the first batch: a new sink's, whose way may differ
+    ended: list[float] = []  # when each Spark action returned to the driver
+    frame_class, writer_class = type(rows), type(rows.write)
+    for cls, name in ((frame_class, "toArrow"), (frame_class, "collect"), (writer_class, "save")):
+        if hasattr(cls, name):
+            def timed(*args, __original=getattr(cls, name), **kwargs):
+                try:
+                    return __original(*args, **kwargs)
+                finally:
+                    ended.append(time.time())
+            monkeypatch.setattr(cls, name, timed)
+    watcher = _ProgressWatcher(kafka_bootstrap, topic)
+    try:
+        latencies, ways = [], []
+        for n in range(1, 7):
+            ended.clear()
+            result = batch(n)
+            ways.append(result.finished_on)
+            assert ended, "the batch ran no Spark action"
+            latencies.append(watcher.wait_for(n) - ended[-1])
+    finally:
+        watcher.close()
+        monkeypatch.undo()
+    assert ways == ["driver" if small_batch_rows else "executors"] * 6
+    assert max(latencies) < 1.0, latencies
+    history, frontier, violations, _ = read_history(kafka_bootstrap, topic, CdcCodec(data_schema(rows.schema)))
+    assert (violations, frontier) == ([], (7,))
+    assert len(history) == 7 * 200
