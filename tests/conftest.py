@@ -313,14 +313,14 @@ class KafkaCluster:
         self.bootstrap_servers = self.local._run("start", "--brokers", "3").stdout.strip().splitlines()[-1]
         return self.bootstrap_servers
 
-    def stop_node(self, *nodes: int) -> None:
-        """Stop ``nodes`` (keeping their data), all at once: two nodes stopped one after the
-        other take a controlled shutdown each, in turn."""
-        self._each("stop-node", nodes)
+    def stop_node(self, node: int, *more: int) -> None:
+        """Stop ``node`` and ``more`` (keeping their data), all at once: two nodes stopped one
+        after the other take a controlled shutdown each, in turn."""
+        self._each("stop-node", (node, *more))
 
-    def start_node(self, *nodes: int) -> None:
-        """Start ``nodes`` again (same ports, same data), all at once."""
-        self._each("start-node", nodes)
+    def start_node(self, node: int, *more: int) -> None:
+        """Start ``node`` and ``more`` again (same ports, same data), all at once."""
+        self._each("start-node", (node, *more))
 
     def _each(self, command: str, nodes: tuple[int, ...]) -> None:
         from concurrent.futures import ThreadPoolExecutor
