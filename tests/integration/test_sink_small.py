@@ -7,6 +7,8 @@ import datetime
 import decimal
 import json
 import math
+import threading
+import time
 import uuid
 
 import pytest
@@ -15,8 +17,8 @@ from cdc_emitter import CdcSink
 from cdc_emitter.sink import SMALL_BATCH_ROWS as SMALL_DEFAULT
 from cdc_emitter.codec import CdcCodec
 from cdc_emitter.errors import BadInputError, LateUpdateError, ReplayError
-from cdc_emitter.frontier import HEADER_DIGEST, HEADER_SHAPE
-from cdc_emitter.kafka_io import read_topic
+from cdc_emitter.frontier import HEADER_DIGEST, HEADER_KIND, HEADER_SHAPE
+from cdc_emitter.kafka_io import end_offsets, read_topic
 from cdc_emitter.spark_schema import data_schema
 
 from helpers import as_history, count_messages, read_history
@@ -348,11 +350,7 @@ class _ProgressWatcher:
     its end when started: the wall time at which it received each progress statement."""
 
     def __init__(self, bootstrap: str, topic: str) -> None:
-        import threading
-
         from confluent_kafka import Consumer, TopicPartition
-
-        from cdc_emitter.kafka_io import end_offsets
 
         self.seen: list[float] = []
         self._stop = threading.Event()
@@ -364,10 +362,6 @@ class _ProgressWatcher:
         self._thread.start()
 
     def _watch(self) -> None:
-        import time
-
-        from cdc_emitter.frontier import HEADER_KIND
-
         while not self._stop.is_set():
             message = self._consumer.poll(0.05)
             if message is not None and message.error() is None and \
@@ -376,8 +370,6 @@ class _ProgressWatcher:
 
     def wait_for(self, count: int, timeout: float = 10.0) -> float:
         """The wall time of the ``count``-th statement seen (1-based)."""
-        import time
-
         deadline = time.monotonic() + timeout
         while len(self.seen) < count and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -399,8 +391,6 @@ def test_a_batchs_progress_statement_is_readable_within_a_second_of_its_last_spa
     batch's progress statement, under a second, batch after batch — on the driver's way (200
     rows) and the executors' (every batch by a Spark job that writes), by ``write`` and as a
     streaming query's ``foreachBatch`` function (its sink log beside a checkpoint)."""
-    import time
-
     topic = topic_factory(2)
     sink = CdcSink(kafka_bootstrap, topic, small_batch_rows=small_batch_rows,
                    checkpoint_location=str(tmp_path / "checkpoint") if call == "foreachBatch" else None)
