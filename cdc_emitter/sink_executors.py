@@ -13,7 +13,7 @@ packed again exactly, before writing); the counts and digest are those of the me
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from . import spark_kafka
@@ -326,9 +326,10 @@ class WrittenWhilePacked(Checked):
     fail the job's input stage, and no task after the shuffle — no write — starts before every
     task before it succeeded: :func:`~cdc_emitter.sink_figures.write_observed`); every message
     is at most ``max_message_bytes`` and holds no two live updates of one data and time — the
-    arrays that came out too big, or (unconsolidated) with such a repeat, are left out of that
-    job and written after it, consolidated (and packed exactly if one was too big); the figures are
-    those of the messages written. No consolidation can fail on a diff sum over 64 bits once a
+    arrays that came out (unconsolidated) with such a repeat are left out of that job and written
+    by a second one like it, consolidated (only their rows; no cache, no job to compute their
+    figures first), and those that came out too big, from either, are packed exactly after it,
+    consolidated; the figures are those of the messages written. No consolidation can fail on a diff sum over 64 bits once a
     message is written: a batch with a diff beyond :data:`~cdc_emitter.sink_jvm.LARGE_DIFF`
     fails the first job before its shuffle and is written by the two jobs instead, which find
     such a sum before writing.
@@ -355,28 +356,23 @@ class WrittenWhilePacked(Checked):
         raise TypeError("a batch written while it is packed has no digest before it is written")
 
     def write(self) -> Written:
-        from . import sink_figures, sink_jvm
+        from . import sink_jvm
 
         way, batch, spark, plan = self._way, self._batch, self._spark, self._plan
         checks = way.checks_writing(batch)
         options = kafka_write_options(way.bootstrap_servers, way.topic, way.producer_config)
         groups, v2 = GroupsInMemory(spark), KafkaWriteObserved(spark)
-        observed = None
+        observed = again = None
         try:
             if v2.in_force:
                 groups.at_least(plan.groups_per_packing_task(way.fanout, consolidate=self._consolidate))
-                messages = plan.messages(self._prepared, checks, time=batch.time, fanout=way.fanout,
-                                         consolidate=self._consolidate)
-                try:
-                    observed = sink_figures.write_observed(messages, options, batch.headers,
-                                                           max_message_bytes=way.max_message_bytes,
-                                                           small_below=self._small_below,
-                                                           consolidated=self._consolidate)
-                except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
-                    if not sink_jvm.large_diff(exc):
-                        _raise_ours(exc, batch)
-                        raise way._delivery_error(exc, options, batch) from exc
-                    way._large_diffs = True  # it failed before its shuffle: nothing was written
+                observed = self._in_one_job(checks, options, consolidate=self._consolidate)
+                if observed is not None and observed.left_out and not observed.too_big:
+                    # arrays with a repeat only: consolidated by a job like the first (no cache, no
+                    # job to compute their figures first); their rows passed its checks
+                    log.debug("%s: %d arrays left out of the first write (rows of one data and time): "
+                              "writing them consolidated", batch.what, len(observed.left_out))
+                    again = self._in_one_job(checks, options, consolidate=True, arrays=observed.left_out)
         finally:
             groups.restore()
             v2.restore()
@@ -386,8 +382,16 @@ class WrittenWhilePacked(Checked):
         updates, digest, n_messages, n_bytes = observed.updates, observed.digest, observed.messages, observed.bytes
         self.rows, self.groups = observed.rows, observed.groups
         to_join = list(observed.small_values)  # a first batch's small arrays: joined on the driver
-        if observed.left_out:  # written after, consolidated: its figures join the first job's
-            left, left_values = self._left_out(observed, checks, options)
+        pending = observed  # the write whose left-out arrays are still to write
+        if again is not None:
+            updates += again.updates
+            digest ^= again.digest
+            self.rows, self.groups = self.rows + again.rows, self.groups + again.groups
+            n_messages, n_bytes = n_messages + again.messages, n_bytes + again.bytes
+            to_join += again.small_values
+            pending = again
+        if pending.left_out:  # written after, consolidated: its figures join the first job's
+            left, left_values = self._left_out(pending, checks, options)
             updates += left.counts.get(batch.time, 0)
             digest ^= left.digest
             self.rows, self.groups = self.rows + left.rows, self.groups + left.groups
@@ -411,8 +415,31 @@ class WrittenWhilePacked(Checked):
         self.bytes = n_bytes
         return Written({batch.time: updates} if updates else {}, digest, n_messages, n_bytes)
 
+    def _in_one_job(self, checks: list, options: dict, *, consolidate: bool,
+                    arrays: Sequence[tuple[int, int]] | None = None) -> Any:
+        """Check, pack and write the batch — or only its ``arrays`` — by one job
+        (:func:`~cdc_emitter.sink_figures.write_observed`) and return what it observed; None when
+        a diff beyond :data:`~cdc_emitter.sink_jvm.LARGE_DIFF` failed it before its shuffle
+        (nothing written: the batch goes by two jobs). Raises our error for a bad row, else a
+        DeliveryError."""
+        from . import sink_figures, sink_jvm
+
+        way, batch = self._way, self._batch
+        messages = self._plan.messages(self._prepared, checks, time=batch.time, fanout=way.fanout,
+                                       consolidate=consolidate, arrays=arrays)
+        try:
+            return sink_figures.write_observed(messages, options, batch.headers,
+                                               max_message_bytes=way.max_message_bytes,
+                                               small_below=self._small_below, consolidated=consolidate)
+        except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
+            if not sink_jvm.large_diff(exc):
+                _raise_ours(exc, batch)
+                raise way._delivery_error(exc, options, batch) from exc
+            way._large_diffs = True
+            return None
+
     def _left_out(self, observed: Any, checks: list, options: dict) -> tuple[Any, list[bytes]]:
-        """Write the arrays that the first job left out, consolidated — packed exactly if one was
+        """Write the arrays that a one-job write left out, consolidated — packed exactly if one was
         too big (the only ones a consolidated job leaves out), or comes out so — and return
         their :class:`~cdc_emitter.sink_figures.BatchStats` and, for a first batch whose arrays all
         came out under ``small_below`` bytes, their values instead of writing them, to be joined

@@ -441,8 +441,9 @@ def test_a_batch_with_a_diff_beyond_2_32_is_written_by_two_jobs(spark, kafka_boo
 def test_arrays_left_out_of_the_one_job_are_written_after_it(spark, kafka_bootstrap, topic_factory, monkeypatch):
     """The arrays a batch written by one job finds repeated (rows of one data and time) or too
     big (the batch outgrew the spread its sink sized from the last) are left out of that job
-    and written after it, consolidated, packed exactly when too big: every message within the
-    limit, the figures counting each update once."""
+    and written after it, consolidated: those repeated by a second job like it (their rows
+    alone), those too big packed exactly. Every message within the limit, the figures counting
+    each update once."""
     from cdc_emitter import kafka_io
 
     limit = 2032
@@ -454,12 +455,15 @@ def test_arrays_left_out_of_the_one_job_are_written_after_it(spark, kafka_bootst
     repeats = [(k, f"v{k}", 1) for k in range(2_000, 4_000)] + [(2_001, "v2001", 1), (2_002, "v2002", -1)]
     result = sink.write(spark.createDataFrame(repeats, KV).repartition(4), time=1)
     assert calls == ["unconsolidated", "some arrays"] and result.updates == 1_999
-    assert len(observed) == 1 and 0 < len(observed[0][0].left_out) <= 2 and not observed[0][0].too_big
+    [(first, _), (again, _)] = observed  # the second job: the left-out arrays' rows, consolidated
+    assert 0 < len(first.left_out) <= 2 and not first.too_big and again.left_out == ()
+    assert (first.updates + again.updates, first.rows + again.rows) == (1_999, 2_002)
+    assert 0 < again.messages <= len(first.left_out) and again.repeated == again.messages
     # 2. a batch 20 times bigger than its spread was sized for: its big arrays packed exactly
     calls.clear()
     result = sink.write(_kv_rows(spark, 40_000, start=4_000), time=2)
     assert calls == ["unconsolidated", "exact"] and result.updates == 40_000
-    assert observed[1][0].too_big and observed[1][0].left_out
+    assert observed[2][0].too_big and observed[2][0].left_out
     sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
     assert max(sizes) <= limit
     expected = ([((k, f"v{k}"), 0, 1) for k in range(2_000)] + [((k, v), 1, d) for k, v, d in repeats]
