@@ -329,10 +329,10 @@ class WrittenWhilePacked(Checked):
     arrays that came out (unconsolidated) with such a repeat are left out of that job and written
     by a second one like it, consolidated (only their rows; no cache, no job to compute their
     figures first), and those that came out too big, from either, are packed exactly after it,
-    consolidated; the figures are those of the messages written. No consolidation can fail on a diff sum over 64 bits once a
-    message is written: a batch with a diff beyond :data:`~cdc_emitter.sink_jvm.LARGE_DIFF`
-    fails the first job before its shuffle and is written by the two jobs instead, which find
-    such a sum before writing.
+    consolidated; the figures are those of the messages written. No consolidation can fail on a
+    diff sum over 64 bits once a message is written: a batch with a diff beyond
+    :data:`~cdc_emitter.sink_jvm.LARGE_DIFF` fails the first job before its shuffle and is
+    written by the two jobs instead, which find such a sum before writing.
 
     A sink's first batch, spread before its size was known, does not write its arrays under
     ``small_below`` bytes (at most the sink's join bytes in all): their values come back with
@@ -435,7 +435,7 @@ class WrittenWhilePacked(Checked):
             if not sink_jvm.large_diff(exc):
                 _raise_ours(exc, batch)
                 raise way._delivery_error(exc, options, batch) from exc
-            way._large_diffs = True
+            way._large_diffs = True  # it failed before its shuffle: nothing was written
             return None
 
     def _left_out(self, observed: Any, checks: list, options: dict) -> tuple[Any, list[bytes]]:
@@ -449,7 +449,7 @@ class WrittenWhilePacked(Checked):
 
         way, batch = self._way, self._batch
         exact = observed.too_big
-        log.debug("%s: %d arrays left out of the first write (%s): writing them consolidated%s", batch.what,
+        log.debug("%s: %d arrays left out of a one-job write (%s): writing them consolidated%s", batch.what,
                   len(observed.left_out), "a message too big" if exact else "rows of one data and time",
                   ", packed exactly" if exact else "")
         while True:
