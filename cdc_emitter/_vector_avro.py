@@ -40,6 +40,41 @@ def _varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return groups, lengths
 
 
+def varint_bytes(values: np.ndarray) -> bytes:
+    """The zig-zag varints of int64 ``values``, back to back: a pass per byte position (at most
+    ten) instead of an n × 10 matrix."""
+    x = values.astype(np.int64, copy=False)
+    z = ((x << 1) ^ (x >> 63)).view(np.uint64)
+    lengths = np.ones(len(z), dtype=np.int64)
+    for k in range(1, 10):
+        lengths += z >= np.uint64(1 << (7 * k))
+    ends = np.cumsum(lengths)
+    out = np.empty(int(ends[-1]) if len(z) else 0, dtype=np.uint8)
+    starts = ends - lengths
+    for k in range(int(lengths.max()) if len(z) else 0):
+        at = np.nonzero(lengths > k)[0]
+        byte = ((z[at] >> np.uint64(7 * k)) & np.uint64(0x7F)).astype(np.uint8)
+        out[starts[at] + k] = byte | np.where(lengths[at] - 1 > k, 0x80, 0).astype(np.uint8)
+    return out.tobytes()
+
+
+def long_block(rows: Any) -> bytes | None:
+    """Avro's encoding of an array of ``rows`` as fastavro writes it: one block (the count, each
+    row's longs as zig-zag varints, then 0), or 0 alone when empty. A row is an int, or a tuple
+    of ints (a record of longs, e.g. a progress count's time and count). None unless every
+    value is a plain integer that fits a long, for the caller to encode them otherwise (and
+    report what is wrong)."""
+    if len(rows) == 0:
+        return b"\x00"
+    try:
+        values = np.array(rows)
+    except (ValueError, OverflowError, TypeError):  # ragged rows, or ints beyond any dtype
+        return None
+    if values.dtype.kind != "i":  # floats, bools, objects (ints beyond 64 bits), unsigned
+        return None
+    return varint_bytes(np.array([len(rows)], dtype=np.int64)) + varint_bytes(values.ravel()) + b"\x00"
+
+
 class _Field:
     """One field's per-row encoding: a fixed-width matrix with per-row lengths, plus raw bytes."""
 

@@ -34,7 +34,7 @@ def digest_form(xor: int, counts: tuple) -> tuple:
     time, or when there are more than :data:`DIGEST_TIMES`, ``("sha256", hex, total, times)``."""
     if len(counts) <= DIGEST_TIMES:
         return xor, counts
-    text = json.dumps([list(c) for c in counts], separators=(",", ":")).encode()
+    text = json.dumps(counts, separators=(",", ":")).encode()  # as lists: [[time,n],...]
     return xor, ("sha256", hashlib.sha256(text).hexdigest(), sum(n for _t, n in counts), len(counts))
 
 

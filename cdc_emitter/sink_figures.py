@@ -172,7 +172,8 @@ def batch_stats(messages: Any, *, time: int | None = None, values_up_to: int = 0
             # as Arrow: a batch of event times can have a count for each of 100,000 times, which
             # as Rows took 0.5 s to bring over
             per_time = arrow_table(messages.select(F.explode("times").alias("t")).groupBy("t")
-                                   .agg(F.count(F.lit(1)).alias("n")))
+                                   .agg(F.count(F.lit(1)).alias("n"))).sort_by("t")  # in time order:
+            # what the progress statement and the digest sort again, then in one pass
             counts = dict(zip(per_time.column("t").to_pylist(), per_time.column("n").to_pylist()))
         max_time = max((r["t"] for r in rows if r["t"] is not None), default=None)
     xor = 0

@@ -232,6 +232,34 @@ def test_round_trip_rich_data(batch):
     sorted((u.data for u in decoded), key=RICH_CODEC.sort_key)
 
 
+def progress_datum(p: Progress) -> dict:
+    return {"lower": list(p.lower), "upper": list(p.upper), "counts": [{"time": t, "count": c} for t, c in p.counts]}
+
+
+@given(st.lists(st.integers(0, 2**63 - 1), max_size=1), st.lists(st.integers(0, 2**63 - 1), max_size=1),
+       st.lists(st.tuples(longs, longs), max_size=40))
+def test_progress_bytes_are_fastavros(lower, upper, counts):
+    # written by hand (vectorised): every varint length, negative longs included
+    codec = CdcCodec(EXAMPLE)
+    progress = Progress(tuple(lower), tuple(upper), tuple(counts))
+    assert codec.encode_progress(progress) == frame("confluent", 0) + b"\x02" + fastavro_bytes(
+        union_schema(EXAMPLE)[1], progress_datum(progress))
+
+
+def test_a_statement_of_a_million_times_is_fastavros_bytes():
+    codec = CdcCodec(EXAMPLE, framing="raw")
+    progress = Progress((5,), (2**62,), tuple((5 + 3 * t, 1 + t % 1000) for t in range(1_000_000)))
+    assert codec.encode_progress(progress) == b"\x02" + fastavro_bytes(union_schema(EXAMPLE)[1],
+                                                                       progress_datum(progress))
+
+
+@pytest.mark.parametrize("counts", [((1, 2**63),), ((-1 - 2**63, 1),), ((1, "2"),)])
+def test_a_progress_value_that_is_not_a_long_is_refused(counts):
+    # not a plain long: fastavro writes it, and says what is wrong
+    with pytest.raises(BadInputError, match="cannot be encoded"):
+        CdcCodec(EXAMPLE).encode_progress(Progress((0,), (9,), counts))
+
+
 @given(st.tuples(st.lists(st.integers(0, 2**63 - 1), max_size=1), st.lists(st.integers(0, 2**63 - 1), max_size=1),
                  st.lists(st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1)), max_size=5)))
 def test_round_trip_progress(parts):

@@ -95,6 +95,17 @@ def test_progress_refuses_counts_outside_the_interval():
         progress_for([Update("a", 10, 1)], 3, 10)
     with pytest.raises(BadInputError, match="inverted"):
         progress_from_counts(5, 4, {})
+    with pytest.raises(BadInputError, match=r"time 2 lies outside the progress interval \[3, 10\)"):
+        progress_from_counts(3, 10, {4: 1, 2: 1, 11: 1})
+    with pytest.raises(BadInputError, match=r"time 10 lies outside the progress interval \[3, 10\)"):
+        progress_from_counts(3, 10, {12: 1, 4: 1, 10: 2, 11: 1})
+    with pytest.raises(BadInputError, match="count for time 4 is negative: -1"):
+        progress_from_counts(3, 10, {5: 1, 4: -1})
+
+
+def test_progress_lists_the_counts_in_time_order_without_zeros():
+    assert progress_from_counts(3, None, {9: 2, 4: 0, 3: 1, 100: 7}) == Progress((3,), (), ((3, 1), (9, 2), (100, 7)))
+    assert progress_from_counts(3, 4, {4: 0}) == Progress((3,), (4,), ())
 
 
 # -- the reader on the reference example ------------------------------------------------------
