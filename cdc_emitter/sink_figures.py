@@ -167,14 +167,7 @@ def batch_stats(messages: Any, *, time: int | None = None, values_up_to: int = 0
         counts = {time: updates} if updates else {}
         max_time = time if rows else None
     else:
-        counts = {}
-        if updates:
-            # as Arrow: a batch of event times can have a count for each of 100,000 times, which
-            # as Rows took 0.5 s to bring over
-            per_time = arrow_table(messages.select(F.explode("times").alias("t")).groupBy("t")
-                                   .agg(F.count(F.lit(1)).alias("n"))).sort_by("t")  # in time order:
-            # what the progress statement and the digest sort again, then in one pass
-            counts = dict(zip(per_time.column("t").to_pylist(), per_time.column("n").to_pylist()))
+        counts = _counts_per_time(messages, updates) if updates else {}
         max_time = max((r["t"] for r in rows if r["t"] is not None), default=None)
     xor = 0
     for r in rows:
@@ -185,6 +178,31 @@ def batch_stats(messages: Any, *, time: int | None = None, values_up_to: int = 0
     return BatchStats(counts, xor, max_time, sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows),
                       largest, rows=sum(int(r["i"] or 0) for r in rows), groups=sum(int(r["g"] or 0) for r in rows),
                       repeated_arrays=repeated, values=values)
+
+
+#: A batch of many times whose messages hold at most this many live updates has them counted per
+#: time on the driver, their times brought as Arrow (8 bytes each); more are counted by a Spark
+#: aggregation. 4M updates of 1M times: 0.6 s against 1.6-1.9 s (ad hoc, 2 cores).
+DRIVER_COUNTED_UPDATES = 8_000_000
+
+
+def _counts_per_time(messages: Any, updates: int) -> dict[int, int]:
+    """The live updates of the (cached) messages counted per time (their ``times``), in time
+    order — what the progress statement and the digest sort again, then in one pass. As Arrow:
+    a batch of event times can have a count for each of a million times, which as Rows took
+    seconds to bring over."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyspark.sql import functions as F
+
+    if updates <= DRIVER_COUNTED_UPDATES and hasattr(messages, "toArrow"):  # pyspark >= 4.0
+        found = pc.value_counts(pc.list_flatten(messages.select("times").toArrow().column("times")))
+        per_time = pa.table({"t": found.field("values"), "n": found.field("counts")})
+    else:
+        per_time = arrow_table(messages.select(F.explode("times").alias("t")).groupBy("t")
+                               .agg(F.count(F.lit(1)).alias("n")))
+    per_time = per_time.sort_by("t")
+    return dict(zip(per_time.column("t").to_pylist(), per_time.column("n").to_pylist()))
 
 
 _columns_lock = threading.Lock()

@@ -595,11 +595,12 @@ def test_unconsolidated_messages_hold_what_consolidated_ones_do(spark):
     assert stats(repeated, False).repeated and stats(repeated, True).repeated
 
 
-def test_arrays_of_a_batch_of_many_times_hold_any_times_and_are_counted_per_time(spark):
+def test_arrays_of_a_batch_of_many_times_hold_any_times_and_are_counted_per_time(spark, monkeypatch):
     """A batch whose rows carry their times is packed like one of one time: a fixed number of
     arrays per bucket, each holding updates of any times — not an array (or more) per time. Its
     live updates are counted per time, its largest time counts a row of diff zero, and every
-    way of packing (unconsolidated, consolidated, exact) holds the same updates."""
+    way of packing (unconsolidated, consolidated, exact) holds the same updates, counted the
+    same in time order, on the driver or by Spark."""
     from collections import Counter
 
     from pyspark.sql import functions as F
@@ -622,6 +623,10 @@ def test_arrays_of_a_batch_of_many_times_hold_any_times_and_are_counted_per_time
     for options in (dict(consolidate=False), {}, dict(exact=True)):
         messages = plan.messages(prepared, [], fanout=4, **options)
         stats = sink_figures.batch_stats(messages)
+        assert list(stats.counts) == sorted(stats.counts)
+        with monkeypatch.context() as patched:
+            patched.setattr(sink_figures, "DRIVER_COUNTED_UPDATES", 0)  # counted by a Spark aggregation
+            assert list(sink_figures.batch_stats(messages).counts.items()) == list(stats.counts.items())
         values = [r.value for r in messages.where("value IS NOT NULL").collect()]
         arrays = [codec.decode(v) for v in values]
         assert len(values) == stats.messages <= 12  # 3 buckets of at most 4 arrays, for 400 times
