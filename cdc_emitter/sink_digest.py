@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from operator import itemgetter
 
 __all__ = ["DIGEST_TIMES", "DIGEST_VERSION", "digest_form", "format_digest", "parse_digest", "replay_message"]
 
@@ -35,7 +36,7 @@ def digest_form(xor: int, counts: tuple) -> tuple:
     if len(counts) <= DIGEST_TIMES:
         return xor, counts
     text = json.dumps(counts, separators=(",", ":")).encode()  # as lists: [[time,n],...]
-    return xor, ("sha256", hashlib.sha256(text).hexdigest(), sum(n for _t, n in counts), len(counts))
+    return xor, ("sha256", hashlib.sha256(text).hexdigest(), sum(map(itemgetter(1), counts)), len(counts))
 
 
 def format_digest(xor: int, counts: dict[int, int]) -> str:

@@ -191,12 +191,20 @@ def _counts_per_time(messages: Any, updates: int) -> dict[int, int]:
     order — what the progress statement and the digest sort again, then in one pass. As Arrow:
     a batch of event times can have a count for each of a million times, which as Rows took
     seconds to bring over."""
+    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
     from pyspark.sql import functions as F
 
     if updates <= DRIVER_COUNTED_UPDATES and hasattr(messages, "toArrow"):  # pyspark >= 4.0
-        found = pc.value_counts(pc.list_flatten(messages.select("times").toArrow().column("times")))
+        times = pc.list_flatten(messages.select("times").toArrow().column("times"))
+        low, high = (v.as_py() for v in pc.min_max(times).values())
+        if high - low < max(updates, 1 << 20):  # dense: a count per time of the span, in time order
+            # (4M updates of 1M times: 0.02 s, against 0.44 s hashing and sorting them)
+            per_span = np.bincount(times.to_numpy() - low)
+            counted = np.flatnonzero(per_span)
+            return dict(zip((counted + low).tolist(), per_span[counted].tolist()))
+        found = pc.value_counts(times)
         per_time = pa.table({"t": found.field("values"), "n": found.field("counts")})
     else:
         per_time = arrow_table(messages.select(F.explode("times").alias("t")).groupBy("t")

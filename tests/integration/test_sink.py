@@ -595,6 +595,24 @@ def test_unconsolidated_messages_hold_what_consolidated_ones_do(spark):
     assert stats(repeated, False).repeated and stats(repeated, True).repeated
 
 
+@pytest.mark.parametrize("times", [[[5, 9, 5], [7, 9], []], [[5, 2**40, 5], [7, 2**40, 2**62], []]],
+                         ids=["dense", "sparse"])
+def test_updates_are_counted_per_time_alike_on_the_driver_and_by_spark(spark, monkeypatch, times):
+    """A batch of many times has its live updates counted per time from its messages' times: on
+    the driver (dense times by the span, sparse ones hashed) or by a Spark aggregation — the same
+    counts, in time order."""
+    from collections import Counter
+
+    from cdc_emitter import sink_figures
+
+    messages = spark.createDataFrame([(t,) for t in times], "times array<long>")
+    expected = dict(sorted(Counter(t for ts in times for t in ts).items()))
+    updates = sum(map(len, times))
+    assert list(sink_figures._counts_per_time(messages, updates).items()) == list(expected.items())
+    monkeypatch.setattr(sink_figures, "DRIVER_COUNTED_UPDATES", 0)
+    assert list(sink_figures._counts_per_time(messages, updates).items()) == list(expected.items())
+
+
 def test_arrays_of_a_batch_of_many_times_hold_any_times_and_are_counted_per_time(spark, monkeypatch):
     """A batch whose rows carry their times is packed like one of one time: a fixed number of
     arrays per bucket, each holding updates of any times — not an array (or more) per time. Its
