@@ -23,7 +23,7 @@ from typing import Any
 from . import spark_kafka
 from .spark_columns import arrow_table
 
-__all__ = ["BatchStats", "batch_stats", "ObservedWrite", "write_observed"]
+__all__ = ["BatchStats", "batch_stats", "counts_per_time", "DRIVER_COUNTED_UPDATES", "ObservedWrite", "write_observed"]
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,7 @@ def batch_stats(messages: Any, *, time: int | None = None, values_up_to: int = 0
         counts = {time: updates} if updates else {}
         max_time = time if rows else None
     else:
-        counts = _counts_per_time(messages, updates) if updates else {}
+        counts = counts_per_time(messages, updates) if updates else {}
         max_time = max((r["t"] for r in rows if r["t"] is not None), default=None)
     xor = 0
     for r in rows:
@@ -186,7 +186,7 @@ def batch_stats(messages: Any, *, time: int | None = None, values_up_to: int = 0
 DRIVER_COUNTED_UPDATES = 8_000_000
 
 
-def _counts_per_time(messages: Any, updates: int) -> dict[int, int]:
+def counts_per_time(messages: Any, updates: int) -> dict[int, int]:
     """The live updates of the (cached) messages counted per time (their ``times``), in time
     order — what the progress statement and the digest sort again, then in one pass. As Arrow:
     a batch of event times can have a count for each of a million times, which as Rows took

@@ -608,9 +608,9 @@ def test_updates_are_counted_per_time_alike_on_the_driver_and_by_spark(spark, mo
     messages = spark.createDataFrame([(t,) for t in times], "times array<long>")
     expected = dict(sorted(Counter(t for ts in times for t in ts).items()))
     updates = sum(map(len, times))
-    assert list(sink_figures._counts_per_time(messages, updates).items()) == list(expected.items())
+    assert list(sink_figures.counts_per_time(messages, updates).items()) == list(expected.items())
     monkeypatch.setattr(sink_figures, "DRIVER_COUNTED_UPDATES", 0)
-    assert list(sink_figures._counts_per_time(messages, updates).items()) == list(expected.items())
+    assert list(sink_figures.counts_per_time(messages, updates).items()) == list(expected.items())
 
 
 def test_arrays_of_a_batch_of_many_times_hold_any_times_and_are_counted_per_time(spark, monkeypatch):
