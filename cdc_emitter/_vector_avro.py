@@ -47,6 +47,14 @@ def varint_bytes(values: np.ndarray) -> bytes:
     return groups[np.arange(10)[None, :] < lengths[:, None]].tobytes()
 
 
+def varint_array(values: np.ndarray) -> pa.Array:
+    """Each of int64 ``values`` as its zig-zag varint, a binary array (one value each)."""
+    groups, lengths = _varints(values)
+    flat = groups[np.arange(10)[None, :] < lengths[:, None]]
+    offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(lengths)]).astype(np.int32)
+    return pa.Array.from_buffers(pa.binary(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(flat)])
+
+
 def long_block(rows: Any) -> bytes | None:
     """Avro's encoding of an array of ``rows`` as fastavro writes it: one block (the count, each
     row's longs as zig-zag varints, then 0), or 0 alone when empty. A row is an int, or a tuple
