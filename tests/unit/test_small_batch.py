@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from cdc_emitter.codec import encode_zigzag_long
-from cdc_emitter.core import MAX_LONG
+from cdc_emitter.core import MAX_LONG, MIN_LONG
 from cdc_emitter.errors import BadInputError, LateUpdateError
 from cdc_emitter.small_batch import check_rows, consolidate, spark_xxhash64_long
 
@@ -99,6 +99,16 @@ def test_equal_rows_at_one_time_sum_and_zero_sums_vanish():
     expected = spark_xxhash64_long(np.array([4, 1], np.int64),
                                    spark_xxhash64_long(inner, np.array([42, 42], np.int64)))
     assert batch.digest == int(expected[0] ^ expected[1])
+
+
+def test_updates_of_many_times_encode_each_time_and_diff():
+    # every varint length of a time, negative and large diffs: the records as the codec writes them
+    times = [0, 63, 64, 8191, 8192, 2**40, MAX_LONG]
+    rows = [(bytes([65 + k]), k, time, diff) for k, (time, diff) in
+            enumerate(zip(times, [1, -1, 2, -64, 65, MIN_LONG, MAX_LONG]))]
+    batch = batch_of(rows)
+    assert sorted(batch.items) == sorted(item(data, time, diff) for data, _h, time, diff in rows)
+    assert list(batch.counts.items()) == [(t, 1) for t in times]
 
 
 def test_everything_cancelled_keeps_the_largest_time():
