@@ -76,11 +76,11 @@ def test_late_times_advance_to_the_frontier_when_asked():
     assert t.tolist() == [5, 9]
 
 
-def batch_of(rows, **kw):
+def batch_of(rows, data_type=pa.binary(), **kw):
     """rows: (data bytes, data hash, time, diff)"""
     data, hashes, times, diffs = zip(*rows)
     args = dict(what="topic 'x'", max_item_bytes=1000, max_message_bytes=1032, describe=rows_text)
-    return consolidate(pa.array(data, pa.binary()), np.array(hashes, np.int64), np.array(times, np.int64),
+    return consolidate(pa.array(data, data_type), np.array(hashes, np.int64), np.array(times, np.int64),
                        np.array(diffs, np.int64), **{**args, **kw})
 
 
@@ -101,12 +101,13 @@ def test_equal_rows_at_one_time_sum_and_zero_sums_vanish():
     assert batch.digest == int(expected[0] ^ expected[1])
 
 
-def test_updates_of_many_times_encode_each_time_and_diff():
+@pytest.mark.parametrize("data_type", [pa.binary(), pa.large_binary()])  # Connect's Arrow: large
+def test_updates_of_many_times_encode_each_time_and_diff(data_type):
     # every varint length of a time, negative and large diffs: the records as the codec writes them
     times = [0, 63, 64, 8191, 8192, 2**40, MAX_LONG]
     rows = [(bytes([65 + k]), k, time, diff) for k, (time, diff) in
             enumerate(zip(times, [1, -1, 2, -64, 65, MIN_LONG, MAX_LONG]))]
-    batch = batch_of(rows)
+    batch = batch_of(rows, data_type)
     assert sorted(batch.items) == sorted(item(data, time, diff) for data, _h, time, diff in rows)
     assert list(batch.counts.items()) == [(t, 1) for t in times]
 
