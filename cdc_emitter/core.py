@@ -327,6 +327,11 @@ def _single(bound: Any) -> int | None:
     return None
 
 
+def _arrival(entry: tuple[int, int, Progress]) -> int:
+    """A queued statement's place in the order of arrival (see ``CdcReader._graft_progress``)."""
+    return entry[1]
+
+
 class CdcReader:
     """Recovers the exact, ordered history from duplicated, reordered, re-batched CDCv2 messages.
 
@@ -340,7 +345,8 @@ class CdcReader:
       * duplicates (same data, time and diff) are dropped;
       * every progress statement is checked against every earlier one, whenever it arrives
         (also after the times it speaks of were reported): a disagreement on a count is a
-        ``count_mismatch``; the first statement's count is the one used;
+        ``count_mismatch``; the count used is that of the statement grafted first (grafted as
+        the progress chain reaches them; those it reaches at once, in order of arrival);
       * never raises on bad input: violations are appended to :attr:`violations` and the reader
         goes on (an over-counted time is still reported, with all its distinct updates);
       * memory: the state beyond the reported frontier, plus the statement ledger (16 bytes per
@@ -367,7 +373,10 @@ class CdcReader:
         self._outstanding: dict[int, int] = {}  # time -> announced count - distinct received
         self._blocking: list[int] = []  # heap of times whose outstanding may be > 0
         self._announced: dict[int, int] = {}  # grafted counts for times in [reported, progress)
-        self._queue: list[Progress] = []  # statements not yet graftable (lower > progress)
+        # statements not yet graftable (lower > progress): a heap of (lower, arrival, statement),
+        # so that a message costs nothing for the statements still waiting
+        self._queue: list[tuple[int, int, Progress]] = []
+        self._arrivals = 0  # statements queued so far: their order of arrival
         self._ledger = StatementLedger()
         self._statements = 0
         if strict == "bloom":
@@ -419,7 +428,7 @@ class CdcReader:
         ))
         gap = None
         if self._queue and progress is not None:
-            gap = (progress, min(p.lower[0] for p in self._queue))
+            gap = (progress, self._queue[0][0])
         times = sorted(t for t, at_time in self._pending.items() if at_time)
         return Pending(
             updates=self._held,
@@ -577,19 +586,28 @@ class CdcReader:
                 **where,
             )
         upper_bound = () if upper is None else (upper,)
-        self._queue.append(Progress((lower,), upper_bound, tuple(good.items())))
+        statement = Progress((lower,), upper_bound, tuple(good.items()))
+        heapq.heappush(self._queue, (lower, self._arrivals, statement))
+        self._arrivals += 1
 
     def _graft_progress(self, where: dict) -> None:
-        """Incorporate every queued statement whose lower the progress frontier has reached."""
-        while self._queue:
+        """Incorporate every queued statement whose lower the progress frontier has reached: in
+        rounds, each grafting every statement whose lower the frontier had reached when the round
+        began, in their order of arrival (where they disagree, the count grafted first is used).
+
+        Each statement leaves the heap once, so a reader of many statements that arrive ahead of
+        the frontier (a partition read ahead of the others) costs O(n log n), not a scan of every
+        waiting statement per message."""
+        queue = self._queue
+        while queue:
             progress = self._progress  # None: closed, so every statement grafts (and is checked)
-            ready, waiting = [], []
-            for p in self._queue:
-                (ready if progress is None or p.lower[0] <= progress else waiting).append(p)
-            if not ready:
+            if progress is not None and queue[0][0] > progress:
                 return
-            self._queue = waiting
-            for p in ready:
+            ready = []
+            while queue and (progress is None or queue[0][0] <= progress):
+                ready.append(heapq.heappop(queue))
+            ready.sort(key=_arrival)
+            for _lower, _arrival_index, p in ready:
                 self._graft(p, where)
 
     def _graft(self, p: Progress, where: dict) -> None:
