@@ -122,11 +122,71 @@ VIOLATION_KINDS = (
 )
 
 
+class SortedCounts:
+    """Counts by time, sorted by time, as typed arrays (16 bytes per time) cut into chunks of at
+    most ``2 * load`` times: an insert anywhere moves at most one chunk, where one pair of arrays
+    would move half of everything (a reader of statements that arrive out of time order — a
+    partition read after another — would move them all, again and again)."""
+
+    def __init__(self, load: int = 1024) -> None:
+        self._load = load
+        self._times: list[array] = []  # the chunks, in time order, none empty
+        self._counts: list[array] = []
+        self._firsts: list[int] = []  # each chunk's first time
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def get(self, time: int) -> int | None:
+        """The count at ``time``, or None when it has none."""
+        c = bisect_right(self._firsts, time) - 1
+        if c < 0:
+            return None
+        times = self._times[c]
+        k = bisect_left(times, time)
+        return self._counts[c][k] if k < len(times) and times[k] == time else None
+
+    def insert(self, time: int, count: int) -> None:
+        """Add ``time``, which has no count yet."""
+        firsts = self._firsts
+        if not firsts:
+            self._times.append(array("q", [time]))
+            self._counts.append(array("q", [count]))
+            firsts.append(time)
+            self._len = 1
+            return
+        c = max(0, bisect_right(firsts, time) - 1)
+        times, counts = self._times[c], self._counts[c]
+        k = bisect_left(times, time)
+        times.insert(k, time)
+        counts.insert(k, count)
+        firsts[c] = times[0]
+        self._len += 1
+        if len(times) > 2 * self._load:  # split: each half a chunk of its own
+            half = len(times) // 2
+            self._times[c + 1:c + 1] = [times[half:]]
+            self._counts[c + 1:c + 1] = [counts[half:]]
+            firsts.insert(c + 1, times[half])
+            del times[half:], counts[half:]
+
+    def between(self, lower: int, end: int) -> list[tuple[int, int]]:
+        """``(time, count)`` for every time in ``[lower, end)``, in time order."""
+        found = []
+        for c in range(max(0, bisect_right(self._firsts, lower) - 1), len(self._times)):
+            times, counts = self._times[c], self._counts[c]
+            if times[0] >= end:
+                break
+            for k in range(bisect_left(times, lower), bisect_left(times, end)):
+                found.append((times[k], counts[k]))
+        return found
+
+
 class StatementLedger:
     """What every progress statement seen so far said, merged, so each new one can be checked.
 
     Holds the union of the statements' intervals (merged into disjoint intervals) and the count
-    of every time listed in them (non-zero counts only, in two sorted arrays). Memory: 16 bytes
+    of every time listed in them (non-zero counts only, :class:`SortedCounts`). Memory: 16 bytes
     per counted time plus a few per disjoint interval: it grows with the statements (one or a
     few counted times per batch a sink writes), never with the updates.
     """
@@ -134,11 +194,10 @@ class StatementLedger:
     def __init__(self) -> None:
         self._starts: list[int] = []  # disjoint covered intervals [start, end), sorted
         self._ends: list[int] = []
-        self._times = array("q")  # sorted counted times
-        self._counts = array("q")  # their counts
+        self._counts = SortedCounts()  # counted times
 
     def __len__(self) -> int:
-        return len(self._times)
+        return len(self._counts)
 
     def covers(self, time: int) -> bool:
         i = bisect_right(self._starts, time) - 1
@@ -148,8 +207,7 @@ class StatementLedger:
         """The recorded count at ``time``: 0 when covered and unlisted, None when uncovered."""
         if not self.covers(time):
             return None
-        i = bisect_left(self._times, time)
-        return self._counts[i] if i < len(self._times) and self._times[i] == time else 0
+        return self._counts.get(time) or 0
 
     def record(self, lower: int, upper: int | None, counts: Mapping[int, int]) -> list[tuple[int, int, int]]:
         """Check the statement ``[lower, upper)`` with ``counts`` (all inside it), then add it.
@@ -159,7 +217,6 @@ class StatementLedger:
         recorded count stays; the statement's counts at times nobody covered yet are added.
         """
         end = _NEVER if upper is None else upper
-        times, recorded = self._times, self._counts
         disagree = []
         fresh = []
         for time, count in counts.items():
@@ -169,13 +226,11 @@ class StatementLedger:
                     fresh.append((time, count))
             elif known != count:
                 disagree.append((time, known, count))
-        for k in range(bisect_left(times, lower), bisect_left(times, end)):
-            if times[k] not in counts:
-                disagree.append((times[k], recorded[k], 0))
+        for time, recorded in self._counts.between(lower, end):
+            if time not in counts:
+                disagree.append((time, recorded, 0))
         for time, count in fresh:
-            k = bisect_left(times, time)
-            times.insert(k, time)
-            recorded.insert(k, count)
+            self._counts.insert(time, count)
         self._cover(lower, end)
         disagree.sort()
         return disagree

@@ -1,6 +1,8 @@
 """Pure tests of the protocol core: consolidation, progress statements and the reader."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cdc_emitter import (
     BadInputError,
@@ -360,6 +362,24 @@ def test_statements_that_graft_together_graft_in_their_order_of_arrival():
     assert reader.frontier == (6,)  # time 6 has 1 of its 2 updates
     finished = reader.push([Update("b", 6, 1)])
     assert finished[0][1] == (10,) and sorted(u.data for u in finished[0][0]) == ["a", "b"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(-50, 50), st.integers(1, 9)), max_size=80, unique_by=lambda tc: tc[0]),
+       st.lists(st.tuples(st.integers(-60, 60), st.integers(-60, 60)), max_size=10))
+def test_sorted_counts_keeps_times_in_order_whatever_order_they_come_in(items, ranges):
+    from cdc_emitter.core import SortedCounts
+
+    counts = SortedCounts(load=2)  # chunks of at most 4 times: every insert near a split
+    for time, count in items:
+        counts.insert(time, count)
+    expected = dict(items)
+    assert len(counts) == len(expected)
+    for time in range(-55, 56):
+        assert counts.get(time) == expected.get(time)
+    assert counts.between(-100, 100) == sorted(expected.items())
+    for lower, end in ranges:
+        assert counts.between(lower, end) == sorted((t, c) for t, c in expected.items() if lower <= t < end)
 
 
 def test_statement_ledger_merges_intervals_and_keeps_the_first_count():
