@@ -141,7 +141,7 @@ class SortedCounts:
     def get(self, time: int) -> int | None:
         """The count at ``time``, or None when it has none."""
         c = bisect_right(self._firsts, time) - 1
-        if c < 0:
+        if c < 0 or time > self._times[-1][-1]:
             return None
         times = self._times[c]
         k = bisect_left(times, time)
@@ -156,12 +156,18 @@ class SortedCounts:
             firsts.append(time)
             self._len = 1
             return
-        c = max(0, bisect_right(firsts, time) - 1)
-        times, counts = self._times[c], self._counts[c]
-        k = bisect_left(times, time)
-        times.insert(k, time)
-        counts.insert(k, count)
-        firsts[c] = times[0]
+        times, counts = self._times[-1], self._counts[-1]
+        if time > times[-1]:  # after every time: statements mostly come in time order
+            times.append(time)
+            counts.append(count)
+            c = len(firsts) - 1
+        else:
+            c = max(0, bisect_right(firsts, time) - 1)
+            times, counts = self._times[c], self._counts[c]
+            k = bisect_left(times, time)
+            times.insert(k, time)
+            counts.insert(k, count)
+            firsts[c] = times[0]
         self._len += 1
         if len(times) > 2 * self._load:  # split: each half a chunk of its own
             half = len(times) // 2
@@ -172,7 +178,9 @@ class SortedCounts:
 
     def between(self, lower: int, end: int) -> list[tuple[int, int]]:
         """``(time, count)`` for every time in ``[lower, end)``, in time order."""
-        found = []
+        found: list[tuple[int, int]] = []
+        if not self._times or lower > self._times[-1][-1]:  # statements mostly come in time order
+            return found
         for c in range(max(0, bisect_right(self._firsts, lower) - 1), len(self._times)):
             times, counts = self._times[c], self._counts[c]
             if times[0] >= end:
@@ -658,6 +666,9 @@ class CdcReader:
             progress = self._progress  # None: closed, so every statement grafts (and is checked)
             if progress is not None and queue[0][0] > progress:
                 return
+            if len(queue) == 1:  # the usual case: the statement just received, graftable
+                self._graft(queue.pop()[2], where)
+                continue
             ready = []
             while queue and (progress is None or queue[0][0] <= progress):
                 ready.append(heapq.heappop(queue))
