@@ -41,16 +41,20 @@ def _varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return groups, lengths
 
 
+def _packed_varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The zig-zag varints of int64 ``values`` back to back (uint8), and each one's length."""
+    groups, lengths = _varints(values)
+    return groups[np.arange(10)[None, :] < lengths[:, None]], lengths
+
+
 def varint_bytes(values: np.ndarray) -> bytes:
     """The zig-zag varints of int64 ``values``, back to back."""
-    groups, lengths = _varints(values)
-    return groups[np.arange(10)[None, :] < lengths[:, None]].tobytes()
+    return _packed_varints(values)[0].tobytes()
 
 
 def varint_array(values: np.ndarray) -> pa.Array:
     """Each of int64 ``values`` as its zig-zag varint, a binary array (one value each)."""
-    groups, lengths = _varints(values)
-    flat = groups[np.arange(10)[None, :] < lengths[:, None]]
+    flat, lengths = _packed_varints(values)
     offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(lengths)]).astype(np.int32)
     return pa.Array.from_buffers(pa.binary(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(flat)])
 
