@@ -1,11 +1,21 @@
 """cdc-emitter: Spark changefeeds into Kafka in the Materialize CDC format, and a verifying reader.
 
-The protocol core (:mod:`cdc_emitter.core`) and the Avro codec (:mod:`cdc_emitter.codec`) import
-neither Kafka nor Spark; ``CdcSink`` is imported lazily so ``import cdc_emitter`` stays light.
+The package by domain, each layer importing only those before it:
+
+- :mod:`cdc_emitter.protocol`: CDCv2 itself, pure (updates, the reader, the Avro codec);
+- :mod:`cdc_emitter.kafka`: Kafka I/O, the only user of confluent-kafka;
+- :mod:`cdc_emitter.spark`: Spark helpers (DataFrame API only);
+- :mod:`cdc_emitter.sink`, :mod:`cdc_emitter.read`, :mod:`cdc_emitter.convert`: what users run;
+- :mod:`cdc_emitter.cli`: the ``cdc-emitter`` command.
+
+``CdcSink``, ``read_cdc`` and ``configure_spark`` are imported lazily, so ``import cdc_emitter``
+needs neither Spark nor a broker.
 """
 
-from .core import CdcReader, Progress, Update, Violation, consolidate, progress_for, progress_from_counts
-from .errors import (
+from typing import TYPE_CHECKING, Any
+
+from cdc_emitter import _moved
+from cdc_emitter.errors import (
     BadInputError,
     BrokerError,
     CdcError,
@@ -18,29 +28,61 @@ from .errors import (
     ReplayError,
     SchemaError,
 )
-from .sink_metrics import BatchResult
+from cdc_emitter.protocol.core import (
+    CdcReader,
+    Progress,
+    Update,
+    Violation,
+    consolidate,
+    progress_for,
+    progress_from_counts,
+)
+from cdc_emitter.sink.result import BatchResult
 
-__version__ = "0.1.0"
+if TYPE_CHECKING:
+    from cdc_emitter.read.spark_reader import read_cdc
+    from cdc_emitter.sink.sink import CdcSink
+    from cdc_emitter.spark.setup import configure_spark
+
+__version__ = "0.2.0"
 
 __all__ = [
-    "BadInputError", "BatchResult", "BrokerError", "CdcError", "CdcReader", "CdcSink", "ConcurrentWriterError",
-    "ConfigError", "DecodeError",
-    "DeliveryError", "LateUpdateError", "Progress", "RefusedError", "ReplayError", "SchemaError", "Update", "Violation",
-    "configure_spark", "consolidate", "progress_for", "progress_from_counts", "read_cdc",
+    "BadInputError",
+    "BatchResult",
+    "BrokerError",
+    "CdcError",
+    "CdcReader",
+    "CdcSink",
+    "ConcurrentWriterError",
+    "ConfigError",
+    "DecodeError",
+    "DeliveryError",
+    "LateUpdateError",
+    "Progress",
+    "RefusedError",
+    "ReplayError",
+    "SchemaError",
+    "Update",
+    "Violation",
+    "configure_spark",
+    "consolidate",
+    "progress_for",
+    "progress_from_counts",
+    "read_cdc",
 ]
 
+_moved.install()
 
-def __getattr__(name):
-    if name == "CdcSink":
-        from .sink import CdcSink
+_LAZY = {
+    "CdcSink": "cdc_emitter.sink.sink",
+    "read_cdc": "cdc_emitter.read.spark_reader",
+    "configure_spark": "cdc_emitter.spark.setup",
+}
 
-        return CdcSink
-    if name == "read_cdc":
-        from .spark_reader import read_cdc
 
-        return read_cdc
-    if name == "configure_spark":
-        from .spark_setup import configure_spark
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
 
-        return configure_spark
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'cdc_emitter' has no attribute {name!r}")

@@ -15,8 +15,8 @@ import time
 
 import fastavro
 
-from cdc_emitter.codec import CdcCodec, union_schema
-from cdc_emitter.core import Update
+from cdc_emitter.protocol.codec import CdcCodec, union_schema
+from cdc_emitter.protocol.core import Update
 
 DATA = {"type": "record", "name": "data", "fields": [
     {"name": "k", "type": "long"}, {"name": "v", "type": "string"}, {"name": "n", "type": ["null", "int"]},

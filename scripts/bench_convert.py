@@ -59,12 +59,12 @@ def main() -> None:
     import pyspark
 
     from cdc_emitter import CdcSink
-    from cdc_emitter.convert_delta import DIFF, VERSION, convert_delta, delta_changes, read_changes
-    from cdc_emitter.sources import delta_package, spark_session
+    from cdc_emitter.convert.delta import DIFF, VERSION, convert_delta, delta_changes, read_changes
+    from cdc_emitter.spark.sources import delta_package, spark_session
 
     package = delta_package(pyspark.__version__)
     if package is None:
-        sys.exit(f"Delta Lake has no build for Spark {pyspark.__version__} (cdc_emitter.sources.DELTA_PACKAGES)")
+        sys.exit(f"Delta Lake has no build for Spark {pyspark.__version__} (cdc_emitter.spark.sources.DELTA_PACKAGES)")
     spark = spark_session("bench-convert", [package], {"spark.master": "local[2]",
                                                        "spark.sql.shuffle.partitions": "4",
                                                        "spark.driver.memory": "3g"}, "delta")
@@ -111,7 +111,7 @@ def compare(bootstrap: str, args, rows: int, unit: str, sink, convert) -> None:
     """``--runs`` interleaved runs of ``sink(topic, run)`` and ``convert(topic, run)`` (each returns
     its batches' results) into new topics: seconds, ``unit`` per second, the Kafka messages
     written, the ratio per run, and min / median / max."""
-    from cdc_emitter.kafka_io import ensure_topic
+    from cdc_emitter.kafka.io import ensure_topic
 
     figures: dict[str, list[float]] = {"sink": [], "convert": []}
     for run in range(1, args.runs + 1):
@@ -185,9 +185,9 @@ def bench_changefeed(args) -> None:
     from confluent_kafka import Producer
 
     from cdc_emitter import CdcSink
-    from cdc_emitter.convert_kafka import DIFF, TIME, await_conversion, convert_kafka
-    from cdc_emitter.kafka_io import ensure_topic
-    from cdc_emitter.sources import spark_session
+    from cdc_emitter.convert.changefeed import DIFF, TIME, await_conversion, convert_kafka
+    from cdc_emitter.kafka.io import ensure_topic
+    from cdc_emitter.spark.sources import spark_session
 
     columns = "id long not null, name string, price int"
     spark = spark_session("bench-convert", [], {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "4",

@@ -39,8 +39,8 @@ import json, os, resource, sys, time
 sys.path.insert(0, {root!r})
 engine, bootstrap, topic, data = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 if engine == "local":
-    from cdc_emitter.codec import CdcCodec
-    from cdc_emitter.verify import verify_topic
+    from cdc_emitter.protocol.codec import CdcCodec
+    from cdc_emitter.read.verify import verify_topic
     began = time.perf_counter()
     result = verify_topic(bootstrap, topic, CdcCodec(data), keep_collection=False)
     seconds = time.perf_counter() - began
@@ -80,7 +80,7 @@ def main() -> int:
     from pyspark.sql import functions as F
 
     from cdc_emitter import CdcSink, configure_spark
-    from cdc_emitter.kafka_io import ensure_topic
+    from cdc_emitter.kafka.io import ensure_topic
 
     with kafka() as bootstrap:
         topic = f"bench-read-{uuid.uuid4().hex[:8]}"

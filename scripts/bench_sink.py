@@ -156,11 +156,11 @@ def main() -> int:
     from pyspark.sql.avro.functions import to_avro
 
     from cdc_emitter import CdcSink
-    from cdc_emitter.codec import union_schema
-    from cdc_emitter.kafka_io import ensure_topic, end_offsets
-    from cdc_emitter.spark_kafka import kafka_write_options
-    from cdc_emitter.sink_jvm import forget_layouts
-    from cdc_emitter.spark_schema import data_schema
+    from cdc_emitter.protocol.codec import union_schema
+    from cdc_emitter.kafka.io import ensure_topic, end_offsets
+    from cdc_emitter.spark.kafka import kafka_write_options
+    from cdc_emitter.sink.plan import forget_layouts
+    from cdc_emitter.spark.schema import data_schema
 
     bootstrap = broker()
     version = args.packages_version or packages_version(pyspark.__version__)

@@ -63,7 +63,7 @@ def main() -> int:
     from pyspark.sql import SparkSession
 
     from cdc_emitter import CdcSink
-    from cdc_emitter.kafka_io import ensure_topic
+    from cdc_emitter.kafka.io import ensure_topic
 
     from cdc_emitter import configure_spark
 
@@ -79,7 +79,7 @@ def main() -> int:
             from pyspark.sql import functions as F
             from pyspark.sql.avro.functions import to_avro
 
-            from cdc_emitter.spark_schema import data_schema
+            from cdc_emitter.spark.schema import data_schema
 
             key = F.col("id")
             columns = shape_columns(key, args.shape)

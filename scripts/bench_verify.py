@@ -8,14 +8,14 @@
 
    * **plain**: a single-process consume-and-decode loop (confluent-kafka + fastavro, no dedup,
      no reader) — the floor any consumer pays;
-   * **verify**: :func:`cdc_emitter.verify.verify_topic` with its defaults (decode workers on a
+   * **verify**: :func:`cdc_emitter.read.verify.verify_topic` with its defaults (decode workers on a
      machine with two cores or more), no collection (``cdc-emitter verify``);
    * **verify --output**: the same, keeping the collection at the frontier.
 
    It prints each rate in updates/s and the ratios to plain, per run and as min / median / max
    (goals: verify >= 1.0x, verify --output >= 0.8x).
 2. Memory: the reader's peak traced memory (tracemalloc) for ``--memory`` update totals pushed
-   directly to :class:`~cdc_emitter.core.CdcReader` with an advancing frontier (goal: flat),
+   directly to :class:`~cdc_emitter.protocol.core.CdcReader` with an advancing frontier (goal: flat),
    and what strict mode keeps per million updates (exact: traced; bloom: the filters' bytes).
 
 Kafka: ``KAFKA_BOOTSTRAP_SERVERS``, or a broker started here with ``scripts/kafka-local`` (its
@@ -41,10 +41,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchkit import kafka  # noqa: E402
-from cdc_emitter.codec import CdcCodec  # noqa: E402
-from cdc_emitter.core import CdcReader, Progress, Update  # noqa: E402
-from cdc_emitter.kafka_io import CdcProducer, ensure_topic, end_offsets  # noqa: E402
-from cdc_emitter.verify import verify_topic  # noqa: E402
+from cdc_emitter.protocol.codec import CdcCodec  # noqa: E402
+from cdc_emitter.protocol.core import CdcReader, Progress, Update  # noqa: E402
+from cdc_emitter.kafka.io import CdcProducer, ensure_topic, end_offsets  # noqa: E402
+from cdc_emitter.read.verify import verify_topic  # noqa: E402
 
 DATA = {
     "type": "record",
@@ -90,7 +90,7 @@ def write_topic_with_sink(bootstrap: str, topic: str, updates: int, batches: int
     from pyspark.sql import SparkSession
 
     from cdc_emitter import CdcSink
-    from cdc_emitter.spark_schema import data_schema
+    from cdc_emitter.spark.schema import data_schema
 
     spark = (SparkSession.builder.master("local[2]").appName("bench-verify")
              .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")

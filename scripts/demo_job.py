@@ -72,13 +72,13 @@ def main() -> int:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     import logging
 
-    logging.getLogger("cdc_emitter.kafka_io.librdkafka").setLevel(logging.ERROR)
+    logging.getLogger("cdc_emitter.kafka.io.librdkafka").setLevel(logging.ERROR)
     from pyspark.sql import SparkSession
     from pyspark.sql import types as T
 
     from cdc_emitter import CdcSink
-    from cdc_emitter.codec import union_schema
-    from cdc_emitter.spark_schema import data_schema
+    from cdc_emitter.protocol.codec import union_schema
+    from cdc_emitter.spark.schema import data_schema
 
     work = Path(args.work)
     incoming = work / "incoming"

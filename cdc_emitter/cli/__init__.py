@@ -1,7 +1,7 @@
 """The ``cdc-emitter`` command line: :mod:`.console` holds the click commands (thin), and
 :mod:`.output` renders their results as text or JSON."""
 
-from . import convert as _convert  # noqa: F401 - registers the convert command
-from .console import main
+from cdc_emitter.cli import convert as _convert  # noqa: F401 - registers the convert command
+from cdc_emitter.cli.console import main
 
 __all__ = ["main"]

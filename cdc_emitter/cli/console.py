@@ -22,12 +22,12 @@ from typing import Any
 
 import click
 
-from .. import __version__
-from ..errors import CdcError, ConfigError, SchemaError
-from ..materialize import create_source_sql
-from ..materialize import source_name as default_source_name
-from ..sources import FORMATS, columns_struct, read_table, spark_error_text, spark_session
-from .output import (
+from cdc_emitter import __version__
+from cdc_emitter.errors import CdcError, ConfigError, SchemaError
+from cdc_emitter.protocol.materialize import create_source_sql
+from cdc_emitter.protocol.materialize import source_name as default_source_name
+from cdc_emitter.spark.sources import FORMATS, columns_struct, read_table, spark_error_text, spark_session
+from cdc_emitter.cli.output import (
     StatusLine,
     dumps,
     export_summary,
@@ -206,7 +206,8 @@ def _fail(message: str) -> None:
     sys.exit(EXIT_ERROR)
 
 
-def _servers(bootstrap_servers: str | None) -> str:
+def require_servers(bootstrap_servers: str | None) -> str:
+    """The bootstrap servers given, stripped; a ConfigError that says how to give them if none."""
     if not bootstrap_servers or not bootstrap_servers.strip():
         raise ConfigError(
             f"no Kafka bootstrap servers given: pass --bootstrap-servers HOST:PORT or set {ENV_BOOTSTRAP}"
@@ -216,7 +217,7 @@ def _servers(bootstrap_servers: str | None) -> str:
 
 def load_data_schema(path: str) -> dict:
     """The data record schema from a schema file (full union schema or data record schema)."""
-    from ..codec import data_schema_from_text
+    from cdc_emitter.protocol.codec import data_schema_from_text
 
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
@@ -230,7 +231,7 @@ def load_data_schema(path: str) -> dict:
 
 def _topic_schema_id(servers: str, topic: str, settings: dict) -> int:
     """The schema id in the Confluent header of the newest message found in ``topic``."""
-    from ..kafka_io import last_messages
+    from cdc_emitter.kafka.io import last_messages
 
     for record in last_messages(servers, topic, 1, config=settings):
         value = record.value or b""
@@ -247,8 +248,8 @@ def load_codec(path: str | None, framing: str, schema_id: int | None, registry: 
                settings: dict | None = None, registry_settings: dict | None = None) -> Any:
     """The codec from --schema FILE, or from --schema-registry URL (by id; other ids in the
     topic's headers are resolved into that schema)."""
-    from ..codec import CdcCodec
-    from ..registry import SchemaRegistry
+    from cdc_emitter.protocol.codec import CdcCodec
+    from cdc_emitter.kafka.registry import SchemaRegistry
 
     if (path is None) == (registry is None):
         raise click.UsageError("give exactly one of --schema FILE or --schema-registry URL")
@@ -282,7 +283,7 @@ def main() -> None:
     """
     # librdkafka's transient complaints (retries, coordinator loading) are not the user's
     # concern: lasting problems surface as `error: ...` with the servers named.
-    logging.getLogger("cdc_emitter.kafka_io.librdkafka").setLevel(logging.ERROR)
+    logging.getLogger("cdc_emitter.kafka.io.librdkafka").setLevel(logging.ERROR)
 
 
 # --- verify ---------------------------------------------------------------------------------------
@@ -363,9 +364,9 @@ def verify(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file
         raise click.UsageError("--packages and --conf are for --engine spark")
     if engine == "spark" and workers is not None:
         raise click.UsageError("--workers is for --engine local (Spark decodes on its executors)")
-    from ..verify import verify_topic
+    from cdc_emitter.read.verify import verify_topic
 
-    servers = _servers(bootstrap_servers)
+    servers = require_servers(bootstrap_servers)
     codec = load_codec(schema_file, framing, schema_id, schema_registry, servers, topic,
                        kafka_settings, registry_settings)
     status = StatusLine()
@@ -408,7 +409,7 @@ def verify(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file
 def _verify_with_spark(status, servers, topic, codec, kafka_settings, broker_timeout, until_frontier,
                        until_closed, timeout, strict, spark_packages, spark_conf, spark_remote):
     """``verify --engine spark``: read_cdc on a session made as ``export`` makes one."""
-    from ..spark_reader import read_cdc
+    from cdc_emitter.read.spark_reader import read_cdc
 
     status.show(f"starting Spark to read topic {topic}")
     try:
@@ -481,10 +482,10 @@ def tail(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file, 
       {"array":[{"data":{"id":5,"price":{"int":10}},"time":5,"diff":1}]}
       {"com.materialize.cdc.progress":{"lower":[0],"upper":[3],"counts":[]}}
     """
-    from ..errors import DecodeError
-    from ..kafka_io import read_topic
+    from cdc_emitter.errors import DecodeError
+    from cdc_emitter.kafka.io import read_topic
 
-    servers = _servers(bootstrap_servers)
+    servers = require_servers(bootstrap_servers)
     codec = load_codec(schema_file, framing, schema_id, schema_registry, servers, topic,
                        kafka_settings, registry_settings)
     if max_messages == 0:
@@ -564,9 +565,9 @@ def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, sou
     if schema_registry and not sql:
         raise click.UsageError("--schema-registry is for --sql")
     if sql:
-        servers = _servers(bootstrap_servers)
-    from ..codec import union_schema
-    from ..spark_schema import data_schema as spark_to_avro
+        servers = require_servers(bootstrap_servers)
+    from cdc_emitter.protocol.codec import union_schema
+    from cdc_emitter.spark.schema import data_schema as spark_to_avro
 
     if data_schema_file is not None:
         data_schema = load_data_schema(data_schema_file)
@@ -577,7 +578,7 @@ def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, sou
         data_schema = spark_to_avro(read_table(spark, source, fmt, read_options).schema)
     union = union_schema(data_schema)
     if sql:
-        from ..registry import safe_url
+        from cdc_emitter.kafka.registry import safe_url
 
         click.echo(create_source_sql(source_name or default_source_name(topic), servers, topic, union,
                                      None if schema_registry is None else safe_url(schema_registry)))
@@ -668,7 +669,7 @@ def export(source, bootstrap_servers, kafka_settings, broker_timeout, topic, fro
     if stray:
         raise click.UsageError(f"{', '.join(stray)}: only with --from-topic")
     check_registry_options(schema_registry, registry_settings, framing, schema_id)
-    servers = _servers(bootstrap_servers)
+    servers = require_servers(bootstrap_servers)
     status = StatusLine()
     status.show(f"starting Spark to read {source}")
     try:
@@ -689,7 +690,7 @@ def export(source, bootstrap_servers, kafka_settings, broker_timeout, topic, fro
                 )
             df = df.unionByName(before.withColumn(diff_col, F.lit(-1).cast("long")))
         status.show(f"writing {source} to topic {topic}")
-        from ..sink import CdcSink
+        from cdc_emitter.sink.sink import CdcSink
 
         sink = CdcSink(
             servers, topic, framing=framing, schema_id=schema_id or 0,
@@ -724,10 +725,10 @@ def _export_from_topic(bootstrap_servers, kafka_settings, broker_timeout, topic,
         raise click.UsageError("--from-topic needs --to PATH and --schema FILE")
     if fmt in ("jdbc", "table", "text"):
         raise click.UsageError(f"--from-topic writes files: --format {fmt} is not one of them")
-    servers = _servers(bootstrap_servers)
+    servers = require_servers(bootstrap_servers)
     data_schema = load_data_schema(schema_file)
     status = StatusLine()
-    from ..spark_reader import read_cdc
+    from cdc_emitter.read.spark_reader import read_cdc
 
     status.show(f"starting Spark to read topic {topic}")
     try:

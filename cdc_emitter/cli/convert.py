@@ -1,5 +1,5 @@
 """``cdc-emitter convert``: a changefeed another system keeps, as a CDCv2 topic (a Spark
-Structured Streaming job through ``CdcSink``; see :mod:`cdc_emitter.convert_delta`)."""
+Structured Streaming job through ``CdcSink``; see :mod:`cdc_emitter.convert.delta`)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from typing import Any
 
 import click
 
-from ..errors import CdcError
-from ..sources import delta_package, spark_session
-from .console import (
+from cdc_emitter.errors import CdcError
+from cdc_emitter.spark.sources import delta_package, spark_session
+from cdc_emitter.cli.console import (
     EXIT_OK,
-    _servers,
+    require_servers,
     check_registry_options,
     handle_errors,
     kafka_options,
@@ -20,7 +20,7 @@ from .console import (
     registry_options,
     spark_options,
 )
-from .output import StatusLine, dumps, frontier_text
+from cdc_emitter.cli.output import StatusLine, dumps, frontier_text
 
 
 @main.command()
@@ -103,7 +103,7 @@ def convert(fmt, source, bootstrap_servers, kafka_settings, broker_timeout, topi
     if fmt == "ydb" and not key_columns:
         raise click.UsageError("ydb needs --key: the primary-key columns, in the order of the messages' 'key'")
     check_registry_options(schema_registry, registry_settings, "confluent", None)
-    servers = _servers(bootstrap_servers)
+    servers = require_servers(bootstrap_servers)
     status = StatusLine()
     results: list[Any] = []
 
@@ -128,7 +128,7 @@ def convert(fmt, source, bootstrap_servers, kafka_settings, broker_timeout, topi
                             broker_timeout=broker_timeout, on_batch=shown,
                             schema_registry_url=schema_registry, schema_registry_config=registry_settings or None)
         if kafka_source:
-            from ..convert_kafka import convert_kafka
+            from cdc_emitter.convert.changefeed import convert_kafka
 
             key = [k.strip() for k in (key_columns or "").split(",") if k.strip()]
 
@@ -139,7 +139,7 @@ def convert(fmt, source, bootstrap_servers, kafka_settings, broker_timeout, topi
                                      source_config=kafka_settings, once=once, trigger_interval=trigger_interval,
                                      max_offsets_per_trigger=max_offsets_per_trigger, **sink_options)
         else:
-            from ..convert_delta import convert_delta
+            from cdc_emitter.convert.delta import convert_delta
 
             def start():
                 return convert_delta(spark, source, bootstrap_servers=servers, topic=topic,
@@ -147,7 +147,7 @@ def convert(fmt, source, bootstrap_servers, kafka_settings, broker_timeout, topi
                                      max_files_per_trigger=max_files_per_trigger,
                                      trigger_interval=trigger_interval, **sink_options)
         status.show(f"converting {source} to topic {topic}")
-        from ..convert_kafka import await_conversion, conversion_error
+        from cdc_emitter.convert.changefeed import await_conversion, conversion_error
 
         # on Spark Connect the sink runs in the server's Python: on_batch is never seen here,
         # so what the run did is read from the topic itself
@@ -191,8 +191,8 @@ def _topic_frontier(servers: str, topic: str, settings: dict, broker_timeout: fl
     """The topic's frontier as its progress statements say (``()``: closed). ``before`` the run,
     a topic that cannot be read yet (``--create-topic`` makes it) is None: the run itself then
     reports a broker that cannot be reached."""
-    from ..errors import BrokerError
-    from ..sink import CdcSink
+    from cdc_emitter.errors import BrokerError
+    from cdc_emitter.sink.sink import CdcSink
 
     sink = CdcSink(servers, topic, producer_config=settings or None, broker_timeout=broker_timeout)
     try:

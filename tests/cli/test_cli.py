@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from cdc_emitter.cli import main
-from cdc_emitter.materialize import create_source_sql
+from cdc_emitter.protocol.materialize import create_source_sql
 
 PRODUCTS = {
     "type": "record",
@@ -24,7 +24,7 @@ PRODUCTS = {
 
 
 def union(data_schema):
-    from cdc_emitter.codec import union_schema
+    from cdc_emitter.protocol.codec import union_schema
 
     return union_schema(data_schema)
 
@@ -79,7 +79,7 @@ def test_command_help_has_an_example(command):
 
 def test_version():
     result = run("--version")
-    assert (result.exit_code, result.stdout) == (0, "cdc-emitter, version 0.1.0\n")
+    assert (result.exit_code, result.stdout) == (0, "cdc-emitter, version 0.2.0\n")
 
 
 def test_verify_and_tail_do_not_import_pyspark(tmp_path):
@@ -357,7 +357,7 @@ def test_schema_columns_gives_the_reference_schema():
 
 
 def test_schema_columns_nested_types():
-    from cdc_emitter.spark_schema import parse_ddl_columns
+    from cdc_emitter.spark.schema import parse_ddl_columns
 
     struct = parse_ddl_columns(
         "`a b` STRUCT<x: INT NOT NULL, y: array<map<string, decimal(10,2)>>> COMMENT 'hi', "
@@ -437,9 +437,9 @@ def test_schema_registry_unreachable():
 def test_schema_registry_id_from_the_topic(kafka_bootstrap, topic_factory, schema_registry):
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-    from cdc_emitter.codec import CdcCodec
-    from cdc_emitter.core import Progress, Update
-    from cdc_emitter.kafka_io import CdcProducer
+    from cdc_emitter.protocol.codec import CdcCodec
+    from cdc_emitter.protocol.core import Progress, Update
+    from cdc_emitter.kafka.io import CdcProducer
 
     url, settings = schema_registry
     topic = topic_factory()
@@ -465,9 +465,9 @@ def test_schema_registry_id_from_the_topic(kafka_bootstrap, topic_factory, schem
 def test_schema_registry_with_raw_framing_reads_by_schema_id(kafka_bootstrap, topic_factory, schema_registry):
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-    from cdc_emitter.codec import CdcCodec
-    from cdc_emitter.core import Update
-    from cdc_emitter.kafka_io import CdcProducer
+    from cdc_emitter.protocol.codec import CdcCodec
+    from cdc_emitter.protocol.core import Update
+    from cdc_emitter.kafka.io import CdcProducer
 
     url, settings = schema_registry
     topic = topic_factory()
@@ -482,7 +482,7 @@ def test_schema_registry_with_raw_framing_reads_by_schema_id(kafka_bootstrap, to
 
 
 def test_the_delta_package_follows_sparks_release_and_is_none_where_delta_has_no_build():
-    from cdc_emitter.sources import delta_package
+    from cdc_emitter.spark.sources import delta_package
 
     assert delta_package("4.1.1") == "io.delta:delta-spark_4.1_2.13:4.4.0"
     assert delta_package("4.2.1") == "io.delta:delta-spark_4.2_2.13:4.4.0"
@@ -491,7 +491,7 @@ def test_the_delta_package_follows_sparks_release_and_is_none_where_delta_has_no
 
 
 def test_delta_session_settings_only_with_a_delta_package_and_user_conf_wins():
-    from cdc_emitter.sources import reader_conf as _reader_conf
+    from cdc_emitter.spark.sources import reader_conf as _reader_conf
 
     delta = ["io.delta:delta-spark_4.1_2.13:4.4.0"]
     assert _reader_conf("delta", delta, {}) == {

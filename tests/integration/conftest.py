@@ -23,7 +23,7 @@ def spark_packages() -> str:
     ``CDC_SPARK_AVRO_JAR`` names local jars instead (comma-separated; for machines without Maven
     Central).
     """
-    from cdc_emitter.spark_setup import sink_packages
+    from cdc_emitter.spark.setup import sink_packages
 
     return ",".join(sink_packages())
 

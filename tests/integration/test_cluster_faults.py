@@ -9,10 +9,10 @@ import uuid
 import pytest
 
 from cdc_emitter import CdcSink
-from cdc_emitter.codec import CdcCodec
+from cdc_emitter.protocol.codec import CdcCodec
 from cdc_emitter.errors import CdcError
-from cdc_emitter.kafka_io import ensure_topic
-from cdc_emitter.spark_schema import data_schema
+from cdc_emitter.kafka.io import ensure_topic
+from cdc_emitter.spark.schema import data_schema
 
 from helpers import as_history, read_history
 
@@ -38,7 +38,7 @@ def _write(spark, sink, batch: int):
 
 
 def test_a_partition_leader_stopped_mid_batch(spark, kafka_cluster, tmp_path, monkeypatch):
-    from cdc_emitter import kafka_io
+    from cdc_emitter.kafka import io as kafka_io
 
     bootstrap = kafka_cluster.bootstrap_servers
     topic = f"cluster-leader-{uuid.uuid4().hex[:8]}"
@@ -70,7 +70,7 @@ def test_a_partition_leader_stopped_mid_batch(spark, kafka_cluster, tmp_path, mo
 
 def test_two_nodes_down_fail_the_batch_and_a_rerun_after_recovery_is_exact(spark, kafka_cluster, tmp_path,
                                                                             monkeypatch):
-    from cdc_emitter import kafka_io
+    from cdc_emitter.kafka import io as kafka_io
 
     bootstrap = kafka_cluster.bootstrap_servers
     topic = f"cluster-down-{uuid.uuid4().hex[:8]}"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_emitter.codec import CdcCodec
+from cdc_emitter.protocol.codec import CdcCodec
 
 from helpers import delta_package_or_skip, read_history
 
@@ -28,8 +28,8 @@ COLUMNS = "id long, name string, price int"
 
 
 def codec() -> CdcCodec:
-    from cdc_emitter.sources import columns_struct
-    from cdc_emitter.spark_schema import data_schema
+    from cdc_emitter.spark.sources import columns_struct
+    from cdc_emitter.spark.schema import data_schema
 
     return CdcCodec(data_schema(columns_struct(COLUMNS)))
 
@@ -121,7 +121,7 @@ def test_cli_refuses_a_table_without_change_data_feed_and_says_how_to_enable_it(
 
 
 def test_change_rows_map_to_signed_updates_at_their_commit_version(spark):
-    from cdc_emitter.convert_delta import delta_changes
+    from cdc_emitter.convert.delta import delta_changes
 
     rows = [(1, "a", "insert", 3, None), (1, "a", "update_preimage", 4, None),
             (1, "b", "update_postimage", 4, None), (2, "c", "delete", 5, None)]
@@ -133,7 +133,7 @@ def test_change_rows_map_to_signed_updates_at_their_commit_version(spark):
 
 
 def test_an_unknown_change_type_a_missing_column_or_a_clashing_name_is_refused(spark):
-    from cdc_emitter.convert_delta import delta_changes
+    from cdc_emitter.convert.delta import delta_changes
     from cdc_emitter.errors import SchemaError
 
     odd = spark.createDataFrame([(1, "upsert", 3)], "id long, _change_type string, _commit_version long")

@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from cdc_emitter.codec import CdcCodec
-from cdc_emitter.convert_kafka import await_conversion, convert_kafka
+from cdc_emitter.protocol.codec import CdcCodec
+from cdc_emitter.convert.changefeed import await_conversion, convert_kafka
 
 from changefeeds import BASE_STEP, Table, cockroachdb_messages, produce, resolved_wall, ydb_messages
 from helpers import read_history
@@ -20,8 +20,8 @@ COLUMNS = "id long not null, name string, price int"
 
 
 def codec() -> CdcCodec:
-    from cdc_emitter.sources import columns_struct
-    from cdc_emitter.spark_schema import data_schema
+    from cdc_emitter.spark.sources import columns_struct
+    from cdc_emitter.spark.schema import data_schema
 
     return CdcCodec(data_schema(columns_struct(COLUMNS)))
 
@@ -121,7 +121,7 @@ def test_a_bad_cockroachdb_message_fails_the_batch_naming_where_and_writes_nothi
                                       (1, b"", b'{"resolved": "1701102296000009000.0000000000"}')])
     _expect_failure(spark, "cockroachdb", source, kafka_bootstrap, out, tmp_path / "ck",
                     rf"topic '{source}' partition 1 offset 1: {expected}")
-    from cdc_emitter import kafka_io
+    from cdc_emitter.kafka import io as kafka_io
 
     assert list(kafka_io.read_topic(kafka_bootstrap, out)) == []
 
@@ -144,7 +144,7 @@ def test_a_ydb_key_that_is_not_an_array_fails_the_batch_naming_it(spark, kafka_b
     _expect_failure(spark, "ydb", source, kafka_bootstrap, out, tmp_path / "ck",
                     rf"topic '{source}' partition 0 offset 0: 'key' has 1 columns in --key \(id\) but the "
                     r"message 1", key=["id"])
-    from cdc_emitter import kafka_io
+    from cdc_emitter.kafka import io as kafka_io
 
     assert list(kafka_io.read_topic(kafka_bootstrap, out)) == []
 
@@ -188,7 +188,7 @@ def test_a_timestamp_going_back_for_a_key_fails_naming_it(spark, kafka_bootstrap
     _expect_failure(spark, "cockroachdb", source, kafka_bootstrap, out, tmp_path / "ck",
                     rf"topic '{source}' partition 0 offset 2: the timestamp of key \[1\] goes back to "
                     r"2000.0000000000 after 3000.0000000000")
-    from cdc_emitter import kafka_io
+    from cdc_emitter.kafka import io as kafka_io
 
     assert list(kafka_io.read_topic(kafka_bootstrap, out)) == []
 

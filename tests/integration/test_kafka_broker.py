@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from cdc_emitter.errors import BrokerError, ConfigError, DeliveryError
-from cdc_emitter.kafka_io import (
+from cdc_emitter.kafka.io import (
     CdcProducer,
     KafkaRecord,
     end_offsets,

@@ -10,11 +10,11 @@ import uuid
 import pytest
 
 from cdc_emitter import CdcSink
-from cdc_emitter.codec import CdcCodec
+from cdc_emitter.protocol.codec import CdcCodec
 from cdc_emitter.errors import CdcError
-from cdc_emitter.kafka_io import ensure_topic
-from cdc_emitter.spark_schema import data_schema
-from cdc_emitter.verify import verify_topic
+from cdc_emitter.kafka.io import ensure_topic
+from cdc_emitter.spark.schema import data_schema
+from cdc_emitter.read.verify import verify_topic
 
 from faultproxy import flapping
 from helpers import as_history, read_history

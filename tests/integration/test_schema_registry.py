@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from cdc_emitter import CdcSink
 from cdc_emitter.cli import main
 from cdc_emitter.errors import ConfigError, SchemaError
-from cdc_emitter.kafka_io import read_topic
+from cdc_emitter.kafka.io import read_topic
 
 from helpers import count_messages
 

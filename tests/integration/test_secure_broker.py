@@ -15,11 +15,11 @@ from click.testing import CliRunner
 
 from cdc_emitter import CdcSink
 from cdc_emitter.cli import main
-from cdc_emitter.codec import CdcCodec, union_schema
+from cdc_emitter.protocol.codec import CdcCodec, union_schema
 from cdc_emitter.errors import RefusedError
-from cdc_emitter.kafka_io import ensure_topic
-from cdc_emitter.spark_schema import data_schema
-from cdc_emitter.verify import verify_topic
+from cdc_emitter.kafka.io import ensure_topic
+from cdc_emitter.spark.schema import data_schema
+from cdc_emitter.read.verify import verify_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 

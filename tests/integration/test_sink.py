@@ -17,10 +17,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from cdc_emitter import CdcSink, spark_kafka, spark_settings
-from cdc_emitter.codec import CdcCodec
+from cdc_emitter import CdcSink
+from cdc_emitter.spark import kafka as spark_kafka
+from cdc_emitter.spark import settings as spark_settings
+from cdc_emitter.protocol.codec import CdcCodec
 from cdc_emitter.errors import BadInputError, BrokerError, LateUpdateError, SchemaError
-from cdc_emitter.spark_schema import data_schema
+from cdc_emitter.spark.schema import data_schema
 
 from helpers import JvmLog, as_history, count_messages, read_history
 
@@ -104,7 +106,7 @@ def test_streaming_query_exact_history_multi_partition(spark, kafka_bootstrap, t
     reader = check(kafka_bootstrap, topic, kv_codec(spark), expected_kv(BATCHES, [10, 11, 12]), (13,))
     assert reader.duplicates == 0
     assert sink.last_result.counts == {12: 1}
-    partitions = {r.partition for r in __import__("cdc_emitter").kafka_io.read_topic(kafka_bootstrap, topic)}
+    partitions = {r.partition for r in __import__("cdc_emitter.kafka.io").kafka.io.read_topic(kafka_bootstrap, topic)}
     assert len(partitions) > 1
 
 
@@ -113,7 +115,8 @@ def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(spark, k
     """The JVM path spreads updates over arrays by hash; updates near half the limit make some
     array too big, spread again by the batch's size too, and the batch is then packed by running
     size before anything is written (by two jobs: rows that carry their times)."""
-    from cdc_emitter import kafka_io, sink_jvm
+    from cdc_emitter.kafka import io as kafka_io
+    from cdc_emitter.sink import plan as sink_jvm
 
     topic = topic_factory(2)
     rows = [(i, "x" * (150 + i % 20), 1) for i in range(200)]
@@ -136,8 +139,9 @@ def test_a_batch_bigger_than_its_spread_is_spread_again_by_its_size(spark, kafka
     FANOUT_ARRAYS arrays. By two jobs (here: rows that carry their times), one that overflows
     them is spread again over as many as its bytes need (no sort), before anything is written;
     the next batch starts from that size."""
-    from cdc_emitter import kafka_io, sink_jvm
-    from cdc_emitter.sink_executors import FANOUT_ARRAYS, FIRST_BUCKETS
+    from cdc_emitter.kafka import io as kafka_io
+    from cdc_emitter.sink import plan as sink_jvm
+    from cdc_emitter.sink.distributed import FANOUT_ARRAYS, FIRST_BUCKETS
 
     topic = topic_factory(3)
     limit = 2032
@@ -168,8 +172,9 @@ def test_a_first_batch_bigger_than_its_spread_in_one_job_packs_its_big_arrays_ex
     """A first batch of one time goes by one job on the spread guessed for it: the arrays that
     came out over the limit are left out of it and packed exactly after it — every message
     within the limit, every update once — and the next batch is spread for its bytes."""
-    from cdc_emitter import kafka_io, sink_jvm
-    from cdc_emitter.sink_executors import FIRST_BUCKETS
+    from cdc_emitter.kafka import io as kafka_io
+    from cdc_emitter.sink import plan as sink_jvm
+    from cdc_emitter.sink.distributed import FIRST_BUCKETS
 
     monkeypatch.setattr(sink_jvm, "_repeating", {})  # what earlier tests' batches noted
     topic = topic_factory(3)
@@ -197,7 +202,7 @@ def test_a_first_batch_bigger_than_its_spread_in_one_job_packs_its_big_arrays_ex
 def _record_messages(monkeypatch, calls):
     """Record how the sink asks for each batch's messages: "unconsolidated", "consolidated",
     "some arrays" (consolidated, only arrays found repeated) or "exact"."""
-    from cdc_emitter import sink_jvm
+    from cdc_emitter.sink import plan as sink_jvm
 
     messages = sink_jvm.MessagePlan.messages
 
@@ -217,7 +222,7 @@ def test_jvm_path_consolidates_only_the_arrays_with_repeated_rows(spark, kafka_b
     alone; when most arrays have repeats, the whole batch is, and the next batch of that data
     layout, even by a new sink, is consolidated straight away; with few repeats, the one after
     goes unconsolidated again. Rows with a zero diff are no updates either way."""
-    from cdc_emitter import sink_jvm
+    from cdc_emitter.sink import plan as sink_jvm
 
     topic = topic_factory(2)
     calls: list = []
@@ -253,7 +258,7 @@ def test_packing_where_the_rows_are_leaves_the_sessions_setting_as_it_was(spark,
     """An unconsolidated batch is packed in its input tasks, which hold a group per array: Spark's
     setting for how many groups an object aggregation holds is raised for its job only, and put
     back after it — unset, or the user's own value — whether the batch was written or refused."""
-    from cdc_emitter import sink_jvm
+    from cdc_emitter.sink import plan as sink_jvm
 
     monkeypatch.setattr(sink_jvm, "_repeating", {})
     seen: list = []
@@ -286,7 +291,7 @@ def test_packing_where_the_rows_are_leaves_the_sessions_setting_as_it_was(spark,
 def _record_observed_writes(monkeypatch) -> list:
     """Record each batch written by one job (sink_figures.write_observed): its ObservedWrite, and
     the session's settings during the write."""
-    from cdc_emitter import sink_figures
+    from cdc_emitter.sink import plan_stats as sink_figures
 
     seen: list = []
     write_observed = sink_figures.write_observed
@@ -317,7 +322,7 @@ def _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, first_rows
     """``(sink, topic, observed)``: a JVM-path sink on a new topic, past its first batch (of
     ``first_rows`` rows at time 0, by one job too), whose later batches' one-job writes are
     recorded in ``observed`` (:func:`_record_observed_writes`)."""
-    from cdc_emitter import sink_jvm
+    from cdc_emitter.sink import plan as sink_jvm
 
     monkeypatch.setattr(sink_jvm, "_repeating", {})  # what earlier tests' batches noted
     observed = _record_observed_writes(monkeypatch)
@@ -395,7 +400,7 @@ def test_a_bad_row_in_a_first_batch_written_by_one_job_writes_nothing(spark, kaf
     progress statement — and the sink, its settings back, then writes the good rows whole."""
     from pyspark.sql import functions as F
 
-    from cdc_emitter import sink_jvm
+    from cdc_emitter.sink import plan as sink_jvm
 
     monkeypatch.setattr(sink_jvm, "_repeating", {})  # what earlier tests' batches noted
     observed = _record_observed_writes(monkeypatch)
@@ -444,7 +449,7 @@ def test_arrays_left_out_of_the_one_job_are_written_after_it(spark, kafka_bootst
     and written after it, consolidated: those repeated by a second job like it (their rows
     alone), those too big packed exactly. Every message within the limit, the figures counting
     each update once."""
-    from cdc_emitter import kafka_io
+    from cdc_emitter.kafka import io as kafka_io
 
     limit = 2032
     sink, topic, observed = _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, 2_000,
@@ -480,7 +485,8 @@ def test_a_running_sinks_batch_of_repeated_rows_is_consolidated_and_written_by_o
     message within the limit, the figures those of the topic."""
     from pyspark.sql import functions as F
 
-    from cdc_emitter import kafka_io, sink_jvm
+    from cdc_emitter.kafka import io as kafka_io
+    from cdc_emitter.sink import plan as sink_jvm
 
     limit = 2032
     sink, topic, observed = _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, 2_000,
@@ -552,7 +558,7 @@ def test_rows_whose_hashes_collide_are_consolidated_apart(spark, kafka_bootstrap
     own."""
     from pyspark.sql import functions as F
 
-    from cdc_emitter import sink_jvm
+    from cdc_emitter.sink import plan as sink_jvm
 
     monkeypatch.setattr(sink_jvm.MessagePlan, "_order", lambda self, time: F.pmod(F.col("k"), F.lit(3)))
     monkeypatch.setattr(sink_jvm, "_shared", {})
@@ -575,8 +581,9 @@ def test_unconsolidated_messages_hold_what_consolidated_ones_do(spark):
     ways."""
     from pyspark.sql import functions as F
 
-    from cdc_emitter import sink_figures, sink_jvm
-    from cdc_emitter.codec import union_schema
+    from cdc_emitter.sink import plan_stats as sink_figures
+    from cdc_emitter.sink import plan as sink_jvm
+    from cdc_emitter.protocol.codec import union_schema
 
     df = spark.createDataFrame([(k, f"v{k % 7}", 1 - 2 * (k % 2)) for k in range(3000)], KV)
     plan = sink_jvm.MessagePlan(schema=df.drop("diff").schema, data_cols=["k", "v"], frame=b"\0\0\0\0\1",
@@ -603,7 +610,7 @@ def test_updates_are_counted_per_time_alike_on_the_driver_and_by_spark(spark, mo
     counts, in time order."""
     from collections import Counter
 
-    from cdc_emitter import sink_figures
+    from cdc_emitter.sink import plan_stats as sink_figures
 
     messages = spark.createDataFrame([(t,) for t in times], "times array<long>")
     expected = dict(sorted(Counter(t for ts in times for t in ts).items()))
@@ -623,8 +630,9 @@ def test_arrays_of_a_batch_of_many_times_hold_any_times_and_are_counted_per_time
 
     from pyspark.sql import functions as F
 
-    from cdc_emitter import sink_figures, sink_jvm
-    from cdc_emitter.codec import CdcCodec, union_schema
+    from cdc_emitter.sink import plan_stats as sink_figures
+    from cdc_emitter.sink import plan as sink_jvm
+    from cdc_emitter.protocol.codec import CdcCodec, union_schema
 
     rows = [(k, f"v{k % 7}", 1, k % 400) for k in range(3000)]
     rows.append((-1, "gone", 0, 999))  # a zero diff at the largest time: no update, but the time counts
@@ -683,8 +691,9 @@ def test_every_time_of_a_running_sink_runs_the_same_generated_code(spark, way):
     messages are made."""
     from pyspark.sql import functions as F
 
-    from cdc_emitter import sink_figures, sink_jvm
-    from cdc_emitter.codec import union_schema
+    from cdc_emitter.sink import plan_stats as sink_figures
+    from cdc_emitter.sink import plan as sink_jvm
+    from cdc_emitter.protocol.codec import union_schema
 
     df = spark.createDataFrame([(k, f"v{k % 7}", 1) for k in range(500)], KV)
     data = df.drop("diff").schema
@@ -711,8 +720,9 @@ def test_a_batch_combined_before_the_shuffle_holds_what_one_consolidated_after_i
     0.0 and NaNs of any sign — both make the same updates: counts, digest, repeats."""
     from pyspark.sql import functions as F
 
-    from cdc_emitter import sink_figures, sink_jvm
-    from cdc_emitter.codec import union_schema
+    from cdc_emitter.sink import plan_stats as sink_figures
+    from cdc_emitter.sink import plan as sink_jvm
+    from cdc_emitter.protocol.codec import union_schema
 
     floats = [0.0, -0.0, float("nan"), -float("nan"), 1.5]
     rows = [(k % 10, None if k // 50 % 7 == 0 else f"v{k // 350 % 3}", floats[k // 10 % 5],
@@ -765,7 +775,7 @@ def test_bad_rows_in_a_batch_combined_before_the_shuffle_write_nothing(spark, ka
     and name its row, before writing; the same sink then writes the good rows exactly."""
     from pyspark.sql import functions as F
 
-    from cdc_emitter import sink_jvm
+    from cdc_emitter.sink import plan as sink_jvm
 
     calls: list = []
     _record_messages(monkeypatch, calls)
@@ -809,8 +819,9 @@ def test_jvm_path_spreads_over_every_array_when_buckets_and_arrays_share_a_facto
     (an array index taken from the bits that chose the bucket used only half the arrays).
     Every batch takes a fixed number of arrays per bucket (no window sizes them); with a time
     column, each array holds updates of several times, counted per time."""
-    from cdc_emitter import kafka_io, sink_jvm
-    from cdc_emitter.sink_executors import FANOUT_ARRAYS
+    from cdc_emitter.kafka import io as kafka_io
+    from cdc_emitter.sink import plan as sink_jvm
+    from cdc_emitter.sink.distributed import FANOUT_ARRAYS
 
     topic = topic_factory(2)
     rows = [(i, f"value-{i % 100:03d}", 1, 1 + i % 7) for i in range(3000)]  # ~17 bytes per update
@@ -843,7 +854,7 @@ def test_each_batch_reports_its_figures_to_the_listener_and_the_log(spark, kafka
     and the INFO log line, and the counts are those of the messages in the topic."""
     import logging
 
-    from cdc_emitter import kafka_io
+    from cdc_emitter.kafka import io as kafka_io
 
     topic = topic_factory(2)
     stream = FileStream(tmp_path)
@@ -1023,8 +1034,8 @@ def test_a_batch_counting_more_times_than_a_statement_holds_writes_several_that_
         spark, kafka_bootstrap, topic_factory, tmp_path, with_log):
     """Column mode with many distinct times: the progress statement is written as several
     (each fits a message), and a re-run of the batch finds it complete from the last one."""
-    from cdc_emitter import kafka_io
-    from cdc_emitter.codec import CdcCodec as Codec
+    from cdc_emitter.kafka import io as kafka_io
+    from cdc_emitter.protocol.codec import CdcCodec as Codec
 
     topic = topic_factory(2)
     stream = FileStream(tmp_path, TKV_ARROW)
@@ -1110,7 +1121,7 @@ def test_late_updates_error_and_advance(spark, kafka_bootstrap, topic_factory):
 
 
 def test_broker_restart_during_streaming_query(spark, kafka_local, tmp_path):
-    from cdc_emitter.kafka_io import ensure_topic
+    from cdc_emitter.kafka.io import ensure_topic
 
     bootstrap = kafka_local.bootstrap_servers
     topic = f"sink-broker-restart-{uuid.uuid4().hex[:8]}"
@@ -1143,7 +1154,7 @@ def test_broker_restart_during_streaming_query(spark, kafka_local, tmp_path):
 
 
 def has_spark_avro(spark) -> bool:
-    from cdc_emitter.sink import CdcSink as Sink
+    from cdc_emitter.sink.sink import CdcSink as Sink
 
     return Sink._probe_avro(spark) is True
 
@@ -1245,10 +1256,10 @@ def test_missing_topic_is_a_clear_error_unless_created(spark, kafka_bootstrap):
 
 def test_frontier_found_behind_many_update_messages(kafka_bootstrap, topic_factory):
     """The tail is read backwards in growing chunks; foreign (header-less) progress decodes too."""
-    from cdc_emitter.core import Progress
-    from cdc_emitter.kafka_io import CdcProducer
-    from cdc_emitter.frontier import HEADER_BATCH, HEADER_KIND, HEADER_LOWER, HEADER_UPPER, HEADER_WRITER
-    from cdc_emitter.frontier import topic_frontier
+    from cdc_emitter.protocol.core import Progress
+    from cdc_emitter.kafka.io import CdcProducer
+    from cdc_emitter.kafka.frontier import HEADER_BATCH, HEADER_KIND, HEADER_LOWER, HEADER_UPPER, HEADER_WRITER
+    from cdc_emitter.kafka.frontier import topic_frontier
 
     codec = CdcCodec({"type": "record", "name": "data", "fields": [{"name": "k", "type": "long"}]})
     topic = topic_factory(2)
@@ -1269,7 +1280,7 @@ def test_frontier_found_behind_many_update_messages(kafka_bootstrap, topic_facto
 
 
 def test_sink_log_put_get_prune(spark, tmp_path):
-    from cdc_emitter.sinklog import SinkLog, SinkLogEntry
+    from cdc_emitter.sink.log import SinkLog, SinkLogEntry
 
     log = SinkLog(spark, f"file://{tmp_path}/checkpoint", keep=3)
     assert log.get(0) is None and log.latest() is None
@@ -1289,7 +1300,7 @@ def test_bucket_labels_go_each_to_a_task_of_their_own(spark):
     (``spark_hash_long`` is Spark's ``hash`` of a long, checked here against Spark itself)."""
     from pyspark.sql import functions as F
 
-    from cdc_emitter.spark_columns import bucket_of, partition_labels, spark_hash_long
+    from cdc_emitter.spark.columns import bucket_of, partition_labels, spark_hash_long
 
     values = [0, 1, -1, 7, 2**40 + 7, -(2**63), 2**63 - 1, 123456789]
     hashed = spark.createDataFrame([(v,) for v in values], "v long").select(F.hash("v").alias("h")).collect()
@@ -1305,9 +1316,9 @@ def test_bucket_labels_go_each_to_a_task_of_their_own(spark):
 def test_message_plans_are_shared_by_sinks_of_one_layout(spark, kafka_bootstrap, topic_factory, monkeypatch):
     """A new sink of a layout already planned reuses its plan (building one is some 1,500
     round trips to the JVM); another layout gets its own; the least recently used go first."""
-    from cdc_emitter import sink_jvm
-    from cdc_emitter.codec import union_schema
-    from cdc_emitter.spark_schema import data_schema
+    from cdc_emitter.sink import plan as sink_jvm
+    from cdc_emitter.protocol.codec import union_schema
+    from cdc_emitter.spark.schema import data_schema
 
     built = []
     original = sink_jvm.MessagePlan.__init__

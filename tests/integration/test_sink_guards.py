@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 
 from cdc_emitter import CdcSink
-from cdc_emitter.codec import CdcCodec
-from cdc_emitter.core import MAX_LONG, Update
+from cdc_emitter.protocol.codec import CdcCodec
+from cdc_emitter.protocol.core import MAX_LONG, Update
 from cdc_emitter.errors import ConfigError, SchemaError
-from cdc_emitter.kafka_io import CdcProducer
-from cdc_emitter.spark_schema import data_schema
+from cdc_emitter.kafka.io import CdcProducer
+from cdc_emitter.spark.schema import data_schema
 
 from helpers import as_history, count_messages, read_history
 
@@ -137,11 +137,11 @@ def test_a_broker_down_while_producing_fails_the_batch_with_the_delivery_error_f
     """python: our tasks' producers; jvm: Spark's Kafka writer (small_batch_rows=0: every message
     from the executors); jvm-joined: the first batch's small messages joined and produced by the
     sink's driver producer."""
-    from cdc_emitter import kafka_io
+    from cdc_emitter.kafka import io as kafka_io
     import uuid
 
     from cdc_emitter.errors import DeliveryError
-    from cdc_emitter.kafka_io import ensure_topic
+    from cdc_emitter.kafka.io import ensure_topic
 
     bootstrap = kafka_local.bootstrap_servers
     topic = f"sink-outage-{uuid.uuid4().hex[:8]}"

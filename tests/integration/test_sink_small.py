@@ -1,4 +1,4 @@
-"""Small batches finished on the driver (:mod:`cdc_emitter.sink_driver`) against a real broker: the
+"""Small batches finished on the driver (:mod:`cdc_emitter.sink.driver`) against a real broker: the
 same history, digest and guards as the distributed way, and nothing written on bad input."""
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import uuid
 import pytest
 
 from cdc_emitter import CdcSink
-from cdc_emitter.sink import SMALL_BATCH_ROWS as SMALL_DEFAULT
-from cdc_emitter.codec import CdcCodec
+from cdc_emitter.sink.sink import SMALL_BATCH_ROWS as SMALL_DEFAULT
+from cdc_emitter.protocol.codec import CdcCodec
 from cdc_emitter.errors import BadInputError, LateUpdateError, ReplayError
-from cdc_emitter.frontier import HEADER_DIGEST, HEADER_KIND, HEADER_SHAPE
-from cdc_emitter.kafka_io import end_offsets, read_topic
-from cdc_emitter.spark_schema import data_schema
+from cdc_emitter.kafka.frontier import HEADER_DIGEST, HEADER_KIND, HEADER_SHAPE
+from cdc_emitter.kafka.io import end_offsets, read_topic
+from cdc_emitter.spark.schema import data_schema
 
 from helpers import as_history, count_messages, read_history
 
@@ -65,7 +65,7 @@ def normal(history):
 
 def _recording_messages(monkeypatch) -> list:
     """How the sink asks for each batch's messages, as ``(consolidated, only some arrays)``."""
-    from cdc_emitter import sink_jvm
+    from cdc_emitter.sink import plan as sink_jvm
 
     calls: list = []
     messages = sink_jvm.MessagePlan.messages
@@ -285,7 +285,7 @@ def test_a_rerun_is_compared_whichever_way_each_attempt_went(spark, kafka_bootst
 
 
 def test_the_kept_producer_survives_a_broker_restart_between_batches(spark, kafka_local):
-    from cdc_emitter.kafka_io import ensure_topic
+    from cdc_emitter.kafka.io import ensure_topic
 
     bootstrap = kafka_local.bootstrap_servers
     topic = f"sink-small-restart-{uuid.uuid4().hex[:8]}"
@@ -310,7 +310,7 @@ def test_a_new_sink_follows_the_topics_last_batch(spark, kafka_bootstrap, topic_
     by any sink (the shape header of its progress statement): after a small one, on the driver
     straight away, as a running sink's next batch would be; after one whose rows repeated,
     consolidated straight away — the same history as sinks that do not know."""
-    from cdc_emitter import sink_jvm
+    from cdc_emitter.sink import plan as sink_jvm
 
     df = spark.createDataFrame([(i, f"v{i % 7}") for i in range(3000)], "k long, v string")
     codec = CdcCodec(data_schema(df.schema))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc_emitter.codec import CdcCodec
+from cdc_emitter.protocol.codec import CdcCodec
 
 from helpers import as_history, read_history
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from cdc_emitter import CdcSink, read_cdc
-from cdc_emitter.codec import CdcCodec
-from cdc_emitter.core import CdcReader, Progress, Update
+from cdc_emitter.protocol.codec import CdcCodec
+from cdc_emitter.protocol.core import CdcReader, Progress, Update
 from cdc_emitter.errors import BrokerError, CdcError, DecodeError
-from cdc_emitter.kafka_io import CdcProducer, read_topic
-from cdc_emitter.spark_schema import data_schema
+from cdc_emitter.kafka.io import CdcProducer, read_topic
+from cdc_emitter.spark.schema import data_schema
 
 from helpers import as_history, read_history
 
@@ -199,8 +199,8 @@ def test_values_said_not_null_encode_to_the_same_bytes(spark):
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro, to_avro
 
-    from cdc_emitter.spark_columns import declared_as_avro
-    from cdc_emitter.spark_reader import _lengths_as_written
+    from cdc_emitter.spark.columns import declared_as_avro
+    from cdc_emitter.read.spark_reader import _lengths_as_written
 
     ddl, rows = _many_types(300)
     record = data_schema(ddl)

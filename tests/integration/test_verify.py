@@ -14,11 +14,11 @@ import pytest
 from click.testing import CliRunner
 
 from cdc_emitter.cli import main
-from cdc_emitter.sources import delta_package
-from cdc_emitter.codec import CdcCodec, union_schema
-from cdc_emitter.core import Progress, Update, consolidate, progress_for
-from cdc_emitter.kafka_io import CdcProducer
-from cdc_emitter.verify import verify_topic
+from cdc_emitter.spark.sources import delta_package
+from cdc_emitter.protocol.codec import CdcCodec, union_schema
+from cdc_emitter.protocol.core import Progress, Update, consolidate, progress_for
+from cdc_emitter.kafka.io import CdcProducer
+from cdc_emitter.read.verify import verify_topic
 
 from helpers import DELTA_TEST_ARGS, delta_package_or_skip, read_history
 
@@ -553,7 +553,7 @@ def test_export_from_topic_gives_back_each_exported_table(kafka_bootstrap, topic
     assert not (tmp_path / "beyond").exists()
 
     # a topic with violations: the summary, exit 1, nothing written
-    from cdc_emitter.codec import data_schema_from_text
+    from cdc_emitter.protocol.codec import data_schema_from_text
 
     codec = CdcCodec(data_schema_from_text(schema_file.read_text()))
     bad = topic_factory()
@@ -679,8 +679,8 @@ def _jdbc_codec():
     "s struct<x: int not null, y: array<map<string, double>>>, `odd name` string",
 ])
 def test_pure_ddl_parser_agrees_with_spark(spark, ddl):
-    from cdc_emitter.sources import spark_struct
-    from cdc_emitter.spark_schema import parse_ddl_columns
+    from cdc_emitter.spark.sources import spark_struct
+    from cdc_emitter.spark.schema import parse_ddl_columns
 
     assert parse_ddl_columns(ddl) == spark_struct(spark, ddl)
 

@@ -11,10 +11,10 @@ import pytest
 from click.testing import CliRunner
 
 from cdc_emitter.cli import main
-from cdc_emitter.codec import CdcCodec, union_schema
-from cdc_emitter.core import Progress, Update
-from cdc_emitter.kafka_io import CdcProducer
-from cdc_emitter.verify import verify_topic
+from cdc_emitter.protocol.codec import CdcCodec, union_schema
+from cdc_emitter.protocol.core import Progress, Update
+from cdc_emitter.kafka.io import CdcProducer
+from cdc_emitter.read.verify import verify_topic
 
 pytestmark = pytest.mark.kafka
 
@@ -234,7 +234,7 @@ def test_decode_workers_give_exactly_what_one_process_gives(kafka_bootstrap, top
 def test_strict_catches_a_second_writer_with_other_rows_of_the_same_count(
         engine, spark, kafka_bootstrap, topic_factory, tmp_path):
     from cdc_emitter import CdcSink
-    from cdc_emitter.spark_schema import data_schema
+    from cdc_emitter.spark.schema import data_schema
 
     # one partition: the second writer's rows come after the first one's statement reported
     # time 1 (read while the time is open, as across partitions, they are an over_count anyway)

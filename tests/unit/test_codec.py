@@ -14,13 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cdc_emitter.codec import (
+from cdc_emitter.protocol.codec import (
     CdcCodec,
     data_schema_from_text,
     encode_zigzag_long,
     union_schema,
 )
-from cdc_emitter.core import Progress, Update
+from cdc_emitter.protocol.core import Progress, Update
 from cdc_emitter.errors import BadInputError, ConfigError, DecodeError, SchemaError
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"

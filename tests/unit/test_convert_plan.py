@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cdc_emitter.convert_plan import OpenVersion, VersionPlan, plan_versions
+from cdc_emitter.convert.plan import OpenVersion, VersionPlan, plan_versions
 from cdc_emitter.errors import CdcError
 
 TABLE = {3: 4, 4: 1, 6: 5}  # change rows per version (5: no change rows, e.g. OPTIMIZE)
@@ -87,7 +87,7 @@ def test_every_version_is_written_exactly_once_whole_in_order_and_nothing_stays_
 
 
 def test_a_plan_record_round_trips_and_a_bad_one_is_named():
-    from cdc_emitter.convert_plan import PlanRecord
+    from cdc_emitter.convert.plan import PlanRecord
 
     record = PlanRecord(7, VersionPlan((3, 4), 2, OpenVersion(6, 2)))
     assert PlanRecord.from_lines(record.to_json().splitlines(), "x") == record
@@ -98,7 +98,7 @@ def test_a_plan_record_round_trips_and_a_bad_one_is_named():
 
 
 def test_the_watermark_is_the_smallest_resolved_time_over_every_partition():
-    from cdc_emitter.convert_plan import watermark_window
+    from cdc_emitter.convert.plan import watermark_window
 
     # partition 1 has no resolved message yet: nothing is complete
     resolved, lower, upper, start, end = watermark_window(None, [0, 1], {0: 0, 1: 0}, {0: 5, 1: 3}, {0: 40})
@@ -106,7 +106,7 @@ def test_the_watermark_is_the_smallest_resolved_time_over_every_partition():
 
 
 def test_the_next_window_starts_at_the_pending_offsets_and_never_moves_the_watermark_back():
-    from cdc_emitter.convert_plan import WatermarkRecord, watermark_window
+    from cdc_emitter.convert.plan import WatermarkRecord, watermark_window
 
     previous = WatermarkRecord(4, {0: 40, 1: 30}, 10, 30, {0: 0, 1: 0}, {0: 5, 1: 3}, {0: 2, 1: 3})
     resolved, lower, upper, start, end = watermark_window(previous, [0, 1, 2], {1: 3, 2: 0}, {1: 9, 2: 4},
@@ -121,7 +121,7 @@ def test_the_next_window_starts_at_the_pending_offsets_and_never_moves_the_water
 
 
 def test_a_watermark_record_round_trips_and_a_bad_one_is_named():
-    from cdc_emitter.convert_plan import WatermarkRecord
+    from cdc_emitter.convert.plan import WatermarkRecord
 
     record = WatermarkRecord(3, {0: 40, 1: 30}, 10, 30, {0: 0, 1: 0}, {0: 5, 1: 3}, {0: 2, 1: 3})
     assert WatermarkRecord.from_lines(record.to_json().splitlines(), "x") == record

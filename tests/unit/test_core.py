@@ -368,7 +368,7 @@ def test_statements_that_graft_together_graft_in_their_order_of_arrival():
 @given(st.lists(st.tuples(st.integers(-50, 50), st.integers(1, 9)), max_size=80, unique_by=lambda tc: tc[0]),
        st.lists(st.tuples(st.integers(-60, 60), st.integers(-60, 60)), max_size=10))
 def test_sorted_counts_keeps_times_in_order_whatever_order_they_come_in(items, ranges):
-    from cdc_emitter.core import SortedCounts
+    from cdc_emitter.protocol.core import SortedCounts
 
     counts = SortedCounts(load=2)  # chunks of at most 4 times: every insert near a split
     for time, count in items:
@@ -383,7 +383,7 @@ def test_sorted_counts_keeps_times_in_order_whatever_order_they_come_in(items, r
 
 
 def test_statement_ledger_merges_intervals_and_keeps_the_first_count():
-    from cdc_emitter.core import StatementLedger
+    from cdc_emitter.protocol.core import StatementLedger
 
     ledger = StatementLedger()
     assert ledger.record(0, 3, {1: 2}) == []
@@ -420,7 +420,7 @@ def test_strict_rejects_an_unknown_mode():
 
 
 def test_bloom_memory_grows_by_chained_filters():
-    from cdc_emitter.bloom import BloomMemory
+    from cdc_emitter.protocol.bloom import BloomMemory
 
     memory = BloomMemory(1e-9, first_capacity=100)  # no false positive to make this flaky
     memory.remember(0, {i: Update(i, 0, 1) for i in range(400)})
@@ -448,7 +448,7 @@ def test_pending_names_stalled_counts_gaps_and_held_updates():
 
 
 def test_canonical_nan_makes_nan_rows_equal():
-    from cdc_emitter.core import NAN, canonical_nan
+    from cdc_emitter.protocol.core import NAN, canonical_nan
 
     a, b = canonical_nan((1, float("nan"), (float("nan"),))), canonical_nan((1, float("nan"), (float("nan"),)))
     assert a == b and hash(a) == hash(b) and a[1] is NAN
@@ -458,7 +458,7 @@ def test_canonical_nan_makes_nan_rows_equal():
 
 
 def test_split_progress_tiles_the_interval_with_statements_of_at_most_n_times():
-    from cdc_emitter.core import Progress, split_progress
+    from cdc_emitter.protocol.core import Progress, split_progress
 
     whole = progress_from_counts(0, 20, {4: 1, 6: 2, 9: 1, 12: 5, 15: 1})
     parts = split_progress(whole, 2)

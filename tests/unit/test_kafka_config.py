@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from cdc_emitter.errors import BrokerError, CdcError, ConfigError
-from cdc_emitter.kafka_io import (
+from cdc_emitter.kafka.io import (
     PRODUCER_DEFAULTS,
     CdcProducer,
     _watermarks,
@@ -88,7 +88,7 @@ def test_bad_client_config_raises_config_error_without_secrets():
 
 
 def test_spark_kafka_source_options_keep_security_settings_and_name_their_reader_on_a_bad_key():
-    from cdc_emitter.spark_kafka import kafka_read_options
+    from cdc_emitter.spark.kafka import kafka_read_options
 
     options = kafka_read_options("b:9092", {"security.protocol": "SSL", "linger.ms": "5"}, user="convert")
     assert options == {"kafka.bootstrap.servers": "b:9092", "kafka.security.protocol": "SSL"}
@@ -130,7 +130,7 @@ def test_a_permanent_error_on_offsets_fails_at_once():
 
 
 def test_spark_kafka_writer_options_batch_several_arrays_per_request_unless_told_otherwise():
-    from cdc_emitter.spark_kafka import kafka_write_options
+    from cdc_emitter.spark.kafka import kafka_write_options
 
     options = kafka_write_options("b:9092", "t", {})
     assert (options["kafka.acks"], options["kafka.batch.size"], options["topic"]) == ("all", "1000000", "t")

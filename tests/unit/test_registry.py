@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from cdc_emitter.codec import CdcCodec
-from cdc_emitter.core import Progress, Update
+from cdc_emitter.protocol.codec import CdcCodec
+from cdc_emitter.protocol.core import Progress, Update
 from cdc_emitter.errors import DecodeError, SchemaError
-from cdc_emitter.materialize import create_source_sql
-from cdc_emitter.registry import SchemaRegistry, _no_secrets, safe_url, schema_text_of, subject_for
+from cdc_emitter.protocol.materialize import create_source_sql
+from cdc_emitter.kafka.registry import SchemaRegistry, _no_secrets, safe_url, schema_text_of, subject_for
 
 V1 = {"type": "record", "name": "data", "fields": [
     {"name": "id", "type": "long"}, {"name": "price", "type": ["null", "int"]}]}

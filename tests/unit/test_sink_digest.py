@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 
-from cdc_emitter.sink_digest import DIGEST_TIMES, digest_form, format_digest, parse_digest
+from cdc_emitter.sink.digest import DIGEST_TIMES, digest_form, format_digest, parse_digest
 
 
 def test_few_times_are_listed_and_read_back():

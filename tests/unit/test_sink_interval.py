@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cdc_emitter.errors import BadInputError, LateUpdateError
-from cdc_emitter.sink_interval import Recorded, batch_time, batch_upper, recorded_from_statement
+from cdc_emitter.sink.interval import Recorded, batch_time, batch_upper, recorded_from_statement
 
 
 def time_of(**kw):

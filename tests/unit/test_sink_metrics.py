@@ -7,7 +7,7 @@ import json
 import pytest
 
 from cdc_emitter import BatchResult
-from cdc_emitter.sink_metrics import PhaseClock
+from cdc_emitter.sink.result import PhaseClock
 
 
 class FakeClock:

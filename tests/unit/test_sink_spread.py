@@ -6,9 +6,9 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cdc_emitter.sink_executors import BUCKET_BYTES, FANOUT_ARRAYS, spread
-from cdc_emitter.sink_jvm import large_diff, packed_groups
-from cdc_emitter.spark_settings import FALLBACK_THRESHOLD, V1_SOURCES, GroupsInMemory, KafkaWriteObserved
+from cdc_emitter.sink.distributed import BUCKET_BYTES, FANOUT_ARRAYS, spread
+from cdc_emitter.sink.plan import large_diff, packed_groups
+from cdc_emitter.spark.settings import FALLBACK_THRESHOLD, V1_SOURCES, GroupsInMemory, KafkaWriteObserved
 
 LIMIT = 900_000
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import fastavro
 from pyspark.sql import types as T
 
-from cdc_emitter.spark_columns import _gaps as _gaps_parsed
+from cdc_emitter.spark.columns import _gaps as _gaps_parsed
 
 UPDATE = {"type": "record", "name": "update", "fields": [
     {"name": "data", "type": {"type": "record", "name": "row", "fields": [

@@ -6,7 +6,7 @@ import pytest
 from pyspark.sql import types as T
 
 from cdc_emitter.errors import SchemaError
-from cdc_emitter.spark_schema import contains_map, data_schema
+from cdc_emitter.spark.schema import contains_map, data_schema
 
 
 def field_types(schema):
@@ -129,7 +129,7 @@ def test_unsupported_inside_array_and_bad_names():
 def test_collated_strings_become_plain_strings_wherever_they_are_nested():
     from pyspark.sql import types as T
 
-    from cdc_emitter.spark_schema import without_collation
+    from cdc_emitter.spark.schema import without_collation
 
     if not hasattr(T.StringType(), "collation"):
         pytest.skip("collations need Spark 4")

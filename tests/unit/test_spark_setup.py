@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyspark
 import pytest
 from cdc_emitter import configure_spark
-from cdc_emitter.spark_setup import scala_version, sink_packages
+from cdc_emitter.spark.setup import scala_version, sink_packages
 
 
 @pytest.fixture(autouse=True)

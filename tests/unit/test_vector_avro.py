@@ -8,7 +8,7 @@ import random
 import fastavro
 import pyarrow as pa
 
-from cdc_emitter._vector_avro import encode_records, supported
+from cdc_emitter.protocol.arrow_avro import encode_records, supported
 
 FIELDS = [
     ("l", pa.int64(), "long", True), ("i", pa.int32(), "int", False), ("s", pa.string(), "string", True),

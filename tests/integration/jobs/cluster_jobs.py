@@ -76,7 +76,7 @@ def standalone(master: str, bootstrap: str, topic: str, workdir: str, spark_loca
     from pyspark.sql import SparkSession
 
     from cdc_emitter import CdcSink, configure_spark
-    from cdc_emitter import spark_kafka
+    from cdc_emitter.spark import kafka as spark_kafka
 
     spark = (configure_spark(SparkSession.builder.master(master).appName("cdc-emitter-standalone"))
              .config("spark.pyspark.python", "/nonexistent/executor-python")
@@ -126,8 +126,9 @@ def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
     from pyspark.sql import SparkSession
 
     from cdc_emitter import CdcSink
-    from cdc_emitter import sink_figures, sink_jvm
-    from cdc_emitter.spark_settings import FALLBACK_THRESHOLD, V1_SOURCES, GroupsInMemory
+    from cdc_emitter.sink import plan_stats as sink_figures
+    from cdc_emitter.sink import plan as sink_jvm
+    from cdc_emitter.spark.settings import FALLBACK_THRESHOLD, V1_SOURCES, GroupsInMemory
 
     spark = SparkSession.builder.remote(url).getOrCreate()
     source, checkpoint = Path(workdir) / "in", Path(workdir) / "checkpoint"

@@ -1,0 +1,811 @@
+"""The Avro codec for Materialize CDC (CDCv2) messages. Pure: fastavro, the standard library, and
+numpy for long progress statements.
+
+One Kafka message value is one datum of the documented top-level union
+``[{"type": "array", "items": update}, progress]`` (branch 0: a batch of updates, branch 1: a
+progress statement), optionally preceded by the Confluent header ``0x00`` + 4-byte big-endian
+schema id ("confluent" framing, the default) or by nothing ("raw" framing).
+
+Guarantees:
+  * the bytes are exactly what fastavro writes for the documented union schema (the tests check
+    this), but the codec writes union branch indexes itself and never resolves the union per
+    message;
+  * :meth:`CdcCodec.encode_updates` / :meth:`CdcCodec.pack_items` keep every update exactly once,
+    in order, and never produce a message above ``max_message_bytes`` (framing included); an
+    update that cannot fit alone raises :class:`BadInputError` before any message is returned;
+  * :meth:`CdcCodec.decode` returns hashable data (tuples in field order) and raises only
+    :class:`DecodeError` on bad input; every NaN in a float or double field is the one
+    :data:`~cdc_emitter.protocol.core.NAN` object and -0.0 is 0.0, so equal values are equal data (as in
+    Spark's grouping); :meth:`CdcCodec.diagnose` names the likely cause of a failure (framing,
+    data schema) once, for a caller that sees many.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import io
+import json
+import math
+import struct
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Iterator
+from itertools import accumulate
+from operator import itemgetter
+from typing import Any
+
+import fastavro
+
+from cdc_emitter.protocol.core import NAN, Progress, Update
+from cdc_emitter.errors import BadInputError, ConfigError, DecodeError, SchemaError
+
+NAMESPACE = "com.materialize.cdc"
+FRAMINGS = ("confluent", "raw")
+PRIMITIVES = frozenset(("null", "boolean", "int", "long", "float", "double", "bytes", "string"))
+_LONG_ARRAY = {"type": "array", "items": "long"}
+
+
+def _progress_schema() -> dict:
+    return {
+        "type": "record",
+        "name": "progress",
+        "namespace": NAMESPACE,
+        "fields": [
+            {"name": "lower", "type": dict(_LONG_ARRAY)},
+            {"name": "upper", "type": dict(_LONG_ARRAY)},
+            {
+                "name": "counts",
+                "type": {
+                    "type": "array",
+                    "items": {
+                        "type": "record",
+                        "name": "counts",
+                        "fields": [
+                            {"name": "time", "type": "long"},
+                            {"name": "count", "type": "long"},
+                        ],
+                    },
+                },
+            },
+        ],
+    }
+
+
+def _data_record(data_schema: Any) -> dict:
+    if not isinstance(data_schema, dict) or data_schema.get("type") != "record":
+        raise SchemaError(f"the data schema must be an Avro record, got {json.dumps(data_schema)[:200]}")
+    if not isinstance(data_schema.get("fields"), list):
+        raise SchemaError("the data record schema needs a list of 'fields'")
+    rest = {k: v for k, v in data_schema.items() if k not in ("type", "name", "namespace")}
+    return {"type": "record", "name": "data", **rest}
+
+
+def union_schema(data_schema: dict) -> list:
+    """The full top-level CDC union for ``data_schema`` (an Avro record), as documented.
+
+    The record is renamed ``data`` (full name ``com.materialize.cdc.data``), its fields kept.
+    Raises :class:`SchemaError` if the result is not a valid Avro schema.
+    """
+    update = {
+        "type": "record",
+        "name": "update",
+        "namespace": NAMESPACE,
+        "fields": [
+            {"name": "data", "type": _data_record(data_schema)},
+            {"name": "time", "type": "long"},
+            {"name": "diff", "type": "long"},
+        ],
+    }
+    union = [{"type": "array", "items": update}, _progress_schema()]
+    try:
+        fastavro.parse_schema(union)
+    except Exception as exc:  # fastavro raises several types for malformed schemas
+        raise SchemaError(f"invalid Avro data schema: {exc}") from None
+    return union
+
+
+def data_schema_from_text(text: str) -> dict:
+    """The data record schema from either the full documented union schema or the record alone."""
+    try:
+        schema = json.loads(text)
+    except ValueError as exc:
+        raise SchemaError(f"the schema is not valid JSON: {exc}") from None
+    if isinstance(schema, list):
+        data = None
+        for branch in schema:
+            items = branch.get("items") if isinstance(branch, dict) and branch.get("type") == "array" else None
+            if isinstance(items, dict) and items.get("name") in ("update", f"{NAMESPACE}.update"):
+                fields = items.get("fields") or [{}]
+                if isinstance(fields, list) and isinstance(fields[0], dict) and fields[0].get("name") == "data":
+                    data = fields[0].get("type")
+        if data is None:
+            raise SchemaError(
+                "the union schema has no update array branch "
+                '({"type": "array", "items": {"name": "update", fields data, time, diff}})'
+            )
+        if not isinstance(data, dict) or data.get("type") != "record":
+            raise SchemaError("the 'data' field of the update record must be a record")
+        expected = union_schema(data)
+        try:
+            same = fastavro.schema.to_parsing_canonical_form(schema) == (
+                fastavro.schema.to_parsing_canonical_form(expected)
+            )
+        except Exception as exc:
+            raise SchemaError(f"invalid Avro union schema: {exc}") from None
+        if not same:
+            raise SchemaError(
+                "the union schema differs from the documented Materialize CDC schema "
+                "(branches [update array, progress], field names and order as documented)"
+            )
+        return data
+    if isinstance(schema, dict) and schema.get("type") == "record":
+        if schema.get("name") in ("progress", "update", f"{NAMESPACE}.progress", f"{NAMESPACE}.update"):
+            raise SchemaError(f"expected the data record or the full union, got the {schema['name']} record")
+        union_schema(schema)  # validates
+        return schema
+    raise SchemaError("the schema must be the full CDC union (a JSON array) or the data record")
+
+
+def schema_differences(topic: dict, batch: dict) -> list[str]:
+    """How the data record ``batch`` differs from ``topic`` (the one a topic was written with),
+    one phrase per column, nullability included; empty when they are the same schema."""
+    if json.dumps(topic, sort_keys=True) == json.dumps(batch, sort_keys=True):
+        return []
+    old = {f["name"]: f["type"] for f in topic.get("fields", [])}
+    new = {f["name"]: f["type"] for f in batch.get("fields", [])}
+    out = []
+    for name, kind in old.items():
+        if name not in new:
+            out.append(f"column {name} ({type_text(kind)}) is in the topic, not in this batch")
+        elif json.dumps(kind, sort_keys=True) != json.dumps(new[name], sort_keys=True):
+            was, now = type_text(kind), type_text(new[name])
+            if was == now:  # the same outline: the difference is deeper (nested fields)
+                was, now = json.dumps(kind, sort_keys=True), json.dumps(new[name], sort_keys=True)
+            out.append(f"column {name} is {was} in the topic, {now} in this batch")
+    out.extend(f"column {name} ({type_text(kind)}) is new in this batch"
+               for name, kind in new.items() if name not in old)
+    if not out:
+        out.append(f"the columns are in another order: {', '.join(old)} in the topic, "
+                   f"{', '.join(new)} in this batch")
+    return out
+
+
+def encode_zigzag_long(n: int) -> bytes:
+    """Avro's zig-zag varint encoding of a signed 64-bit integer."""
+    n = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while n & ~0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def decode_zigzag_long(data: Any, pos: int, end: int) -> tuple[int, int]:
+    """The zig-zag varint in ``data`` (bytes or a memoryview) at ``pos``, and the position after
+    it; raises :class:`DecodeError` if it does not end before ``end``."""
+    n = shift = 0
+    while True:
+        if pos >= end:
+            raise DecodeError("a varint runs past its end")
+        byte = data[pos]
+        pos += 1
+        n |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return (n >> 1) ^ -(n & 1), pos
+
+
+# -- per-schema converters ----------------------------------------------------------------
+# Built once from a *parsed* schema (fastavro full names). ``None`` means identity, which lets
+# flat records skip per-value work.
+
+Conv = Callable[[Any], Any] | None
+
+
+class _Lazy:
+    """A converter for a named type still being built (recursive schemas)."""
+
+    def __init__(self):
+        self.fn: Callable[[Any], Any] = lambda v: v
+
+    def __call__(self, v):
+        return self.fn(v)
+
+
+def _canonical_float(v: float) -> float:
+    return NAN if v != v else v + 0.0  # one NaN object; -0.0 + 0.0 is 0.0
+
+
+def _build(schema: Any, named: dict, kind: str, memo: dict) -> Conv:
+    """Converter of ``kind``: "hash" (fastavro value → hashable) or "write" (→ fastavro value)."""
+    if isinstance(schema, str):
+        if kind == "hash" and schema in ("float", "double"):
+            return _canonical_float
+        if schema in PRIMITIVES:
+            return None
+        if schema in memo:
+            return memo[schema]
+        return _build(named[schema], named, kind, memo)
+    if isinstance(schema, list):
+        branches = [_build(b, named, kind, memo) for b in schema]
+        live = [c for b, c in zip(schema, branches) if b != "null" and c is not None]
+        if not live:
+            return None
+        if len(live) == 1:
+            (conv,) = live
+            return lambda v: None if v is None else conv(v)
+        return lambda v: None if v is None else _first_ok(live, v)
+    t = schema["type"]
+    if t == "record":
+        lazy = memo[schema["name"]] = _Lazy()
+        names = [f["name"] for f in schema["fields"]]
+        convs = [_build(f["type"], named, kind, memo) for f in schema["fields"]]
+        lazy.fn = _record_hash(names, convs) if kind == "hash" else _record_write(names, convs)
+        return lazy.fn if not any(isinstance(c, _Lazy) for c in convs) else lazy
+    if t == "array":
+        c = _build(schema["items"], named, kind, memo)
+        if kind == "hash":
+            return tuple if c is None else (lambda v: tuple(map(c, v)))
+        return list if c is None else (lambda v: list(map(c, v)))  # fastavro's unions need lists
+    if t == "map":
+        c = _build(schema["values"], named, kind, memo)
+        if kind == "hash":
+            if c is None:
+                return lambda v: tuple(sorted(v.items(), key=_KEY0))
+            return lambda v: tuple(sorted(((k, c(x)) for k, x in v.items()), key=_KEY0))
+        if c is None:
+            return lambda v: v if isinstance(v, dict) else dict(v)
+        return lambda v: {k: c(x) for k, x in _pairs(v)}
+    if t in PRIMITIVES:  # {"type": "long", "logicalType": ...} etc.
+        return _canonical_float if kind == "hash" and t in ("float", "double") else None
+    return None  # enum, fixed
+
+
+_KEY0 = itemgetter(0)
+
+
+def _pairs(v):
+    return v.items() if isinstance(v, dict) else v
+
+
+def _first_ok(convs, v):
+    for c in convs:
+        try:
+            return c(v)
+        except (TypeError, ValueError, AttributeError, KeyError):
+            continue
+    return v
+
+
+def _record_hash(names, convs):
+    if all(c is None for c in convs):
+        return lambda d: tuple(d.values())
+    pairs = list(zip(names, convs))
+    return lambda d: tuple(d[n] if c is None else c(d[n]) for n, c in pairs)
+
+
+def _record_write(names, convs):
+    if all(c is None for c in convs):
+        return lambda v: v if v.__class__ is dict else dict(zip(names, v))
+    pairs = list(zip(names, convs))
+
+    def conv(v):
+        if not isinstance(v, dict):
+            v = dict(zip(names, v))
+        return {n: (v[n] if c is None or v[n] is None else c(v[n])) for n, c in pairs}
+
+    return conv
+
+
+def _strip_logical(schema: Any) -> Any:
+    if isinstance(schema, list):
+        return [_strip_logical(s) for s in schema]
+    if isinstance(schema, dict):
+        return {k: _strip_logical(v) for k, v in schema.items() if k != "logicalType"}
+    return schema
+
+
+class CdcCodec:
+    """Encodes and decodes CDC messages for one data record schema and one framing.
+
+    ``writer_schemas``: with confluent framing, a function from a schema id to the data schema
+    registered under it (a schema registry's). A message that names another id than
+    ``schema_id`` is then decoded with its writer's schema and resolved into this codec's by
+    Avro's schema resolution (fields added with defaults, removed, promoted), so a topic whose
+    schema evolved reads as one. Without it, every message is read with this codec's schema.
+    """
+
+    def __init__(
+        self,
+        data_schema: dict,
+        *,
+        framing: str = "confluent",
+        schema_id: int = 0,
+        max_message_bytes: int = 900_000,
+        writer_schemas: Callable[[int], dict] | None = None,
+    ):
+        if framing not in FRAMINGS:
+            raise ConfigError(f"framing must be one of {', '.join(FRAMINGS)}, got {framing!r}")
+        if isinstance(schema_id, bool) or not isinstance(schema_id, int) or not 0 <= schema_id < 2**31:
+            raise ConfigError(f"schema id must be an integer in 0..2^31-1, got {schema_id!r}")
+        if isinstance(max_message_bytes, bool) or not isinstance(max_message_bytes, int) or max_message_bytes < 16:
+            raise ConfigError(f"max_message_bytes must be an integer >= 16, got {max_message_bytes!r}")
+        self.union = union_schema(data_schema)
+        self.data_schema = self.union[0]["items"]["fields"][0]["type"]
+        self.field_names = [f["name"] for f in self.data_schema["fields"]]
+        self.framing = framing
+        self.schema_id = schema_id
+        self.max_message_bytes = max_message_bytes
+        #: what every message starts with: the Confluent header (magic 0, 4-byte schema id) or nothing
+        self.frame = b"\x00" + struct.pack(">I", schema_id) if framing == "confluent" else b""
+        self._skip = len(self.frame)
+        self.writer_schemas = writer_schemas if framing == "confluent" else None
+        self._writers: dict[int, tuple] = {}  # schema id -> (array, progress) writer schemas
+
+        named: dict = {}
+        parsed = fastavro.parse_schema(self.union, named_schemas=named)
+        self._item = fastavro.parse_schema(self.union[0]["items"])
+        self._array = fastavro.parse_schema(self.union[0])
+        self._progress = fastavro.parse_schema(self.union[1])
+        self._data_alone = fastavro.parse_schema(self.data_schema)
+        data_parsed = parsed[0]["items"]["fields"][0]["type"]
+        self._to_hashable = _build(data_parsed, named, "hash", {})
+        self._to_writer = _build(data_parsed, named, "write", {})
+        self._flat = all(_build(f["type"], named, "hash", {}) is None for f in data_parsed["fields"])
+        raw_named: dict = {}
+        self._raw_parsed = fastavro.parse_schema(_strip_logical(self.union), named_schemas=raw_named)
+        self._raw_named = raw_named
+        self._raw_array = fastavro.parse_schema(_strip_logical(self.union[0]))
+        self._raw_progress = fastavro.parse_schema(_strip_logical(self.union[1]))
+        self._json_fns: dict = {}
+        # Non-null, non-float primitive columns: the data tuples themselves are a total order.
+        comparable = ("boolean", "int", "long", "string", "bytes")
+        self._plain = all(
+            isinstance(f["type"], str) and f["type"] in comparable for f in data_parsed["fields"]
+        )
+        #: Whether data can hold floats (NaN must then be made the one NAN object again after
+        #: data crossed a process boundary).
+        self.has_floats = any(t in json.dumps(self.data_schema) for t in ('"float"', '"double"'))
+
+    # -- encoding -------------------------------------------------------------------------
+
+    def encode_updates(self, updates: Iterable[Update]) -> list[bytes]:
+        """Update-array messages holding every update exactly once, in order, each within the limit.
+
+        ``data`` is a dict by field name or a tuple/list in field order (nested records alike).
+        Messages are filled to about 90% of the limit: chunks sized from the bytes per update seen
+        so far are written as whole arrays in one fastavro call; a chunk that comes out too large
+        is re-encoded item by item and packed greedily (see :meth:`pack_items`).
+        """
+        conv = self._to_writer
+        try:
+            records = [{"data": conv(data), "time": time, "diff": diff} for data, time, diff in updates]
+        except Exception:  # name the culprit
+            for data, time, diff in updates:
+                try:
+                    conv(data)
+                except Exception as exc:
+                    raise BadInputError(f"update {data!r} at time {time} cannot be encoded: {exc}") from None
+            raise
+        head = self.frame + b"\x00"  # framing + union branch 0
+        limit, write, array = self.max_message_bytes, fastavro.schemaless_writer, self._array
+        room = (limit - len(head) - 11) * 0.9
+        out: list[bytes] = []
+        i, n = 0, len(records)
+        probe = self._encode_items(records[:32])[1] if n else [1]  # bytes per update, first guess
+        chunk = max(1, int(room / max(sum(probe) / len(probe), 1.0)))
+        while i < n:
+            part = records[i:i + chunk]
+            buf = io.BytesIO()
+            buf.write(head)
+            try:
+                write(buf, array, part)
+                fits = buf.tell() <= limit
+            except Exception:
+                fits = False  # the item-by-item path names the bad update
+            if fits:
+                out.append(buf.getvalue())
+                avg = (buf.tell() - len(head)) / len(part)
+            else:  # greedy packing; the last, partly filled message goes back to the queue
+                body, sizes = self._encode_items(part)
+                self._check_sizes(sizes, lambda j: f"the update at time {part[j]['time']}")
+                bounds = list(self._bounds(sizes))
+                if len(bounds) > 1 and i + len(part) < n:
+                    bounds.pop()
+                out.extend(self._message(head, body, bound) for bound in bounds)
+                part = part[:bounds[-1][1]]
+                avg = sum(sizes[:len(part)]) / len(part)
+            i += len(part)
+            chunk = max(1, int(room / max(avg, 1.0)))
+        return out
+
+    def _encode_items(self, records: list[dict]) -> tuple[memoryview, list[int]]:
+        """Each update record's bytes, contiguous in one buffer, and their sizes."""
+        buf = io.BytesIO()
+        write, item, tell = fastavro.schemaless_writer, self._item, buf.tell
+        ends = []
+        for rec in records:
+            try:
+                write(buf, item, rec)
+            except Exception as exc:
+                raise BadInputError(
+                    f"update {rec['data']!r} at time {rec['time']} cannot be encoded: {exc}"
+                ) from None
+            ends.append(tell())
+        return buf.getbuffer(), [b - a for a, b in zip([0, *ends], ends)]
+
+    def pack_items(self, items: Iterable[bytes]) -> Iterator[bytes]:
+        """Framed update-array messages from already-encoded ``update`` records, order kept.
+
+        Greedy: each message takes as many items as fit. Every item is checked before the first
+        message is made; one that cannot fit alone raises :class:`BadInputError`.
+        """
+        items = list(items)
+        sizes = [len(b) for b in items]
+        self._check_sizes(sizes, lambda i: f"item {i}")
+        body, head = b"".join(items), self.frame + b"\x00"
+        return (self._message(head, body, bound) for bound in self._bounds(sizes))
+
+    def merge_arrays(self, messages: Iterable[bytes]) -> list[bytes]:
+        """Update-array messages of this codec (one block each, as :meth:`pack_items` and the
+        JVM data path make them) joined into as few as fit: greedy, order kept, each block
+        whole — each message at most ``max_message_bytes`` unless one given was already over it.
+        The updates, and so a batch's counts and digest, are the same.
+
+        Raises :class:`DecodeError` for a message that is not one framed update-array block."""
+        head = self.frame + b"\x00"
+        blocks: list[tuple[int, memoryview]] = []
+        for i, message in enumerate(messages):
+            view = memoryview(message)
+            if bytes(view[:len(head)]) != head or len(view) < len(head) + 2 or view[-1] != 0:
+                raise DecodeError(f"update-array message {i} ({len(view)} bytes) is not framed "
+                                  f"as this codec's update arrays")
+            try:  # the block count, before the closing zero
+                count, pos = decode_zigzag_long(view, len(head), len(view) - 1)
+            except DecodeError:
+                raise DecodeError(f"update-array message {i} ends inside its block count") from None
+            if count <= 0:
+                raise DecodeError(f"update-array message {i} has a block of {count} updates")
+            blocks.append((count, view[pos:-1]))
+        merged: list[bytes] = []
+        i = 0
+        while i < len(blocks):
+            count, size, j = blocks[i][0], len(blocks[i][1]), i + 1
+            while j < len(blocks):
+                grown = size + len(blocks[j][1])
+                if len(head) + len(encode_zigzag_long(count + blocks[j][0])) + grown + 1 > self.max_message_bytes:
+                    break
+                count, size, j = count + blocks[j][0], grown, j + 1
+            merged.append(b"".join((head, encode_zigzag_long(count), *(body for _, body in blocks[i:j]), b"\x00")))
+            i = j
+        return merged
+
+    def _check_sizes(self, sizes: list[int], what: Callable[[int], str]) -> None:
+        fixed = len(self.frame) + 3  # union index, count 1, closing zero
+        limit = self.max_message_bytes
+        for i, size in enumerate(sizes):
+            if size + fixed > limit:
+                raise BadInputError(
+                    f"{what(i)} encodes to {size} bytes, more than fits in a message of at most "
+                    f"{limit} bytes ({fixed} of them go to framing and array headers); "
+                    "raise max_message_bytes"
+                )
+
+    def _bounds(self, sizes: list[int]) -> Iterator[tuple[int, int, int, int]]:
+        """Greedy messages as item range ``i..j`` and byte range (sizes already checked)."""
+        budget = self.max_message_bytes - len(self.frame) - 2 - len(encode_zigzag_long(len(sizes)))
+        cum = [0, *accumulate(sizes)]
+        n, i = len(sizes), 0
+        while i < n:
+            j = bisect_right(cum, cum[i] + budget, i + 1) - 1
+            j = max(j, i + 1)  # fits alone (checked), just not with the worst-case count bound
+            yield i, j, cum[i], cum[j]
+            i = j
+
+    @staticmethod
+    def _message(head: bytes, body: Any, bound: tuple[int, int, int, int]) -> bytes:
+        """Items ``i..j`` as one Avro array block: count, the items' bytes, closing zero."""
+        i, j, start, end = bound
+        return b"".join((head, encode_zigzag_long(j - i), body[start:end], b"\x00"))
+
+    def encode_progress(self, progress: Progress) -> bytes:
+        """A progress message: framing + union branch 1 + the progress record."""
+        lower, upper, counts = progress
+        # by hand, vectorised (numpy): a statement of a batch of event times can count a million
+        # times, which fastavro took over a second to write as records; the same bytes
+        from cdc_emitter.protocol.arrow_avro import long_block
+
+        blocks = [long_block(lower), long_block(upper), long_block(counts)]
+        if None not in blocks:
+            return b"".join((self.frame, b"\x02", *blocks))
+        record = {  # a value that is not a plain long: fastavro says what is wrong
+            "lower": list(lower),
+            "upper": list(upper),
+            "counts": [{"time": t, "count": c} for t, c in counts],
+        }
+        buf = io.BytesIO()
+        buf.write(self.frame + b"\x02")
+        try:
+            fastavro.schemaless_writer(buf, self._progress, record)
+        except Exception as exc:
+            raise BadInputError(f"progress {progress!r} cannot be encoded: {exc}") from None
+        return buf.getvalue()
+
+    # -- decoding -------------------------------------------------------------------------
+
+    def _body(self, value: bytes | None, array_schema, progress_schema):
+        if value is None:
+            raise DecodeError("the message has no value (a tombstone)")
+        skip = self._skip
+        if skip:
+            if len(value) < 6:
+                raise DecodeError(f"message of {len(value)} bytes is too short for confluent framing")
+            if value[0] != 0:
+                raise DecodeError(f"bad magic byte {value[0]} (expected 0 for confluent framing)")
+        elif not value:
+            raise DecodeError("empty message")
+        branch = value[skip]
+        if branch == 0:
+            schema = array_schema
+        elif branch == 2:
+            schema = progress_schema
+        else:
+            raise DecodeError(f"bad union index byte {branch} (expected 0 or 2)")
+        buf = io.BytesIO(value)
+        buf.seek(skip + 1)
+        what = "update array" if branch == 0 else "progress record"
+        writer = None
+        if self.writer_schemas is not None:
+            schema_id = int.from_bytes(value[1:5], "big")
+            if schema_id != self.schema_id:
+                writer = self._writer(schema_id)[0 if branch == 0 else 1]
+                what += f" (written with schema id {schema_id})"
+        try:
+            if writer is None:
+                datum = fastavro.schemaless_reader(buf, schema, None)
+            else:
+                datum = fastavro.schemaless_reader(buf, writer, schema)
+        except Exception as exc:
+            reason = str(exc) or ("ran past the end of the message" if isinstance(exc, EOFError) else "")
+            raise DecodeError(
+                f"the {what} does not decode with the schema ({type(exc).__name__}"
+                f"{': ' + reason if reason else ''}; at byte {buf.tell()} of {len(value)})"
+            ) from None
+        if buf.tell() != len(value):
+            raise DecodeError(
+                f"the {what} decodes with the schema but leaves {len(value) - buf.tell()} of "
+                f"{len(value)} bytes unread"
+            )
+        return branch, datum
+
+    def _writer(self, schema_id: int) -> tuple:
+        """The writer's array and progress schemas for ``schema_id``, parsed once."""
+        found = self._writers.get(schema_id)
+        if found is None:
+            try:
+                union = union_schema(self.writer_schemas(schema_id))
+            except SchemaError as exc:  # an unknown id, a schema that is no CDC union: this message
+                raise DecodeError(f"schema id {schema_id}: {exc}") from None
+            found = self._writers[schema_id] = (fastavro.parse_schema(union[0]), fastavro.parse_schema(union[1]))
+        return found
+
+    def decode(self, value: bytes) -> list[Update] | Progress:
+        """The updates (data as tuples in field order) or the :class:`Progress` of one message."""
+        return self._decode(value, Update)
+
+    def decode_rows(self, value: bytes) -> list[tuple] | Progress:
+        """As :meth:`decode`, with plain ``(data, time, diff)`` tuples (they marshal and pickle
+        as plain tuples, for decoding in another process)."""
+        return self._decode(value, tuple)
+
+    def _decode(self, value: bytes, row: type) -> list | Progress:
+        branch, datum = self._body(value, self._array, self._progress)
+        if branch == 2:
+            try:
+                return Progress(
+                    tuple(datum["lower"]),
+                    tuple(datum["upper"]),
+                    tuple((c["time"], c["count"]) for c in datum["counts"]),
+                )
+            except (KeyError, TypeError) as exc:
+                raise DecodeError(f"malformed progress record: {exc}") from None
+        new = tuple.__new__  # Update(...) without the NamedTuple __new__ call overhead
+        if self._flat:
+            return [new(row, (tuple(r["data"].values()), r["time"], r["diff"])) for r in datum]
+        conv = self._to_hashable
+        return [new(row, (conv(r["data"]), r["time"], r["diff"])) for r in datum]
+
+    def decode_data(self, body: bytes) -> Any:
+        """One data record's Avro body (no framing, no union index) as :meth:`decode` gives a
+        row's data: a tuple in field order, values as the reader compares them."""
+        datum = fastavro.schemaless_reader(io.BytesIO(body), self._data_alone, None)
+        return tuple(datum.values()) if self._flat else self._to_hashable(datum)
+
+    def diagnose(self, value: bytes) -> str | None:
+        """The likely cause when ``value`` does not decode: the framing, or the data schema.
+
+        None when it decodes or nothing better than the decode error itself can be said.
+        """
+        if value is None:
+            return None
+        try:
+            self._body(value, self._array, self._progress)
+            return None
+        except DecodeError:
+            pass
+        other = "raw" if self.framing == "confluent" else "confluent"
+        try:
+            CdcCodec(self.data_schema, framing=other)._body(value, self._array, self._progress)
+        except (DecodeError, IndexError):
+            pass
+        else:
+            found = "no Confluent header" if other == "raw" else "a Confluent header"
+            return f"the messages carry {found}: read them with framing {other!r} (--framing {other})"
+        header = ""
+        if self.framing == "confluent" and len(value) >= 6 and value[0] == 0 and value[5] in (0, 2):
+            header = f"; the messages name schema id {int.from_bytes(value[1:5], 'big')}"
+        if len(value) > self._skip and value[self._skip] == 0:
+            fields = ", ".join(
+                f"{f['name']} {type_text(f['type'])}" for f in self.data_schema["fields"]
+            )
+            return (
+                f"update arrays do not decode with the data schema ({fields}): the topic was "
+                f"probably written with another data schema{header}; read it with the schema "
+                "its writer used"
+            )
+        return None
+
+    # -- presentation ---------------------------------------------------------------------
+
+    def data_to_json(self, data: Any) -> dict:
+        """``data`` (a decoded tuple, or a dict) as a plain JSON-able dict by field name."""
+        return _plain_json(self._raw_parsed[0]["items"]["fields"][0]["type"], data, self._raw_named)
+
+    def sort_key(self, data: Any) -> Any:
+        """A total-order key for data values (None, mixed types, nested tuples)."""
+        return data if self._plain else _key(data)
+
+    def to_avro_json(self, value: bytes) -> str:
+        """The message as one compact line of Avro-JSON, as in the reference documentation."""
+        branch, datum = self._body(value, self._raw_array, self._raw_progress)
+        schema = self._raw_parsed[0 if branch == 0 else 1]
+        name = "array" if branch == 0 else schema["name"]
+        out = {name: _avro_json(schema, datum, self._raw_named)}
+        return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
+
+
+def _key(v: Any) -> Any:
+    """Recursive total-order key: values are grouped by kind, then compared within the kind."""
+    if v is None:
+        return (0,)
+    if isinstance(v, bool):
+        return (1, v)
+    if isinstance(v, (int, float, decimal.Decimal)):
+        return (2, v) if v == v else (3,)  # NaN sorts after every number
+    if isinstance(v, str):
+        return (4, v)
+    if isinstance(v, (bytes, bytearray)):
+        return (5, bytes(v))
+    if isinstance(v, datetime.datetime):
+        return (7, v.timestamp() if v.tzinfo else v.replace(tzinfo=datetime.timezone.utc).timestamp())
+    if isinstance(v, datetime.date):
+        return (6, v.toordinal())
+    if isinstance(v, (tuple, list)):
+        return (8, tuple(map(_key, v)))
+    if isinstance(v, dict):
+        return (9, tuple(sorted((_key(k), _key(x)) for k, x in v.items())))
+    return (10, type(v).__name__, repr(v))
+
+
+def resolve(schema: Any, named: dict) -> Any:
+    """``schema`` with its names followed: a parsed Avro type (a primitive's name, a union's
+    list or a type's dict), given ``named``, the named types ``fastavro.parse_schema`` filled."""
+    while isinstance(schema, str) and schema not in PRIMITIVES:
+        schema = named[schema]
+    return schema
+
+
+def kind(schema: Any) -> str:
+    """The kind of a resolved, non-union Avro type: a primitive's name (``long``) or a complex
+    type's (``record``, ``array``, ``map``, ``enum``, ``fixed``)."""
+    return schema if isinstance(schema, str) else schema["type"]
+
+
+def _type_name(schema: Any) -> str:
+    if isinstance(schema, str):
+        return schema
+    if schema["type"] in ("record", "enum", "fixed"):
+        return schema["name"]
+    return schema["type"]
+
+
+def _branch(schemas: list, value: Any, named: dict) -> Any:
+    """The union branch a (raw) decoded value belongs to."""
+    want = {
+        bool: ("boolean",), int: ("int", "long"), float: ("double", "float"), str: ("string", "enum"),
+        bytes: ("bytes", "fixed"), list: ("array",), dict: ("record", "map"),
+    }.get(type(value), ())
+    for s in schemas:
+        r = resolve(s, named)
+        if kind(r) in want:
+            return s
+    raise DecodeError(f"no union branch matches value {value!r}")
+
+
+def _avro_json(schema: Any, value: Any, named: dict) -> Any:
+    """A raw (logical types stripped) decoded value in Avro-JSON notation."""
+    if isinstance(schema, list):
+        if value is None:
+            return None
+        s = _branch([b for b in schema if b != "null"], value, named)
+        return {_type_name(s): _avro_json(s, value, named)}
+    schema = resolve(schema, named)
+    t = kind(schema)
+    if t == "record":
+        return {f["name"]: _avro_json(f["type"], value[f["name"]], named) for f in schema["fields"]}
+    if t == "array":
+        return [_avro_json(schema["items"], v, named) for v in value]
+    if t == "map":
+        return {k: _avro_json(schema["values"], v, named) for k, v in value.items()}
+    if t in ("bytes", "fixed"):
+        return value.decode("iso-8859-1")
+    return value
+
+
+def _plain_json(schema: Any, value: Any, named: dict) -> Any:
+    """A decoded (hashable) value as plain JSON: records dicts, unions unwrapped."""
+    if value is None:
+        return None
+    if isinstance(schema, list):
+        live = [b for b in schema if b != "null"]
+        if len(live) == 1:
+            return _plain_json(live[0], value, named)
+        return _plain_value(value)
+    schema = resolve(schema, named)
+    t = kind(schema)
+    if t == "record":
+        fields = schema["fields"]
+        if isinstance(value, dict):
+            value = [value.get(f["name"]) for f in fields]
+        return {f["name"]: _plain_json(f["type"], v, named) for f, v in zip(fields, value)}
+    if t == "array":
+        return [_plain_json(schema["items"], v, named) for v in value]
+    if t == "map":
+        return {k: _plain_json(schema["values"], v, named) for k, v in _pairs(value)}
+    return _plain_value(value)
+
+
+def type_text(schema: Any) -> str:
+    """A short text for an Avro field type: ``long``, ``long?`` (nullable), ``record``...
+
+    Nullable is marked because it changes the bytes: ``["null", "long"]`` writes a union index
+    before every value, so data written as ``long`` does not read as ``long?`` or back."""
+    if isinstance(schema, list):
+        live = [b for b in schema if b != "null"]
+        text = type_text(live[0]) if len(live) == 1 else "union"
+        return text + "?" if "null" in schema else text
+    if isinstance(schema, dict):
+        return schema.get("logicalType") or schema["type"]
+    return schema.rsplit(".", 1)[-1]
+
+
+def _plain_value(v: Any) -> Any:
+    if v.__class__ is float:
+        if v != v:
+            return "NaN"  # JSON has no NaN or infinities: the names Spark and JavaScript print
+        if v in (math.inf, -math.inf):
+            return "Infinity" if v > 0 else "-Infinity"
+        return v
+    if isinstance(v, (bytes, bytearray)):
+        return base64.b64encode(v).decode("ascii")
+    if isinstance(v, decimal.Decimal):
+        return format(v, "f")  # plain notation: 0E-10 prints 0.0000000000
+    if isinstance(v, (datetime.date, datetime.time)):
+        return v.isoformat()
+    if isinstance(v, (tuple, list)):
+        return [_plain_value(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _plain_value(x) for k, x in v.items()}
+    return v

@@ -1,0 +1,845 @@
+"""The CDCv2 protocol core: updates, progress statements, consolidation and the reader.
+
+Pure Python: no Kafka, no Spark, no Avro. Times are non-negative integers, so a frontier is
+either ``(t,)`` (every time ``< t`` is complete) or ``()`` (the history is closed).
+
+The reader follows differential dataflow's ``capture`` reader (see the CDCv2 write-up): it
+deduplicates updates, queues progress statements until they graft onto the progress frontier
+without a gap, and reports a time only once both the progress chain covers it and every update
+its count announces has arrived. Beyond that it *reports* protocol violations instead of raising
+or stalling: every progress statement is checked against every earlier one (a small ledger of
+what the statements said, which grows with the statements, never with the updates), and a strict
+mode remembers what it reported, so a late update that is not an exact duplicate is caught too.
+
+Data values compare with Python equality. NaN is the one value not equal to itself: decoders
+hand the reader :data:`NAN` (one shared object, equal to itself by identity) for every NaN, as
+Spark's grouping treats all NaNs as one value; :func:`canonical_nan` does it for other callers.
+"""
+
+from __future__ import annotations
+
+import heapq
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterable, Mapping
+from typing import Any, NamedTuple
+
+from cdc_emitter.errors import BadInputError
+
+MAX_LONG = 2**63 - 1
+MIN_LONG = -(2**63)
+_NEVER = 2**63  # an upper bound beyond every time: "the interval never ends"
+
+#: The one NaN object decoders put into data, so that NaN == NaN inside tuples (by identity).
+NAN = float("nan")
+
+
+def canonical_nan(value: Any) -> Any:
+    """``value`` with every NaN float (in tuples, lists, at any depth) replaced by :data:`NAN`."""
+    if value.__class__ is float:
+        return NAN if value != value else value
+    if isinstance(value, tuple):
+        return tuple(map(canonical_nan, value))
+    if isinstance(value, list):
+        return list(map(canonical_nan, value))
+    return value
+
+
+class Update(NamedTuple):
+    """One update statement: the multiplicity of ``data`` changes by ``diff`` at ``time``."""
+
+    data: Any
+    time: int
+    diff: int
+
+
+class Progress(NamedTuple):
+    """A progress statement about the half-open interval ``lower <= t < upper``.
+
+    ``counts`` lists ``(time, count)``: exactly ``count`` distinct ``(data, time)`` updates exist
+    at that time; every unlisted time in the interval has none. ``upper == ()`` never ends.
+    """
+
+    lower: tuple[int, ...] = (0,)
+    upper: tuple[int, ...] = ()
+    counts: tuple[tuple[int, int], ...] = ()
+
+
+class Violation(NamedTuple):
+    """A protocol violation the reader saw. ``kind`` is one of :data:`VIOLATION_KINDS`."""
+
+    kind: str
+    time: int | None
+    detail: str
+    partition: int | None = None
+    offset: int | None = None
+
+    def to_dict(self) -> dict:
+        out = {"kind": self.kind, "time": self.time, "detail": self.detail}
+        if self.partition is not None:
+            out["partition"] = self.partition
+        if self.offset is not None:
+            out["offset"] = self.offset
+        return out
+
+
+class Pending(NamedTuple):
+    """What keeps a reader's frontier where it is (see :meth:`CdcReader.pending`)."""
+
+    updates: int  # distinct updates held beyond the frontier
+    times: tuple[int, ...]  # the times those updates are at (sorted; at most 20 listed)
+    stalled: tuple[tuple[int, int, int], ...]  # (time, announced count, distinct received) < progress
+    progress: tuple[int, ...]  # how far the gapless chain of progress statements reaches
+    gap: tuple[int, int] | None  # statements wait beyond a missing interval [a, b)
+    statements: int  # well-formed progress statements received
+
+    @property
+    def empty(self) -> bool:
+        return not self.updates and not self.stalled and self.gap is None
+
+    def to_dict(self) -> dict:
+        return {
+            "updates": self.updates,
+            "times": list(self.times),
+            "stalled": [{"time": t, "count": c, "received": r} for t, c, r in self.stalled],
+            "progress": list(self.progress),
+            "gap": None if self.gap is None else list(self.gap),
+            "statements": self.statements,
+        }
+
+
+VIOLATION_KINDS = (
+    "conflicting_diff",  # two different diffs for one (data, time)
+    "over_count",  # more distinct updates at a time than its announced count
+    "count_mismatch",  # two progress statements disagree on the count of a time
+    "count_outside_interval",  # a progress count for a time outside [lower, upper)
+    "negative_time",  # an update or a count at a time < 0
+    "negative_count",  # a progress count < 0
+    "zero_diff",  # an update whose diff is 0
+    "malformed_progress",  # lower/upper not a single time (or upper empty), or lower > upper
+    "malformed_update",  # an update whose time or diff is not an integer
+    "undecodable",  # a message that could not be decoded (reported by the consumer)
+)
+
+
+class SortedCounts:
+    """Counts by time, sorted by time, as typed arrays (16 bytes per time) cut into chunks of at
+    most ``2 * load`` times: an insert anywhere moves at most one chunk, where one pair of arrays
+    would move half of everything (a reader of statements that arrive out of time order — a
+    partition read after another — would move them all, again and again)."""
+
+    def __init__(self, load: int = 1024) -> None:
+        self._load = load
+        self._times: list[array] = []  # the chunks, in time order, none empty
+        self._counts: list[array] = []
+        self._firsts: list[int] = []  # each chunk's first time
+        self._len = 0
+
+    def __len__(self) -> int:
+        return self._len
+
+    def get(self, time: int) -> int | None:
+        """The count at ``time``, or None when it has none."""
+        c = bisect_right(self._firsts, time) - 1
+        if c < 0 or time > self._times[-1][-1]:
+            return None
+        times = self._times[c]
+        k = bisect_left(times, time)
+        return self._counts[c][k] if k < len(times) and times[k] == time else None
+
+    def insert(self, time: int, count: int) -> None:
+        """Add ``time``, which has no count yet."""
+        firsts = self._firsts
+        if not firsts:
+            self._times.append(array("q", [time]))
+            self._counts.append(array("q", [count]))
+            firsts.append(time)
+            self._len = 1
+            return
+        times, counts = self._times[-1], self._counts[-1]
+        if time > times[-1]:  # after every time: statements mostly come in time order
+            times.append(time)
+            counts.append(count)
+            c = len(firsts) - 1
+        else:
+            c = max(0, bisect_right(firsts, time) - 1)
+            times, counts = self._times[c], self._counts[c]
+            k = bisect_left(times, time)
+            times.insert(k, time)
+            counts.insert(k, count)
+            firsts[c] = times[0]
+        self._len += 1
+        if len(times) > 2 * self._load:  # split: each half a chunk of its own
+            half = len(times) // 2
+            self._times[c + 1:c + 1] = [times[half:]]
+            self._counts[c + 1:c + 1] = [counts[half:]]
+            firsts.insert(c + 1, times[half])
+            del times[half:], counts[half:]
+
+    def between(self, lower: int, end: int) -> list[tuple[int, int]]:
+        """``(time, count)`` for every time in ``[lower, end)``, in time order."""
+        found: list[tuple[int, int]] = []
+        if not self._times or lower > self._times[-1][-1]:  # statements mostly come in time order
+            return found
+        for c in range(max(0, bisect_right(self._firsts, lower) - 1), len(self._times)):
+            times, counts = self._times[c], self._counts[c]
+            if times[0] >= end:
+                break
+            for k in range(bisect_left(times, lower), bisect_left(times, end)):
+                found.append((times[k], counts[k]))
+        return found
+
+
+class StatementLedger:
+    """What every progress statement seen so far said, merged, so each new one can be checked.
+
+    Holds the union of the statements' intervals (merged into disjoint intervals) and the count
+    of every time listed in them (non-zero counts only, :class:`SortedCounts`). Memory: 16 bytes
+    per counted time plus a few per disjoint interval: it grows with the statements (one or a
+    few counted times per batch a sink writes), never with the updates.
+    """
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []  # disjoint covered intervals [start, end), sorted
+        self._ends: list[int] = []
+        self._counts = SortedCounts()  # counted times
+
+    def __len__(self) -> int:
+        return len(self._counts)
+
+    def covers(self, time: int) -> bool:
+        i = bisect_right(self._starts, time) - 1
+        return i >= 0 and time < self._ends[i]
+
+    def count(self, time: int) -> int | None:
+        """The recorded count at ``time``: 0 when covered and unlisted, None when uncovered."""
+        if not self.covers(time):
+            return None
+        return self._counts.get(time) or 0
+
+    def record(self, lower: int, upper: int | None, counts: Mapping[int, int]) -> list[tuple[int, int, int]]:
+        """Check the statement ``[lower, upper)`` with ``counts`` (all inside it), then add it.
+
+        Returns ``(time, recorded, stated)`` for every time of the overlap where the statement
+        disagrees with what earlier statements said (an unlisted time counts 0). The first
+        recorded count stays; the statement's counts at times nobody covered yet are added.
+        """
+        end = _NEVER if upper is None else upper
+        disagree = []
+        fresh = []
+        for time, count in counts.items():
+            known = self.count(time)
+            if known is None:
+                if count:
+                    fresh.append((time, count))
+            elif known != count:
+                disagree.append((time, known, count))
+        for time, recorded in self._counts.between(lower, end):
+            if time not in counts:
+                disagree.append((time, recorded, 0))
+        for time, count in fresh:
+            self._counts.insert(time, count)
+        self._cover(lower, end)
+        disagree.sort()
+        return disagree
+
+    def _cover(self, lower: int, end: int) -> None:
+        if end <= lower:
+            return
+        starts, ends = self._starts, self._ends
+        i = bisect_left(ends, lower)  # first interval ending at or after lower: touches or overlaps
+        j = bisect_right(starts, end)  # intervals starting at or before end
+        if i < j:
+            lower, end = min(lower, starts[i]), max(end, ends[j - 1])
+        starts[i:j] = [lower]
+        ends[i:j] = [end]
+
+
+class ExactMemory:
+    """Strict mode's exact memory of reported updates: the reader's own per-time dicts, kept.
+
+    Costs what holding the updates costs (the reported ``Update`` objects stay alive).
+    """
+
+    def __init__(self) -> None:
+        self._by_time: dict[int, dict[Any, Update]] = {}
+        self._extra: dict[tuple, set[int]] = {}  # (data, time) -> diffs of late updates reported
+
+    def remember(self, time: int, at_time: dict[Any, Update]) -> None:
+        self._by_time[time] = at_time
+
+    def check(self, data: Any, time: int, diff: int) -> int:
+        """0: an exact duplicate of a remembered update; 1: same (data, time), other diff; 2: new."""
+        at_time = self._by_time.get(time)
+        known = None if at_time is None else at_time.get(data)
+        if known is not None and known[2] == diff:
+            return 0
+        extra = self._extra.get((data, time))
+        if extra is not None and diff in extra:
+            return 0
+        return 1 if known is not None or extra is not None else 2
+
+    def add(self, data: Any, time: int, diff: int) -> None:
+        self._extra.setdefault((data, time), set()).add(diff)
+
+
+STRICT_MODES = ("exact", "bloom")
+
+
+def _check_time(time: Any, what: str) -> int:
+    if time is None or isinstance(time, bool) or not isinstance(time, int):
+        raise BadInputError(f"{what}: time must be a non-negative integer, got {time!r}")
+    if time < 0 or time > MAX_LONG:
+        raise BadInputError(f"{what}: time {time} is outside 0..2^63-1")
+    return time
+
+
+def consolidate(updates: Iterable[Update | tuple]) -> list[Update]:
+    """Sum the diffs of each ``(data, time)`` and drop zero sums.
+
+    Guarantees: one update per ``(data, time)``, no zero diff, output sorted by time (stable for
+    data within a time: first-seen order). Raises :class:`BadInputError` on a null, negative or
+    non-integer time, a non-integer diff, or a sum outside the signed 64-bit range.
+    """
+    sums: dict[tuple[Any, int], int] = {}
+    for data, time, diff in updates:
+        _check_time(time, f"update {data!r}")
+        if diff is None or isinstance(diff, bool) or not isinstance(diff, int):
+            raise BadInputError(f"update {data!r} at time {time}: diff must be an integer, got {diff!r}")
+        key = (data, time)
+        sums[key] = sums.get(key, 0) + diff
+    out = []
+    for (data, time), diff in sums.items():
+        if diff == 0:
+            continue
+        if not MIN_LONG <= diff <= MAX_LONG:
+            raise BadInputError(
+                f"update {data!r} at time {time}: consolidated diff {diff} overflows a 64-bit long"
+            )
+        out.append(Update(data, time, diff))
+    out.sort(key=lambda u: u.time)
+    return out
+
+
+def progress_from_counts(lower: int, upper: int | None, counts: Mapping[int, int]) -> Progress:
+    """The progress statement for ``[lower, upper)`` (``upper=None`` closes the history).
+
+    ``counts`` maps time to its number of distinct ``(data, time)`` updates; zero counts are
+    omitted. Raises :class:`BadInputError` if a counted time lies outside the interval or the
+    interval is inverted — a statement the topic could not satisfy is never built.
+    """
+    _check_time(lower, "progress lower")
+    if upper is not None:
+        _check_time(upper, "progress upper")
+        if upper < lower:
+            raise BadInputError(f"progress interval is inverted: lower {lower} > upper {upper}")
+    # checked as a whole, not count by count: a batch of event times can count a million times
+    listed = tuple(item for item in sorted(counts.items()) if item[1])
+    negative = next((item for item in listed if item[1] < 0), None)
+    if negative is not None:
+        raise BadInputError(f"progress count for time {negative[0]} is negative: {negative[1]}")
+    outside = None
+    if listed and listed[0][0] < lower:
+        outside = listed[0][0]
+    elif listed and upper is not None and listed[-1][0] >= upper:
+        outside = listed[bisect_left(listed, (upper,))][0]
+    if outside is not None:
+        raise BadInputError(
+            f"update at time {outside} lies outside the progress interval "
+            f"[{lower}, {'∞' if upper is None else upper})"
+        )
+    return Progress((lower,), () if upper is None else (upper,), listed)
+
+
+def split_progress(statement: Progress, max_times: int) -> list[Progress]:
+    """``statement`` as consecutive statements that tile its interval, each counting at most
+    ``max_times`` times (a statement must fit in one message): the first starts at its lower,
+    each next one at the first time it counts, the last ends at its upper. A reader grafts them
+    onto its frontier one after another; together they say exactly what ``statement`` says."""
+    if max_times < 1:
+        raise ValueError(f"max_times must be at least 1, not {max_times}")
+    counts = statement.counts
+    if len(counts) <= max_times:
+        return [statement]
+    groups = [counts[i:i + max_times] for i in range(0, len(counts), max_times)]
+    starts = [statement.lower] + [(group[0][0],) for group in groups[1:]]
+    ends = starts[1:] + [statement.upper]
+    return [Progress(lo, hi, group) for lo, hi, group in zip(starts, ends, groups)]
+
+
+def progress_for(updates: Iterable[Update], lower: int, upper: int | None) -> Progress:
+    """The progress statement for ``[lower, upper)`` covering consolidated ``updates``.
+
+    Counts are the distinct ``(data, time)`` pairs per time (a repeated pair counts once).
+    """
+    seen: set[tuple[Any, int]] = set()
+    counts: dict[int, int] = {}
+    for data, time, _diff in updates:
+        if (data, time) not in seen:
+            seen.add((data, time))
+            counts[time] = counts.get(time, 0) + 1
+    return progress_from_counts(lower, upper, counts)
+
+
+def _single(bound: Any) -> int | None:
+    """The time of a one-element bound, or None if it is not one non-negative integer."""
+    if isinstance(bound, (list, tuple)) and len(bound) == 1:
+        (t,) = bound
+        if isinstance(t, int) and not isinstance(t, bool) and t >= 0:
+            return t
+    return None
+
+
+def _arrival(entry: tuple[int, int, Progress]) -> int:
+    """A queued statement's place in the order of arrival (see ``CdcReader._graft_progress``)."""
+    return entry[1]
+
+
+class CdcReader:
+    """Recovers the exact, ordered history from duplicated, reordered, re-batched CDCv2 messages.
+
+    ``push(message)`` takes a list of updates or a :class:`Progress` and returns the list of
+    ``(updates, frontier)`` pairs newly finished by it (usually zero or one): every update at a
+    time ``< frontier``, consolidated, each exactly once over the reader's life.
+
+    Guarantees:
+      * a time is reported only when the progress chain from the start frontier covers it and
+        as many distinct updates as its announced count have arrived;
+      * duplicates (same data, time and diff) are dropped;
+      * every progress statement is checked against every earlier one, whenever it arrives
+        (also after the times it speaks of were reported): a disagreement on a count is a
+        ``count_mismatch``; the count used is that of the statement grafted first (grafted as
+        the progress chain reaches them; those it reaches at once, in order of arrival);
+      * never raises on bad input: violations are appended to :attr:`violations` and the reader
+        goes on (an over-counted time is still reported, with all its distinct updates);
+      * memory: the state beyond the reported frontier, plus the statement ledger (16 bytes per
+        counted time). By default nothing is kept about reported updates, so a late update at a
+        reported time looks like a duplicate. ``strict="exact"`` keeps every reported update
+        (the memory of holding them) and ``strict="bloom"`` a Bloom filter of them (about
+        3.4 MiB per million updates at ``bloom_error_rate=0.001``): a late update that is not
+        an exact duplicate is then an ``over_count`` (new data at that time) or a
+        ``conflicting_diff`` (same data, other diff). The Bloom filter never reports a false
+        violation; it misses a late non-duplicate with probability at most ``bloom_error_rate``.
+    """
+
+    def __init__(self, start: int = 0, *, strict: str | None = None, bloom_error_rate: float = 0.001):
+        if strict is not None and strict not in STRICT_MODES:
+            raise ValueError(f"strict must be None or one of {', '.join(STRICT_MODES)}, got {strict!r}")
+        self._start = start
+        self._reported: int | None = start  # None: closed
+        self._progress: int | None = start  # frontier of grafted progress; None: closed
+        # time -> data -> the Update itself (times >= reported): reporting a time hands these
+        # objects out as they are, with no per-update construction
+        self._pending: dict[int, dict[Any, Update]] = {}
+        self._held = 0  # distinct updates in _pending
+        self._times: list[int] = []  # heap of every time that holds state in the dicts here
+        self._outstanding: dict[int, int] = {}  # time -> announced count - distinct received
+        self._blocking: list[int] = []  # heap of times whose outstanding may be > 0
+        self._announced: dict[int, int] = {}  # grafted counts for times in [reported, progress)
+        # statements not yet graftable (lower > progress): a heap of (lower, arrival, statement),
+        # so that a message costs nothing for the statements still waiting
+        self._queue: list[tuple[int, int, Progress]] = []
+        self._arrivals = 0  # statements queued so far: their order of arrival
+        self._ledger = StatementLedger()
+        self._statements = 0
+        if strict == "bloom":
+            from cdc_emitter.protocol.bloom import BloomMemory
+
+            self._memory: Any = BloomMemory(bloom_error_rate)
+        else:
+            self._memory = ExactMemory() if strict == "exact" else None
+        self.strict = strict
+        self.violations: list[Violation] = []
+        self.messages = 0
+        self.updates_received = 0
+        self.duplicates = 0
+
+    # -- public ---------------------------------------------------------------------------
+
+    @property
+    def frontier(self) -> tuple[int, ...]:
+        """``(t,)``: every time below t is reported; ``()``: the history is closed and complete."""
+        return () if self._reported is None else (self._reported,)
+
+    def retained(self) -> int:
+        """How many items of state the reader holds (updates, counts, queued statements)."""
+        return (
+            sum(len(v) for v in self._pending.values())
+            + len(self._outstanding)
+            + len(self._announced)
+            + len(self._blocking)
+            + len(self._times)
+            + len(self._queue)
+        )
+
+    @property
+    def held(self) -> int:
+        """Distinct updates held beyond the frontier, waiting for progress or for their count."""
+        return self._held
+
+    def pending(self) -> Pending:
+        """What keeps the frontier where it is: held updates, stalled counts, a gap in the chain.
+
+        ``Pending.empty`` is true when nothing received is waiting: every update is reported and
+        every statement grafted. Costs a pass over the open times (not over the updates).
+        """
+        progress = self._progress
+        stalled = tuple(sorted(
+            (t, self._announced.get(t, 0), self._announced.get(t, 0) - left)
+            for t, left in self._outstanding.items()
+            if left > 0 and (progress is None or t < progress)
+        ))
+        gap = None
+        if self._queue and progress is not None:
+            gap = (progress, self._queue[0][0])
+        times = sorted(t for t, at_time in self._pending.items() if at_time)
+        return Pending(
+            updates=self._held,
+            times=tuple(times[:20]),
+            stalled=stalled,
+            progress=() if progress is None else (progress,),
+            gap=gap,
+            statements=self._statements,
+        )
+
+    def violate(self, kind: str, time: int | None, detail: str, partition=None, offset=None):
+        """Record a violation (also used by consumers for undecodable messages)."""
+        self.violations.append(Violation(kind, time, detail, partition, offset))
+
+    def push(self, message: Progress | Iterable[Update], *, partition=None, offset=None):
+        """Feed one message; returns the newly finished ``(updates, frontier)`` pairs."""
+        self.messages += 1
+        where = {"partition": partition, "offset": offset}
+        if isinstance(message, Progress):
+            self._receive_progress(message, where)
+        else:
+            self._receive_updates(message, where)
+        self._graft_progress(where)
+        return self._advance()
+
+    # -- updates --------------------------------------------------------------------------
+
+    def _receive_updates(self, updates: Iterable[Update], where: dict) -> None:
+        reported = self._reported
+        pending = self._pending
+        memory, start = self._memory, self._start
+        received = duplicates = 0
+        at_time: dict | None = None
+        at_time_of = None  # the time whose dict `at_time` is: batches are mostly one time
+        fresh = 0  # distinct new updates in the current run of `at_time_of`, settled per run
+        new = tuple.__new__
+        for update in updates:
+            received += 1
+            data, time, diff = update
+            if time.__class__ is not int or diff.__class__ is not int or time < 0 or diff == 0:
+                self._bad_update(data, time, diff, where)
+                continue
+            if reported is None or time < reported:
+                # time already reported: a duplicate, or (strict) checked against what was
+                if memory is None or time < start or self._late(data, time, diff, where):
+                    duplicates += 1
+                continue
+            if time != at_time_of:
+                if fresh:
+                    self._settle(at_time_of, fresh, where)
+                    fresh = 0
+                at_time = pending.get(time)
+                if at_time is None:
+                    self._track(time)
+                    at_time = pending[time] = {}
+                at_time_of = time
+            known = at_time.get(data)
+            if known is not None:
+                if known[2] == diff:
+                    duplicates += 1
+                else:
+                    self.violate(
+                        "conflicting_diff", time,
+                        f"data {data!r} at time {time} has diffs {known[2]} and {diff}", **where,
+                    )
+                continue
+            at_time[data] = update if update.__class__ is Update else new(Update, (data, time, diff))
+            fresh += 1
+        if fresh:
+            self._settle(at_time_of, fresh, where)
+        self.updates_received += received
+        self.duplicates += duplicates
+
+    def _settle(self, time: int, fresh: int, where: dict) -> None:
+        """Count ``fresh`` new distinct updates at ``time`` against its announced count.
+
+        One over_count violation per update beyond a grafted count, as if counted one by one.
+        """
+        self._held += fresh
+        before = self._outstanding.get(time, 0)
+        left = self._outstanding[time] = before - fresh
+        progress = self._progress
+        if left < 0 and (progress is None or time < progress):
+            for _ in range(min(fresh, -left)):
+                self.violate(
+                    "over_count", time,
+                    f"time {time} has more distinct updates than its count "
+                    f"{self._announced.get(time, 0)}", **where,
+                )
+
+    def _late(self, data: Any, time: int, diff: int, where: dict) -> bool:
+        """Strict mode: an update at a reported time. True when it duplicates a reported one."""
+        seen = self._memory.check(data, time, diff)
+        if seen == 0:
+            return True
+        self._memory.add(data, time, diff)
+        if seen == 1:
+            self.violate(
+                "conflicting_diff", time,
+                f"data {data!r} at time {time} arrived with diff {diff} after the time was "
+                "reported with another diff", **where,
+            )
+        else:
+            self.violate("over_count", time, self.late_detail(data, time, diff), **where)
+        return False
+
+    def late_detail(self, data: Any, time: int, diff: int) -> str:
+        """Strict mode: the detail of the over_count of ``data`` arriving at reported ``time``."""
+        count = self._ledger.count(time)
+        return (f"data {data!r} at time {time} (diff {diff}) arrived after the time was reported "
+                f"complete with count {count or 0}, and is no duplicate of a reported update")
+
+    def _bad_update(self, data: Any, time: Any, diff: Any, where: dict) -> None:
+        if not isinstance(time, int) or isinstance(time, bool) or not isinstance(diff, int) or isinstance(diff, bool):
+            self.violate("malformed_update", None, f"update {data!r}: time {time!r}, diff {diff!r}", **where)
+        elif time < 0:
+            self.violate("negative_time", time, f"update {data!r} at negative time {time}", **where)
+        else:
+            self.violate("zero_diff", time, f"update {data!r} at time {time} has diff 0", **where)
+
+    # -- progress -------------------------------------------------------------------------
+
+    def _receive_progress(self, p: Progress, where: dict) -> None:
+        lower = _single(p.lower)
+        upper = _single(p.upper)
+        if lower is None or (upper is None and len(p.upper) != 0) or (upper is not None and upper < lower):
+            self.violate("malformed_progress", None, f"progress lower {list(p.lower)} upper {list(p.upper)}", **where)
+            return
+        good: dict[int, int] = {}
+        for time, count in p.counts:
+            if time in good and good[time] != count:
+                self.violate(
+                    "count_mismatch", time,
+                    f"one progress statement lists time {time} with counts {good[time]} and {count}",
+                    **where,
+                )
+            elif time < 0:
+                self.violate("negative_time", time, f"progress counts negative time {time}", **where)
+            elif count < 0:
+                self.violate("negative_count", time, f"progress count {count} for time {time}", **where)
+            elif time < lower or (upper is not None and time >= upper):
+                self.violate(
+                    "count_outside_interval", time,
+                    f"count for time {time} outside interval [{lower}, {'∞' if upper is None else upper})",
+                    **where,
+                )
+            else:
+                good[time] = count
+        self._statements += 1
+        for time, recorded, stated in self._ledger.record(lower, upper, good):
+            self.violate(
+                "count_mismatch", time,
+                f"progress statements disagree on the count at time {time}: {recorded} and "
+                f"{stated} (this statement: [{lower}, {'∞' if upper is None else upper}))",
+                **where,
+            )
+        upper_bound = () if upper is None else (upper,)
+        statement = Progress((lower,), upper_bound, tuple(good.items()))
+        heapq.heappush(self._queue, (lower, self._arrivals, statement))
+        self._arrivals += 1
+
+    def _graft_progress(self, where: dict) -> None:
+        """Incorporate every queued statement whose lower the progress frontier has reached: in
+        rounds, each grafting every statement whose lower the frontier had reached when the round
+        began, in their order of arrival (where they disagree, the count grafted first is used).
+
+        Each statement leaves the heap once, so a reader of many statements that arrive ahead of
+        the frontier (a partition read ahead of the others) costs O(n log n), not a scan of every
+        waiting statement per message."""
+        queue = self._queue
+        while queue:
+            progress = self._progress  # None: closed, so every statement grafts (and is checked)
+            if progress is not None and queue[0][0] > progress:
+                return
+            if len(queue) == 1:  # the usual case: the statement just received, graftable
+                self._graft(queue.pop()[2], where)
+                continue
+            ready = []
+            while queue and (progress is None or queue[0][0] <= progress):
+                ready.append(heapq.heappop(queue))
+            ready.sort(key=_arrival)
+            for _lower, _arrival_index, p in ready:
+                self._graft(p, where)
+
+    def _graft(self, p: Progress, where: dict) -> None:
+        progress = self._progress
+        upper = p.upper[0] if p.upper else None
+        listed = dict(p.counts)
+        if progress is None:
+            return
+        for time, count in listed.items():
+            if time < progress:
+                continue
+            self._track(time)
+            self._announced[time] = count
+            left = self._outstanding.get(time, 0) + count
+            self._outstanding[time] = left
+            if left > 0:
+                heapq.heappush(self._blocking, time)
+            elif left < 0:
+                self.violate(
+                    "over_count", time,
+                    f"time {time} has {count - left} distinct updates but a count of {count}",
+                    **where,
+                )
+        if upper is None or upper > progress:
+            self._progress = upper
+
+    def _track(self, time: int) -> None:
+        """Remember that ``time`` holds state, so reporting it can drop that state."""
+        if time not in self._outstanding and time not in self._pending and time not in self._announced:
+            heapq.heappush(self._times, time)
+
+    # -- reporting ------------------------------------------------------------------------
+
+    def _advance(self) -> list[tuple[list[Update], tuple[int, ...]]]:
+        blocking = self._blocking
+        while blocking and self._outstanding.get(blocking[0], 0) <= 0:
+            heapq.heappop(blocking)
+        frontier = self._progress
+        if blocking and (frontier is None or blocking[0] < frontier):
+            frontier = blocking[0]
+        if frontier == self._reported:
+            return []
+        finished: list[Update] = []
+        times = self._times
+        while times and (frontier is None or times[0] < frontier):
+            time = heapq.heappop(times)
+            self._outstanding.pop(time, None)
+            self._announced.pop(time, None)
+            self._release(time, finished)
+        self._reported = frontier
+        return [(finished, self.frontier)]
+
+    def _release(self, time: int, finished: list[Update]) -> None:
+        """Hand out the updates held at ``time``, now reported."""
+        at_time = self._pending.pop(time, None)
+        if at_time:
+            finished.extend(at_time.values())
+            self._held -= len(at_time)
+            if self._memory is not None:
+                self._memory.remember(time, at_time)
+
+
+class TimeCounts(NamedTuple):
+    """What one message holds at one time, as :class:`CountingReader` takes it.
+
+    ``fresh``: updates whose ``(data, time)`` arrives here first (in the reading order);
+    ``conflicts``: ``(data, first_diff, diff)`` for each later arrival of a ``(data, time)``
+    with another diff than its first, in message order. Later arrivals with the first diff are
+    duplicates, counted once for the whole read (:meth:`CountingReader.add_duplicates`): where
+    they arrive changes nothing.
+    """
+
+    time: int
+    fresh: int
+    conflicts: tuple[tuple[Any, int, int], ...] = ()
+
+
+class CountingReader(CdcReader):
+    """The :class:`CdcReader`'s verdicts from counts, for a reader that deduplicates elsewhere.
+
+    A distributed reader (Spark) finds, for every ``(data, time)``, its first arrival in the
+    reading order and every later arrival with another diff; this reader takes those counts
+    message by message and makes every decision the :class:`CdcReader` makes reading the same
+    messages in the same order: the same frontier after every message, the same violations
+    (kinds, times, details, partitions, offsets, order within a message by time), the same
+    duplicates and pending state. It holds counts per open time, never updates, so it reports
+    no updates: the caller takes the history from its own data, less :attr:`late` (first
+    arrivals at times already reported, which the :class:`CdcReader` drops).
+
+    Strict mode is decided exactly (as ``strict="exact"``, with no memory of the reported
+    updates): a first arrival at a reported time is an ``over_count`` whose detail names the
+    data, which only the caller has: its violations are listed in :attr:`late_violations` as
+    ``(index in violations, count)`` with an empty detail, for the caller to fill in with
+    :meth:`late_detail`. Within one message violations are listed time by time, and at a
+    reported time the new rows before the other diffs, where the :class:`CdcReader` lists them
+    as they arrive: the same violations, in another order only for a message that mixes them.
+    """
+
+    def __init__(self, start: int = 0, *, strict: str | None = None):
+        if strict is not None and strict not in STRICT_MODES:
+            raise ValueError(f"strict must be None or one of {', '.join(STRICT_MODES)}, got {strict!r}")
+        super().__init__(start)
+        self.strict = strict
+        self._late_diffs: dict[tuple[Any, int], set[int]] = {}  # strict: late conflicting diffs
+        #: ``(partition, offset, time)`` of first arrivals at a time already reported
+        self.late: list[tuple[Any, Any, int]] = []
+        #: strict: ``(index in violations, count)`` of late first arrivals' over_counts
+        self.late_violations: list[tuple[int, int]] = []
+
+    def retained(self) -> int:
+        return sum(self._pending.values()) + len(self._outstanding) + len(self._announced) + len(
+            self._blocking) + len(self._times) + len(self._queue)
+
+    def add_duplicates(self, n: int) -> None:
+        """Count ``n`` later arrivals with their first diff (wherever they arrived)."""
+        self.duplicates += n
+
+    def push_counts(self, items: Iterable[TimeCounts | Update], *, received: int = 0,
+                    partition: Any = None, offset: Any = None) -> None:
+        """Feed one message of ``received`` updates: its :class:`TimeCounts` and its malformed
+        updates (an ``Update`` with a negative time or a zero diff), in message order. (A caller
+        that knows only totals may set :attr:`messages` and :attr:`updates_received` at the end:
+        nothing decided here depends on them.)"""
+        self.messages += 1
+        self.updates_received += received
+        where = {"partition": partition, "offset": offset}
+        reported, start = self._reported, self._start
+        for item in items:
+            if item.__class__ is not TimeCounts:
+                self._bad_update(*item, where)
+                continue
+            time, fresh, conflicts = item
+            if reported is None or time < reported or time < start:
+                self._late_counts(time, fresh, conflicts, where)
+                continue
+            for data, first, diff in conflicts:
+                self.violate("conflicting_diff", time,
+                             f"data {data!r} at time {time} has diffs {first} and {diff}", **where)
+            if fresh:
+                if time not in self._pending:
+                    self._track(time)
+                    self._pending[time] = 0
+                self._pending[time] += fresh
+                self._settle(time, fresh, where)
+        self._graft_progress(where)
+        self._advance()
+
+    def _late_counts(self, time: int, fresh: int, conflicts: tuple, where: dict) -> None:
+        if fresh:
+            self.late.append((where["partition"], where["offset"], time))
+        if self.strict is None or time < self._start:
+            self.duplicates += fresh + len(conflicts)
+            return
+        if fresh:
+            self.late_violations.append((len(self.violations), fresh))
+            for _ in range(fresh):
+                self.violate("over_count", time, "", **where)
+        for data, _first, diff in conflicts:
+            seen = self._late_diffs.setdefault((data, time), set())
+            if diff in seen:
+                self.duplicates += 1
+                continue
+            seen.add(diff)
+            self.violate("conflicting_diff", time,
+                         f"data {data!r} at time {time} arrived with diff {diff} after the time "
+                         "was reported with another diff", **where)
+
+    def _release(self, time: int, finished: list[Update]) -> None:
+        self._held -= self._pending.pop(time, 0)

@@ -1,0 +1,107 @@
+"""The seam between :class:`~cdc_emitter.sink.sink.CdcSink` and its ways of writing a batch (pure).
+
+The sink decides a batch's interval and names it (:class:`Batch`); a way of writing —
+:mod:`~cdc_emitter.sink.distributed` (Spark's Kafka writer), :mod:`~cdc_emitter.sink.driver`
+(finished on the driver), :mod:`~cdc_emitter.sink.python_path` (our encoders on the executors) —
+checks every row of it and returns a :class:`Checked` batch, of which nothing is written yet.
+The sink then compares a re-run's digest, checks for another writer, records the interval, and
+only then calls :meth:`Checked.write`, and after it writes the progress statement.
+
+Guarantees a way gives: :meth:`Checked.write` is the only step that writes to Kafka, and it
+returns only once every message it wrote is acknowledged; a bad row, an overflowing diff sum or
+an oversized update raises before a way returns its :class:`Checked` batch (the Python
+encoders' way, and a JVM batch checked and written by one job: before :meth:`Checked.write`
+writes its first message).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from cdc_emitter.sink.interval import Recorded
+
+__all__ = ["Batch", "Checked", "Known", "Written"]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch as the sink decided it before any Spark work."""
+
+    what: str  # how messages name it: the topic and the batch id
+    batch_id: int | None
+    writer: str
+    schema: Any  # the input's Spark schema, collations taken off
+    data_cols: list[str]
+    diff_col: str | None  # None: every row counts +1
+    avro_data: dict  # the Avro data record
+    codec: Any  # the topic's CdcCodec (framing, schema id, limit)
+    lower: int
+    recorded: Recorded | None  # a re-run's first decision
+    time: int | None  # every update's time (the default time mode); None: the rows carry theirs
+    headers: list  # update messages' Kafka headers
+    update_partitions: list | None  # where update messages go (None: the producer's choice)
+
+
+class Written(NamedTuple):
+    """What :meth:`Checked.write` wrote: updates per time, their digest XOR, messages, bytes."""
+
+    counts: dict
+    digest: int
+    messages: int
+    bytes: int
+
+
+class Checked:
+    """A batch whose every row passed the checks, ready to write: nothing is written yet.
+
+    ``max_time``: the largest time among its rows, cancelled updates included (None: no rows);
+    ``rows``, ``groups`` and ``bytes``: its input rows, their distinct data and times, and the
+    bytes of its messages, as far as the way knows them before writing (0 where it does not) —
+    what the next batch's way follows."""
+
+    max_time: int | None = None
+    rows: int = 0
+    groups: int = 0
+    bytes: int = 0
+    #: its messages are produced by the sink's driver producer, though packed on the executors
+    produced_on_driver: bool = False
+    #: ``rows``, ``groups`` and ``bytes`` are known once :meth:`check <Checked>` returned; False:
+    #: only after :meth:`write` (a batch checked and written by one job)
+    known_before_write: bool = True
+
+    def digest(self) -> tuple[int, tuple]:
+        """``(xor, ((time, updates), ...))`` of what :meth:`write` would write: for a re-run to
+        compare with its first attempt's before writing anything."""
+        raise NotImplementedError
+
+    def write(self) -> Written:
+        """Write the batch's update messages; return once every one is acknowledged."""
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """Free what the check kept for the write (cached messages); called once, at the end."""
+
+
+class Known(Checked):
+    """A batch whose messages are known before they are written (counts and digest included)."""
+
+    def __init__(self, *, counts: dict, digest: int, max_time: int | None, rows: int, groups: int,
+                 messages: int, n_bytes: int, write: Any, release: Any = None,
+                 produced_on_driver: bool = False) -> None:
+        self.counts, self._xor, self.max_time = counts, digest, max_time
+        self.rows, self.groups, self.messages, self.bytes = rows, groups, messages, n_bytes
+        self.produced_on_driver = produced_on_driver
+        self._write, self._release = write, release
+
+    def digest(self) -> tuple[int, tuple]:
+        return self._xor, tuple(sorted(self.counts.items()))
+
+    def write(self) -> Written:
+        if self.messages:
+            self._write()
+        return Written(self.counts, self._xor, self.messages, self.bytes)
+
+    def release(self) -> None:
+        if self._release is not None:
+            self._release()
