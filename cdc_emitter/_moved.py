@@ -72,8 +72,11 @@ class MovedModules(importlib.abc.MetaPathFinder):
         new = MOVED.get(name) if package == "cdc_emitter" else None
         if new is None:
             return None
-        warnings.warn(f"cdc_emitter.{name} moved to cdc_emitter.{new}; the old path goes in the next "
-                      "release", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"cdc_emitter.{name} moved to cdc_emitter.{new}; the old path goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return importlib.machinery.ModuleSpec(fullname, _Alias(f"cdc_emitter.{new}"))
 
 

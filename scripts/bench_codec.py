@@ -18,9 +18,15 @@ import fastavro
 from cdc_emitter.protocol.codec import CdcCodec, union_schema
 from cdc_emitter.protocol.core import Update
 
-DATA = {"type": "record", "name": "data", "fields": [
-    {"name": "k", "type": "long"}, {"name": "v", "type": "string"}, {"name": "n", "type": ["null", "int"]},
-]}
+DATA = {
+    "type": "record",
+    "name": "data",
+    "fields": [
+        {"name": "k", "type": "long"},
+        {"name": "v", "type": "string"},
+        {"name": "n", "type": ["null", "int"]},
+    ],
+}
 
 
 def best(fn, repeat: int) -> float:
@@ -41,9 +47,9 @@ def main() -> None:
     n, b = args.updates, args.batch
 
     rows = [(i, f"value-{i}", None if i % 3 == 0 else i) for i in range(n)]
-    tuple_batches = [[Update(r, 5, 1) for r in rows[i:i + b]] for i in range(0, n, b)]
+    tuple_batches = [[Update(r, 5, 1) for r in rows[i : i + b]] for i in range(0, n, b)]
     dict_batches = [
-        [{"data": {"k": k, "v": v, "n": x}, "time": 5, "diff": 1} for k, v, x in rows[i:i + b]]
+        [{"data": {"k": k, "v": v, "n": x}, "time": 5, "diff": 1} for k, v, x in rows[i : i + b]]
         for i in range(0, n, b)
     ]
     dict_updates = [[Update(r["data"], 5, 1) for r in batch] for batch in dict_batches]
@@ -92,23 +98,34 @@ def main() -> None:
 
     rates = {
         "encode: fastavro, full union per message (dict rows)": best(fa_union_encode, args.repeat),
-        "encode: fastavro, branch written directly (dict rows)": best(fa_direct_encode, args.repeat),
-        "encode: CdcCodec.encode_updates (tuple rows)":
-            best(lambda: [codec.encode_updates(x) for x in tuple_batches], args.repeat),
-        "encode: CdcCodec.encode_updates (dict rows)":
-            best(lambda: [codec.encode_updates(x) for x in dict_updates], args.repeat),
-        "pack:   CdcCodec.pack_items (pre-encoded items)": best(lambda: list(big.pack_items(items)), args.repeat),
+        "encode: fastavro, branch written directly (dict rows)": best(
+            fa_direct_encode, args.repeat
+        ),
+        "encode: CdcCodec.encode_updates (tuple rows)": best(
+            lambda: [codec.encode_updates(x) for x in tuple_batches], args.repeat
+        ),
+        "encode: CdcCodec.encode_updates (dict rows)": best(
+            lambda: [codec.encode_updates(x) for x in dict_updates], args.repeat
+        ),
+        "pack:   CdcCodec.pack_items (pre-encoded items)": best(
+            lambda: list(big.pack_items(items)), args.repeat
+        ),
         "decode: fastavro, full union per message (dicts)": best(fa_union_decode, args.repeat),
         "decode: fastavro, branch read directly (dicts)": best(fa_direct_decode, args.repeat),
-        "decode: CdcCodec.decode (Update tuples)": best(lambda: [codec.decode(m) for m in messages], args.repeat),
+        "decode: CdcCodec.decode (Update tuples)": best(
+            lambda: [codec.decode(m) for m in messages], args.repeat
+        ),
     }
-    print(f"{n} updates of (k long, v string, n nullable int), {b} per message "
-          f"(~{len(messages[0])} bytes), best of {args.repeat}")
+    print(
+        f"{n} updates of (k long, v string, n nullable int), {b} per message "
+        f"(~{len(messages[0])} bytes), best of {args.repeat}"
+    )
     enc = rates["encode: fastavro, full union per message (dict rows)"]
     dec = rates["decode: fastavro, full union per message (dicts)"]
     for name, secs in rates.items():
         ratio = (dec if name.startswith("decode") else enc) / secs
         print(f"  {name:<52} {n / secs:>12,.0f} updates/s   {ratio:5.2f}x fastavro union")
+
 
 if __name__ == "__main__":
     main()

@@ -50,7 +50,9 @@ def main() -> None:
     ap.add_argument("--commits", type=int, default=10)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--format", dest="fmt", choices=["delta", "cockroachdb", "ydb"], default="delta")
+    ap.add_argument(
+        "--format", dest="fmt", choices=["delta", "cockroachdb", "ydb"], default="delta"
+    )
     args = ap.parse_args()
     if args.fmt != "delta":
         return bench_changefeed(args)
@@ -64,41 +66,72 @@ def main() -> None:
 
     package = delta_package(pyspark.__version__)
     if package is None:
-        sys.exit(f"Delta Lake has no build for Spark {pyspark.__version__} (cdc_emitter.spark.sources.DELTA_PACKAGES)")
-    spark = spark_session("bench-convert", [package], {"spark.master": "local[2]",
-                                                       "spark.sql.shuffle.partitions": "4",
-                                                       "spark.driver.memory": "3g"}, "delta")
+        sys.exit(
+            f"Delta Lake has no build for Spark {pyspark.__version__} (cdc_emitter.spark.sources.DELTA_PACKAGES)"
+        )
+    spark = spark_session(
+        "bench-convert",
+        [package],
+        {
+            "spark.master": "local[2]",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.driver.memory": "3g",
+        },
+        "delta",
+    )
     work = Path(tempfile.mkdtemp(prefix="bench-convert-"))
     try:
         table = str(work / "table")
         from pyspark.sql import functions as F
 
-        spark.sql(f"CREATE TABLE delta.`{table}` (id long, name string, price int) USING delta "
-                  "TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+        spark.sql(
+            f"CREATE TABLE delta.`{table}` (id long, name string, price int) USING delta "
+            "TBLPROPERTIES (delta.enableChangeDataFeed = true)"
+        )
         per = args.rows // args.commits
         for c in range(args.commits):
-            (spark.range(c * per, (c + 1) * per)
-             .select(F.col("id"), F.concat(F.lit("name-"), (F.col("id") % 1000).cast("string")).alias("name"),
-                     (F.col("id") % 997).cast("int").alias("price"))
-             .write.format("delta").mode("append").save(table))
+            (
+                spark.range(c * per, (c + 1) * per)
+                .select(
+                    F.col("id"),
+                    F.concat(F.lit("name-"), (F.col("id") % 1000).cast("string")).alias("name"),
+                    (F.col("id") % 997).cast("int").alias("price"),
+                )
+                .write.format("delta")
+                .mode("append")
+                .save(table)
+            )
         spark.sql(f"UPDATE delta.`{table}` SET price = price + 1 WHERE id % 10 = 0")
         spark.sql(f"DELETE FROM delta.`{table}` WHERE id % 20 = 1")
         premade = str(work / "premade")
         delta_changes(read_changes(spark, table, starting_version=0)).write.parquet(premade)
         change_rows = spark.read.parquet(premade).count()
-        print(f"table: {args.rows} rows in {args.commits} commits, then an update and a delete: "
-              f"{change_rows} change rows; Kafka {args.partitions} partitions", flush=True)
+        print(
+            f"table: {args.rows} rows in {args.commits} commits, then an update and a delete: "
+            f"{change_rows} change rows; Kafka {args.partitions} partitions",
+            flush=True,
+        )
 
         with kafka() as bootstrap:
+
             def sink(topic: str, run: int) -> list:
-                return [CdcSink(bootstrap, topic, time_column=VERSION, diff_column=DIFF).write(
-                    spark.read.parquet(premade))]
+                return [
+                    CdcSink(bootstrap, topic, time_column=VERSION, diff_column=DIFF).write(
+                        spark.read.parquet(premade)
+                    )
+                ]
 
             def convert(topic: str, run: int) -> list:
                 done = []
-                convert_delta(spark, table, bootstrap_servers=bootstrap, topic=topic,
-                              checkpoint_location=str(work / f"ck-{run}"), once=True,
-                              on_batch=done.append).awaitTermination()
+                convert_delta(
+                    spark,
+                    table,
+                    bootstrap_servers=bootstrap,
+                    topic=topic,
+                    checkpoint_location=str(work / f"ck-{run}"),
+                    once=True,
+                    on_batch=done.append,
+                ).awaitTermination()
                 return done
 
             compare(bootstrap, args, change_rows, "change rows", sink, convert)
@@ -124,15 +157,22 @@ def compare(bootstrap: str, args, rows: int, unit: str, sink, convert) -> None:
             seconds = time.perf_counter() - began
             ends[who] = results[-1].upper
             figures[who].append(seconds)
-            print(f"run {run} {who:8s} {seconds:7.2f} s  {rows / seconds:12,.0f} {unit}/s  "
-                  f"{sum(r.messages for r in results):,} messages", flush=True)
+            print(
+                f"run {run} {who:8s} {seconds:7.2f} s  {rows / seconds:12,.0f} {unit}/s  "
+                f"{sum(r.messages for r in results):,} messages",
+                flush=True,
+            )
         if ends["sink"] != ends["convert"]:
             raise SystemExit(f"the topics end at different frontiers: {ends}")
-        print(f"run {run} ratio convert/sink ({unit}/s): {figures['sink'][-1] / figures['convert'][-1]:.2f}",
-              flush=True)
+        print(
+            f"run {run} ratio convert/sink ({unit}/s): {figures['sink'][-1] / figures['convert'][-1]:.2f}",
+            flush=True,
+        )
     for who, runs in figures.items():
-        print(f"{who:8s} seconds min {min(runs):.2f} median {statistics.median(runs):.2f} "
-              f"max {max(runs):.2f}; median {rows / statistics.median(runs):,.0f} {unit}/s")
+        print(
+            f"{who:8s} seconds min {min(runs):.2f} median {statistics.median(runs):.2f} "
+            f"max {max(runs):.2f}; median {rows / statistics.median(runs):,.0f} {unit}/s"
+        )
 
 
 def img(row: dict | None) -> dict | None:
@@ -155,8 +195,11 @@ def changefeed(fmt: str, rows: int, partitions: int):
     for tick in range(1, rows + 1):
         key = tick if tick <= rows * 0.9 or not live else rnd.choice(list(live))
         before = live.get(key)
-        after = None if before is not None and rnd.random() < 0.3 else \
-            {"id": key, "name": f"name-{key % 1000}", "price": tick % 997}
+        after = (
+            None
+            if before is not None and rnd.random() < 0.3
+            else {"id": key, "name": f"name-{key % 1000}", "price": tick % 997}
+        )
         if after is None:
             del live[key]
         else:
@@ -167,8 +210,15 @@ def changefeed(fmt: str, rows: int, partitions: int):
             value = {"after": after, "before": before, "updated": f"{time}.0000000000"}
         else:
             value = {"key": [key], "ts": [time, tick]}
-            value.update({"erase": {}, "oldImage": img(before)} if after is None else
-                         {"update": {}, "newImage": img(after), **({"oldImage": img(before)} if before else {})})
+            value.update(
+                {"erase": {}, "oldImage": img(before)}
+                if after is None
+                else {
+                    "update": {},
+                    "newImage": img(after),
+                    **({"oldImage": img(before)} if before else {}),
+                }
+            )
         messages.append((p, json.dumps([key]).encode(), json.dumps(value).encode()))
         for row, diff in ((before, -1), (after, 1)):
             if row is not None:
@@ -176,7 +226,9 @@ def changefeed(fmt: str, rows: int, partitions: int):
         if tick % every == 0 or tick == rows:
             last = time + (500 if fmt == "cockroachdb" else 1)
             resolved = f"{last}.0000000000" if fmt == "cockroachdb" else [last, 0]
-            messages += [(q, b"", json.dumps({"resolved": resolved}).encode()) for q in range(partitions)]
+            messages += [
+                (q, b"", json.dumps({"resolved": resolved}).encode()) for q in range(partitions)
+            ]
     return messages, updates, last
 
 
@@ -190,20 +242,33 @@ def bench_changefeed(args) -> None:
     from cdc_emitter.spark.sources import spark_session
 
     columns = "id long not null, name string, price int"
-    spark = spark_session("bench-convert", [], {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "4",
-                                               "spark.driver.memory": "3g"})
+    spark = spark_session(
+        "bench-convert",
+        [],
+        {
+            "spark.master": "local[2]",
+            "spark.sql.shuffle.partitions": "4",
+            "spark.driver.memory": "3g",
+        },
+    )
     work = Path(tempfile.mkdtemp(prefix="bench-convert-"))
     try:
         messages, updates, last = changefeed(args.fmt, args.rows, args.partitions)
         premade = str(work / "premade")
-        spark.createDataFrame(updates, f"id long, name string, price int, {TIME} long, {DIFF} long") \
-            .write.parquet(premade)
-        print(f"{args.fmt}: {args.rows} changes ({len(updates)} updates, {len(messages)} messages) over "
-              f"{args.partitions} partitions", flush=True)
+        spark.createDataFrame(
+            updates, f"id long, name string, price int, {TIME} long, {DIFF} long"
+        ).write.parquet(premade)
+        print(
+            f"{args.fmt}: {args.rows} changes ({len(updates)} updates, {len(messages)} messages) over "
+            f"{args.partitions} partitions",
+            flush=True,
+        )
         with kafka() as bootstrap:
             source = f"bench-convert-source-{uuid.uuid4().hex[:8]}"
             ensure_topic(bootstrap, source, create=True, partitions=args.partitions)
-            producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "enable.idempotence": True})
+            producer = Producer(
+                {"bootstrap.servers": bootstrap, "linger.ms": 50, "enable.idempotence": True}
+            )
             for p, key, value in messages:
                 while True:
                     try:
@@ -215,14 +280,28 @@ def bench_changefeed(args) -> None:
                 raise SystemExit("the changefeed was not acknowledged")
 
             def sink(topic: str, run: int) -> list:
-                return [CdcSink(bootstrap, topic, time_column=TIME, diff_column=DIFF).write_upto(
-                    spark.read.parquet(premade), 0, last)]
+                return [
+                    CdcSink(bootstrap, topic, time_column=TIME, diff_column=DIFF).write_upto(
+                        spark.read.parquet(premade), 0, last
+                    )
+                ]
 
             def convert(topic: str, run: int) -> list:
                 done = []
-                await_conversion(lambda: convert_kafka(
-                    spark, args.fmt, source, columns=columns, key=["id"], bootstrap_servers=bootstrap,
-                    topic=topic, checkpoint_location=str(work / f"ck-{run}"), once=True, on_batch=done.append))
+                await_conversion(
+                    lambda: convert_kafka(
+                        spark,
+                        args.fmt,
+                        source,
+                        columns=columns,
+                        key=["id"],
+                        bootstrap_servers=bootstrap,
+                        topic=topic,
+                        checkpoint_location=str(work / f"ck-{run}"),
+                        once=True,
+                        on_batch=done.append,
+                    )
+                )
                 return done
 
             compare(bootstrap, args, args.rows, "changes", sink, convert)

@@ -29,11 +29,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchkit import kafka  # noqa: E402
+
 from cdc_emitter import CdcSink  # noqa: E402
-from cdc_emitter.protocol.codec import CdcCodec  # noqa: E402
-from cdc_emitter.protocol.core import Progress, Update  # noqa: E402
 from cdc_emitter.kafka.frontier import HEADER_KIND, HEADER_LOWER, HEADER_UPPER, HEADER_WRITER  # noqa: E402
 from cdc_emitter.kafka.io import CdcProducer, TopicOffsets, ensure_topic, partition_end  # noqa: E402
+from cdc_emitter.protocol.codec import CdcCodec  # noqa: E402
+from cdc_emitter.protocol.core import Progress, Update  # noqa: E402
 
 
 def main() -> int:
@@ -46,17 +47,26 @@ def main() -> int:
     with kafka() as bootstrap:
         topic = f"bench-guards-{uuid.uuid4().hex[:8]}"
         ensure_topic(bootstrap, topic, create=True, partitions=args.partitions)
-        codec = CdcCodec({"type": "record", "name": "data", "fields": [{"name": "k", "type": "long"}]})
+        codec = CdcCodec(
+            {"type": "record", "name": "data", "fields": [{"name": "k", "type": "long"}]}
+        )
         updates = [(HEADER_KIND, b"updates"), (HEADER_WRITER, b"bench")]
         with CdcProducer(bootstrap, topic) as producer:  # messages as CdcSink writes them
             for t in range(args.statements):
-                for i, value in enumerate(codec.encode_updates(
-                        [Update((k,), t, 1) for k in range(args.updates)])):
+                for i, value in enumerate(
+                    codec.encode_updates([Update((k,), t, 1) for k in range(args.updates)])
+                ):
                     producer.produce(value, headers=updates, partition=(t + i) % args.partitions)
-                producer.produce(codec.encode_progress(Progress((t,), (t + 1,), ((t, args.updates),))),
-                                 headers=[(HEADER_KIND, b"progress"), (HEADER_WRITER, b"bench"),
-                                          (HEADER_LOWER, str(t).encode()),
-                                          (HEADER_UPPER, str(t + 1).encode())], partition=0)
+                producer.produce(
+                    codec.encode_progress(Progress((t,), (t + 1,), ((t, args.updates),))),
+                    headers=[
+                        (HEADER_KIND, b"progress"),
+                        (HEADER_WRITER, b"bench"),
+                        (HEADER_LOWER, str(t).encode()),
+                        (HEADER_UPPER, str(t + 1).encode()),
+                    ],
+                    partition=0,
+                )
         sink = CdcSink(bootstrap, topic)
         sink.frontier()  # warm: metadata, connections
         seconds = []
@@ -78,14 +88,18 @@ def main() -> int:
                 kept.append(time.perf_counter() - began)
 
         def figures(values: list) -> str:
-            return (f"min {min(values):.4f}s median {statistics.median(values):.4f}s "
-                    f"max {max(values):.4f}s")
+            return (
+                f"min {min(values):.4f}s median {statistics.median(values):.4f}s "
+                f"max {max(values):.4f}s"
+            )
 
-        print(f"topic of {args.statements} batches x {args.updates} updates, {args.partitions} "
-              f"partitions, {args.reads} reads each:\n"
-              f"  its tail (CdcSink.frontier)                  {figures(seconds)}\n"
-              f"  partition 0's end offset, a new client      {figures(ends)}\n"
-              f"  partition 0's end offset, the kept client   {figures(kept)}")
+        print(
+            f"topic of {args.statements} batches x {args.updates} updates, {args.partitions} "
+            f"partitions, {args.reads} reads each:\n"
+            f"  its tail (CdcSink.frontier)                  {figures(seconds)}\n"
+            f"  partition 0's end offset, a new client      {figures(ends)}\n"
+            f"  partition 0's end offset, the kept client   {figures(kept)}"
+        )
     return 0
 
 

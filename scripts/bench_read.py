@@ -30,8 +30,11 @@ sys.path.insert(0, str(ROOT))
 
 from benchkit import kafka  # noqa: E402
 
-DATA = {"type": "record", "name": "data", "fields": [{"name": "k", "type": "long"},
-                                                     {"name": "v", "type": ["null", "string"]}]}
+DATA = {
+    "type": "record",
+    "name": "data",
+    "fields": [{"name": "k", "type": "long"}, {"name": "v", "type": ["null", "string"]}],
+}
 
 #: Run in a process of its own: read the topic, print seconds, updates and peak RSS as JSON.
 READER = r"""
@@ -85,33 +88,48 @@ def main() -> int:
     with kafka() as bootstrap:
         topic = f"bench-read-{uuid.uuid4().hex[:8]}"
         ensure_topic(bootstrap, topic, create=True, partitions=args.partitions)
-        spark = (configure_spark(SparkSession.builder.master("local[2]").appName("bench-read-write"))
-                 .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
-                 .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+        spark = (
+            configure_spark(SparkSession.builder.master("local[2]").appName("bench-read-write"))
+            .config("spark.ui.enabled", "false")
+            .config("spark.driver.memory", "4g")
+            .config("spark.ui.showConsoleProgress", "false")
+            .getOrCreate()
+        )
         spark.sparkContext.setLogLevel("ERROR")
         per_batch = args.updates // args.batches
         began = time.perf_counter()
         sink = CdcSink(bootstrap, topic)
         for b in range(args.batches):
             rows = spark.range(b * per_batch, (b + 1) * per_batch).select(
-                F.col("id").alias("k"), F.concat(F.lit("value-"), (F.col("id") % 1000).cast("string")).alias("v"))
+                F.col("id").alias("k"),
+                F.concat(F.lit("value-"), (F.col("id") % 1000).cast("string")).alias("v"),
+            )
             sink.write(rows, time=b)
-        print(f"wrote {per_batch * args.batches} updates in {args.batches} batches over {args.partitions} "
-              f"partitions in {time.perf_counter() - began:.1f}s", flush=True)
+        print(
+            f"wrote {per_batch * args.batches} updates in {args.batches} batches over {args.partitions} "
+            f"partitions in {time.perf_counter() - began:.1f}s",
+            flush=True,
+        )
         spark.stop()
         script = READER.format(root=str(ROOT))
         for run in range(1, args.runs + 1):
             for engine in ("local", "spark"):
-                done = subprocess.run([sys.executable, "-c", script, engine, bootstrap, topic, json.dumps(DATA)],
-                                      capture_output=True, text=True)
+                done = subprocess.run(
+                    [sys.executable, "-c", script, engine, bootstrap, topic, json.dumps(DATA)],
+                    capture_output=True,
+                    text=True,
+                )
                 if done.returncode != 0:
                     print(done.stderr[-3000:], file=sys.stderr)
                     return 1
                 out = json.loads(done.stdout.strip().splitlines()[-1])
                 assert out["frontier"] == [args.batches] and out["verdict"] == "verified", out
-                print(f"run {run} {engine:5s} {out['seconds']:7.1f}s "
-                      f"{per_batch * args.batches / out['seconds']:>10,.0f} updates/s  "
-                      f"peak RSS of the reading Python process {out['peak_rss_mib']:,.0f} MiB", flush=True)
+                print(
+                    f"run {run} {engine:5s} {out['seconds']:7.1f}s "
+                    f"{per_batch * args.batches / out['seconds']:>10,.0f} updates/s  "
+                    f"peak RSS of the reading Python process {out['peak_rss_mib']:,.0f} MiB",
+                    flush=True,
+                )
     return 0
 
 

@@ -86,11 +86,16 @@ def packages_version(installed: str) -> str:
     except OSError as exc:
         print(f"cannot reach Maven Central ({exc}); trying version {installed}", file=sys.stderr)
         return installed
-    versions = [v for v in re.findall(r"<version>([^<]+)</version>", text) if re.fullmatch(r"[\d.]+", v)]
+    versions = [
+        v for v in re.findall(r"<version>([^<]+)</version>", text) if re.fullmatch(r"[\d.]+", v)
+    ]
     if installed in versions:
         return installed
-    same_major = [v for v in versions if v.split(".")[0] == installed.split(".")[0]
-                  and _version_key(v) <= _version_key(installed)]
+    same_major = [
+        v
+        for v in versions
+        if v.split(".")[0] == installed.split(".")[0] and _version_key(v) <= _version_key(installed)
+    ]
     chosen = max(same_major or versions, key=_version_key)
     print(f"Maven Central has no spark-avro {installed}; using {chosen}", file=sys.stderr)
     return chosen
@@ -100,8 +105,9 @@ def broker() -> str:
     env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip()
     if env:
         return env
-    out = subprocess.run([str(ROOT / "scripts" / "kafka-local"), "start"], check=True,
-                         capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [str(ROOT / "scripts" / "kafka-local"), "start"], check=True, capture_output=True, text=True
+    ).stdout
     return out.strip().splitlines()[-1]
 
 
@@ -109,42 +115,74 @@ def main() -> int:
     if sys.argv[1:2] == ["--small"]:
         small = [sys.executable, str(ROOT / "scripts" / "bench_small_batches.py"), *sys.argv[2:]]
         return subprocess.run(small).returncode
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 epilog="--small [ARGS]: the small-batch benchmark instead (bench_small_batches.py)")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="--small [ARGS]: the small-batch benchmark instead (bench_small_batches.py)",
+    )
     ap.add_argument("--rows", type=int, default=4_000_000)
-    ap.add_argument("--keys", type=int, default=None,
-                    help="distinct (k, v) pairs among the rows (default: every row distinct); fewer: "
-                         "each pair on several rows, which every pipeline consolidates")
-    ap.add_argument("--shape", choices=SHAPES, default="kv",
-                    help="kv: (k long, v string) with 1,000 distinct short strings; wide: (id long, name "
-                         "string of 40 hex digits, price double, qty int, ts timestamp, flag boolean); "
-                         "nested: (id long, amount decimal(18,2), day date, note string null in every "
-                         "fifth row, tags array<string> of 3, attrs struct<a int, b string>)")
-    ap.add_argument("--times", type=int, default=None,
-                    help="rows carry their times: a column t of this many distinct times (row i at time "
-                         "i %% TIMES), the sink in column mode and every pipeline consolidating per (data, "
-                         "time); default: one batch time, as write(df, time=...)")
+    ap.add_argument(
+        "--keys",
+        type=int,
+        default=None,
+        help="distinct (k, v) pairs among the rows (default: every row distinct); fewer: "
+        "each pair on several rows, which every pipeline consolidates",
+    )
+    ap.add_argument(
+        "--shape",
+        choices=SHAPES,
+        default="kv",
+        help="kv: (k long, v string) with 1,000 distinct short strings; wide: (id long, name "
+        "string of 40 hex digits, price double, qty int, ts timestamp, flag boolean); "
+        "nested: (id long, amount decimal(18,2), day date, note string null in every "
+        "fifth row, tags array<string> of 3, attrs struct<a int, b string>)",
+    )
+    ap.add_argument(
+        "--times",
+        type=int,
+        default=None,
+        help="rows carry their times: a column t of this many distinct times (row i at time "
+        "i %% TIMES), the sink in column mode and every pipeline consolidating per (data, "
+        "time); default: one batch time, as write(df, time=...)",
+    )
     ap.add_argument("--partitions", type=int, default=2, help="topic partitions")
-    ap.add_argument("--shuffle-partitions", type=int, default=4,
-                    help="spark.sql.shuffle.partitions (Spark's default is 200)")
+    ap.add_argument(
+        "--shuffle-partitions",
+        type=int,
+        default=4,
+        help="spark.sql.shuffle.partitions (Spark's default is 200)",
+    )
     ap.add_argument("--packages-version", default=None)
     ap.add_argument("--no-avro-encoder", action="store_true")
     ap.add_argument("--only", default=None, help="comma list: jvm,python,avro,diy,raw,floor")
     ap.add_argument("--json", action="store_true")
-    ap.add_argument("--peer-writer", choices=("sink", "lz4"), default="sink",
-                    help="the Kafka writer options of the do-it-yourself and raw pipelines: sink (default): "
-                         "those of the sink's JVM path (acks=all, lz4, 1 MB batches, not idempotent); lz4: "
-                         "lz4-compressed, idempotent, Java's default batch size (the peer of earlier rounds)")
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="rounds: each pipeline timed once per round, interleaved (best kept)")
-    ap.add_argument("--same-sink", action="store_true",
-                    help="cdc-sink: one sink and topic for every round, each round its next batch (as in a "
-                         "streaming query, where a batch follows one of the same size), after one untimed "
-                         "batch of the whole input; default: a new sink and topic each round (a first batch)")
-    ap.add_argument("--cold", action="store_true",
-                    help="cdc-sink, a new sink each round: before each, forget what the process learnt of "
-                         "the data layout (its plan, whether its rows repeat), as a new process's first "
-                         "batch would (the JVM stays warm); default: the rounds after the warm-up know it")
+    ap.add_argument(
+        "--peer-writer",
+        choices=("sink", "lz4"),
+        default="sink",
+        help="the Kafka writer options of the do-it-yourself and raw pipelines: sink (default): "
+        "those of the sink's JVM path (acks=all, lz4, 1 MB batches, not idempotent); lz4: "
+        "lz4-compressed, idempotent, Java's default batch size (the peer of earlier rounds)",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="rounds: each pipeline timed once per round, interleaved (best kept)",
+    )
+    ap.add_argument(
+        "--same-sink",
+        action="store_true",
+        help="cdc-sink: one sink and topic for every round, each round its next batch (as in a "
+        "streaming query, where a batch follows one of the same size), after one untimed "
+        "batch of the whole input; default: a new sink and topic each round (a first batch)",
+    )
+    ap.add_argument(
+        "--cold",
+        action="store_true",
+        help="cdc-sink, a new sink each round: before each, forget what the process learnt of "
+        "the data layout (its plan, whether its rows repeat), as a new process's first "
+        "batch would (the JVM stays warm); default: the rounds after the warm-up know it",
+    )
     args = ap.parse_args()
     if args.cold and args.same_sink:
         ap.error("--cold is for a new sink each round, not --same-sink")
@@ -156,17 +194,18 @@ def main() -> int:
     from pyspark.sql.avro.functions import to_avro
 
     from cdc_emitter import CdcSink
+    from cdc_emitter.kafka.io import end_offsets, ensure_topic
     from cdc_emitter.protocol.codec import union_schema
-    from cdc_emitter.kafka.io import ensure_topic, end_offsets
-    from cdc_emitter.spark.kafka import kafka_write_options
     from cdc_emitter.sink.plan import forget_layouts
+    from cdc_emitter.spark.kafka import kafka_write_options
     from cdc_emitter.spark.schema import data_schema
 
     bootstrap = broker()
     version = args.packages_version or packages_version(pyspark.__version__)
     packages = f"org.apache.spark:spark-avro_2.13:{version},org.apache.spark:spark-sql-kafka-0-10_2.13:{version}"
     spark = (
-        SparkSession.builder.master("local[2]").appName("cdc-emitter-bench")
+        SparkSession.builder.master("local[2]")
+        .appName("cdc-emitter-bench")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
         .config("spark.driver.memory", "4g")
@@ -189,11 +228,19 @@ def main() -> int:
     update_schema = json.dumps(union_schema(avro_data)[0]["items"])
     header = bytes([0, 0, 0, 0, 0, 0, 2])  # confluent framing (id 0) + union branch 0 + count 1
     if args.peer_writer == "sink":  # Spark's Kafka writer as the sink's JVM path sets it up
-        kafka_opts = {k: v for k, v in kafka_write_options(bootstrap, "-", {}).items()
-                      if k not in ("topic", "includeHeaders")}
+        kafka_opts = {
+            k: v
+            for k, v in kafka_write_options(bootstrap, "-", {}).items()
+            if k not in ("topic", "includeHeaders")
+        }
     else:  # an earlier round's peer: lz4, idempotent, Java's default batch
-        kafka_opts = {"kafka.bootstrap.servers": bootstrap, "kafka.compression.type": "lz4",
-                      "kafka.linger.ms": "20", "kafka.acks": "all", "kafka.enable.idempotence": "true"}
+        kafka_opts = {
+            "kafka.bootstrap.servers": bootstrap,
+            "kafka.compression.type": "lz4",
+            "kafka.linger.ms": "20",
+            "kafka.acks": "all",
+            "kafka.enable.idempotence": "true",
+        }
 
     def new_topic(name: str) -> str:
         topic = f"bench-{name}-{uuid.uuid4().hex[:8]}"
@@ -204,8 +251,11 @@ def main() -> int:
         return sum(high - low for low, high in end_offsets(bootstrap, topic).values())
 
     def update_struct(time_col, diff_col):
-        return F.struct(F.struct(*[F.col(c) for c in data_cols]).alias("data"),
-                        time_col.alias("time"), diff_col.alias("diff"))
+        return F.struct(
+            F.struct(*[F.col(c) for c in data_cols]).alias("data"),
+            time_col.alias("time"),
+            diff_col.alias("diff"),
+        )
 
     kept: dict = {}  # --same-sink: encoder -> [sink, its next batch's time]
     mode = {"time_column": "t"} if args.times else {}
@@ -240,12 +290,18 @@ def main() -> int:
     def run_diy(df):
         topic = new_topic("diy")
         t0 = time.perf_counter()
-        consolidated = df.groupBy(*data_cols, *time_cols).agg(F.sum("diff").alias("diff")).filter("diff != 0")
+        consolidated = (
+            df.groupBy(*data_cols, *time_cols).agg(F.sum("diff").alias("diff")).filter("diff != 0")
+        )
         time_col = F.col("t").cast("long") if args.times else F.lit(0).cast("long")
-        value = F.concat(F.lit(header), to_avro(update_struct(time_col, F.col("diff")),
-                                                update_schema), F.lit(b"\x00"))
-        consolidated.select(value.alias("value")).write.format("kafka").options(**kafka_opts) \
-            .option("topic", topic).save()
+        value = F.concat(
+            F.lit(header),
+            to_avro(update_struct(time_col, F.col("diff")), update_schema),
+            F.lit(b"\x00"),
+        )
+        consolidated.select(value.alias("value")).write.format("kafka").options(
+            **kafka_opts
+        ).option("topic", topic).save()
         elapsed = time.perf_counter() - t0
         m = messages(topic)
         return elapsed, m, m
@@ -255,8 +311,9 @@ def main() -> int:
         t0 = time.perf_counter()
         time_col = F.col("t").cast("long") if args.times else F.lit(0).cast("long")
         value = to_avro(update_struct(time_col, F.col("diff")), update_schema)
-        df.select(value.alias("value")).write.format("kafka").options(**kafka_opts) \
-            .option("topic", topic).save()
+        df.select(value.alias("value")).write.format("kafka").options(**kafka_opts).option(
+            "topic", topic
+        ).save()
         elapsed = time.perf_counter() - t0
         m = messages(topic)
         return elapsed, m, m
@@ -264,27 +321,32 @@ def main() -> int:
     def run_floor(df):
         # what any correct sink pays: the consolidation, written nowhere (Spark's noop sink)
         t0 = time.perf_counter()
-        df.groupBy(*data_cols, *time_cols).agg(F.sum("diff").alias("diff")).filter("diff != 0") \
-            .write.format("noop").mode("overwrite").save()
+        df.groupBy(*data_cols, *time_cols).agg(F.sum("diff").alias("diff")).filter(
+            "diff != 0"
+        ).write.format("noop").mode("overwrite").save()
         # its updates: the distinct (data, time) pairs — row i's are (i % keys, i % times), equal for
         # rows the same modulo lcm(keys, times)
         return time.perf_counter() - t0, min(n, math.lcm(keys, args.times or 1)), 0
 
-    plan = {"jvm": ("cdc-sink (jvm data path)", lambda d: run_sink("jvm", d)),
-            "python": ("cdc-sink (python encoder)", lambda d: run_sink("python", d)),
-            "avro": ("cdc-sink (to_avro encoder)", lambda d: run_sink("avro", d)),
-            "diy": ("diy: consolidate + to_avro + kafka sink", run_diy),
-            "raw": ("raw kafka sink, unconsolidated", run_raw),
-            "floor": ("floor: the consolidation to the noop sink", run_floor)}
+    plan = {
+        "jvm": ("cdc-sink (jvm data path)", lambda d: run_sink("jvm", d)),
+        "python": ("cdc-sink (python encoder)", lambda d: run_sink("python", d)),
+        "avro": ("cdc-sink (to_avro encoder)", lambda d: run_sink("avro", d)),
+        "diy": ("diy: consolidate + to_avro + kafka sink", run_diy),
+        "raw": ("raw kafka sink, unconsolidated", run_raw),
+        "floor": ("floor: the consolidation to the noop sink", run_floor),
+    }
     chosen = args.only.split(",") if args.only else list(plan)
     if args.no_avro_encoder and "avro" in chosen:
         chosen.remove("avro")
     rates = {}
-    print(f"rows={n} keys={keys} times={args.times or 'one batch time'} shape={args.shape} "
-          f"spark={pyspark.__version__} packages={version} broker={bootstrap} "
-          f"topic partitions={args.partitions} sink={'one across rounds' if args.same_sink else 'new each round'} "
-          f"peer writer={args.peer_writer}"
-          f"{' (cold: the layout forgotten before each)' if args.cold else ''}")
+    print(
+        f"rows={n} keys={keys} times={args.times or 'one batch time'} shape={args.shape} "
+        f"spark={pyspark.__version__} packages={version} broker={bootstrap} "
+        f"topic partitions={args.partitions} sink={'one across rounds' if args.same_sink else 'new each round'} "
+        f"peer writer={args.peer_writer}"
+        f"{' (cold: the layout forgotten before each)' if args.cold else ''}"
+    )
     # warm-up: every pipeline once on a small input (JIT, Python workers, producers, metadata)
     small = df.limit(50_000).cache()
     small.count()
@@ -297,20 +359,27 @@ def main() -> int:
         rounds.append({})
         for key in chosen:
             rounds[-1][key] = plan[key][1](df)
-            print(f"  round {round_} {key:6s} {rounds[-1][key][0]:6.2f}s", file=sys.stderr, flush=True)
+            print(
+                f"  round {round_} {key:6s} {rounds[-1][key][0]:6.2f}s", file=sys.stderr, flush=True
+            )
     for key in chosen:
         elapsed, updates, msgs = min(r[key] for r in rounds)  # the fastest round
         rates[key] = n / elapsed  # input rows: the same for every pipeline
-        print(f"{plan[key][0]:45s} {updates:>10d} updates {msgs:>9d} messages {elapsed:8.2f}s "
-              f"{rates[key]:>12,.0f} rows/s", flush=True)
+        print(
+            f"{plan[key][0]:45s} {updates:>10d} updates {msgs:>9d} messages {elapsed:8.2f}s "
+            f"{rates[key]:>12,.0f} rows/s",
+            flush=True,
+        )
     for ours in ("jvm", "python", "avro"):
         for peer in ("diy", "raw", "floor"):
             if ours in rates and peer in rates:
                 line = f"ratio {ours}/{peer}: {rates[ours] / rates[peer]:.2f}x"
                 if len(rounds) > 1:  # the same ratio within each round: how much the best hides
                     within = sorted(r[peer][0] / r[ours][0] for r in rounds)
-                    line += (f" (round by round: min {within[0]:.2f}x, median "
-                             f"{statistics.median(within):.2f}x, max {within[-1]:.2f}x)")
+                    line += (
+                        f" (round by round: min {within[0]:.2f}x, median "
+                        f"{statistics.median(within):.2f}x, max {within[-1]:.2f}x)"
+                    )
                 print(line)
     if args.json:
         print(json.dumps({"rows": n, "keys": keys, "rows_per_second": rates}))

@@ -50,26 +50,38 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=200)
     ap.add_argument("--batches", type=int, default=15)
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--shape", choices=SHAPES, default="kv",
-                    help="kv: (k long, v string); wide: six columns of other types (as bench_sink.py's)")
-    ap.add_argument("--times", type=int, default=0,
-                    help="the rows also carry a time column t (row i at batch*T + i %% T): the sink "
-                         "in column mode, the peer writing t into each record")
-    ap.add_argument("--uncached", action="store_true",
-                    help="recompute the input every batch, as a source's micro-batch is, instead of "
-                         "caching it")
+    ap.add_argument(
+        "--shape",
+        choices=SHAPES,
+        default="kv",
+        help="kv: (k long, v string); wide: six columns of other types (as bench_sink.py's)",
+    )
+    ap.add_argument(
+        "--times",
+        type=int,
+        default=0,
+        help="the rows also carry a time column t (row i at batch*T + i %% T): the sink "
+        "in column mode, the peer writing t into each record",
+    )
+    ap.add_argument(
+        "--uncached",
+        action="store_true",
+        help="recompute the input every batch, as a source's micro-batch is, instead of caching it",
+    )
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
-    from cdc_emitter import CdcSink
+    from cdc_emitter import CdcSink, configure_spark
     from cdc_emitter.kafka.io import ensure_topic
 
-    from cdc_emitter import configure_spark
-
-    spark = (configure_spark(SparkSession.builder.master("local[2]").appName("bench-small-batches"))
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark = (
+        configure_spark(SparkSession.builder.master("local[2]").appName("bench-small-batches"))
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     checkpoint = None
     try:
@@ -104,19 +116,33 @@ def main() -> int:
             ensure_topic(bootstrap, executors_topic, create=True, partitions=2)
             checkpoint = tempfile.mkdtemp(prefix="cdc-bench-checkpoint-")
             mode = {"time_column": "t"} if args.times else {}
-            sinks = {"jvm": CdcSink(bootstrap, topic, encoder="jvm", **mode),
-                     "jvm-stream": CdcSink(bootstrap, stream_topic, encoder="jvm",
-                                           checkpoint_location=checkpoint, writer_id="bench", **mode),
-                     "jvm-executors": CdcSink(bootstrap, executors_topic, encoder="jvm", small_batch_rows=0,
-                                              **mode),
-                     "python": CdcSink(bootstrap, python_topic, encoder="python", **mode)}
+            sinks = {
+                "jvm": CdcSink(bootstrap, topic, encoder="jvm", **mode),
+                "jvm-stream": CdcSink(
+                    bootstrap,
+                    stream_topic,
+                    encoder="jvm",
+                    checkpoint_location=checkpoint,
+                    writer_id="bench",
+                    **mode,
+                ),
+                "jvm-executors": CdcSink(
+                    bootstrap, executors_topic, encoder="jvm", small_batch_rows=0, **mode
+                ),
+                "python": CdcSink(bootstrap, python_topic, encoder="python", **mode),
+            }
             record = data_schema(df.select(*data_cols, *(["t"] if args.times else [])).schema)
             schema = json.dumps(record)
 
             def peer(i: int) -> None:
-                (batch(i).select(to_avro(F.struct(*df.columns), schema).alias("value"))
-                 .write.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-                 .option("topic", peer_topic).save())
+                (
+                    batch(i)
+                    .select(to_avro(F.struct(*df.columns), schema).alias("value"))
+                    .write.format("kafka")
+                    .option("kafka.bootstrap.servers", bootstrap)
+                    .option("topic", peer_topic)
+                    .save()
+                )
 
             def write(name: str):
                 if args.times:
@@ -126,8 +152,13 @@ def main() -> int:
             def stream(i: int) -> None:
                 sinks["jvm-stream"](batch(i), i)
 
-            contenders = {"jvm": write("jvm"), "jvm-stream": stream, "jvm-executors": write("jvm-executors"),
-                          "python": write("python"), "peer": peer}
+            contenders = {
+                "jvm": write("jvm"),
+                "jvm-stream": stream,
+                "jvm-executors": write("jvm-executors"),
+                "python": write("python"),
+                "peer": peer,
+            }
             seconds: dict = {name: [] for name in contenders}
             for i in range(args.warmup + args.batches):
                 for name, run in contenders.items():
@@ -139,13 +170,22 @@ def main() -> int:
         spark.stop()
         if checkpoint is not None:
             shutil.rmtree(checkpoint, ignore_errors=True)
-    rows = ", ".join([args.shape, f"{args.times} times each" if args.times else "one time each",
-                      *(["uncached"] if args.uncached else [])])
-    print(f"{args.rows}-row batches ({rows}), {args.batches} rounds after {args.warmup} warm-up "
-          "(seconds per batch):")
+    rows = ", ".join(
+        [
+            args.shape,
+            f"{args.times} times each" if args.times else "one time each",
+            *(["uncached"] if args.uncached else []),
+        ]
+    )
+    print(
+        f"{args.rows}-row batches ({rows}), {args.batches} rounds after {args.warmup} warm-up "
+        "(seconds per batch):"
+    )
     for name, values in seconds.items():
-        print(f"  {name:13s} median {statistics.median(values):.3f}  min {min(values):.3f}  "
-              f"max {max(values):.3f}")
+        print(
+            f"  {name:13s} median {statistics.median(values):.3f}  min {min(values):.3f}  "
+            f"max {max(values):.3f}"
+        )
     peer_median = statistics.median(seconds["peer"])
     for name in ("jvm", "jvm-stream", "jvm-executors", "python"):
         print(f"  {name}/peer median ratio: {statistics.median(seconds[name]) / peer_median:.2f}x")

@@ -41,9 +41,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchkit import kafka  # noqa: E402
+
+from cdc_emitter.kafka.io import CdcProducer, end_offsets, ensure_topic  # noqa: E402
 from cdc_emitter.protocol.codec import CdcCodec  # noqa: E402
 from cdc_emitter.protocol.core import CdcReader, Progress, Update  # noqa: E402
-from cdc_emitter.kafka.io import CdcProducer, ensure_topic, end_offsets  # noqa: E402
 from cdc_emitter.read.verify import verify_topic  # noqa: E402
 
 DATA = {
@@ -53,8 +54,15 @@ DATA = {
 }
 
 
-def write_topic(bootstrap: str, topic: str, codec: CdcCodec, updates: int, batch: int,
-                per_time: int, partitions: int) -> int:
+def write_topic(
+    bootstrap: str,
+    topic: str,
+    codec: CdcCodec,
+    updates: int,
+    batch: int,
+    per_time: int,
+    partitions: int,
+) -> int:
     """Write the topic; returns the final frontier (the last upper)."""
     ensure_topic(bootstrap, topic, create=True, partitions=partitions)
     t0 = time.perf_counter()
@@ -67,24 +75,31 @@ def write_topic(bootstrap: str, topic: str, codec: CdcCodec, updates: int, batch
             at_time = 0
             while at_time < size:
                 n = min(batch, size - at_time)
-                ups = [Update((written + at_time + i, f"value-{written + at_time + i}"), n_time, 1)
-                       for i in range(n)]
+                ups = [
+                    Update((written + at_time + i, f"value-{written + at_time + i}"), n_time, 1)
+                    for i in range(n)
+                ]
                 for value in codec.encode_updates(ups):
                     producer.produce(value, partition=part)
                     part = (part + 1) % partitions
                 at_time += n
-            producer.produce(codec.encode_progress(Progress((n_time,), (n_time + 1,),
-                                                            ((n_time, size),))),
-                             partition=part)
+            producer.produce(
+                codec.encode_progress(Progress((n_time,), (n_time + 1,), ((n_time, size),))),
+                partition=part,
+            )
             written += size
             n_time += 1
-    print(f"wrote {written:,} updates at {n_time} times to {topic} "
-          f"in {time.perf_counter() - t0:.1f}s", flush=True)
+    print(
+        f"wrote {written:,} updates at {n_time} times to {topic} "
+        f"in {time.perf_counter() - t0:.1f}s",
+        flush=True,
+    )
     return n_time
 
 
-def write_topic_with_sink(bootstrap: str, topic: str, updates: int, batches: int,
-                          partitions: int) -> tuple[int, dict]:
+def write_topic_with_sink(
+    bootstrap: str, topic: str, updates: int, batches: int, partitions: int
+) -> tuple[int, dict]:
     """Write the topic with CdcSink (one ``write`` per batch); returns (frontier, data schema)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -92,9 +107,14 @@ def write_topic_with_sink(bootstrap: str, topic: str, updates: int, batches: int
     from cdc_emitter import CdcSink
     from cdc_emitter.spark.schema import data_schema
 
-    spark = (SparkSession.builder.master("local[2]").appName("bench-verify")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "4")
-             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("bench-verify")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
     ensure_topic(bootstrap, topic, create=True, partitions=partitions)
     sink = CdcSink(bootstrap, topic)
@@ -106,8 +126,11 @@ def write_topic_with_sink(bootstrap: str, topic: str, updates: int, batches: int
         df = spark.range(lo, hi).selectExpr("id AS k", "concat('value-', id) AS v")
         schema = schema or data_schema(df.schema)
         sink.write(df, time=b)
-    print(f"CdcSink wrote {updates:,} updates in {batches} batches to {topic} "
-          f"({partitions} partitions) in {time.perf_counter() - t0:.1f}s", flush=True)
+    print(
+        f"CdcSink wrote {updates:,} updates in {batches} batches to {topic} "
+        f"({partitions} partitions) in {time.perf_counter() - t0:.1f}s",
+        flush=True,
+    )
     spark.stop()
     return batches, schema
 
@@ -122,8 +145,14 @@ def plain_loop(bootstrap: str, topic: str, codec: CdcCodec) -> tuple[int, float]
     reader = fastavro.schemaless_reader
     skip = 5  # Confluent header
     t0 = time.perf_counter()
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"bench-{uuid.uuid4().hex}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
     consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in marks])
     pending = {p for p, (low, high) in marks.items() if high > low}
     updates = 0
@@ -143,11 +172,18 @@ def plain_loop(bootstrap: str, topic: str, codec: CdcCodec) -> tuple[int, float]
     return updates, time.perf_counter() - t0
 
 
-def run_verify(bootstrap: str, topic: str, codec: CdcCodec, frontier: int, keep_collection: bool,
-               workers: int | None = None):
+def run_verify(
+    bootstrap: str,
+    topic: str,
+    codec: CdcCodec,
+    frontier: int,
+    keep_collection: bool,
+    workers: int | None = None,
+):
     t0 = time.perf_counter()
-    result = verify_topic(bootstrap, topic, codec, timeout=600, keep_collection=keep_collection,
-                          workers=workers)
+    result = verify_topic(
+        bootstrap, topic, codec, timeout=600, keep_collection=keep_collection, workers=workers
+    )
     seconds = time.perf_counter() - t0
     assert result.ok and result.frontier == (frontier,), (result.verdict, result.violations[:3])
     return result, seconds
@@ -189,8 +225,12 @@ def strict_memory(total: int, mode: str) -> float:
     reader = CdcReader(strict=mode)
     per_time = 10_000
     for at in range(total // per_time):
-        reader.push([Update((at * per_time + i, f"value-{at * per_time + i}"), at, 1)
-                     for i in range(per_time)])
+        reader.push(
+            [
+                Update((at * per_time + i, f"value-{at * per_time + i}"), at, 1)
+                for i in range(per_time)
+            ]
+        )
         reader.push(Progress((at,), (at + 1,), ((at, per_time),)))
     current, _peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -208,10 +248,16 @@ def main() -> int:
     ap.add_argument("--per-time", type=int, default=100_000, help="updates per CDC time (producer)")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--workers", type=int, default=None, help="verify's decode workers (default: auto)")
+    ap.add_argument(
+        "--workers", type=int, default=None, help="verify's decode workers (default: auto)"
+    )
     ap.add_argument("--memory", type=int, nargs="*", default=[1_000_000, 10_000_000])
-    ap.add_argument("--strict-memory", type=int, default=1_000_000,
-                    help="updates for the strict-mode memory figures (0: skip)")
+    ap.add_argument(
+        "--strict-memory",
+        type=int,
+        default=1_000_000,
+        help="updates for the strict-mode memory figures (0: skip)",
+    )
     ap.add_argument("--profile", action="store_true", help="cProfile one verify run")
     ap.add_argument("--skip-kafka", action="store_true", help="only the memory measurements")
     args = ap.parse_args()
@@ -220,34 +266,49 @@ def main() -> int:
         with kafka() as bootstrap:
             topic = f"bench-verify-{uuid.uuid4().hex[:8]}"
             if args.writer == "sink":
-                frontier, schema = write_topic_with_sink(bootstrap, topic, args.updates,
-                                                         args.batches, args.partitions)
+                frontier, schema = write_topic_with_sink(
+                    bootstrap, topic, args.updates, args.batches, args.partitions
+                )
                 codec = CdcCodec(schema)
             else:
                 codec = CdcCodec(DATA)
-                frontier = write_topic(bootstrap, topic, codec, args.updates, args.batch,
-                                       args.per_time, args.partitions)
+                frontier = write_topic(
+                    bootstrap,
+                    topic,
+                    codec,
+                    args.updates,
+                    args.batch,
+                    args.per_time,
+                    args.partitions,
+                )
             plain_loop(bootstrap, topic, codec)  # warm the broker's page cache
             ratios: dict[str, list[float]] = {"verify": [], "verify --output": []}
             for run in range(1, args.runs + 1):
                 n, plain_s = plain_loop(bootstrap, topic, codec)
                 assert n == args.updates, n
                 res, verify_s = run_verify(bootstrap, topic, codec, frontier, False, args.workers)
-                res_c, verify_c_s = run_verify(bootstrap, topic, codec, frontier, True, args.workers)
+                res_c, verify_c_s = run_verify(
+                    bootstrap, topic, codec, frontier, True, args.workers
+                )
                 assert len(res_c.collection) == args.updates
                 del res_c
                 plain_rate = n / plain_s
                 v_rate, vc_rate = res.updates / verify_s, args.updates / verify_c_s
                 ratios["verify"].append(v_rate / plain_rate)
                 ratios["verify --output"].append(vc_rate / plain_rate)
-                print(f"run {run}: plain consume+decode {plain_rate:12,.0f} updates/s ({plain_s:.2f}s)"
-                      f" | verify {v_rate:12,.0f} ({verify_s:.2f}s, {res.workers} workers) "
-                      f"{v_rate / plain_rate:.2f}x | verify --output {vc_rate:12,.0f} "
-                      f"({verify_c_s:.2f}s) {vc_rate / plain_rate:.2f}x", flush=True)
+                print(
+                    f"run {run}: plain consume+decode {plain_rate:12,.0f} updates/s ({plain_s:.2f}s)"
+                    f" | verify {v_rate:12,.0f} ({verify_s:.2f}s, {res.workers} workers) "
+                    f"{v_rate / plain_rate:.2f}x | verify --output {vc_rate:12,.0f} "
+                    f"({verify_c_s:.2f}s) {vc_rate / plain_rate:.2f}x",
+                    flush=True,
+                )
             for name, values in ratios.items():
                 values.sort()
-                print(f"{name:>16} / plain: min {values[0]:.2f}x  median "
-                      f"{values[len(values) // 2]:.2f}x  max {values[-1]:.2f}x  ({len(values)} runs)")
+                print(
+                    f"{name:>16} / plain: min {values[0]:.2f}x  median "
+                    f"{values[len(values) // 2]:.2f}x  max {values[-1]:.2f}x  ({len(values)} runs)"
+                )
             if args.profile:
                 import cProfile
                 import pstats
@@ -260,14 +321,19 @@ def main() -> int:
 
     for total in args.memory:
         peak, retained, seconds = reader_memory(total)
-        print(f"CdcReader, {total:>11,} updates, advancing frontier: peak {peak / 2**20:7.1f} MiB"
-              f" traced, {retained} items retained at the end ({seconds:.1f}s under tracemalloc)",
-              flush=True)
+        print(
+            f"CdcReader, {total:>11,} updates, advancing frontier: peak {peak / 2**20:7.1f} MiB"
+            f" traced, {retained} items retained at the end ({seconds:.1f}s under tracemalloc)",
+            flush=True,
+        )
     if args.strict_memory:
         for mode in ("exact", "bloom"):
             per = strict_memory(args.strict_memory, mode)
-            print(f"strict={mode}: {per * 1e6 / 2**20:7.1f} MiB per million reported updates "
-                  f"(measured over {args.strict_memory:,})", flush=True)
+            print(
+                f"strict={mode}: {per * 1e6 / 2**20:7.1f} MiB per million reported updates "
+                f"(measured over {args.strict_memory:,})",
+                flush=True,
+            )
     return 0
 
 

@@ -23,8 +23,9 @@ def kafka() -> Iterator[str]:
         yield servers
         return
     env = dict(os.environ, CDC_KAFKA_HOME=tempfile.mkdtemp(prefix="cdc-bench-kafka-"))
-    out = subprocess.run([str(KAFKA_LOCAL), "start"], env=env, capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [str(KAFKA_LOCAL), "start"], env=env, capture_output=True, text=True, check=True
+    )
     try:
         yield out.stdout.strip().splitlines()[-1]
     finally:
@@ -46,14 +47,25 @@ def shape_columns(key, shape: str) -> list:
     if shape == "kv":
         return [key.alias("k"), F.concat(F.lit("value-"), (key % 1000).cast("string")).alias("v")]
     if shape == "nested":
-        return [key.alias("id"), (F.pmod(key * 7919, F.lit(10_000_000)) / 100).cast("decimal(18,2)").alias("amount"),
-                F.date_add(F.lit("2026-01-01").cast("date"), (key % 365).cast("int")).alias("day"),
-                F.when(key % 5 == 0, F.lit(None)).otherwise(F.concat(F.lit("note "), (key % 977).cast("string")))
-                .alias("note"),
-                F.array(*[F.concat(F.lit(f"t{i}-"), (key % (7 + i)).cast("string")) for i in range(3)]).alias("tags"),
-                F.struct((key % 1013).cast("int").alias("a"), F.hex(key % 65_521).alias("b")).alias("attrs")]
-    return [key.alias("id"), F.sha1(key.cast("string")).alias("name"),
-            (F.pmod(F.xxhash64(key), F.lit(100_000)) / 100).alias("price"),
-            (key % 97).cast("int").alias("qty"),
-            F.timestamp_seconds(F.lit(1_700_000_000) + key % 86_400).alias("ts"),
-            (key % 3 == 0).alias("flag")]
+        return [
+            key.alias("id"),
+            (F.pmod(key * 7919, F.lit(10_000_000)) / 100).cast("decimal(18,2)").alias("amount"),
+            F.date_add(F.lit("2026-01-01").cast("date"), (key % 365).cast("int")).alias("day"),
+            F.when(key % 5 == 0, F.lit(None))
+            .otherwise(F.concat(F.lit("note "), (key % 977).cast("string")))
+            .alias("note"),
+            F.array(
+                *[F.concat(F.lit(f"t{i}-"), (key % (7 + i)).cast("string")) for i in range(3)]
+            ).alias("tags"),
+            F.struct((key % 1013).cast("int").alias("a"), F.hex(key % 65_521).alias("b")).alias(
+                "attrs"
+            ),
+        ]
+    return [
+        key.alias("id"),
+        F.sha1(key.cast("string")).alias("name"),
+        (F.pmod(F.xxhash64(key), F.lit(100_000)) / 100).alias("price"),
+        (key % 97).cast("int").alias("qty"),
+        F.timestamp_seconds(F.lit(1_700_000_000) + key % 86_400).alias("ts"),
+        (key % 3 == 0).alias("flag"),
+    ]

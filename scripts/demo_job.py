@@ -56,7 +56,11 @@ def expected_table() -> list[tuple[dict, int]]:
         for row in batch:
             key = (row["id"], row["name"], row["price"])
             counts[key] = counts.get(key, 0) + row["diff"]
-    return [({"id": k[0], "name": k[1], "price": k[2]}, n) for k, n in sorted(counts.items(), key=_key) if n]
+    return [
+        ({"id": k[0], "name": k[1], "price": k[2]}, n)
+        for k, n in sorted(counts.items(), key=_key)
+        if n
+    ]
 
 
 def main() -> int:
@@ -90,7 +94,8 @@ def main() -> int:
         os.utime(path, (base + i, base + i))  # the file source takes files in mtime order
 
     spark = (
-        SparkSession.builder.master("local[2]").appName("cdc-emitter-demo")
+        SparkSession.builder.master("local[2]")
+        .appName("cdc-emitter-demo")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", "2")
@@ -98,21 +103,27 @@ def main() -> int:
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    schema = T.StructType([
-        T.StructField("id", T.LongType(), False),
-        T.StructField("name", T.StringType(), True),
-        T.StructField("price", T.IntegerType(), True),
-        T.StructField("diff", T.LongType(), False),
-    ])
-    changes = (
-        spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(incoming))
+    schema = T.StructType(
+        [
+            T.StructField("id", T.LongType(), False),
+            T.StructField("name", T.StringType(), True),
+            T.StructField("price", T.IntegerType(), True),
+            T.StructField("diff", T.LongType(), False),
+        ]
     )
+    changes = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).json(str(incoming))
     # the topic's schema is the one the sink derives from the DataFrame (file sources make
     # every column nullable): write it for `cdc-emitter verify --schema`
     data_struct = T.StructType([f for f in changes.schema.fields if f.name != "diff"])
-    (work / "products.avsc").write_text(json.dumps(union_schema(data_schema(data_struct)), indent=2))
-    sink = CdcSink(args.bootstrap_servers, args.topic, create_topic=True,
-                   checkpoint_location=str(work / "checkpoint"))
+    (work / "products.avsc").write_text(
+        json.dumps(union_schema(data_schema(data_struct)), indent=2)
+    )
+    sink = CdcSink(
+        args.bootstrap_servers,
+        args.topic,
+        create_topic=True,
+        checkpoint_location=str(work / "checkpoint"),
+    )
     query = (
         changes.writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(work / "checkpoint"))
@@ -123,8 +134,10 @@ def main() -> int:
     if query.exception() is not None:
         print(f"demo job failed: {query.exception()}", file=sys.stderr)
         return 1
-    print(f"streaming query wrote {len(BATCHES)} batches (CDC times 0..{len(BATCHES) - 1}) "
-          f"to topic {args.topic}")
+    print(
+        f"streaming query wrote {len(BATCHES)} batches (CDC times 0..{len(BATCHES) - 1}) "
+        f"to topic {args.topic}"
+    )
     print("the table the changefeed must reconstruct:")
     for data, count in expected_table():
         print(f"  {json.dumps(data)} x{count}")

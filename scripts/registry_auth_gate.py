@@ -20,8 +20,19 @@ import sys
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade",
-              "proxy-authorization", "proxy-authenticate", "authorization", "host", "content-length"}
+HOP_BY_HOP = {
+    "connection",
+    "keep-alive",
+    "transfer-encoding",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "authorization",
+    "host",
+    "content-length",
+}
 
 
 def read_user_info(path: str) -> str:
@@ -66,7 +77,9 @@ def make_handler(upstream: urllib.parse.SplitResult, expected: bytes):
             headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
             conn = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=60)
             try:
-                conn.request(self.command, upstream.path.rstrip("/") + self.path, body=body, headers=headers)
+                conn.request(
+                    self.command, upstream.path.rstrip("/") + self.path, body=body, headers=headers
+                )
                 answer = conn.getresponse()
                 data = answer.read()
             finally:

@@ -50,14 +50,14 @@ def docker_available(timeout: float = 1.0) -> bool:
     host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     try:
         if host.startswith("unix://"):
-            path = host[len("unix://"):]
+            path = host[len("unix://") :]
             if not os.path.exists(path):
                 return False
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             sock.settimeout(timeout)
             sock.connect(path)
         elif host.startswith("tcp://"):
-            hostport = host[len("tcp://"):].rstrip("/")
+            hostport = host[len("tcp://") :].rstrip("/")
             name, _, port = hostport.rpartition(":")
             sock = socket.create_connection((name, int(port)), timeout=timeout)
         else:
@@ -156,7 +156,10 @@ class _Broker:
                 container = KafkaContainer(image).with_kraft()
                 container.start()
                 self.container = container
-                self.bootstrap_servers, self.source = container.get_bootstrap_server(), "testcontainers"
+                self.bootstrap_servers, self.source = (
+                    container.get_bootstrap_server(),
+                    "testcontainers",
+                )
                 return
             except Exception as exc:  # noqa: BLE001 - fall back to the local broker
                 notes.append(f"testcontainers Kafka failed: {exc!r}")
@@ -227,7 +230,9 @@ def kafka_local(_kafka_broker: _Broker):
     try:
         local.start()
     except Exception as exc:  # noqa: BLE001
-        pytest.fail(f"cannot start a private kafka-local broker for restart tests: {exc}", pytrace=False)
+        pytest.fail(
+            f"cannot start a private kafka-local broker for restart tests: {exc}", pytrace=False
+        )
     try:
         yield local
     finally:
@@ -264,8 +269,10 @@ def schema_registry():
     env = {**os.environ, "CDC_REGISTRY_HOME": home}
     proc = subprocess.run([script, "start"], env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
-        pytest.fail(f"cannot start scripts/schema-registry-local (exit {proc.returncode}):\n{proc.stderr[-3000:]}",
-                    pytrace=False)
+        pytest.fail(
+            f"cannot start scripts/schema-registry-local (exit {proc.returncode}):\n{proc.stderr[-3000:]}",
+            pytrace=False,
+        )
     try:
         with open(os.path.join(home, "client.properties"), encoding="utf-8") as fh:
             settings = dict(line.strip().split("=", 1) for line in fh if "=" in line)
@@ -310,7 +317,9 @@ class KafkaCluster:
         self.bootstrap_servers = ""
 
     def start(self) -> str:
-        self.bootstrap_servers = self.local._run("start", "--brokers", "3").stdout.strip().splitlines()[-1]
+        self.bootstrap_servers = (
+            self.local._run("start", "--brokers", "3").stdout.strip().splitlines()[-1]
+        )
         return self.bootstrap_servers
 
     def stop_node(self, node: int, *more: int) -> None:
@@ -364,8 +373,11 @@ def _wait_for_topic(admin, topic: str, timeout: float = 15.0) -> None:
     while True:
         md = admin.list_topics(topic=topic, timeout=5)
         tmd = md.topics.get(topic)
-        if tmd is not None and tmd.error is None and tmd.partitions and all(
-            p.leader >= 0 for p in tmd.partitions.values()
+        if (
+            tmd is not None
+            and tmd.error is None
+            and tmd.partitions
+            and all(p.leader >= 0 for p in tmd.partitions.values())
         ):
             return
         if time.monotonic() > deadline:
@@ -383,8 +395,12 @@ def _topics(request: pytest.FixtureRequest, kafka_bootstrap: str):
         servers = bootstrap_servers or kafka_bootstrap
         name = f"{base}-{uuid.uuid4().hex[:10]}"
         admin = _admin(servers)
-        topic = NewTopic(name, num_partitions=partitions, replication_factor=1,
-                         config={k: str(v) for k, v in (config or {}).items()})
+        topic = NewTopic(
+            name,
+            num_partitions=partitions,
+            replication_factor=1,
+            config={k: str(v) for k, v in (config or {}).items()},
+        )
         admin.create_topics([topic], operation_timeout=15)[name].result(timeout=30)
         created.append((servers, name))
         _wait_for_topic(admin, name)

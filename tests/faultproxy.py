@@ -102,8 +102,9 @@ class FaultProxy:
                 self._conns.discard(sink)
 
 
-def flapping(proxy: FaultProxy, every: float, until: threading.Event,
-             first: float | None = None) -> threading.Thread:
+def flapping(
+    proxy: FaultProxy, every: float, until: threading.Event, first: float | None = None
+) -> threading.Thread:
     """A thread that cuts every connection ``first`` seconds after it starts (default ``every``),
     then each ``every`` seconds, until ``until`` is set."""
 

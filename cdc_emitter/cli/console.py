@@ -23,10 +23,6 @@ from typing import Any
 import click
 
 from cdc_emitter import __version__
-from cdc_emitter.errors import CdcError, ConfigError, SchemaError
-from cdc_emitter.protocol.materialize import create_source_sql
-from cdc_emitter.protocol.materialize import source_name as default_source_name
-from cdc_emitter.spark.sources import FORMATS, columns_struct, read_table, spark_error_text, spark_session
 from cdc_emitter.cli.output import (
     StatusLine,
     dumps,
@@ -36,6 +32,16 @@ from cdc_emitter.cli.output import (
     verify_summary_text,
     write_collection,
     write_history,
+)
+from cdc_emitter.errors import CdcError, ConfigError, SchemaError
+from cdc_emitter.protocol.materialize import create_source_sql
+from cdc_emitter.protocol.materialize import source_name as default_source_name
+from cdc_emitter.spark.sources import (
+    FORMATS,
+    columns_struct,
+    read_table,
+    spark_error_text,
+    spark_session,
 )
 
 ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
@@ -56,12 +62,17 @@ def _parse_settings(ctx: click.Context, param: click.Parameter, values: tuple[st
             # never echo it: without '=' there is no telling the key from a secret value
             raise click.BadParameter(
                 f"setting number {n} is not of the form key=value (its text is not shown: it "
-                "may hold a secret)", ctx=ctx, param=param)
+                "may hold a secret)",
+                ctx=ctx,
+                param=param,
+            )
         out[key] = value
     return out
 
 
-def _parse_registry_settings(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict:
+def _parse_registry_settings(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> dict:
     """As :func:`_parse_settings`, and ``@FILE``: the ``key=value`` lines of a properties file
     (so a password need not be on the command line)."""
     items: list[str] = []
@@ -69,10 +80,15 @@ def _parse_registry_settings(ctx: click.Context, param: click.Parameter, values:
         if item.startswith("@"):
             try:
                 with open(item[1:], encoding="utf-8") as fh:
-                    items += [line.strip() for line in fh
-                              if line.strip() and not line.lstrip().startswith(("#", "!"))]
+                    items += [
+                        line.strip()
+                        for line in fh
+                        if line.strip() and not line.lstrip().startswith(("#", "!"))
+                    ]
             except OSError as exc:
-                raise click.BadParameter(f"cannot read {item[1:]}: {exc.strerror}", ctx=ctx, param=param)
+                raise click.BadParameter(  # noqa: B904 - the message carries the cause
+                    f"cannot read {item[1:]}: {exc.strerror}", ctx=ctx, param=param
+                )
         else:
             items.append(item)
     return _parse_settings(ctx, param, tuple(items))
@@ -81,14 +97,18 @@ def _parse_registry_settings(ctx: click.Context, param: click.Parameter, values:
 def registry_options(func: Callable) -> Callable:
     """--schema-registry URL and repeated --schema-registry-config KEY=VALUE|@FILE."""
     func = click.option(
-        "--schema-registry-config", "registry_settings", multiple=True, metavar="KEY=VALUE|@FILE",
+        "--schema-registry-config",
+        "registry_settings",
+        multiple=True,
+        metavar="KEY=VALUE|@FILE",
         callback=_parse_registry_settings,
         help="A schema registry client setting (repeatable), e.g. basic.auth.user.info=USER:PASSWORD, "
         "bearer.auth.token=..., ssl.ca.location=FILE; @FILE reads key=value lines from FILE. "
         "Values are never echoed.",
     )(func)
     func = click.option(
-        "--schema-registry", metavar="URL",
+        "--schema-registry",
+        metavar="URL",
         help="A Confluent-compatible schema registry. Writing: register the topic's schema under "
         "subject TOPIC-value and frame messages with its id. Reading: each message's writer "
         "schema by the id in its header.",
@@ -96,33 +116,49 @@ def registry_options(func: Callable) -> Callable:
     return func
 
 
-def check_registry_options(registry: str | None, settings: dict, framing: str, schema_id: int | None) -> None:
+def check_registry_options(
+    registry: str | None, settings: dict, framing: str, schema_id: int | None
+) -> None:
     """Usage errors for --schema-registry with options it excludes (writing commands)."""
     if registry is None:
         if settings:
             raise click.UsageError("--schema-registry-config needs --schema-registry")
         return
     if framing != "confluent":
-        raise click.UsageError("--schema-registry needs --framing confluent: the schema id is in the header")
+        raise click.UsageError(
+            "--schema-registry needs --framing confluent: the schema id is in the header"
+        )
     if schema_id is not None:
-        raise click.UsageError("--schema-id and --schema-registry exclude each other: the registry gives the id")
+        raise click.UsageError(
+            "--schema-id and --schema-registry exclude each other: the registry gives the id"
+        )
 
 
 def kafka_options(func: Callable) -> Callable:
     """--bootstrap-servers, repeated -X key=value (librdkafka settings) and --broker-timeout."""
     func = click.option(
-        "--broker-timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+        "--broker-timeout",
+        type=click.FloatRange(min=0, min_open=True),
+        default=30.0,
+        show_default=True,
         metavar="S",
         help="Seconds to wait for a Kafka broker that does not answer (metadata, offsets, or no "
         "progress while reading) before failing with exit code 2.",
     )(func)
     func = click.option(
-        "-X", "kafka_settings", multiple=True, metavar="KEY=VALUE", callback=_parse_settings,
+        "-X",
+        "kafka_settings",
+        multiple=True,
+        metavar="KEY=VALUE",
+        callback=_parse_settings,
         help="A librdkafka setting, e.g. -X security.protocol=SASL_SSL (repeatable). "
         "Values are never echoed in messages.",
     )(func)
     func = click.option(
-        "--bootstrap-servers", envvar=ENV_BOOTSTRAP, metavar="HOST:PORT", show_envvar=True,
+        "--bootstrap-servers",
+        envvar=ENV_BOOTSTRAP,
+        metavar="HOST:PORT",
+        show_envvar=True,
         help="Kafka bootstrap servers (comma-separated).",
     )(func)
     return func
@@ -131,29 +167,40 @@ def kafka_options(func: Callable) -> Callable:
 def codec_options(func: Callable) -> Callable:
     """--schema FILE, --framing, --schema-id."""
     func = click.option(
-        "--schema-id", type=click.IntRange(0, 2**31 - 1), default=None,
+        "--schema-id",
+        type=click.IntRange(0, 2**31 - 1),
+        default=None,
         help="Schema id in the Confluent header (confluent framing; default 0, or with "
         "--schema-registry the id found in the topic).",
     )(func)
     func = click.option(
-        "--framing", type=click.Choice(["confluent", "raw"]), default="confluent", show_default=True,
+        "--framing",
+        type=click.Choice(["confluent", "raw"]),
+        default="confluent",
+        show_default=True,
         help="confluent: a 0x00 byte and a 4-byte schema id before the Avro body; raw: none.",
     )(func)
     func = click.option(
-        "--schema-registry-config", "registry_settings", multiple=True, metavar="KEY=VALUE|@FILE",
+        "--schema-registry-config",
+        "registry_settings",
+        multiple=True,
+        metavar="KEY=VALUE|@FILE",
         callback=_parse_registry_settings,
         help="A schema registry client setting (repeatable), e.g. basic.auth.user.info=USER:PASSWORD; "
         "@FILE reads key=value lines from FILE. Values are never echoed.",
     )(func)
     func = click.option(
-        "--schema-registry", metavar="URL",
+        "--schema-registry",
+        metavar="URL",
         help="Read with this Confluent schema registry instead of --schema: the reader schema is "
         "the one of --schema-id (default: the id in the header of the topic's newest message), "
         "and each message is decoded with the schema of the id in its header, resolved into it "
         "(--framing raw: every message with --schema-id's).",
     )(func)
     func = click.option(
-        "--schema", "schema_file", type=click.Path(exists=True, dir_okay=False, readable=True),
+        "--schema",
+        "schema_file",
+        type=click.Path(exists=True, dir_okay=False, readable=True),
         help="Avro schema file: the full CDC union schema or just the `data` record schema "
         "(required unless --schema-registry).",
     )(func)
@@ -164,23 +211,37 @@ def spark_options(func: Callable) -> Callable:
     """--remote, --packages and --conf: which Spark export, schema --from and verify --engine spark
     run on, and what it loads."""
     func = click.option(
-        "--remote", "spark_remote", envvar="SPARK_REMOTE", show_envvar=True, metavar="sc://HOST:PORT",
+        "--remote",
+        "spark_remote",
+        envvar="SPARK_REMOTE",
+        show_envvar=True,
+        metavar="sc://HOST:PORT",
         help="Run on this Spark Connect server instead of a local Spark (its server loads the "
         "packages; needs pip install 'cdc-emitter[connect]').",
     )(func)
     func = click.option(
-        "--conf", "spark_conf", multiple=True, metavar="KEY=VALUE", callback=_parse_settings,
+        "--conf",
+        "spark_conf",
+        multiple=True,
+        metavar="KEY=VALUE",
+        callback=_parse_settings,
         help="A Spark setting (repeatable), e.g. --conf spark.driver.memory=4g.",
     )(func)
     func = click.option(
-        "--packages", "spark_packages", multiple=True, metavar="COORDS", callback=_split_packages,
+        "--packages",
+        "spark_packages",
+        multiple=True,
+        metavar="COORDS",
+        callback=_split_packages,
         help="Maven coordinates of jars Spark should load (repeatable or comma-separated), e.g. "
         "the Delta Lake package for --format delta or a JDBC driver for --format jdbc.",
     )(func)
     return func
 
 
-def _split_packages(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> list[str]:
+def _split_packages(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> list[str]:
     """Repeated and comma-separated --packages as one list of Maven coordinates."""
     return [c.strip() for item in values for c in item.split(",") if c.strip()]
 
@@ -243,13 +304,20 @@ def _topic_schema_id(servers: str, topic: str, settings: dict) -> int:
     )
 
 
-def load_codec(path: str | None, framing: str, schema_id: int | None, registry: str | None = None,
-               servers: str | None = None, topic: str | None = None,
-               settings: dict | None = None, registry_settings: dict | None = None) -> Any:
+def load_codec(
+    path: str | None,
+    framing: str,
+    schema_id: int | None,
+    registry: str | None = None,
+    servers: str | None = None,
+    topic: str | None = None,
+    settings: dict | None = None,
+    registry_settings: dict | None = None,
+) -> Any:
     """The codec from --schema FILE, or from --schema-registry URL (by id; other ids in the
     topic's headers are resolved into that schema)."""
-    from cdc_emitter.protocol.codec import CdcCodec
     from cdc_emitter.kafka.registry import SchemaRegistry
+    from cdc_emitter.protocol.codec import CdcCodec
 
     if (path is None) == (registry is None):
         raise click.UsageError("give exactly one of --schema FILE or --schema-registry URL")
@@ -262,8 +330,12 @@ def load_codec(path: str | None, framing: str, schema_id: int | None, registry: 
             schema_id = _topic_schema_id(servers, topic, settings or {})
         source = SchemaRegistry(registry, registry_settings)
         # raw messages name no id: every one is read with the schema of --schema-id
-        return CdcCodec(source.data_schema(schema_id), framing=framing, schema_id=schema_id,
-                        writer_schemas=source.data_schema if framing == "confluent" else None)
+        return CdcCodec(
+            source.data_schema(schema_id),
+            framing=framing,
+            schema_id=schema_id,
+            writer_schemas=source.data_schema if framing == "confluent" else None,
+        )
     return CdcCodec(load_data_schema(path), framing=framing, schema_id=schema_id or 0)
 
 
@@ -293,38 +365,89 @@ def main() -> None:
 @kafka_options
 @click.option("--topic", required=True, help="The topic to verify.")
 @codec_options
-@click.option("--until-frontier", type=click.IntRange(min=0), metavar="N",
-              help="Follow the topic until every time < N is complete (frontier >= [N] or closed).")
+@click.option(
+    "--until-frontier",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Follow the topic until every time < N is complete (frontier >= [N] or closed).",
+)
 @click.option("--until-closed", is_flag=True, help="Follow the topic until the history is closed.")
-@click.option("--timeout", type=click.FloatRange(min=0), metavar="S",
-              help="Give up after S seconds (exit 3 if the target was not reached).")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    metavar="S",
+    help="Give up after S seconds (exit 3 if the target was not reached).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object.")
-@click.option("--output", type=click.Path(dir_okay=False, allow_dash=True), metavar="FILE",
-              help="Write the collection at the frontier as JSON lines {\"data\": ..., \"count\": n}.")
-@click.option("--history", "history_file", type=click.Path(dir_okay=False, allow_dash=True),
-              metavar="FILE",
-              help="Write the reconstructed updates in time order as JSON lines "
-              "{\"data\": ..., \"time\": t, \"diff\": d}.")
-@click.option("--strict", type=click.Choice(["exact", "bloom"]), is_flag=False, flag_value="exact",
-              default=None, metavar="[exact|bloom]",
-              help="Remember what was reported, so a late update that is no exact duplicate is a "
-              "violation. exact (the default of --strict): keeps every update, as much memory "
-              "as holding them; bloom: a Bloom filter, about 3.4 MiB per million updates, "
-              "misses such an update with probability 0.001. With --engine spark both are "
-              "decided exactly, at no memory cost here.")
-@click.option("--workers", type=click.IntRange(min=0), metavar="N",
-              help="Processes that decode messages (default: one per core once the topic "
-              "proves large; 0: decode in this process). Local engine only.")
-@click.option("--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True,
-              help="local: this process reads the topic (fast to start, follows a live topic, "
-              "memory grows with what is held beyond the frontier); spark: Spark reads and "
-              "decodes it, this process holds only the progress statements and the violations "
-              "(topics past one machine's memory). Same summary, --output and exit codes.")
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    metavar="FILE",
+    help='Write the collection at the frontier as JSON lines {"data": ..., "count": n}.',
+)
+@click.option(
+    "--history",
+    "history_file",
+    type=click.Path(dir_okay=False, allow_dash=True),
+    metavar="FILE",
+    help="Write the reconstructed updates in time order as JSON lines "
+    '{"data": ..., "time": t, "diff": d}.',
+)
+@click.option(
+    "--strict",
+    type=click.Choice(["exact", "bloom"]),
+    is_flag=False,
+    flag_value="exact",
+    default=None,
+    metavar="[exact|bloom]",
+    help="Remember what was reported, so a late update that is no exact duplicate is a "
+    "violation. exact (the default of --strict): keeps every update, as much memory "
+    "as holding them; bloom: a Bloom filter, about 3.4 MiB per million updates, "
+    "misses such an update with probability 0.001. With --engine spark both are "
+    "decided exactly, at no memory cost here.",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="Processes that decode messages (default: one per core once the topic "
+    "proves large; 0: decode in this process). Local engine only.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "spark"]),
+    default="local",
+    show_default=True,
+    help="local: this process reads the topic (fast to start, follows a live topic, "
+    "memory grows with what is held beyond the frontier); spark: Spark reads and "
+    "decodes it, this process holds only the progress statements and the violations "
+    "(topics past one machine's memory). Same summary, --output and exit codes.",
+)
 @spark_options
 @handle_errors
-def verify(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file, schema_registry,
-           registry_settings, framing, schema_id, until_frontier, until_closed, timeout, as_json, output, history_file,
-           strict, workers, engine, spark_packages, spark_conf, spark_remote):
+def verify(
+    bootstrap_servers,
+    kafka_settings,
+    broker_timeout,
+    topic,
+    schema_file,
+    schema_registry,
+    registry_settings,
+    framing,
+    schema_id,
+    until_frontier,
+    until_closed,
+    timeout,
+    as_json,
+    output,
+    history_file,
+    strict,
+    workers,
+    engine,
+    spark_packages,
+    spark_conf,
+    spark_remote,
+):
     """Read a CDC topic from the beginning and prove it exact.
 
     Reads every partition from offset 0 (no consumer group, nothing committed), removes
@@ -367,21 +490,45 @@ def verify(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file
     from cdc_emitter.read.verify import verify_topic
 
     servers = require_servers(bootstrap_servers)
-    codec = load_codec(schema_file, framing, schema_id, schema_registry, servers, topic,
-                       kafka_settings, registry_settings)
+    codec = load_codec(
+        schema_file,
+        framing,
+        schema_id,
+        schema_registry,
+        servers,
+        topic,
+        kafka_settings,
+        registry_settings,
+    )
     status = StatusLine()
     if engine == "spark":
-        result = _verify_with_spark(status, servers, topic, codec, kafka_settings, broker_timeout,
-                                    until_frontier, until_closed, timeout, strict, spark_packages,
-                                    spark_conf, spark_remote)
+        result = _verify_with_spark(
+            status,
+            servers,
+            topic,
+            codec,
+            kafka_settings,
+            broker_timeout,
+            until_frontier,
+            until_closed,
+            timeout,
+            strict,
+            spark_packages,
+            spark_conf,
+            spark_remote,
+        )
         collection = result.collection_rows() if output is not None else None
         history = result.history_rows() if history_file is not None else None
-        _verify_report(topic, result, codec, timeout, as_json, output, collection, history_file, history)
+        _verify_report(
+            topic, result, codec, timeout, as_json, output, collection, history_file, history
+        )
         return
 
     def on_progress(p) -> None:
-        status.show(f"{p.messages} messages, {p.updates} updates, frontier "
-                    f"{frontier_text(p.frontier)}, lag {p.lag} messages")
+        status.show(
+            f"{p.messages} messages, {p.updates} updates, frontier "
+            f"{frontier_text(p.frontier)}, lag {p.lag} messages"
+        )
 
     def on_warning(text: str) -> None:
         status.done()
@@ -389,11 +536,20 @@ def verify(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file
 
     try:
         result = verify_topic(
-            servers, topic, codec, until_frontier=until_frontier, until_closed=until_closed,
-            timeout=timeout, config=kafka_settings,
-            on_progress=on_progress if status.enabled else None, on_warning=on_warning,
-            keep_collection=output is not None, keep_history=history_file is not None,
-            strict=strict, workers=workers, broker_timeout=broker_timeout,
+            servers,
+            topic,
+            codec,
+            until_frontier=until_frontier,
+            until_closed=until_closed,
+            timeout=timeout,
+            config=kafka_settings,
+            on_progress=on_progress if status.enabled else None,
+            on_warning=on_warning,
+            keep_collection=output is not None,
+            keep_history=history_file is not None,
+            strict=strict,
+            workers=workers,
+            broker_timeout=broker_timeout,
         )
     except KeyboardInterrupt:
         status.done()
@@ -403,11 +559,26 @@ def verify(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file
         status.done()
 
     collection = sorted_collection(result.collection, codec) if output is not None else None
-    _verify_report(topic, result, codec, timeout, as_json, output, collection, history_file, result.history)
+    _verify_report(
+        topic, result, codec, timeout, as_json, output, collection, history_file, result.history
+    )
 
 
-def _verify_with_spark(status, servers, topic, codec, kafka_settings, broker_timeout, until_frontier,
-                       until_closed, timeout, strict, spark_packages, spark_conf, spark_remote):
+def _verify_with_spark(
+    status,
+    servers,
+    topic,
+    codec,
+    kafka_settings,
+    broker_timeout,
+    until_frontier,
+    until_closed,
+    timeout,
+    strict,
+    spark_packages,
+    spark_conf,
+    spark_remote,
+):
     """``verify --engine spark``: read_cdc on a session made as ``export`` makes one."""
     from cdc_emitter.read.spark_reader import read_cdc
 
@@ -416,14 +587,29 @@ def _verify_with_spark(status, servers, topic, codec, kafka_settings, broker_tim
         spark = spark_session("cdc-emitter verify", spark_packages, spark_conf, None, spark_remote)
         status.show(f"reading topic {topic} with Spark")
         registry = getattr(codec.writer_schemas, "__self__", None)  # --schema-registry's
-        by_registry = {} if registry is None else {
-            "schema_registry_url": registry.url, "schema_registry_config": registry.config,
-            "schema_id": codec.schema_id}
-        return read_cdc(spark, bootstrap_servers=servers, topic=topic,
-                        schema=None if registry is not None else codec.data_schema,
-                        framing=codec.framing, kafka_options=kafka_settings, strict=strict,
-                        until_frontier=until_frontier, until_closed=until_closed, timeout=timeout,
-                        broker_timeout=broker_timeout, **by_registry)
+        by_registry = (
+            {}
+            if registry is None
+            else {
+                "schema_registry_url": registry.url,
+                "schema_registry_config": registry.config,
+                "schema_id": codec.schema_id,
+            }
+        )
+        return read_cdc(
+            spark,
+            bootstrap_servers=servers,
+            topic=topic,
+            schema=None if registry is not None else codec.data_schema,
+            framing=codec.framing,
+            kafka_options=kafka_settings,
+            strict=strict,
+            until_frontier=until_frontier,
+            until_closed=until_closed,
+            timeout=timeout,
+            broker_timeout=broker_timeout,
+            **by_registry,
+        )
     except KeyboardInterrupt:
         status.done()
         click.echo("interrupted", err=True)
@@ -436,7 +622,9 @@ def _verify_with_spark(status, servers, topic, codec, kafka_settings, broker_tim
         status.done()
 
 
-def _verify_report(topic, result, codec, timeout, as_json, output, collection, history_file, history) -> None:
+def _verify_report(
+    topic, result, codec, timeout, as_json, output, collection, history_file, history
+) -> None:
     """Write --output and --history, print the summary, exit with the verdict's code."""
     if output is not None:
         with click.open_file(output, "w", encoding="utf-8") as fh:
@@ -445,7 +633,9 @@ def _verify_report(topic, result, codec, timeout, as_json, output, collection, h
         with click.open_file(history_file, "w", encoding="utf-8") as fh:
             write_history(fh, history, codec)
 
-    code = {"verified": EXIT_OK, "violations": EXIT_VIOLATIONS}.get(result.verdict, EXIT_NOT_REACHED)
+    code = {"verified": EXIT_OK, "violations": EXIT_VIOLATIONS}.get(
+        result.verdict, EXIT_NOT_REACHED
+    )
     if as_json:
         click.echo(dumps(result.summary()))
     else:
@@ -461,14 +651,30 @@ def _verify_report(topic, result, codec, timeout, as_json, output, collection, h
 @click.option("--topic", required=True, help="The topic to print.")
 @codec_options
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new messages (until Ctrl-C).")
-@click.option("--max-messages", type=click.IntRange(min=0), metavar="N",
-              help="Stop after N messages.")
-@click.option("--timeout", type=click.FloatRange(min=0), metavar="S",
-              help="Stop after S seconds (with --follow; without it, give up reading).")
+@click.option(
+    "--max-messages", type=click.IntRange(min=0), metavar="N", help="Stop after N messages."
+)
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    metavar="S",
+    help="Stop after S seconds (with --follow; without it, give up reading).",
+)
 @handle_errors
-def tail(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file, schema_registry,
-         registry_settings, framing,
-         schema_id, follow, max_messages, timeout):
+def tail(
+    bootstrap_servers,
+    kafka_settings,
+    broker_timeout,
+    topic,
+    schema_file,
+    schema_registry,
+    registry_settings,
+    framing,
+    schema_id,
+    follow,
+    max_messages,
+    timeout,
+):
     """Print a CDC topic's messages as Avro-JSON lines, from the beginning.
 
     One line per message in the notation of the Materialize documentation:
@@ -486,23 +692,40 @@ def tail(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file, 
     from cdc_emitter.kafka.io import read_topic
 
     servers = require_servers(bootstrap_servers)
-    codec = load_codec(schema_file, framing, schema_id, schema_registry, servers, topic,
-                       kafka_settings, registry_settings)
+    codec = load_codec(
+        schema_file,
+        framing,
+        schema_id,
+        schema_registry,
+        servers,
+        topic,
+        kafka_settings,
+        registry_settings,
+    )
     if max_messages == 0:
         sys.exit(EXIT_OK)
     printed = bad = 0
     try:
-        for record in read_topic(servers, topic, config=kafka_settings, timeout=timeout,
-                                 stop_at_end=not follow, poll_timeout=0.5,
-                                 broker_timeout=broker_timeout):
+        for record in read_topic(
+            servers,
+            topic,
+            config=kafka_settings,
+            timeout=timeout,
+            stop_at_end=not follow,
+            poll_timeout=0.5,
+            broker_timeout=broker_timeout,
+        ):
             try:
                 if record.value is None:
                     raise DecodeError("the message has no value (a tombstone)")
                 line = codec.to_avro_json(record.value)
             except DecodeError as exc:
                 bad += 1
-                click.echo(f"undecodable message at partition {record.partition} offset "
-                           f"{record.offset}: {exc}", err=True)
+                click.echo(
+                    f"undecodable message at partition {record.partition} offset "
+                    f"{record.offset}: {exc}",
+                    err=True,
+                )
             else:
                 click.echo(line)
                 if follow:
@@ -519,30 +742,80 @@ def tail(bootstrap_servers, kafka_settings, broker_timeout, topic, schema_file, 
 
 
 @main.command()
-@click.option("--columns", metavar="DDL",
-              help='The table\'s columns as a Spark DDL string, e.g. "id long not null, price int".')
-@click.option("--from", "source", metavar="SOURCE", help="Take the columns from a table read by Spark.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="parquet", show_default=True,
-              help="Format of --from.")
-@click.option("-O", "read_options", multiple=True, metavar="KEY=VALUE", callback=_parse_settings,
-              help="A Spark reader option for --from (repeatable), e.g. -O header=true.")
-@click.option("--data-schema", "data_schema_file", type=click.Path(exists=True, dir_okay=False),
-              metavar="FILE", help="An Avro data record schema (or a full CDC union schema) file.")
-@click.option("--sql", is_flag=True,
-              help="Print the Materialize CREATE SOURCE statement instead of the schema.")
+@click.option(
+    "--columns",
+    metavar="DDL",
+    help='The table\'s columns as a Spark DDL string, e.g. "id long not null, price int".',
+)
+@click.option(
+    "--from", "source", metavar="SOURCE", help="Take the columns from a table read by Spark."
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="parquet",
+    show_default=True,
+    help="Format of --from.",
+)
+@click.option(
+    "-O",
+    "read_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=_parse_settings,
+    help="A Spark reader option for --from (repeatable), e.g. -O header=true.",
+)
+@click.option(
+    "--data-schema",
+    "data_schema_file",
+    type=click.Path(exists=True, dir_okay=False),
+    metavar="FILE",
+    help="An Avro data record schema (or a full CDC union schema) file.",
+)
+@click.option(
+    "--sql",
+    is_flag=True,
+    help="Print the Materialize CREATE SOURCE statement instead of the schema.",
+)
 @click.option("--topic", help="The topic, for --sql.")
-@click.option("--name", "source_name", metavar="NAME",
-              help="The Materialize source name, for --sql (default: the topic name).")
-@click.option("--bootstrap-servers", envvar=ENV_BOOTSTRAP, metavar="HOST:PORT", show_envvar=True,
-              help="The broker Materialize connects to, for --sql.")
-@click.option("--schema-registry", metavar="URL",
-              help="For --sql: Materialize takes the schema from this Confluent schema registry "
-              "(FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY), where a sink or export given the same "
-              "registry registered it.")
+@click.option(
+    "--name",
+    "source_name",
+    metavar="NAME",
+    help="The Materialize source name, for --sql (default: the topic name).",
+)
+@click.option(
+    "--bootstrap-servers",
+    envvar=ENV_BOOTSTRAP,
+    metavar="HOST:PORT",
+    show_envvar=True,
+    help="The broker Materialize connects to, for --sql.",
+)
+@click.option(
+    "--schema-registry",
+    metavar="URL",
+    help="For --sql: Materialize takes the schema from this Confluent schema registry "
+    "(FORMAT AVRO USING CONFLUENT SCHEMA REGISTRY), where a sink or export given the same "
+    "registry registered it.",
+)
 @spark_options
 @handle_errors
-def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, source_name,
-           bootstrap_servers, schema_registry, spark_packages, spark_conf, spark_remote):
+def schema(
+    columns,
+    source,
+    fmt,
+    read_options,
+    data_schema_file,
+    sql,
+    topic,
+    source_name,
+    bootstrap_servers,
+    schema_registry,
+    spark_packages,
+    spark_conf,
+    spark_remote,
+):
     """Print the CDC Avro schema for a table, or the Materialize statement reading its topic.
 
     Give the table's columns in exactly one way: --columns (a Spark DDL string), --from
@@ -580,8 +853,15 @@ def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, sou
     if sql:
         from cdc_emitter.kafka.registry import safe_url
 
-        click.echo(create_source_sql(source_name or default_source_name(topic), servers, topic, union,
-                                     None if schema_registry is None else safe_url(schema_registry)))
+        click.echo(
+            create_source_sql(
+                source_name or default_source_name(topic),
+                servers,
+                topic,
+                union,
+                None if schema_registry is None else safe_url(schema_registry),
+            )
+        )
     else:
         click.echo(json.dumps(union, indent=2, ensure_ascii=False))
 
@@ -593,39 +873,107 @@ def schema(columns, source, fmt, read_options, data_schema_file, sql, topic, sou
 @click.argument("source", required=False)
 @kafka_options
 @click.option("--topic", help="The topic to write to.")
-@click.option("--from-topic", metavar="TOPIC",
-              help="The other way: write the table the CDC topic TOPIC holds (the collection at "
-              "its frontier, or at --as-of) to --to, read and verified with Spark.")
+@click.option(
+    "--from-topic",
+    metavar="TOPIC",
+    help="The other way: write the table the CDC topic TOPIC holds (the collection at "
+    "its frontier, or at --as-of) to --to, read and verified with Spark.",
+)
 @click.option("--to", "destination", metavar="PATH", help="With --from-topic: the table to write.")
-@click.option("--as-of", type=click.IntRange(min=0), metavar="N",
-              help="With --from-topic: the table as of time N (every time below N), at most the "
-              "topic's frontier.")
-@click.option("--schema", "schema_file", type=click.Path(exists=True, dir_okay=False, readable=True),
-              help="With --from-topic: the topic's Avro schema file (the union or the data record).")
-@click.option("--mode", type=click.Choice(["error", "overwrite"]), default="error", show_default=True,
-              help="With --from-topic: what to do when --to exists.")
-@click.option("--format", "fmt", type=click.Choice(FORMATS), default="parquet", show_default=True,
-              help="How Spark reads SOURCE (and --previous).")
-@click.option("-O", "read_options", multiple=True, metavar="KEY=VALUE", callback=_parse_settings,
-              help="A Spark reader option (repeatable), e.g. -O header=true -O inferSchema=true.")
-@click.option("--time", "at_time", type=click.IntRange(min=0), metavar="N",
-              help="The CDC time of the snapshot (default: the topic's current frontier).")
-@click.option("--previous", metavar="SOURCE2",
-              help="Write the difference from this earlier snapshot instead of the whole table.")
+@click.option(
+    "--as-of",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="With --from-topic: the table as of time N (every time below N), at most the "
+    "topic's frontier.",
+)
+@click.option(
+    "--schema",
+    "schema_file",
+    type=click.Path(exists=True, dir_okay=False, readable=True),
+    help="With --from-topic: the topic's Avro schema file (the union or the data record).",
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["error", "overwrite"]),
+    default="error",
+    show_default=True,
+    help="With --from-topic: what to do when --to exists.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(FORMATS),
+    default="parquet",
+    show_default=True,
+    help="How Spark reads SOURCE (and --previous).",
+)
+@click.option(
+    "-O",
+    "read_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=_parse_settings,
+    help="A Spark reader option (repeatable), e.g. -O header=true -O inferSchema=true.",
+)
+@click.option(
+    "--time",
+    "at_time",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="The CDC time of the snapshot (default: the topic's current frontier).",
+)
+@click.option(
+    "--previous",
+    metavar="SOURCE2",
+    help="Write the difference from this earlier snapshot instead of the whole table.",
+)
 @click.option("--close", is_flag=True, help="Close the history after this snapshot (upper: []).")
 @click.option("--create-topic", is_flag=True, help="Create the topic if it does not exist.")
-@click.option("--framing", type=click.Choice(["confluent", "raw"]), default="confluent",
-              show_default=True, help="Message framing.")
-@click.option("--schema-id", type=click.IntRange(0, 2**31 - 1), default=None,
-              help="Schema id in the Confluent header (default 0; with --schema-registry, the "
-              "registry's id).")
+@click.option(
+    "--framing",
+    type=click.Choice(["confluent", "raw"]),
+    default="confluent",
+    show_default=True,
+    help="Message framing.",
+)
+@click.option(
+    "--schema-id",
+    type=click.IntRange(0, 2**31 - 1),
+    default=None,
+    help="Schema id in the Confluent header (default 0; with --schema-registry, the "
+    "registry's id).",
+)
 @registry_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object.")
 @spark_options
 @handle_errors
-def export(source, bootstrap_servers, kafka_settings, broker_timeout, topic, from_topic, destination, as_of,
-           schema_file, mode, fmt, read_options, at_time, previous, close, create_topic, framing, schema_id,
-           schema_registry, registry_settings, as_json, spark_packages, spark_conf, spark_remote):
+def export(
+    source,
+    bootstrap_servers,
+    kafka_settings,
+    broker_timeout,
+    topic,
+    from_topic,
+    destination,
+    as_of,
+    schema_file,
+    mode,
+    fmt,
+    read_options,
+    at_time,
+    previous,
+    close,
+    create_topic,
+    framing,
+    schema_id,
+    schema_registry,
+    registry_settings,
+    as_json,
+    spark_packages,
+    spark_conf,
+    spark_remote,
+):
     """Write a table read by Spark to a topic as one CDC snapshot (or the difference of two).
 
     Every row of SOURCE becomes an update with diff +1 at time N (equal rows add up to a
@@ -656,16 +1004,42 @@ def export(source, bootstrap_servers, kafka_settings, broker_timeout, topic, fro
     if from_topic is not None and (schema_registry or registry_settings):
         raise click.UsageError("--schema-registry is for writing a topic, not with --from-topic")
     if from_topic is not None:
-        return _export_from_topic(bootstrap_servers, kafka_settings, broker_timeout, from_topic, destination,
-                                  as_of, schema_file, mode, fmt, read_options, framing, as_json, spark_packages,
-                                  spark_conf, spark_remote, stray=[name for name, value in (
-                                      ("SOURCE", source), ("--topic", topic), ("--previous", previous),
-                                      ("--time", at_time), ("--close", close or None),
-                                      ("--create-topic", create_topic or None)) if value is not None])
+        return _export_from_topic(
+            bootstrap_servers,
+            kafka_settings,
+            broker_timeout,
+            from_topic,
+            destination,
+            as_of,
+            schema_file,
+            mode,
+            fmt,
+            read_options,
+            framing,
+            as_json,
+            spark_packages,
+            spark_conf,
+            spark_remote,
+            stray=[
+                name
+                for name, value in (
+                    ("SOURCE", source),
+                    ("--topic", topic),
+                    ("--previous", previous),
+                    ("--time", at_time),
+                    ("--close", close or None),
+                    ("--create-topic", create_topic or None),
+                )
+                if value is not None
+            ],
+        )
     if source is None or topic is None:
         raise click.UsageError("give SOURCE and --topic (or --from-topic TOPIC --to PATH)")
-    stray = [name for name, value in (("--to", destination), ("--as-of", as_of), ("--schema", schema_file))
-             if value is not None]
+    stray = [
+        name
+        for name, value in (("--to", destination), ("--as-of", as_of), ("--schema", schema_file))
+        if value is not None
+    ]
     if stray:
         raise click.UsageError(f"{', '.join(stray)}: only with --from-topic")
     check_registry_options(schema_registry, registry_settings, framing, schema_id)
@@ -693,9 +1067,15 @@ def export(source, bootstrap_servers, kafka_settings, broker_timeout, topic, fro
         from cdc_emitter.sink.sink import CdcSink
 
         sink = CdcSink(
-            servers, topic, framing=framing, schema_id=schema_id or 0,
-            schema_registry_url=schema_registry, schema_registry_config=registry_settings or None,
-            producer_config=kafka_settings or None, create_topic=create_topic, broker_timeout=broker_timeout,
+            servers,
+            topic,
+            framing=framing,
+            schema_id=schema_id or 0,
+            schema_registry_url=schema_registry,
+            schema_registry_config=registry_settings or None,
+            producer_config=kafka_settings or None,
+            create_topic=create_topic,
+            broker_timeout=broker_timeout,
         )
         written = sink.write(df, time=at_time, close=close)
     finally:
@@ -713,11 +1093,24 @@ def export(source, bootstrap_servers, kafka_settings, broker_timeout, topic, fro
     sys.exit(EXIT_OK)
 
 
-
-
-def _export_from_topic(bootstrap_servers, kafka_settings, broker_timeout, topic, destination, as_of,
-                       schema_file, mode, fmt, write_options, framing, as_json, spark_packages, spark_conf,
-                       spark_remote, stray):
+def _export_from_topic(
+    bootstrap_servers,
+    kafka_settings,
+    broker_timeout,
+    topic,
+    destination,
+    as_of,
+    schema_file,
+    mode,
+    fmt,
+    write_options,
+    framing,
+    as_json,
+    spark_packages,
+    spark_conf,
+    spark_remote,
+    stray,
+):
     """``export --from-topic``: the table a CDC topic holds, verified, written by Spark."""
     if stray:
         raise click.UsageError(f"--from-topic does not go with {', '.join(stray)}")
@@ -734,8 +1127,15 @@ def _export_from_topic(bootstrap_servers, kafka_settings, broker_timeout, topic,
     try:
         spark = spark_session("cdc-emitter export", spark_packages, spark_conf, fmt, spark_remote)
         status.show(f"reading and verifying topic {topic}")
-        result = read_cdc(spark, bootstrap_servers=servers, topic=topic, schema=data_schema, framing=framing,
-                          kafka_options=kafka_settings, broker_timeout=broker_timeout)
+        result = read_cdc(
+            spark,
+            bootstrap_servers=servers,
+            topic=topic,
+            schema=data_schema,
+            framing=framing,
+            kafka_options=kafka_settings,
+            broker_timeout=broker_timeout,
+        )
         if result.violations:
             status.done()
             click.echo(verify_summary_text(topic, result, None))
@@ -743,8 +1143,11 @@ def _export_from_topic(bootstrap_servers, kafka_settings, broker_timeout, topic,
         frontier = result.frontier
         if as_of is not None and frontier and as_of > frontier[0]:
             status.done()
-            click.echo(f"error: topic {topic} is proven only up to frontier {frontier_text(frontier)}: "
-                       f"--as-of {as_of} is beyond it, nothing written", err=True)
+            click.echo(
+                f"error: topic {topic} is proven only up to frontier {frontier_text(frontier)}: "
+                f"--as-of {as_of} is beyond it, nothing written",
+                err=True,
+            )
             sys.exit(EXIT_NOT_REACHED)
         from pyspark.sql import functions as F
 
@@ -753,28 +1156,44 @@ def _export_from_topic(bootstrap_servers, kafka_settings, broker_timeout, topic,
         if negative:
             row = negative[0].asDict(recursive=True)
             count = row.pop("count")
-            raise SchemaError(f"topic {topic} holds row {row} with multiplicity {count} at "
-                              f"{'time ' + str(as_of) if as_of is not None else 'its frontier'}: a "
-                              "table cannot hold it, nothing written")
+            raise SchemaError(
+                f"topic {topic} holds row {row} with multiplicity {count} at "
+                f"{'time ' + str(as_of) if as_of is not None else 'its frontier'}: a "
+                "table cannot hold it, nothing written"
+            )
         data_cols = [c for c in collection.columns if c != "count"]
         written = collection.agg(F.coalesce(F.sum("count"), F.lit(0))).first()[0]
-        rows = collection.select(*data_cols, F.explode(F.array_repeat(F.lit(True), F.col("count").cast("int")))
-                                 .alias("__one")).drop("__one")
+        rows = collection.select(
+            *data_cols,
+            F.explode(F.array_repeat(F.lit(True), F.col("count").cast("int"))).alias("__one"),
+        ).drop("__one")
         status.show(f"writing the table of topic {topic} to {destination}")
         try:
             rows.write.format(fmt).options(**write_options).mode(
-                "errorifexists" if mode == "error" else "overwrite").save(destination)
+                "errorifexists" if mode == "error" else "overwrite"
+            ).save(destination)
         except Exception as exc:  # noqa: BLE001 - Spark's own cause, not a traceback
-            raise ConfigError(f"cannot write {fmt} table {destination}: {spark_error_text(exc)}") from exc
+            raise ConfigError(
+                f"cannot write {fmt} table {destination}: {spark_error_text(exc)}"
+            ) from exc
     finally:
         status.done()
     time = as_of if as_of is not None else (frontier[0] if frontier else None)
-    summary = {"topic": topic, "to": destination, "format": fmt, "as_of": time,
-               "frontier": list(frontier), "verdict": result.verdict, "rows": written}
+    summary = {
+        "topic": topic,
+        "to": destination,
+        "format": fmt,
+        "as_of": time,
+        "frontier": list(frontier),
+        "verdict": result.verdict,
+        "rows": written,
+    }
     if as_json:
         click.echo(dumps(summary))
     else:
         at = f"as of time {time}" if time is not None else "closed history"
-        click.echo(f"exported topic {topic} ({at}, frontier {frontier_text(frontier)}) to {destination}: "
-                   f"{written} rows")
+        click.echo(
+            f"exported topic {topic} ({at}, frontier {frontier_text(frontier)}) to {destination}: "
+            f"{written} rows"
+        )
     sys.exit(EXIT_OK)

@@ -8,19 +8,19 @@ from typing import Any
 
 import click
 
-from cdc_emitter.errors import CdcError
-from cdc_emitter.spark.sources import delta_package, spark_session
 from cdc_emitter.cli.console import (
     EXIT_OK,
-    require_servers,
     check_registry_options,
     handle_errors,
     kafka_options,
     main,
     registry_options,
+    require_servers,
     spark_options,
 )
 from cdc_emitter.cli.output import StatusLine, dumps, frontier_text
+from cdc_emitter.errors import CdcError
+from cdc_emitter.spark.sources import delta_package, spark_session
 
 
 @main.command()
@@ -28,39 +28,94 @@ from cdc_emitter.cli.output import StatusLine, dumps, frontier_text
 @click.argument("source")
 @kafka_options
 @click.option("--topic", required=True, help="The CDC topic to write.")
-@click.option("--checkpoint", "checkpoint", required=True, metavar="DIR",
-              help="The streaming query's checkpoint (any Hadoop path); a second run continues from it.")
-@click.option("--once", is_flag=True,
-              help="Convert every change there is now, then stop (Spark's availableNow trigger). "
-              "Without it the job runs until interrupted (Ctrl-C).")
+@click.option(
+    "--checkpoint",
+    "checkpoint",
+    required=True,
+    metavar="DIR",
+    help="The streaming query's checkpoint (any Hadoop path); a second run continues from it.",
+)
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Convert every change there is now, then stop (Spark's availableNow trigger). "
+    "Without it the job runs until interrupted (Ctrl-C).",
+)
 @click.option("--create-topic", is_flag=True, help="Create the topic if it does not exist.")
-@click.option("--starting-version", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
-              help="delta: the first table version to convert (the change data feed must be enabled "
-              "from it on).")
-@click.option("--max-files-per-trigger", type=click.IntRange(min=1), metavar="N",
-              help="delta: at most about N files per micro-batch (a version split over batches is "
-              "held open until all of it has arrived).")
-@click.option("--columns", metavar="DDL",
-              help="cockroachdb, ydb: the table's columns in the topic's order, e.g. "
-              "'id long not null, name string' (nullable unless 'not null').")
-@click.option("--key", "key_columns", metavar="COLS",
-              help="ydb: the primary-key columns (comma-separated), in the order of the messages' 'key'.")
-@click.option("--source-bootstrap-servers", metavar="HOST:PORT",
-              help="cockroachdb, ydb: the Kafka cluster of SOURCE (default: --bootstrap-servers; -X "
-              "security settings apply to both).")
-@click.option("--max-offsets-per-trigger", type=click.IntRange(min=1), metavar="N",
-              help="cockroachdb, ydb: at most N source messages per micro-batch.")
-@click.option("--trigger-interval", metavar="INTERVAL",
-              help="Start a micro-batch at most this often, e.g. '10 seconds' (default: as soon as the "
-              "previous one ends).")
+@click.option(
+    "--starting-version",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="delta: the first table version to convert (the change data feed must be enabled "
+    "from it on).",
+)
+@click.option(
+    "--max-files-per-trigger",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="delta: at most about N files per micro-batch (a version split over batches is "
+    "held open until all of it has arrived).",
+)
+@click.option(
+    "--columns",
+    metavar="DDL",
+    help="cockroachdb, ydb: the table's columns in the topic's order, e.g. "
+    "'id long not null, name string' (nullable unless 'not null').",
+)
+@click.option(
+    "--key",
+    "key_columns",
+    metavar="COLS",
+    help="ydb: the primary-key columns (comma-separated), in the order of the messages' 'key'.",
+)
+@click.option(
+    "--source-bootstrap-servers",
+    metavar="HOST:PORT",
+    help="cockroachdb, ydb: the Kafka cluster of SOURCE (default: --bootstrap-servers; -X "
+    "security settings apply to both).",
+)
+@click.option(
+    "--max-offsets-per-trigger",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="cockroachdb, ydb: at most N source messages per micro-batch.",
+)
+@click.option(
+    "--trigger-interval",
+    metavar="INTERVAL",
+    help="Start a micro-batch at most this often, e.g. '10 seconds' (default: as soon as the "
+    "previous one ends).",
+)
 @registry_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object at the end.")
 @spark_options
 @handle_errors
-def convert(fmt, source, bootstrap_servers, kafka_settings, broker_timeout, topic, checkpoint, once,
-            create_topic, starting_version, max_files_per_trigger, columns, key_columns, source_bootstrap_servers,
-            max_offsets_per_trigger, trigger_interval, schema_registry, registry_settings, as_json, spark_packages,
-            spark_conf, spark_remote):
+def convert(
+    fmt,
+    source,
+    bootstrap_servers,
+    kafka_settings,
+    broker_timeout,
+    topic,
+    checkpoint,
+    once,
+    create_topic,
+    starting_version,
+    max_files_per_trigger,
+    columns,
+    key_columns,
+    source_bootstrap_servers,
+    max_offsets_per_trigger,
+    trigger_interval,
+    schema_registry,
+    registry_settings,
+    as_json,
+    spark_packages,
+    spark_conf,
+    spark_remote,
+):
     """Convert the changefeed of SOURCE into a CDCv2 topic, continuously or --once.
 
     \b
@@ -90,18 +145,28 @@ def convert(fmt, source, bootstrap_servers, kafka_settings, broker_timeout, topi
           --once --create-topic
     """
     kafka_source = fmt in ("cockroachdb", "ydb")
-    only = [(name, value) for name, value, applies in (
-        ("--starting-version", starting_version or None, not kafka_source),
-        ("--max-files-per-trigger", max_files_per_trigger, not kafka_source),
-        ("--columns", columns, kafka_source), ("--key", key_columns, fmt == "ydb"),
-        ("--source-bootstrap-servers", source_bootstrap_servers, kafka_source),
-        ("--max-offsets-per-trigger", max_offsets_per_trigger, kafka_source)) if value is not None and not applies]
+    only = [
+        (name, value)
+        for name, value, applies in (
+            ("--starting-version", starting_version or None, not kafka_source),
+            ("--max-files-per-trigger", max_files_per_trigger, not kafka_source),
+            ("--columns", columns, kafka_source),
+            ("--key", key_columns, fmt == "ydb"),
+            ("--source-bootstrap-servers", source_bootstrap_servers, kafka_source),
+            ("--max-offsets-per-trigger", max_offsets_per_trigger, kafka_source),
+        )
+        if value is not None and not applies
+    ]
     if only:
         raise click.UsageError(f"{', '.join(n for n, _v in only)}: not for {fmt}")
     if kafka_source and not columns:
-        raise click.UsageError(f"{fmt} needs --columns: the table's columns, e.g. 'id long not null, name string'")
+        raise click.UsageError(
+            f"{fmt} needs --columns: the table's columns, e.g. 'id long not null, name string'"
+        )
     if fmt == "ydb" and not key_columns:
-        raise click.UsageError("ydb needs --key: the primary-key columns, in the order of the messages' 'key'")
+        raise click.UsageError(
+            "ydb needs --key: the primary-key columns, in the order of the messages' 'key'"
+        )
     check_registry_options(schema_registry, registry_settings, "confluent", None)
     servers = require_servers(bootstrap_servers)
     status = StatusLine()
@@ -109,85 +174,146 @@ def convert(fmt, source, bootstrap_servers, kafka_settings, broker_timeout, topi
 
     def shown(result: Any) -> None:
         results.append(result)
-        status.show(f"batch {result.batch_id}: times [{result.lower}, "
-                    f"{'∞' if result.upper is None else result.upper}) written, {result.updates} updates "
-                    f"({sum(r.updates for r in results)} in all)")
+        status.show(
+            f"batch {result.batch_id}: times [{result.lower}, "
+            f"{'∞' if result.upper is None else result.upper}) written, {result.updates} updates "
+            f"({sum(r.updates for r in results)} in all)"
+        )
 
     status.show(f"starting Spark to read {source}")
     table = "topic" if kafka_source else "table"
     packages = list(spark_packages)
-    if not kafka_source and not spark_remote and not any(c.startswith("io.delta:") for c in packages):
+    if (
+        not kafka_source
+        and not spark_remote
+        and not any(c.startswith("io.delta:") for c in packages)
+    ):
         import pyspark  # the Delta build for this Spark (a Connect server loads its own)
 
         package = delta_package(pyspark.__version__)
         packages += [package] if package else []
     try:
-        spark = spark_session("cdc-emitter convert", packages, spark_conf, None if kafka_source else "delta",
-                              spark_remote)
-        sink_options = dict(create_topic=create_topic, producer_config=kafka_settings or None,
-                            broker_timeout=broker_timeout, on_batch=shown,
-                            schema_registry_url=schema_registry, schema_registry_config=registry_settings or None)
+        spark = spark_session(
+            "cdc-emitter convert",
+            packages,
+            spark_conf,
+            None if kafka_source else "delta",
+            spark_remote,
+        )
+        sink_options = dict(
+            create_topic=create_topic,
+            producer_config=kafka_settings or None,
+            broker_timeout=broker_timeout,
+            on_batch=shown,
+            schema_registry_url=schema_registry,
+            schema_registry_config=registry_settings or None,
+        )
         if kafka_source:
             from cdc_emitter.convert.changefeed import convert_kafka
 
             key = [k.strip() for k in (key_columns or "").split(",") if k.strip()]
 
             def start():
-                return convert_kafka(spark, fmt, source, columns=columns, key=key, bootstrap_servers=servers,
-                                     topic=topic, checkpoint_location=checkpoint,
-                                     source_bootstrap_servers=source_bootstrap_servers,
-                                     source_config=kafka_settings, once=once, trigger_interval=trigger_interval,
-                                     max_offsets_per_trigger=max_offsets_per_trigger, **sink_options)
+                return convert_kafka(
+                    spark,
+                    fmt,
+                    source,
+                    columns=columns,
+                    key=key,
+                    bootstrap_servers=servers,
+                    topic=topic,
+                    checkpoint_location=checkpoint,
+                    source_bootstrap_servers=source_bootstrap_servers,
+                    source_config=kafka_settings,
+                    once=once,
+                    trigger_interval=trigger_interval,
+                    max_offsets_per_trigger=max_offsets_per_trigger,
+                    **sink_options,
+                )
         else:
             from cdc_emitter.convert.delta import convert_delta
 
             def start():
-                return convert_delta(spark, source, bootstrap_servers=servers, topic=topic,
-                                     checkpoint_location=checkpoint, once=once, starting_version=starting_version,
-                                     max_files_per_trigger=max_files_per_trigger,
-                                     trigger_interval=trigger_interval, **sink_options)
+                return convert_delta(
+                    spark,
+                    source,
+                    bootstrap_servers=servers,
+                    topic=topic,
+                    checkpoint_location=checkpoint,
+                    once=once,
+                    starting_version=starting_version,
+                    max_files_per_trigger=max_files_per_trigger,
+                    trigger_interval=trigger_interval,
+                    **sink_options,
+                )
+
         status.show(f"converting {source} to topic {topic}")
         from cdc_emitter.convert.changefeed import await_conversion, conversion_error
 
         # on Spark Connect the sink runs in the server's Python: on_batch is never seen here,
         # so what the run did is read from the topic itself
-        before = (_topic_frontier(servers, topic, kafka_settings, broker_timeout, before=True)
-                  if spark_remote else None)
+        before = (
+            _topic_frontier(servers, topic, kafka_settings, broker_timeout, before=True)
+            if spark_remote
+            else None
+        )
 
         try:
             await_conversion(start)
         except CdcError:
             raise
         except Exception as exc:  # noqa: BLE001 - the query's failure, ours or Spark's
-            raise CdcError(f"converting {source} to topic {topic} failed: {conversion_error(exc)}") from None
+            raise CdcError(
+                f"converting {source} to topic {topic} failed: {conversion_error(exc)}"
+            ) from None
     finally:
         status.done()
     if spark_remote:
         after = _topic_frontier(servers, topic, kafka_settings, broker_timeout)
         frontier = None if after == before else after
-        summary = {"source": source, "format": fmt, "topic": topic, "batches": None, "updates": None,
-                   "messages": None, "frontier": None if frontier is None else list(frontier)}
+        summary = {
+            "source": source,
+            "format": fmt,
+            "topic": topic,
+            "batches": None,
+            "updates": None,
+            "messages": None,
+            "frontier": None if frontier is None else list(frontier),
+        }
     else:
         # the last batch's upper is the topic's frontier (None: no batch wrote anything this run)
-        frontier = None if not results else () if results[-1].upper is None else (results[-1].upper,)
-        summary = {"source": source, "format": fmt, "topic": topic, "batches": len(results),
-                   "updates": sum(r.updates for r in results), "messages": sum(r.messages for r in results),
-                   "frontier": None if frontier is None else list(frontier)}
+        frontier = (
+            None if not results else () if results[-1].upper is None else (results[-1].upper,)
+        )
+        summary = {
+            "source": source,
+            "format": fmt,
+            "topic": topic,
+            "batches": len(results),
+            "updates": sum(r.updates for r in results),
+            "messages": sum(r.messages for r in results),
+            "frontier": None if frontier is None else list(frontier),
+        }
     if as_json:
         click.echo(dumps(summary))
     elif frontier is None:
         click.echo(f"converted {fmt} {table} {source} to topic {topic}: no new changes")
     elif spark_remote:
-        click.echo(f"converted {fmt} {table} {source} to topic {topic}: frontier {frontier_text(frontier)} "
-                   "(each batch's figures are in the Spark Connect server's log)")
+        click.echo(
+            f"converted {fmt} {table} {source} to topic {topic}: frontier {frontier_text(frontier)} "
+            "(each batch's figures are in the Spark Connect server's log)"
+        )
     else:
-        click.echo(f"converted {fmt} {table} {source} to topic {topic}: {summary['updates']} updates in "
-                   f"{summary['batches']} batches, frontier {frontier_text(frontier)}")
+        click.echo(
+            f"converted {fmt} {table} {source} to topic {topic}: {summary['updates']} updates in "
+            f"{summary['batches']} batches, frontier {frontier_text(frontier)}"
+        )
     sys.exit(EXIT_OK)
 
 
-def _topic_frontier(servers: str, topic: str, settings: dict, broker_timeout: float, *,
-                    before: bool = False) -> tuple | None:
+def _topic_frontier(
+    servers: str, topic: str, settings: dict, broker_timeout: float, *, before: bool = False
+) -> tuple | None:
     """The topic's frontier as its progress statements say (``()``: closed). ``before`` the run,
     a topic that cannot be read yet (``--create-topic`` makes it) is None: the run itself then
     reports a broker that cannot be reached."""

@@ -75,10 +75,16 @@ def verify_summary_text(topic: str, result: Any, timeout: float | None) -> str:
         where = "end of topic read" if result.reached else f"end of topic NOT read {within}"
     else:
         target = frontier_text(result.target)
-        where = f"target {target} reached" if result.reached else f"target {target} NOT reached {within}"
+        where = (
+            f"target {target} reached"
+            if result.reached
+            else f"target {target} NOT reached {within}"
+        )
     lines.append(f"topic {topic}: frontier {frontier}, {where}")
-    lines.append(f"{result.messages} messages, {result.updates} updates, "
-                 f"{result.duplicates} duplicates dropped")
+    lines.append(
+        f"{result.messages} messages, {result.updates} updates, "
+        f"{result.duplicates} duplicates dropped"
+    )
     verdict = result.verdict
     if result.violations:
         lines.append(f"{len(result.violations)} violations:")
@@ -95,18 +101,27 @@ def verify_summary_text(topic: str, result: Any, timeout: float | None) -> str:
             if n > LISTED_PER_KIND:
                 lines.append(f"  ... and {n - LISTED_PER_KIND} more {kind} (--json lists them all)")
     lines.extend(f"hint: {hint}" for hint in result.hints)
-    if verdict in ("incomplete", "violations") and result.target is None and result.pending is not None:
+    if (
+        verdict in ("incomplete", "violations")
+        and result.target is None
+        and result.pending is not None
+    ):
         lines.extend(pending_lines(result.pending, result.frontier))
     if verdict == "violations":
         lines.append("FAILED: protocol violations")
     elif verdict == "not_reached":
-        lines.append("NOT VERIFIED: the target was not reached in time" if result.target is not None
-                     else "NOT VERIFIED: the end of the topic was not read in time")
+        lines.append(
+            "NOT VERIFIED: the target was not reached in time"
+            if result.target is not None
+            else "NOT VERIFIED: the end of the topic was not read in time"
+        )
     elif verdict == "empty":
         lines.append("NOT VERIFIED: the topic holds no messages, so nothing is proven")
     elif verdict == "incomplete":
-        lines.append(f"NOT VERIFIED: the topic ends before it proves what it holds beyond "
-                     f"frontier {frontier}")
+        lines.append(
+            f"NOT VERIFIED: the topic ends before it proves what it holds beyond "
+            f"frontier {frontier}"
+        )
     else:
         lines.append("verified: no violations")
     return "\n".join(lines)
@@ -116,8 +131,7 @@ def pending_lines(pending: Any, frontier: tuple[int, ...]) -> list[str]:
     """What keeps ``frontier`` where it is, one line per cause."""
     out = []
     for time, count, received in pending.stalled[:LISTED_PER_KIND]:
-        out.append(f"pending: time {time} is announced with {count} updates, "
-                   f"{received} arrived")
+        out.append(f"pending: time {time} is announced with {count} updates, {received} arrived")
     if len(pending.stalled) > LISTED_PER_KIND:
         out.append(f"pending: ... and {len(pending.stalled) - LISTED_PER_KIND} more stalled times")
     if pending.gap is not None:
@@ -126,16 +140,21 @@ def pending_lines(pending: Any, frontier: tuple[int, ...]) -> list[str]:
     if pending.updates:
         times = ", ".join(map(str, pending.times)) + (", ..." if len(pending.times) >= 20 else "")
         if pending.statements == 0:
-            out.append(f"pending: {pending.updates} updates (at times {times}) and no progress "
-                       "statement at all")
+            out.append(
+                f"pending: {pending.updates} updates (at times {times}) and no progress "
+                "statement at all"
+            )
         else:
-            out.append(f"pending: {pending.updates} updates held at times {times}, beyond "
-                       f"frontier {frontier_text(frontier)}")
+            out.append(
+                f"pending: {pending.updates} updates held at times {times}, beyond "
+                f"frontier {frontier_text(frontier)}"
+            )
     return out
 
 
-def export_summary(source: str, previous: str | None, topic: str, at_time: int | None,
-                   written: Any) -> dict:
+def export_summary(
+    source: str, previous: str | None, topic: str, at_time: int | None, written: Any
+) -> dict:
     """The JSON summary of ``export`` from the sink's BatchResult."""
     lower, upper = written.lower, written.upper
     return {

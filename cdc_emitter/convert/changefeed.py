@@ -35,8 +35,14 @@ from cdc_emitter.convert.plan import WatermarkRecord, watermark_window
 from cdc_emitter.errors import CdcError, ConfigError, SchemaError
 from cdc_emitter.sink.result import BatchResult
 
-__all__ = ["FORMATS", "changefeed_rows", "KafkaChangefeed", "convert_kafka", "await_conversion",
-           "conversion_error"]
+__all__ = [
+    "FORMATS",
+    "changefeed_rows",
+    "KafkaChangefeed",
+    "convert_kafka",
+    "await_conversion",
+    "conversion_error",
+]
 
 log = logging.getLogger(__name__)
 
@@ -44,17 +50,32 @@ TIME, DIFF = "_cdc_time", "_cdc_diff"
 FORMATS = ("cockroachdb", "ydb")
 # parsed columns (beside partition and offset)
 _KIND, _T, _TICK, _KEY, _STAMP, _BEFORE, _AFTER, _ERROR = (
-    "_kind", "_t", "_tick", "_key", "_stamp", "_before", "_after", "_error")
+    "_kind",
+    "_t",
+    "_tick",
+    "_key",
+    "_stamp",
+    "_before",
+    "_after",
+    "_error",
+)
 
 
 def _where(topic: str) -> Any:
     from pyspark.sql import functions as F
 
-    return F.concat(F.lit(f"topic {topic!r} partition "), F.col("partition").cast("string"),
-                    F.lit(" offset "), F.col("offset").cast("string"), F.lit(": "))
+    return F.concat(
+        F.lit(f"topic {topic!r} partition "),
+        F.col("partition").cast("string"),
+        F.lit(" offset "),
+        F.col("offset").cast("string"),
+        F.lit(": "),
+    )
 
 
-def _image(text: Any, struct: Any, columns: Sequence[str], exclude: Sequence[str] = ()) -> tuple[Any, Any]:
+def _image(
+    text: Any, struct: Any, columns: Sequence[str], exclude: Sequence[str] = ()
+) -> tuple[Any, Any]:
     """``(struct or null, error or null)`` of a JSON object text: a column whose value does not
     fit its type is an error naming it (from_json would make it null)."""
     from pyspark.sql import functions as F
@@ -68,9 +89,14 @@ def _image(text: Any, struct: Any, columns: Sequence[str], exclude: Sequence[str
     for f in reversed(fields):
         raw = texts[f.name]
         bad = raw.isNotNull() & parsed[f.name].isNull()
-        error = F.when(text.isNotNull() & bad, F.concat(
-            F.lit(f"column {f.name!r} value "), F.substring(raw, 1, 80),
-            F.lit(f" does not fit type {f.dataType.simpleString()}"))).otherwise(error)
+        error = F.when(
+            text.isNotNull() & bad,
+            F.concat(
+                F.lit(f"column {f.name!r} value "),
+                F.substring(raw, 1, 80),
+                F.lit(f" does not fit type {f.dataType.simpleString()}"),
+            ),
+        ).otherwise(error)
     return F.when(text.isNotNull(), parsed), error
 
 
@@ -92,36 +118,68 @@ def _cockroachdb(raw: Any, struct: Any, key: Sequence[str]) -> Any:
     before, before_error = _image(msg["before"], struct, struct.fieldNames())
     wall = F.split(updated, r"\.")
     hlc = F.regexp_extract(updated, r"^(\d+)(\.(\d+))?$", 0)
-    error = (F.when(keys.isNull(), F.lit("not a JSON object"))
-             .when(resolved.isNotNull(),
-                   F.when(F.regexp_extract(resolved, r"^(\d+)(\.\d+)?$", 0) == F.lit(""),
-                          F.concat(F.lit("resolved timestamp "), F.substring(resolved, 1, 40),
-                                   F.lit(" is not an HLC timestamp"))))
-             .when(updated.isNull(), F.lit("expected 'updated' (create the changefeed WITH updated, "
-                                           "resolved, diff) or 'resolved'"))
-             .when(hlc == F.lit(""), F.concat(F.lit("updated timestamp "), F.substring(updated, 1, 40),
-                                              F.lit(" is not an HLC timestamp")))
-             .when(~F.array_contains(keys, "before"),
-                   F.lit("no 'before' field: create the changefeed WITH diff, so updates and deletes "
-                         "carry the row they replace"))
-             .when(msg["after"].isNull() & msg["before"].isNull(), F.lit("neither 'after' nor 'before'"))
-             .otherwise(_first(after_error, before_error)))
+    error = (
+        F.when(keys.isNull(), F.lit("not a JSON object"))
+        .when(
+            resolved.isNotNull(),
+            F.when(
+                F.regexp_extract(resolved, r"^(\d+)(\.\d+)?$", 0) == F.lit(""),
+                F.concat(
+                    F.lit("resolved timestamp "),
+                    F.substring(resolved, 1, 40),
+                    F.lit(" is not an HLC timestamp"),
+                ),
+            ),
+        )
+        .when(
+            updated.isNull(),
+            F.lit(
+                "expected 'updated' (create the changefeed WITH updated, "
+                "resolved, diff) or 'resolved'"
+            ),
+        )
+        .when(
+            hlc == F.lit(""),
+            F.concat(
+                F.lit("updated timestamp "),
+                F.substring(updated, 1, 40),
+                F.lit(" is not an HLC timestamp"),
+            ),
+        )
+        .when(
+            ~F.array_contains(keys, "before"),
+            F.lit(
+                "no 'before' field: create the changefeed WITH diff, so updates and deletes "
+                "carry the row they replace"
+            ),
+        )
+        .when(msg["after"].isNull() & msg["before"].isNull(), F.lit("neither 'after' nor 'before'"))
+        .otherwise(_first(after_error, before_error))
+    )
     resolved_wall = F.split(resolved, r"\.")[0].cast("long")
     return raw.select(
-        "partition", "offset",
+        "partition",
+        "offset",
         F.when(resolved.isNotNull(), F.lit("resolved")).otherwise(F.lit("row")).alias(_KIND),
         F.when(resolved.isNotNull(), resolved_wall).otherwise(wall[0].cast("long")).alias(_T),
         F.coalesce(wall[1].cast("long"), F.lit(0)).alias(_TICK),
         F.coalesce(F.col("key").cast("string"), F.get_json_object(text, "$.key")).alias(_KEY),
-        updated.alias(_STAMP), before.alias(_BEFORE), after.alias(_AFTER), error.alias(_ERROR))
+        updated.alias(_STAMP),
+        before.alias(_BEFORE),
+        after.alias(_AFTER),
+        error.alias(_ERROR),
+    )
 
 
 def _ydb(raw: Any, struct: Any, key: Sequence[str]) -> Any:
     from pyspark.sql import functions as F
 
     text = F.col("value").cast("string")
-    msg = F.from_json(text, "key string, `update` string, erase string, newImage string, oldImage string, "
-                            "ts array<long>, resolved array<long>")
+    msg = F.from_json(
+        text,
+        "key string, `update` string, erase string, newImage string, oldImage string, "
+        "ts array<long>, resolved array<long>",
+    )
     keys = F.expr("json_object_keys(CAST(value AS STRING))")
     key_text, resolved, ts = msg["key"], msg["resolved"], msg["ts"]
     elements = F.from_json(key_text, "array<string>")  # JSON numbers come as their text
@@ -132,48 +190,89 @@ def _ydb(raw: Any, struct: Any, key: Sequence[str]) -> Any:
         element = elements[i]
         typed = element.cast(dtype)
         key_values.append(typed.alias(name))
-        key_errors.append(F.when(element.isNotNull() & typed.isNull(), F.concat(
-            F.lit(f"key column {name!r} value "), F.substring(element, 1, 80),
-            F.lit(f" does not fit type {dtype.simpleString()}"))))
+        key_errors.append(
+            F.when(
+                element.isNotNull() & typed.isNull(),
+                F.concat(
+                    F.lit(f"key column {name!r} value "),
+                    F.substring(element, 1, 80),
+                    F.lit(f" does not fit type {dtype.simpleString()}"),
+                ),
+            )
+        )
     new, new_error = _image(msg["newImage"], struct, struct.fieldNames(), exclude=key)
     old, old_error = _image(msg["oldImage"], struct, struct.fieldNames(), exclude=key)
     others = [f.name for f in struct.fields if f.name not in key]
 
     def row(image: Any) -> Any:
-        return F.when(image.isNotNull(), F.struct(*key_values, *[image[c].alias(c) for c in others]))
+        return F.when(
+            image.isNotNull(), F.struct(*key_values, *[image[c].alias(c) for c in others])
+        )
 
-    error = (F.when(keys.isNull(), F.lit("not a JSON object"))
-             .when(resolved.isNotNull(), F.when(F.size(resolved) != 2, F.lit("resolved is not [step, txId]")))
-             .when(key_text.isNull(), F.lit("no 'key'"))
-             # not a JSON array: no elements (Spark 4 sizes null as null, which no branch takes)
-             .when(elements.isNull() | (F.size(elements) != len(key)),
-                   F.concat(F.lit(f"'key' has {len(key)} columns in --key ({', '.join(key)}) but the message "),
-                            F.substring(key_text, 1, 80)))
-             .when(ts.isNull() | (F.size(ts) != 2),
-                   F.lit("no virtual timestamp 'ts': [step, txId] (create the changefeed WITH "
-                         "VIRTUAL_TIMESTAMPS = TRUE)"))
-             .when(msg["update"].isNull() & msg["erase"].isNull(), F.lit("neither 'update' nor 'erase'"))
-             .when(msg["update"].isNotNull() & (msg["update"] != F.lit("{}")),
-                   F.lit("'update' carries columns (UPDATES mode): create the changefeed WITH "
-                         "MODE = 'NEW_AND_OLD_IMAGES'"))
-             .when(msg["erase"].isNotNull() & msg["oldImage"].isNull(),
-                   F.lit("an erase without 'oldImage': create the changefeed WITH MODE = 'NEW_AND_OLD_IMAGES'"))
-             .when(msg["update"].isNotNull() & msg["newImage"].isNull(),
-                   F.lit("an update without 'newImage': create the changefeed WITH MODE = 'NEW_AND_OLD_IMAGES'"))
-             .otherwise(_first(*key_errors, new_error, old_error)))
+    error = (
+        F.when(keys.isNull(), F.lit("not a JSON object"))
+        .when(
+            resolved.isNotNull(),
+            F.when(F.size(resolved) != 2, F.lit("resolved is not [step, txId]")),
+        )
+        .when(key_text.isNull(), F.lit("no 'key'"))
+        # not a JSON array: no elements (Spark 4 sizes null as null, which no branch takes)
+        .when(
+            elements.isNull() | (F.size(elements) != len(key)),
+            F.concat(
+                F.lit(f"'key' has {len(key)} columns in --key ({', '.join(key)}) but the message "),
+                F.substring(key_text, 1, 80),
+            ),
+        )
+        .when(
+            ts.isNull() | (F.size(ts) != 2),
+            F.lit(
+                "no virtual timestamp 'ts': [step, txId] (create the changefeed WITH "
+                "VIRTUAL_TIMESTAMPS = TRUE)"
+            ),
+        )
+        .when(msg["update"].isNull() & msg["erase"].isNull(), F.lit("neither 'update' nor 'erase'"))
+        .when(
+            msg["update"].isNotNull() & (msg["update"] != F.lit("{}")),
+            F.lit(
+                "'update' carries columns (UPDATES mode): create the changefeed WITH "
+                "MODE = 'NEW_AND_OLD_IMAGES'"
+            ),
+        )
+        .when(
+            msg["erase"].isNotNull() & msg["oldImage"].isNull(),
+            F.lit(
+                "an erase without 'oldImage': create the changefeed WITH MODE = 'NEW_AND_OLD_IMAGES'"
+            ),
+        )
+        .when(
+            msg["update"].isNotNull() & msg["newImage"].isNull(),
+            F.lit(
+                "an update without 'newImage': create the changefeed WITH MODE = 'NEW_AND_OLD_IMAGES'"
+            ),
+        )
+        .otherwise(_first(*key_errors, new_error, old_error))
+    )
     return raw.select(
-        "partition", "offset",
+        "partition",
+        "offset",
         F.when(resolved.isNotNull(), F.lit("resolved")).otherwise(F.lit("row")).alias(_KIND),
         F.when(resolved.isNotNull(), resolved[0]).otherwise(ts[0]).alias(_T),
         F.coalesce(ts[1], F.lit(0).cast("long")).alias(_TICK),
-        key_text.alias(_KEY), F.to_json(ts).alias(_STAMP),
-        row(old).alias(_BEFORE), row(new).alias(_AFTER), error.alias(_ERROR))
+        key_text.alias(_KEY),
+        F.to_json(ts).alias(_STAMP),
+        row(old).alias(_BEFORE),
+        row(new).alias(_AFTER),
+        error.alias(_ERROR),
+    )
 
 
 PARSERS = {"cockroachdb": _cockroachdb, "ydb": _ydb}
 
 
-def changefeed_rows(raw: Any, fmt: str, columns: Any, *, key: Sequence[str] = (), topic: str = "?") -> Any:
+def changefeed_rows(
+    raw: Any, fmt: str, columns: Any, *, key: Sequence[str] = (), topic: str = "?"
+) -> Any:
     """Kafka rows (``key``, ``value``, ``partition``, ``offset``: a batch or streaming read) of a
     ``fmt`` changefeed, parsed: one row per message with its kind (``row``/``resolved``), time,
     tick, key, timestamp text, before- and after-image (structs of ``columns``, a Spark
@@ -186,14 +285,20 @@ def changefeed_rows(raw: Any, fmt: str, columns: Any, *, key: Sequence[str] = ()
     names = columns.fieldNames()
     if fmt == "ydb":
         if not key:
-            raise ConfigError("ydb: --key is required: the primary-key columns, in the order of the "
-                              "messages' 'key' array")
+            raise ConfigError(
+                "ydb: --key is required: the primary-key columns, in the order of the "
+                "messages' 'key' array"
+            )
         unknown = [k for k in key if k not in names]
         if unknown:
-            raise ConfigError(f"--key column(s) {', '.join(unknown)} are not in --columns ({', '.join(names)})")
+            raise ConfigError(
+                f"--key column(s) {', '.join(unknown)} are not in --columns ({', '.join(names)})"
+            )
     parsed = PARSERS[fmt](raw, columns, key)
-    checked = F.when(F.col(_ERROR).isNotNull(),
-                     F.raise_error(F.concat(F.lit("cdc-emitter convert: "), _where(topic), F.col(_ERROR))))
+    checked = F.when(
+        F.col(_ERROR).isNotNull(),
+        F.raise_error(F.concat(F.lit("cdc-emitter convert: "), _where(topic), F.col(_ERROR))),
+    )
     # the error column is replaced by its check: evaluating a row raises for a bad message
     return parsed.withColumn(_ERROR, checked.cast("string"))
 
@@ -208,18 +313,39 @@ def _required(value: Any, column: Any, topic: str) -> Any:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    checked = F.when(value.isNull(), F.raise_error(F.concat(
-        F.lit("cdc-emitter convert: "), _where(topic),
-        F.lit(f"column {column.name!r} is null, but --columns declares it not null")))).otherwise(value)
+    checked = F.when(
+        value.isNull(),
+        F.raise_error(
+            F.concat(
+                F.lit("cdc-emitter convert: "),
+                _where(topic),
+                F.lit(f"column {column.name!r} is null, but --columns declares it not null"),
+            )
+        ),
+    ).otherwise(value)
     dtype = column.dataType
-    zeros = {T.LongType: 0, T.IntegerType: 0, T.ShortType: 0, T.ByteType: 0, T.DoubleType: 0.0,
-             T.FloatType: 0.0, T.StringType: "", T.BooleanType: False, T.BinaryType: b"",
-             T.DateType: datetime.date(1970, 1, 1), T.TimestampType: datetime.datetime(1970, 1, 1),
-             T.DecimalType: decimal.Decimal(0)}
+    zeros = {
+        T.LongType: 0,
+        T.IntegerType: 0,
+        T.ShortType: 0,
+        T.ByteType: 0,
+        T.DoubleType: 0.0,
+        T.FloatType: 0.0,
+        T.StringType: "",
+        T.BooleanType: False,
+        T.BinaryType: b"",
+        T.DateType: datetime.date(1970, 1, 1),
+        T.TimestampType: datetime.datetime(1970, 1, 1),
+        T.DecimalType: decimal.Decimal(0),
+    }
     zero = zeros.get(type(dtype))
     if zero is None:
         return checked
-    literal = F.lit(zero) if isinstance(dtype, (T.DecimalType, T.DateType, T.TimestampType)) else F.lit(zero).cast(dtype)
+    literal = (
+        F.lit(zero)
+        if isinstance(dtype, (T.DecimalType, T.DateType, T.TimestampType))
+        else F.lit(zero).cast(dtype)
+    )
     return F.coalesce(checked, literal).cast(dtype)
 
 
@@ -233,27 +359,58 @@ def _updates(parsed: Any, columns: Any, lower: int, upper: int, topic: str) -> A
     first = Window.partitionBy(_KEY, _STAMP).orderBy("partition", "offset")
     rows = rows.withColumn("_n", F.row_number().over(first)).filter(F.col("_n") == 1).drop("_n")
     rows = rows.filter(F.col(_T) >= F.lit(lower))
-    earlier = Window.partitionBy(_KEY).orderBy("partition", "offset").rowsBetween(Window.unboundedPreceding, -1)
+    earlier = (
+        Window.partitionBy(_KEY)
+        .orderBy("partition", "offset")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
     latest = F.max(F.struct(F.col(_T), F.col(_TICK), F.col(_STAMP))).over(earlier)
     rows = rows.withColumn("_latest", latest)
     # the fields named alike on both sides: Spark Connect 3.5 names an unaliased field col1, col2,
     # and a comparison of structs whose field names differ does not resolve
-    backwards = F.col("_latest").isNotNull() & (F.struct(F.col(_T).alias(_T), F.col(_TICK).alias(_TICK)) < F.struct(
-        F.col("_latest")[_T].alias(_T), F.col("_latest")[_TICK].alias(_TICK)))
-    rows = rows.withColumn(_ERROR, F.when(backwards, F.raise_error(F.concat(
-        F.lit("cdc-emitter convert: "), _where(topic), F.lit("the timestamp of key "), F.col(_KEY),
-        F.lit(" goes back to "), F.col(_STAMP), F.lit(" after "), F.col("_latest")[_STAMP]))).cast("string"))
+    backwards = F.col("_latest").isNotNull() & (
+        F.struct(F.col(_T).alias(_T), F.col(_TICK).alias(_TICK))
+        < F.struct(F.col("_latest")[_T].alias(_T), F.col("_latest")[_TICK].alias(_TICK))
+    )
+    rows = rows.withColumn(
+        _ERROR,
+        F.when(
+            backwards,
+            F.raise_error(
+                F.concat(
+                    F.lit("cdc-emitter convert: "),
+                    _where(topic),
+                    F.lit("the timestamp of key "),
+                    F.col(_KEY),
+                    F.lit(" goes back to "),
+                    F.col(_STAMP),
+                    F.lit(" after "),
+                    F.col("_latest")[_STAMP],
+                )
+            ),
+        ).cast("string"),
+    )
     rows = rows.filter(F.isnull(F.col(_ERROR)) & (F.col(_T) < F.lit(upper)))
 
     # both images from one pass over the rows (a union would read and parse the source twice)
-    sides = F.explode(F.array(F.struct(F.col(_BEFORE).alias("image"), F.lit(-1).cast("long").alias("diff")),
-                              F.struct(F.col(_AFTER).alias("image"), F.lit(1).cast("long").alias("diff"))))
-    images = (rows.select("partition", "offset", F.col(_T), sides.alias("_side"))
-              .filter(F.col("_side.image").isNotNull()))
+    sides = F.explode(
+        F.array(
+            F.struct(F.col(_BEFORE).alias("image"), F.lit(-1).cast("long").alias("diff")),
+            F.struct(F.col(_AFTER).alias("image"), F.lit(1).cast("long").alias("diff")),
+        )
+    )
+    images = rows.select("partition", "offset", F.col(_T), sides.alias("_side")).filter(
+        F.col("_side.image").isNotNull()
+    )
     image = F.col("_side.image")
-    values = [image[f.name] if f.nullable else _required(image[f.name], f, topic) for f in columns.fields]
-    return images.select(*[v.alias(f.name) for v, f in zip(values, columns.fields)], F.col(_T).alias(TIME),
-                         F.col("_side.diff").alias(DIFF))
+    values = [
+        image[f.name] if f.nullable else _required(image[f.name], f, topic) for f in columns.fields
+    ]
+    return images.select(
+        *[v.alias(f.name) for v, f in zip(values, columns.fields)],
+        F.col(_T).alias(TIME),
+        F.col("_side.diff").alias(DIFF),
+    )
 
 
 class KafkaChangefeed:
@@ -262,8 +419,17 @@ class KafkaChangefeed:
     (a column-mode :class:`~cdc_emitter.sink.sink.CdcSink` with ``time_column=TIME``, ``diff_column=DIFF``).
     """
 
-    def __init__(self, fmt: str, source_topic: str, source_options: Mapping[str, str], columns: Any,
-                 key: Sequence[str], sink: Any, checkpoint_location: str, partitions: Sequence[int]) -> None:
+    def __init__(
+        self,
+        fmt: str,
+        source_topic: str,
+        source_options: Mapping[str, str],
+        columns: Any,
+        key: Sequence[str],
+        sink: Any,
+        checkpoint_location: str,
+        partitions: Sequence[int],
+    ) -> None:
         if sink.time_column != TIME or sink.diff_column != DIFF:
             raise ConfigError(f"the sink must have time_column={TIME!r} and diff_column={DIFF!r}")
         self.fmt, self.source_topic, self.source_options = fmt, source_topic, dict(source_options)
@@ -273,35 +439,60 @@ class KafkaChangefeed:
 
     def _window(self, spark: Any, start: Mapping[int, int], end: Mapping[int, int]) -> Any:
         topic = self.source_topic
-        raw = (spark.read.format("kafka").options(**self.source_options).option("subscribe", topic)
-               .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in start.items()}}))
-               .option("endingOffsets", json.dumps({topic: {str(p): end[p] for p in start}})).load())
+        raw = (
+            spark.read.format("kafka")
+            .options(**self.source_options)
+            .option("subscribe", topic)
+            .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in start.items()}}))
+            .option("endingOffsets", json.dumps({topic: {str(p): end[p] for p in start}}))
+            .load()
+        )
         return changefeed_rows(raw, self.fmt, self.columns, key=self.key, topic=topic)
 
-    def plan(self, batch_df: Any, batch_id: int, previous: WatermarkRecord | None) -> WatermarkRecord:
+    def plan(
+        self, batch_df: Any, batch_id: int, previous: WatermarkRecord | None
+    ) -> WatermarkRecord:
         """The record of a new batch: its resolved times, interval and offsets (Spark jobs: one
         over the batch, and when times resolved, one over the offsets read again)."""
         from pyspark.sql import functions as F
 
         spark = batch_df.sparkSession
-        parsed = changefeed_rows(batch_df, self.fmt, self.columns, key=self.key, topic=self.source_topic)
-        stats = parsed.groupBy("partition").agg(
-            F.min("offset").alias("first"), F.max("offset").alias("last"),
-            F.max(F.when(F.col(_KIND) == "resolved", F.col(_T))).alias("resolved"),
-            F.count(F.col(_ERROR)).alias("errors")).collect()
+        parsed = changefeed_rows(
+            batch_df, self.fmt, self.columns, key=self.key, topic=self.source_topic
+        )
+        stats = (
+            parsed.groupBy("partition")
+            .agg(
+                F.min("offset").alias("first"),
+                F.max("offset").alias("last"),
+                F.max(F.when(F.col(_KIND) == "resolved", F.col(_T))).alias("resolved"),
+                F.count(F.col(_ERROR)).alias("errors"),
+            )
+            .collect()
+        )
         unknown = sorted({int(r["partition"]) for r in stats} - set(self.partitions))
         if unknown:
-            raise CdcError(f"topic {self.source_topic!r} has partition(s) {unknown} it did not have when the "
-                           "converter started (partitions added): restart the converter")
+            raise CdcError(
+                f"topic {self.source_topic!r} has partition(s) {unknown} it did not have when the "
+                "converter started (partitions added): restart the converter"
+            )
         first = {int(r["partition"]): int(r["first"]) for r in stats}
         end = {int(r["partition"]): int(r["last"]) + 1 for r in stats}
-        resolved_now = {int(r["partition"]): int(r["resolved"]) for r in stats if r["resolved"] is not None}
-        resolved, lower, upper, start, ends = watermark_window(previous, self.partitions, first, end, resolved_now)
+        resolved_now = {
+            int(r["partition"]): int(r["resolved"]) for r in stats if r["resolved"] is not None
+        }
+        resolved, lower, upper, start, ends = watermark_window(
+            previous, self.partitions, first, end, resolved_now
+        )
         pending = dict(start)
         if upper > lower:
             window = self._window(spark, start, ends)
-            waiting = (window.filter((F.col(_KIND) == "row") & (F.col(_T) >= F.lit(upper)))
-                       .groupBy("partition").agg(F.min("offset").alias("o")).collect())
+            waiting = (
+                window.filter((F.col(_KIND) == "row") & (F.col(_T) >= F.lit(upper)))
+                .groupBy("partition")
+                .agg(F.min("offset").alias("o"))
+                .collect()
+            )
             pending = {p: ends[p] for p in start}
             pending.update({int(r["partition"]): int(r["o"]) for r in waiting})
         return WatermarkRecord(batch_id, resolved, lower, upper, start, ends, pending)
@@ -311,25 +502,47 @@ class KafkaChangefeed:
 
         spark = batch_df.sparkSession
         batch_id = int(batch_id)
-        plans, record, previous = converter_records(spark, self.checkpoint_location, WatermarkRecord, batch_id,
-                                                    f"topic {self.source_topic!r}")
+        plans, record, previous = converter_records(
+            spark,
+            self.checkpoint_location,
+            WatermarkRecord,
+            batch_id,
+            f"topic {self.source_topic!r}",
+        )
         if record is None:  # a new batch
             record = plans.put(self.plan(batch_df, batch_id, previous))
         if record.upper == record.lower:
             missing = [p for p in self.partitions if p not in record.resolved]
-            log.info("topic %r batch %d: nothing resolved beyond %d%s", self.source_topic, batch_id, record.lower,
-                     f" (no resolved message yet on partition(s) {missing})" if missing else "")
+            log.info(
+                "topic %r batch %d: nothing resolved beyond %d%s",
+                self.source_topic,
+                batch_id,
+                record.lower,
+                f" (no resolved message yet on partition(s) {missing})" if missing else "",
+            )
             return None
         window = self._window(spark, record.start, record.end)
         updates = _updates(window, self.columns, record.lower, record.upper, self.source_topic)
         return self.sink.write_upto(updates, batch_id, record.upper)
 
 
-def convert_kafka(spark: Any, fmt: str, source_topic: str, *, columns: str | Any, bootstrap_servers: str,
-                  topic: str, checkpoint_location: str, key: Sequence[str] = (),
-                  source_bootstrap_servers: str | None = None, source_config: Mapping[str, Any] | None = None,
-                  once: bool = False, trigger_interval: str | None = None, max_offsets_per_trigger: int | None = None,
-                  **sink_options: Any) -> Any:
+def convert_kafka(
+    spark: Any,
+    fmt: str,
+    source_topic: str,
+    *,
+    columns: str | Any,
+    bootstrap_servers: str,
+    topic: str,
+    checkpoint_location: str,
+    key: Sequence[str] = (),
+    source_bootstrap_servers: str | None = None,
+    source_config: Mapping[str, Any] | None = None,
+    once: bool = False,
+    trigger_interval: str | None = None,
+    max_offsets_per_trigger: int | None = None,
+    **sink_options: Any,
+) -> Any:
     """Start the stream converting the ``fmt`` changefeed in ``source_topic`` into ``topic``;
     returns the ``StreamingQuery`` (``once``: what is there now, then stop).
 
@@ -340,27 +553,46 @@ def convert_kafka(spark: Any, fmt: str, source_topic: str, *, columns: str | Any
     """
     from cdc_emitter.kafka.io import end_offsets
     from cdc_emitter.sink.sink import CdcSink
-    from cdc_emitter.spark.sources import columns_struct
     from cdc_emitter.spark.kafka import kafka_read_options
+    from cdc_emitter.spark.sources import columns_struct
 
     if fmt not in FORMATS:
         raise ConfigError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     struct = columns_struct(columns) if isinstance(columns, str) else columns
     for name in (TIME, DIFF):
         if name in struct.fieldNames():
-            raise SchemaError(f"--columns has a column named {name!r}, the converter's own: rename it")
+            raise SchemaError(
+                f"--columns has a column named {name!r}, the converter's own: rename it"
+            )
     servers = source_bootstrap_servers or bootstrap_servers
     partitions = sorted(end_offsets(servers, source_topic, dict(source_config or {})))
     options = kafka_read_options(servers, dict(source_config or {}), user="convert")
-    sink = CdcSink(bootstrap_servers, topic, checkpoint_location=checkpoint_location, time_column=TIME,
-                   diff_column=DIFF, **sink_options)
-    function = KafkaChangefeed(fmt, source_topic, options, struct, key, sink, checkpoint_location, partitions)
-    reader = (spark.readStream.format("kafka").options(**options).option("subscribe", source_topic)
-              .option("startingOffsets", "earliest").option("failOnDataLoss", "true"))
+    sink = CdcSink(
+        bootstrap_servers,
+        topic,
+        checkpoint_location=checkpoint_location,
+        time_column=TIME,
+        diff_column=DIFF,
+        **sink_options,
+    )
+    function = KafkaChangefeed(
+        fmt, source_topic, options, struct, key, sink, checkpoint_location, partitions
+    )
+    reader = (
+        spark.readStream.format("kafka")
+        .options(**options)
+        .option("subscribe", source_topic)
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", "true")
+    )
     if max_offsets_per_trigger is not None:
         reader = reader.option("maxOffsetsPerTrigger", str(int(max_offsets_per_trigger)))
-    writer = (reader.load().writeStream.foreachBatch(function).option("checkpointLocation", checkpoint_location)
-              .queryName(f"cdc-emitter convert {fmt} {topic}"))
+    writer = (
+        reader.load()
+        .writeStream.foreachBatch(function)
+        .option("checkpointLocation", checkpoint_location)
+        .queryName(f"cdc-emitter convert {fmt} {topic}")
+    )
     if once:
         writer = writer.trigger(availableNow=True)
     elif trigger_interval:
@@ -371,8 +603,10 @@ def convert_kafka(spark: Any, fmt: str, source_topic: str, *, columns: str | Any
 #: Spark 4.1.1's Kafka source fails the progress report of a batch re-run from the offset log
 #: after a restart (SPARK-55271: ``KafkaMicroBatchStream.metrics`` calls ``.map`` on ``Some(null)``)
 #: — after the batch ran and was committed. Starting the query again continues past it.
-_SPARK_55271 = 'Cannot invoke "scala.collection.IterableOps.map(scala.Function1)" because the return value of ' \
-               '"scala.Option.get()" is null'
+_SPARK_55271 = (
+    'Cannot invoke "scala.collection.IterableOps.map(scala.Function1)" because the return value of '
+    '"scala.Option.get()" is null'
+)
 
 
 _OUR_ERROR = re.compile(r"cdc_emitter\.errors\.\w+: ([^\n]+)")
@@ -410,5 +644,7 @@ def await_conversion(start: Callable[[], Any], *, restarts: int = 3) -> Any:
             if _SPARK_55271 not in str(exc) or left == 0:
                 raise
             left -= 1
-            log.warning("the query failed in Spark's Kafka source progress report after a restart "
-                        "(SPARK-55271, fixed after Spark 4.1.1); its batch was committed: starting it again")
+            log.warning(
+                "the query failed in Spark's Kafka source progress report after a restart "
+                "(SPARK-55271, fixed after Spark 4.1.1); its batch was committed: starting it again"
+            )

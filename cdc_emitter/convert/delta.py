@@ -49,24 +49,44 @@ def delta_changes(changes: Any) -> Any:
 
     missing = [c for c in (CHANGE_TYPE, VERSION) if c not in changes.columns]
     if missing:
-        raise SchemaError(f"not a change data feed: column(s) {', '.join(missing)} missing "
-                          f"(columns: {changes.columns}); read the table with readChangeFeed=true")
+        raise SchemaError(
+            f"not a change data feed: column(s) {', '.join(missing)} missing "
+            f"(columns: {changes.columns}); read the table with readChangeFeed=true"
+        )
     data = [c for c in changes.columns if c not in (CHANGE_TYPE, VERSION, COMMIT_TIMESTAMP)]
     if DIFF in data:
-        raise SchemaError(f"the table has a column named {DIFF!r}, the converter's diff column: rename it")
+        raise SchemaError(
+            f"the table has a column named {DIFF!r}, the converter's diff column: rename it"
+        )
     kind = F.col(CHANGE_TYPE)
-    sign = (F.when(kind.isin("insert", "update_postimage"), F.lit(1))
-            .when(kind.isin("delete", "update_preimage"), F.lit(-1))
-            .otherwise(F.raise_error(F.concat(F.lit("unknown _change_type "), kind.cast("string")))))
-    return changes.select(*[F.col(c) for c in data], F.col(VERSION).cast("long").alias(VERSION),
-                          sign.cast("long").alias(DIFF))
+    sign = (
+        F.when(kind.isin("insert", "update_postimage"), F.lit(1))
+        .when(kind.isin("delete", "update_preimage"), F.lit(-1))
+        .otherwise(F.raise_error(F.concat(F.lit("unknown _change_type "), kind.cast("string"))))
+    )
+    return changes.select(
+        *[F.col(c) for c in data],
+        F.col(VERSION).cast("long").alias(VERSION),
+        sign.cast("long").alias(DIFF),
+    )
 
 
-def read_changes(spark: Any, source: str, *, starting_version: int, ending_version: int | None = None,
-                 stream: bool = False, options: Mapping[str, str] | None = None) -> Any:
+def read_changes(
+    spark: Any,
+    source: str,
+    *,
+    starting_version: int,
+    ending_version: int | None = None,
+    stream: bool = False,
+    options: Mapping[str, str] | None = None,
+) -> Any:
     """The change data feed of ``source`` (a path or a table name) from ``starting_version``."""
     reader = spark.readStream if stream else spark.read
-    reader = reader.format("delta").option("readChangeFeed", "true").option("startingVersion", starting_version)
+    reader = (
+        reader.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", starting_version)
+    )
     if ending_version is not None:
         reader = reader.option("endingVersion", ending_version)
     for key, value in (options or {}).items():
@@ -104,14 +124,19 @@ class DeltaChangefeed:
 
     def __init__(self, source: str, sink: Any, checkpoint_location: str) -> None:
         if sink.time_column != VERSION or sink.diff_column != DIFF:
-            raise ConfigError(f"the sink must have time_column={VERSION!r} and diff_column={DIFF!r}")
+            raise ConfigError(
+                f"the sink must have time_column={VERSION!r} and diff_column={DIFF!r}"
+            )
         self.source = source
         self.sink = sink
         self.checkpoint_location = checkpoint_location
 
     def _table_count(self, spark: Any) -> Callable[[int], int]:
         def count(version: int) -> int:
-            return read_changes(spark, self.source, starting_version=version, ending_version=version).count()
+            return read_changes(
+                spark, self.source, starting_version=version, ending_version=version
+            ).count()
+
         return count
 
     def __call__(self, batch_df: Any, batch_id: int) -> BatchResult | None:
@@ -121,30 +146,52 @@ class DeltaChangefeed:
 
         spark = batch_df.sparkSession
         batch_id = int(batch_id)
-        plans, record, previous = converter_records(spark, self.checkpoint_location, PlanRecord, batch_id,
-                                                    f"delta table {self.source!r}")
+        plans, record, previous = converter_records(
+            spark, self.checkpoint_location, PlanRecord, batch_id, f"delta table {self.source!r}"
+        )
         if record is None:  # a new batch
             held = previous.plan.held if previous is not None else None
             counts = {int(r[0]): int(r[1]) for r in batch_df.groupBy(VERSION).count().collect()}
-            plan = plan_versions(counts, held, self._table_count(spark),
-                                 where=f"delta table {self.source!r} batch {batch_id}")
+            plan = plan_versions(
+                counts,
+                held,
+                self._table_count(spark),
+                where=f"delta table {self.source!r} batch {batch_id}",
+            )
             record = plans.put(PlanRecord(batch_id, plan))
         plan = record.plan
         if plan.held is not None:
-            log.info("delta table %r batch %d: version %d arrived in part (%d change rows so far): "
-                     "held open until all of it has arrived", self.source, batch_id, *plan.held)
+            log.info(
+                "delta table %r batch %d: version %d arrived in part (%d change rows so far): "
+                "held open until all of it has arrived",
+                self.source,
+                batch_id,
+                *plan.held,
+            )
         if not plan.writes:
             return None
         out = delta_changes(batch_df).filter(F.col(VERSION).isin(list(plan.from_batch)))
         if plan.reread is not None:
-            whole = read_changes(spark, self.source, starting_version=plan.reread, ending_version=plan.reread)
+            whole = read_changes(
+                spark, self.source, starting_version=plan.reread, ending_version=plan.reread
+            )
             out = out.unionByName(delta_changes(whole))
         return self.sink(out, batch_id)
 
 
-def convert_delta(spark: Any, source: str, *, bootstrap_servers: str, topic: str, checkpoint_location: str,
-                  once: bool = False, starting_version: int = 0, max_files_per_trigger: int | None = None,
-                  trigger_interval: str | None = None, **sink_options: Any) -> Any:
+def convert_delta(
+    spark: Any,
+    source: str,
+    *,
+    bootstrap_servers: str,
+    topic: str,
+    checkpoint_location: str,
+    once: bool = False,
+    starting_version: int = 0,
+    max_files_per_trigger: int | None = None,
+    trigger_interval: str | None = None,
+    **sink_options: Any,
+) -> Any:
     """Start the stream converting ``source``'s change data feed into ``topic``; returns the
     ``StreamingQuery`` (``once``: Spark's ``availableNow`` trigger — what is there, then stop).
 
@@ -154,16 +201,36 @@ def convert_delta(spark: Any, source: str, *, bootstrap_servers: str, topic: str
     """
     from cdc_emitter.sink.sink import CdcSink
 
-    if isinstance(starting_version, bool) or not isinstance(starting_version, int) or starting_version < 0:
-        raise ConfigError(f"starting_version must be a non-negative integer, not {starting_version!r}")
+    if (
+        isinstance(starting_version, bool)
+        or not isinstance(starting_version, int)
+        or starting_version < 0
+    ):
+        raise ConfigError(
+            f"starting_version must be a non-negative integer, not {starting_version!r}"
+        )
     check_change_data_feed(spark, source)
-    sink = CdcSink(bootstrap_servers, topic, checkpoint_location=checkpoint_location, time_column=VERSION,
-                   diff_column=DIFF, **sink_options)
-    options = {} if max_files_per_trigger is None else {"maxFilesPerTrigger": str(int(max_files_per_trigger))}
-    stream = read_changes(spark, source, starting_version=starting_version, stream=True, options=options)
-    writer = (stream.writeStream.foreachBatch(DeltaChangefeed(source, sink, checkpoint_location))
-              .option("checkpointLocation", checkpoint_location)
-              .queryName(f"cdc-emitter convert delta {topic}"))
+    sink = CdcSink(
+        bootstrap_servers,
+        topic,
+        checkpoint_location=checkpoint_location,
+        time_column=VERSION,
+        diff_column=DIFF,
+        **sink_options,
+    )
+    options = (
+        {}
+        if max_files_per_trigger is None
+        else {"maxFilesPerTrigger": str(int(max_files_per_trigger))}
+    )
+    stream = read_changes(
+        spark, source, starting_version=starting_version, stream=True, options=options
+    )
+    writer = (
+        stream.writeStream.foreachBatch(DeltaChangefeed(source, sink, checkpoint_location))
+        .option("checkpointLocation", checkpoint_location)
+        .queryName(f"cdc-emitter convert delta {topic}")
+    )
     if once:
         writer = writer.trigger(availableNow=True)
     elif trigger_interval:

@@ -27,7 +27,14 @@ from typing import NamedTuple
 
 from cdc_emitter.errors import CdcError
 
-__all__ = ["OpenVersion", "VersionPlan", "PlanRecord", "plan_versions", "WatermarkRecord", "watermark_window"]
+__all__ = [
+    "OpenVersion",
+    "VersionPlan",
+    "PlanRecord",
+    "plan_versions",
+    "WatermarkRecord",
+    "watermark_window",
+]
 
 
 class OpenVersion(NamedTuple):
@@ -47,8 +54,13 @@ class VersionPlan(NamedTuple):
         return bool(self.from_batch) or self.reread is not None
 
 
-def plan_versions(batch_counts: Mapping[int, int], held: OpenVersion | None,
-                  table_count: Callable[[int], int], *, where: str = "the source") -> VersionPlan:
+def plan_versions(
+    batch_counts: Mapping[int, int],
+    held: OpenVersion | None,
+    table_count: Callable[[int], int],
+    *,
+    where: str = "the source",
+) -> VersionPlan:
     """The plan of one micro-batch (see the module docstring).
 
     ``batch_counts``: change rows per version in the batch; ``held``: what the previous batch
@@ -64,7 +76,9 @@ def plan_versions(batch_counts: Mapping[int, int], held: OpenVersion | None,
             f"{where}: the stream delivered version {min(batch_counts)} after version "
             f"{held.version}, which an earlier batch held open; versions must arrive in order"
         )
-    delivered = batch_counts[newest] + (held.seen if held is not None and held.version == newest else 0)
+    delivered = batch_counts[newest] + (
+        held.seen if held is not None and held.version == newest else 0
+    )
     total = table_count(newest)
     if delivered > total:
         raise CdcError(
@@ -74,9 +88,12 @@ def plan_versions(batch_counts: Mapping[int, int], held: OpenVersion | None,
         )
     complete = delivered == total
     open_version = None if held is None else held.version
-    from_batch = tuple(sorted(v for v in batch_counts
-                              if v != open_version and (v < newest or complete)))
-    reread = open_version if open_version is not None and (open_version < newest or complete) else None
+    from_batch = tuple(
+        sorted(v for v in batch_counts if v != open_version and (v < newest or complete))
+    )
+    reread = (
+        open_version if open_version is not None and (open_version < newest or complete) else None
+    )
     return VersionPlan(from_batch, reread, None if complete else OpenVersion(newest, delivered))
 
 
@@ -88,14 +105,26 @@ class PlanRecord(NamedTuple):
 
     def to_json(self) -> str:
         held = None if self.plan.held is None else list(self.plan.held)
-        return json.dumps({"version": 1, "batch_id": self.batch_id, "from_batch": list(self.plan.from_batch),
-                           "reread": self.plan.reread, "held": held}, sort_keys=True)
+        return json.dumps(
+            {
+                "version": 1,
+                "batch_id": self.batch_id,
+                "from_batch": list(self.plan.from_batch),
+                "reread": self.plan.reread,
+                "held": held,
+            },
+            sort_keys=True,
+        )
 
     @classmethod
     def from_lines(cls, lines: list[str], where: str) -> PlanRecord:
         try:
             obj = json.loads("\n".join(lines))
-            held = None if obj["held"] is None else OpenVersion(int(obj["held"][0]), int(obj["held"][1]))
+            held = (
+                None
+                if obj["held"] is None
+                else OpenVersion(int(obj["held"][0]), int(obj["held"][1]))
+            )
             reread = None if obj["reread"] is None else int(obj["reread"])
             plan = VersionPlan(tuple(int(v) for v in obj["from_batch"]), reread, held)
             return cls(int(obj["batch_id"]), plan)
@@ -134,9 +163,19 @@ class WatermarkRecord(NamedTuple):
         def keyed(d: Mapping[int, int]) -> dict[str, int]:
             return {str(k): int(v) for k, v in sorted(d.items())}
 
-        return json.dumps({"version": 1, "batch_id": self.batch_id, "resolved": keyed(self.resolved),
-                           "lower": self.lower, "upper": self.upper, "start": keyed(self.start),
-                           "end": keyed(self.end), "pending": keyed(self.pending)}, sort_keys=True)
+        return json.dumps(
+            {
+                "version": 1,
+                "batch_id": self.batch_id,
+                "resolved": keyed(self.resolved),
+                "lower": self.lower,
+                "upper": self.upper,
+                "start": keyed(self.start),
+                "end": keyed(self.end),
+                "pending": keyed(self.pending),
+            },
+            sort_keys=True,
+        )
 
     @classmethod
     def from_lines(cls, lines: list[str], where: str) -> WatermarkRecord:
@@ -146,15 +185,26 @@ class WatermarkRecord(NamedTuple):
             def keyed(name: str) -> dict[int, int]:
                 return {int(k): int(v) for k, v in obj[name].items()}
 
-            return cls(int(obj["batch_id"]), keyed("resolved"), int(obj["lower"]), int(obj["upper"]),
-                       keyed("start"), keyed("end"), keyed("pending"))
+            return cls(
+                int(obj["batch_id"]),
+                keyed("resolved"),
+                int(obj["lower"]),
+                int(obj["upper"]),
+                keyed("start"),
+                keyed("end"),
+                keyed("pending"),
+            )
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CdcError(f"converter log record {where} is unreadable: {exc}") from exc
 
 
-def watermark_window(previous: WatermarkRecord | None, partitions: list[int], batch_first: Mapping[int, int],
-                     batch_end: Mapping[int, int], batch_resolved: Mapping[int, int]
-                     ) -> tuple[dict[int, int], int, int, dict[int, int], dict[int, int]]:
+def watermark_window(
+    previous: WatermarkRecord | None,
+    partitions: list[int],
+    batch_first: Mapping[int, int],
+    batch_end: Mapping[int, int],
+    batch_resolved: Mapping[int, int],
+) -> tuple[dict[int, int], int, int, dict[int, int], dict[int, int]]:
     """``(resolved, lower, upper, start, end)`` of the next micro-batch.
 
     ``batch_first`` / ``batch_end``: per partition, the batch's first offset and last offset + 1;

@@ -20,9 +20,21 @@ from typing import Any
 
 from cdc_emitter.protocol.core import Progress
 
-__all__ = ["TopicFrontier", "topic_frontier", "retrying", "HEADER_KIND", "HEADER_WRITER", "HEADER_BATCH",
-           "HEADER_LOWER", "HEADER_UPPER", "HEADER_SCHEMA", "HEADER_DIGEST", "HEADER_BATCH_LOWER",
-           "HEADER_BATCH_UPPER", "HEADER_SHAPE"]
+__all__ = [
+    "TopicFrontier",
+    "topic_frontier",
+    "retrying",
+    "HEADER_KIND",
+    "HEADER_WRITER",
+    "HEADER_BATCH",
+    "HEADER_LOWER",
+    "HEADER_UPPER",
+    "HEADER_SCHEMA",
+    "HEADER_DIGEST",
+    "HEADER_BATCH_LOWER",
+    "HEADER_BATCH_UPPER",
+    "HEADER_SHAPE",
+]
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +98,9 @@ def _headers(record: Any) -> dict[str, bytes]:
     return {k: (v or b"") for k, v in (record.headers or [])}
 
 
-def _progress_of(record: Any, decode: Callable[[bytes], Any] | None) -> tuple[int, int | None, dict] | None:
+def _progress_of(
+    record: Any, decode: Callable[[bytes], Any] | None
+) -> tuple[int, int | None, dict] | None:
     """``(lower, upper, headers)`` if ``record`` is a progress statement, else None."""
     h = _headers(record)
     kind = h.get(HEADER_KIND)
@@ -169,15 +183,21 @@ def topic_frontier(
         sample: tuple[int, bytes] | None = None  # (timestamp, value) of the newest update message
         found_p0 = False
         if offsets is None:
-            tail, ends = retrying(lambda: kafka_io.tail(bootstrap_servers, topic, n, config=config,
-                                                        timeout=broker_timeout), broker_timeout)
+            tail, ends = retrying(
+                lambda n=n: kafka_io.tail(
+                    bootstrap_servers, topic, n, config=config, timeout=broker_timeout
+                ),
+                broker_timeout,
+            )
         else:
-            tail, ends = retrying(lambda: offsets.tail(n, broker_timeout), broker_timeout)
+            tail, ends = retrying(lambda n=n: offsets.tail(n, broker_timeout), broker_timeout)
         per_partition: Counter = Counter(r.partition for r in tail)
         for record in tail:  # by partition, then offset: a later one is newer within a partition
             p = _progress_of(record, decode)
             if p is None:
-                if record.value is not None and (sample is None or (record.timestamp or 0) >= sample[0]):
+                if record.value is not None and (
+                    sample is None or (record.timestamp or 0) >= sample[0]
+                ):
                     sample = (record.timestamp or 0, record.value)
                 continue
             if p[2].get(HEADER_SCHEMA) and (record.partition == 0 or schema is None):
@@ -189,7 +209,10 @@ def topic_frontier(
                 batches[key] = p[:2]
                 if HEADER_BATCH_LOWER in p[2]:  # one of several statements: the batch's interval
                     batch_upper = p[2].get(HEADER_BATCH_UPPER, b"")
-                    batches[key] = (int(p[2][HEADER_BATCH_LOWER]), int(batch_upper) if batch_upper else None)
+                    batches[key] = (
+                        int(p[2][HEADER_BATCH_LOWER]),
+                        int(batch_upper) if batch_upper else None,
+                    )
                 if p[2].get(HEADER_DIGEST):
                     digests[key] = p[2][HEADER_DIGEST].decode()
             if best is None or best[1] is not None and (p[1] is None or p[1] > best[1]):
@@ -208,8 +231,16 @@ def topic_frontier(
     lower, upper, h = best
     batch = h.get(HEADER_BATCH)
     return TopicFrontier(
-        upper, (h.get(HEADER_WRITER) or b"").decode() or None,
-        int(batch) if batch else None, lower, upper, True, batches,
-        schema=schema, update_sample=update_sample, digests=digests, partition0_end=partition0_end,
+        upper,
+        (h.get(HEADER_WRITER) or b"").decode() or None,
+        int(batch) if batch else None,
+        lower,
+        upper,
+        True,
+        batches,
+        schema=schema,
+        update_sample=update_sample,
+        digests=digests,
+        partition0_end=partition0_end,
         shape=shape.decode() if shape else None,
     )

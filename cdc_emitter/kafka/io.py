@@ -23,7 +23,14 @@ import uuid
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from cdc_emitter.errors import BrokerError, ConfigError, DeliveryError, RefusedError
@@ -91,13 +98,31 @@ class KafkaRecord(NamedTuple):
 
 #: Settings whose values are shown in messages; any other key's value is masked, so a misspelt
 #: secret (``sasl.pasword``) is never echoed.
-_PUBLIC_KEYS = frozenset((
-    "bootstrap.servers", "security.protocol", "sasl.mechanism", "sasl.mechanisms", "client.id",
-    "acks", "enable.idempotence", "compression.type", "compression.codec", "partitioner",
-    "allow.auto.create.topics", "enable.auto.commit", "auto.offset.reset", "group.id",
-    "enable.partition.eof", "isolation.level", "ssl.endpoint.identification.algorithm",
-    "api.version.request", "broker.address.family", "debug", "log_level",
-))
+_PUBLIC_KEYS = frozenset(
+    (
+        "bootstrap.servers",
+        "security.protocol",
+        "sasl.mechanism",
+        "sasl.mechanisms",
+        "client.id",
+        "acks",
+        "enable.idempotence",
+        "compression.type",
+        "compression.codec",
+        "partitioner",
+        "allow.auto.create.topics",
+        "enable.auto.commit",
+        "auto.offset.reset",
+        "group.id",
+        "enable.partition.eof",
+        "isolation.level",
+        "ssl.endpoint.identification.algorithm",
+        "api.version.request",
+        "broker.address.family",
+        "debug",
+        "log_level",
+    )
+)
 _PUBLIC_SUFFIXES = (".ms", ".bytes", ".kbytes", ".messages", ".retries", ".connection", ".count")
 
 
@@ -195,7 +220,9 @@ class _FoldRepeats(logging.Filter):
     def __init__(self, every: float = 30.0) -> None:
         super().__init__()
         self.every = every
-        self._seen: dict[str, list] = {}  # kind -> [repeats held back, when one was last let through]
+        self._seen: dict[
+            str, list
+        ] = {}  # kind -> [repeats held back, when one was last let through]
 
     def filter(self, record: logging.LogRecord) -> bool:
         import re
@@ -212,7 +239,9 @@ class _FoldRepeats(logging.Filter):
             seen[0] += 1
             return False
         if seen[0]:
-            record.msg = f"{record.getMessage()} (and {seen[0]} more like it in {now - seen[1]:.0f}s)"
+            record.msg = (
+                f"{record.getMessage()} (and {seen[0]} more like it in {now - seen[1]:.0f}s)"
+            )
             record.args = ()
         self._seen[kind] = [0, now]
         return True
@@ -287,7 +316,11 @@ class CdcProducer:
     def _record_error(self, partition: int | None, text: str) -> None:
         self.failed += 1
         if self.first_error is None:
-            where = f"partition {partition}" if partition is not None and partition >= 0 else "a partition"
+            where = (
+                f"partition {partition}"
+                if partition is not None and partition >= 0
+                else "a partition"
+            )
             self.first_error = f"delivery to topic {self.topic!r} {where} failed: {text}"
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
@@ -297,8 +330,10 @@ class CdcProducer:
         else:
             text = f"{err.str()} [{err.name()}]"
             if err.code() == KafkaError._MSG_TIMED_OUT:
-                text += (f": not acknowledged within message.timeout.ms="
-                         f"{self.config.get('message.timeout.ms')} ms (is the broker down?)")
+                text += (
+                    f": not acknowledged within message.timeout.ms="
+                    f"{self.config.get('message.timeout.ms')} ms (is the broker down?)"
+                )
             self._record_error(msg.partition() if msg is not None else None, text)
 
     def _on_client_error(self, err: KafkaError) -> None:
@@ -310,8 +345,9 @@ class CdcProducer:
             self._record_error(None, f"fatal producer error: {err.str()} [{err.name()}]")
         elif what is not None:
             self.refused = True
-            self._record_error(None, f"{what} with Kafka at {self.config['bootstrap.servers']} "
-                                     f"failed: {err.str()}")
+            self._record_error(
+                None, f"{what} with Kafka at {self.config['bootstrap.servers']} failed: {err.str()}"
+            )
         else:
             log.debug("kafka client error (retried): %s", err.str())
 
@@ -449,7 +485,9 @@ def _metadata(client: Any, bootstrap_servers: str, topic: str, timeout: float) -
             ) from exc
 
 
-def _partitions(client: Any, bootstrap_servers: str, topic: str, timeout: float) -> list[int] | None:
+def _partitions(
+    client: Any, bootstrap_servers: str, topic: str, timeout: float
+) -> list[int] | None:
     """Partition ids of ``topic``, or None when it does not exist. Other errors raise BrokerError."""
     md = _metadata(client, bootstrap_servers, topic, timeout)
     tmd = md.topics.get(topic)
@@ -458,7 +496,9 @@ def _partitions(client: Any, bootstrap_servers: str, topic: str, timeout: float)
     if tmd.error is not None:
         if tmd.error.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
             return None
-        raise BrokerError(f"topic {topic!r} on broker {bootstrap_servers} is unusable: {tmd.error.str()}")
+        raise BrokerError(
+            f"topic {topic!r} on broker {bootstrap_servers} is unusable: {tmd.error.str()}"
+        )
     if not tmd.partitions:
         return None
     return sorted(tmd.partitions)
@@ -523,8 +563,11 @@ def ensure_topic(
     while True:  # creation is asynchronous: wait until every partition has a leader
         md = _metadata(admin, bootstrap_servers, topic, timeout)
         tmd = md.topics.get(topic)
-        if tmd is not None and tmd.error is None and tmd.partitions and all(
-            p.leader >= 0 for p in tmd.partitions.values()
+        if (
+            tmd is not None
+            and tmd.error is None
+            and tmd.partitions
+            and all(p.leader >= 0 for p in tmd.partitions.values())
         ):
             return len(tmd.partitions)
         if time.monotonic() > deadline:
@@ -549,7 +592,9 @@ def topic_settings(
     admin = _make(AdminClient, _client_config(_check_bootstrap(bootstrap_servers), config))
     resource = ConfigResource(ResourceType.TOPIC, topic)
     try:
-        entries = admin.describe_configs([resource], request_timeout=timeout)[resource].result(timeout + 5)
+        entries = admin.describe_configs([resource], request_timeout=timeout)[resource].result(
+            timeout + 5
+        )
     except Exception as exc:  # noqa: BLE001 - authorization, old brokers: not ours to fail on
         log.debug("cannot describe topic %r on %s: %s", topic, bootstrap_servers, exc)
         return None
@@ -579,7 +624,10 @@ def _watermarks(
         while True:
             try:
                 out[p] = consumer.get_watermark_offsets(
-                    TopicPartition(topic, p), timeout=max(deadline - time.monotonic(), 1.0), cached=False)
+                    TopicPartition(topic, p),
+                    timeout=max(deadline - time.monotonic(), 1.0),
+                    cached=False,
+                )
                 break
             except KafkaException as exc:
                 err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
@@ -590,7 +638,9 @@ def _watermarks(
                     ) from exc
                 time.sleep(0.2)
         if out[p] is None:
-            raise BrokerError(f"no offsets for topic {topic!r} partition {p} on {bootstrap_servers}")
+            raise BrokerError(
+                f"no offsets for topic {topic!r} partition {p} on {bootstrap_servers}"
+            )
     return out
 
 
@@ -602,8 +652,10 @@ def _check_down(down_since: float, broker_timeout: float, doing: str, err: Kafka
     seconds in a row (since ``down_since``), saying how long it was."""
     down = time.monotonic() - down_since
     if down > broker_timeout:
-        raise BrokerError(f"{doing}: broker unreachable for {down:.0f}s "
-                          f"(broker_timeout={broker_timeout:g}s): {err.str()}")
+        raise BrokerError(
+            f"{doing}: broker unreachable for {down:.0f}s "
+            f"(broker_timeout={broker_timeout:g}s): {err.str()}"
+        )
 
 
 def _consume(
@@ -649,7 +701,9 @@ def _consume(
                     _check_down(down_since, broker_timeout, f"reading topic {topic!r}", err)
                     continue
                 where = f"partition {p}" if p is not None and p >= 0 else "(no partition)"
-                raise BrokerError(f"error reading topic {topic!r} {where}: {err.str()} [{err.name()}]")
+                raise BrokerError(
+                    f"error reading topic {topic!r} {where}: {err.str()} [{err.name()}]"
+                )
             down_since = None
             off = msg.offset()
             if ends is not None:
@@ -659,12 +713,18 @@ def _consume(
                 if off >= ends[p] - 1:
                     pending.discard(p)
             ts_type, ts = msg.timestamp()
-            yield KafkaRecord(p, off, msg.value(), list(msg.headers() or []), ts if ts_type else None)
+            yield KafkaRecord(
+                p, off, msg.value(), list(msg.headers() or []), ts if ts_type else None
+            )
 
 
 def _open_reader(
-    bootstrap_servers: str, topic: str, config: Mapping[str, Any] | None, timeout: float = BROKER_TIMEOUT,
-    *, missing_ok: bool = False,
+    bootstrap_servers: str,
+    topic: str,
+    config: Mapping[str, Any] | None,
+    timeout: float = BROKER_TIMEOUT,
+    *,
+    missing_ok: bool = False,
 ) -> tuple[Any, list[int]]:
     """A consumer for ``topic`` and the topic's partition ids. A missing topic raises
     BrokerError, or with ``missing_ok`` gives ``(None, [])``."""
@@ -695,13 +755,24 @@ class TopicScan:
     the partition and the servers; a missing topic raises it at construction.
     """
 
-    def __init__(self, bootstrap_servers: str, topic: str, config: Mapping[str, Any] | None = None,
-                 broker_timeout: float = BROKER_TIMEOUT):
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        config: Mapping[str, Any] | None = None,
+        broker_timeout: float = BROKER_TIMEOUT,
+    ):
         self.topic, self.servers, self.broker_timeout = topic, bootstrap_servers, broker_timeout
-        self._consumer, self.partitions = _open_reader(bootstrap_servers, topic, config, broker_timeout)
+        self._consumer, self.partitions = _open_reader(
+            bootstrap_servers, topic, config, broker_timeout
+        )
         try:
-            marks = _watermarks(self._consumer, bootstrap_servers, topic, self.partitions, broker_timeout)
-            self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in self.partitions])
+            marks = _watermarks(
+                self._consumer, bootstrap_servers, topic, self.partitions, broker_timeout
+            )
+            self._consumer.assign(
+                [TopicPartition(topic, p, OFFSET_BEGINNING) for p in self.partitions]
+            )
         except BaseException:
             self._consumer.close()
             raise
@@ -729,8 +800,12 @@ class TopicScan:
                     continue
                 if code in _TRANSIENT and not err.fatal():
                     self._down_since = self._down_since or time.monotonic()
-                    _check_down(self._down_since, self.broker_timeout,
-                                f"reading topic {self.topic!r} on {self.servers}", err)
+                    _check_down(
+                        self._down_since,
+                        self.broker_timeout,
+                        f"reading topic {self.topic!r} on {self.servers}",
+                        err,
+                    )
                     continue
                 where = f"partition {p}" if p is not None and p >= 0 else "(no partition)"
                 raise BrokerError(
@@ -806,7 +881,9 @@ def read_topic(
 
 
 def end_offsets(
-    bootstrap_servers: str, topic: str, config: Mapping[str, Any] | None = None,
+    bootstrap_servers: str,
+    topic: str,
+    config: Mapping[str, Any] | None = None,
     timeout: float = BROKER_TIMEOUT,
 ) -> dict[int, tuple[int, int]]:
     """``{partition: (low, high)}`` watermarks of ``topic``: offsets ``low <= o < high`` exist.
@@ -838,8 +915,13 @@ class TopicOffsets:
     client is then replaced on the next call.
     """
 
-    def __init__(self, bootstrap_servers: str, topic: str, config: Mapping[str, Any] | None = None,
-                 broker_timeout: float = BROKER_TIMEOUT):
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        config: Mapping[str, Any] | None = None,
+        broker_timeout: float = BROKER_TIMEOUT,
+    ):
         self.topic, self.servers, self._config = topic, bootstrap_servers, config
         self.broker_timeout = broker_timeout
         self._consumer: Any = None
@@ -850,8 +932,9 @@ class TopicOffsets:
             # a short long-poll: a fetch left in flight by the last read delays the next one
             # by up to fetch.wait.max.ms (librdkafka sends one fetch at a time per broker)
             config = {**(self._config or {}), "fetch.wait.max.ms": 10}
-            self._consumer, self.partitions = _open_reader(self.servers, self.topic, config,
-                                                           self.broker_timeout, missing_ok=missing_ok)
+            self._consumer, self.partitions = _open_reader(
+                self.servers, self.topic, config, self.broker_timeout, missing_ok=missing_ok
+            )
         return self._consumer
 
     def partition_count(self) -> int | None:
@@ -863,25 +946,39 @@ class TopicOffsets:
     def end(self, partition: int = 0) -> int:
         """The high watermark of ``partition``: the offset its next message will get."""
         try:
-            return _watermarks(self._open(), self.servers, self.topic, [partition],
-                               self.broker_timeout)[partition][1]
+            return _watermarks(
+                self._open(), self.servers, self.topic, [partition], self.broker_timeout
+            )[partition][1]
         except BaseException:
             self.close()
             raise
 
-    def tail(self, n_per_partition: int = 10, timeout: float = 30.0) -> tuple[list[KafkaRecord], dict[int, int]]:
+    def tail(
+        self, n_per_partition: int = 10, timeout: float = 30.0
+    ) -> tuple[list[KafkaRecord], dict[int, int]]:
         """The last (up to) ``n_per_partition`` messages of every partition, by (partition,
         offset), and every partition's end offset when they were read (see :func:`tail`)."""
         try:
             consumer = self._open()
-            marks = _watermarks(consumer, self.servers, self.topic, self.partitions, self.broker_timeout)
+            marks = _watermarks(
+                consumer, self.servers, self.topic, self.partitions, self.broker_timeout
+            )
             ends = {p: high for p, (_low, high) in marks.items()}
             live = {p: (low, high) for p, (low, high) in marks.items() if high > low}
             if not live or n_per_partition <= 0:
                 return [], ends
             starts = {p: max(low, high - n_per_partition) for p, (low, high) in live.items()}
-            records = list(_consume(consumer, self.topic, starts, {p: ends[p] for p in live}, timeout, 0.5,
-                                    self.broker_timeout))
+            records = list(
+                _consume(
+                    consumer,
+                    self.topic,
+                    starts,
+                    {p: ends[p] for p in live},
+                    timeout,
+                    0.5,
+                    self.broker_timeout,
+                )
+            )
             consumer.unassign()  # no fetching in the background until the next question
         except BaseException:
             self.close()

@@ -93,12 +93,18 @@ class SchemaRegistry:
                     "check basic.auth.user.info or bearer.auth.token in the registry settings"
                 ) from None
             if status == 409:
-                raise SchemaError(f"{self.where} refused the schema while {what} (HTTP 409): {reason}") from None
+                raise SchemaError(
+                    f"{self.where} refused the schema while {what} (HTTP 409): {reason}"
+                ) from None
             if status == 404:
                 raise SchemaError(f"{self.where} {missing or 'has no answer'} (HTTP 404)") from None
-            raise ConfigError(f"{self.where} failed while {what} (HTTP {status}): {reason}") from None
+            raise ConfigError(
+                f"{self.where} failed while {what} (HTTP {status}): {reason}"
+            ) from None
         except Exception as exc:  # transport errors: OSError, httpx's own
-            if isinstance(exc, (OSError, ValueError)) or type(exc).__module__.startswith(("httpx", "httpcore")):
+            if isinstance(exc, (OSError, ValueError)) or type(exc).__module__.startswith(
+                ("httpx", "httpcore")
+            ):
                 raise ConfigError(
                     f"cannot reach the schema registry at {safe_url(self.url)}: "
                     f"{_no_secrets(exc, self.config) or type(exc).__name__} (while {what})"
@@ -113,16 +119,27 @@ class SchemaRegistry:
         from confluent_kafka.schema_registry import Schema
 
         client = self.client()
-        return int(self._call(f"registering the schema of subject {subject!r}",
-                              client.register_schema, subject, Schema(schema_text, "AVRO")))
+        return int(
+            self._call(
+                f"registering the schema of subject {subject!r}",
+                client.register_schema,
+                subject,
+                Schema(schema_text, "AVRO"),
+            )
+        )
 
     def compatibility(self, subject: str) -> str:
         """The compatibility level that applies to ``subject``: its own, else the registry's."""
         client = self.client()
         try:
-            return str(self._call(f"reading the compatibility of subject {subject!r}",
-                                  client.get_compatibility, subject,
-                                  missing=f"has no compatibility level for subject {subject!r}"))
+            return str(
+                self._call(
+                    f"reading the compatibility of subject {subject!r}",
+                    client.get_compatibility,
+                    subject,
+                    missing=f"has no compatibility level for subject {subject!r}",
+                )
+            )
         except SchemaError:  # no level of its own (HTTP 404): the registry's default applies
             return str(self._call("reading the default compatibility", client.get_compatibility))
 
@@ -130,8 +147,12 @@ class SchemaRegistry:
         """The schema registered under ``schema_id`` (cached)."""
         text = self._texts.get(schema_id)
         if text is None:
-            schema = self._call(f"reading schema id {schema_id}", self.client().get_schema, schema_id,
-                                missing=f"has no schema id {schema_id}")
+            schema = self._call(
+                f"reading schema id {schema_id}",
+                self.client().get_schema,
+                schema_id,
+                missing=f"has no schema id {schema_id}",
+            )
             text = self._texts[schema_id] = schema.schema_str
         return text
 
@@ -180,6 +201,10 @@ def schema_text_of(data_schema: dict) -> str:
     """
     from cdc_emitter.protocol.codec import union_schema
 
-    fields = [{**f, "default": None} if isinstance(f.get("type"), list) and f["type"][:1] == ["null"]
-              and "default" not in f else f for f in data_schema["fields"]]
+    fields = [
+        {**f, "default": None}
+        if isinstance(f.get("type"), list) and f["type"][:1] == ["null"] and "default" not in f
+        else f
+        for f in data_schema["fields"]
+    ]
     return json.dumps(union_schema({**data_schema, "fields": fields}), separators=(",", ":"))

@@ -20,9 +20,15 @@ _LONGS = (pa.int64(), pa.int32(), pa.int16(), pa.int8())
 
 
 def supported(arrow_type: Any) -> bool:
-    return (arrow_type in _LONGS or arrow_type == pa.bool_() or arrow_type in (pa.float64(), pa.float32())
-            or pa.types.is_string(arrow_type) or pa.types.is_binary(arrow_type)
-            or pa.types.is_large_string(arrow_type) or pa.types.is_large_binary(arrow_type))
+    return (
+        arrow_type in _LONGS
+        or arrow_type == pa.bool_()
+        or arrow_type in (pa.float64(), pa.float32())
+        or pa.types.is_string(arrow_type)
+        or pa.types.is_binary(arrow_type)
+        or pa.types.is_large_string(arrow_type)
+        or pa.types.is_large_binary(arrow_type)
+    )
 
 
 def _varints(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -56,7 +62,9 @@ def varint_array(values: np.ndarray) -> pa.Array:
     """Each of int64 ``values`` as its zig-zag varint, a binary array (one value each)."""
     flat, lengths = _packed_varints(values)
     offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(lengths)]).astype(np.int32)
-    return pa.Array.from_buffers(pa.binary(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(flat)])
+    return pa.Array.from_buffers(
+        pa.binary(), len(values), [None, pa.py_buffer(offsets), pa.py_buffer(flat)]
+    )
 
 
 def long_block(rows: Any) -> bytes | None:
@@ -73,15 +81,22 @@ def long_block(rows: Any) -> bytes | None:
         return None
     if values.dtype.kind != "i":  # floats, bools, objects (ints beyond 64 bits), unsigned
         return None
-    return varint_bytes(np.array([len(rows)], dtype=np.int64)) + varint_bytes(values.ravel()) + b"\x00"
+    return (
+        varint_bytes(np.array([len(rows)], dtype=np.int64)) + varint_bytes(values.ravel()) + b"\x00"
+    )
 
 
 class _Field:
     """One field's per-row encoding: a fixed-width matrix with per-row lengths, plus raw bytes."""
 
-    def __init__(self, matrix: np.ndarray, lengths: np.ndarray,
-                 data: np.ndarray | None = None, data_offsets: np.ndarray | None = None,
-                 data_lengths: np.ndarray | None = None) -> None:
+    def __init__(
+        self,
+        matrix: np.ndarray,
+        lengths: np.ndarray,
+        data: np.ndarray | None = None,
+        data_offsets: np.ndarray | None = None,
+        data_lengths: np.ndarray | None = None,
+    ) -> None:
         self.matrix = matrix  # n × w head bytes (varint, branch byte, fixed value)
         self.head_lengths = lengths  # bytes used of each row of matrix
         self.data = data  # string/binary bytes (uint8), or None
@@ -100,8 +115,11 @@ def _field(column: pa.Array, nullable: bool) -> _Field:
     t = column.type
     valid = None
     if nullable:
-        valid = ~np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool) \
-            if column.null_count else np.ones(n, dtype=bool)
+        valid = (
+            ~np.asarray(column.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+            if column.null_count
+            else np.ones(n, dtype=bool)
+        )
     if t in _LONGS or t == pa.bool_() or t in (pa.float64(), pa.float32()):
         if t in _LONGS:
             values = column.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -111,14 +129,18 @@ def _field(column: pa.Array, nullable: bool) -> _Field:
             matrix, lengths = values[:, None], np.ones(n, dtype=np.int64)
         else:
             dtype = np.float64 if t == pa.float64() else np.float32
-            values = np.ascontiguousarray(column.fill_null(0).to_numpy(zero_copy_only=False),
-                                          dtype=np.dtype(dtype).newbyteorder("<"))
+            values = np.ascontiguousarray(
+                column.fill_null(0).to_numpy(zero_copy_only=False),
+                dtype=np.dtype(dtype).newbyteorder("<"),
+            )
             width = values.dtype.itemsize
             matrix = values.view(np.uint8).reshape(n, width)
             lengths = np.full(n, width, dtype=np.int64)
         if valid is not None:
             lengths = np.where(valid, lengths, 0)
-            matrix = np.concatenate([np.where(valid, 2, 0).astype(np.uint8)[:, None], matrix], axis=1)
+            matrix = np.concatenate(
+                [np.where(valid, 2, 0).astype(np.uint8)[:, None], matrix], axis=1
+            )
             lengths = lengths + 1
         return _Field(matrix, lengths)
     # string / binary: varint length, then the bytes
@@ -131,8 +153,14 @@ def _field(column: pa.Array, nullable: bool) -> _Field:
     if column.null_count:
         column = pc.if_else(column.is_null(), pa.scalar(b"", column.type), column)
     buffers = column.buffers()
-    offsets = np.frombuffer(buffers[1], dtype=offset_type)[column.offset:column.offset + n + 1].astype(np.int64)
-    data = np.frombuffer(buffers[2], dtype=np.uint8) if buffers[2] is not None else np.zeros(0, np.uint8)
+    offsets = np.frombuffer(buffers[1], dtype=offset_type)[
+        column.offset : column.offset + n + 1
+    ].astype(np.int64)
+    data = (
+        np.frombuffer(buffers[2], dtype=np.uint8)
+        if buffers[2] is not None
+        else np.zeros(0, np.uint8)
+    )
     byte_lengths = np.diff(offsets)
     matrix, lengths = _varints(byte_lengths)
     if valid is not None:

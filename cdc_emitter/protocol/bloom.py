@@ -25,6 +25,7 @@ from rbloom import Bloom
 def _key_hash(key: tuple) -> int:
     return hash(repr(tuple(key)))  # tuple(): an Update and a plain tuple share one key
 
+
 #: Keys (two per update) the first filter of the chain holds.
 FIRST_CAPACITY = 1 << 20
 
@@ -52,7 +53,7 @@ class BloomMemory:
                 capacity = self._capacity << depth
                 self._filters.append(Bloom(capacity, self.error_rate / 2 ** (depth + 1), _key_hash))
                 self._room = capacity
-            take, keys = keys[: self._room], keys[self._room:]
+            take, keys = keys[: self._room], keys[self._room :]
             self._filters[-1].update(take)
             self._room -= len(take)
             self.keys += len(take)

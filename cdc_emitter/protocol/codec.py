@@ -37,8 +37,8 @@ from typing import Any
 
 import fastavro
 
-from cdc_emitter.protocol.core import NAN, Progress, Update
 from cdc_emitter.errors import BadInputError, ConfigError, DecodeError, SchemaError
+from cdc_emitter.protocol.core import NAN, Progress, Update
 
 NAMESPACE = "com.materialize.cdc"
 FRAMINGS = ("confluent", "raw")
@@ -74,7 +74,9 @@ def _progress_schema() -> dict:
 
 def _data_record(data_schema: Any) -> dict:
     if not isinstance(data_schema, dict) or data_schema.get("type") != "record":
-        raise SchemaError(f"the data schema must be an Avro record, got {json.dumps(data_schema)[:200]}")
+        raise SchemaError(
+            f"the data schema must be an Avro record, got {json.dumps(data_schema)[:200]}"
+        )
     if not isinstance(data_schema.get("fields"), list):
         raise SchemaError("the data record schema needs a list of 'fields'")
     rest = {k: v for k, v in data_schema.items() if k not in ("type", "name", "namespace")}
@@ -114,10 +116,18 @@ def data_schema_from_text(text: str) -> dict:
     if isinstance(schema, list):
         data = None
         for branch in schema:
-            items = branch.get("items") if isinstance(branch, dict) and branch.get("type") == "array" else None
+            items = (
+                branch.get("items")
+                if isinstance(branch, dict) and branch.get("type") == "array"
+                else None
+            )
             if isinstance(items, dict) and items.get("name") in ("update", f"{NAMESPACE}.update"):
                 fields = items.get("fields") or [{}]
-                if isinstance(fields, list) and isinstance(fields[0], dict) and fields[0].get("name") == "data":
+                if (
+                    isinstance(fields, list)
+                    and isinstance(fields[0], dict)
+                    and fields[0].get("name") == "data"
+                ):
                     data = fields[0].get("type")
         if data is None:
             raise SchemaError(
@@ -140,8 +150,15 @@ def data_schema_from_text(text: str) -> dict:
             )
         return data
     if isinstance(schema, dict) and schema.get("type") == "record":
-        if schema.get("name") in ("progress", "update", f"{NAMESPACE}.progress", f"{NAMESPACE}.update"):
-            raise SchemaError(f"expected the data record or the full union, got the {schema['name']} record")
+        if schema.get("name") in (
+            "progress",
+            "update",
+            f"{NAMESPACE}.progress",
+            f"{NAMESPACE}.update",
+        ):
+            raise SchemaError(
+                f"expected the data record or the full union, got the {schema['name']} record"
+            )
         union_schema(schema)  # validates
         return schema
     raise SchemaError("the schema must be the full CDC union (a JSON array) or the data record")
@@ -163,11 +180,16 @@ def schema_differences(topic: dict, batch: dict) -> list[str]:
             if was == now:  # the same outline: the difference is deeper (nested fields)
                 was, now = json.dumps(kind, sort_keys=True), json.dumps(new[name], sort_keys=True)
             out.append(f"column {name} is {was} in the topic, {now} in this batch")
-    out.extend(f"column {name} ({type_text(kind)}) is new in this batch"
-               for name, kind in new.items() if name not in old)
+    out.extend(
+        f"column {name} ({type_text(kind)}) is new in this batch"
+        for name, kind in new.items()
+        if name not in old
+    )
     if not out:
-        out.append(f"the columns are in another order: {', '.join(old)} in the topic, "
-                   f"{', '.join(new)} in this batch")
+        out.append(
+            f"the columns are in another order: {', '.join(old)} in the topic, "
+            f"{', '.join(new)} in this batch"
+        )
     return out
 
 
@@ -328,10 +350,20 @@ class CdcCodec:
     ):
         if framing not in FRAMINGS:
             raise ConfigError(f"framing must be one of {', '.join(FRAMINGS)}, got {framing!r}")
-        if isinstance(schema_id, bool) or not isinstance(schema_id, int) or not 0 <= schema_id < 2**31:
+        if (
+            isinstance(schema_id, bool)
+            or not isinstance(schema_id, int)
+            or not 0 <= schema_id < 2**31
+        ):
             raise ConfigError(f"schema id must be an integer in 0..2^31-1, got {schema_id!r}")
-        if isinstance(max_message_bytes, bool) or not isinstance(max_message_bytes, int) or max_message_bytes < 16:
-            raise ConfigError(f"max_message_bytes must be an integer >= 16, got {max_message_bytes!r}")
+        if (
+            isinstance(max_message_bytes, bool)
+            or not isinstance(max_message_bytes, int)
+            or max_message_bytes < 16
+        ):
+            raise ConfigError(
+                f"max_message_bytes must be an integer >= 16, got {max_message_bytes!r}"
+            )
         self.union = union_schema(data_schema)
         self.data_schema = self.union[0]["items"]["fields"][0]["type"]
         self.field_names = [f["name"] for f in self.data_schema["fields"]]
@@ -353,9 +385,13 @@ class CdcCodec:
         data_parsed = parsed[0]["items"]["fields"][0]["type"]
         self._to_hashable = _build(data_parsed, named, "hash", {})
         self._to_writer = _build(data_parsed, named, "write", {})
-        self._flat = all(_build(f["type"], named, "hash", {}) is None for f in data_parsed["fields"])
+        self._flat = all(
+            _build(f["type"], named, "hash", {}) is None for f in data_parsed["fields"]
+        )
         raw_named: dict = {}
-        self._raw_parsed = fastavro.parse_schema(_strip_logical(self.union), named_schemas=raw_named)
+        self._raw_parsed = fastavro.parse_schema(
+            _strip_logical(self.union), named_schemas=raw_named
+        )
         self._raw_named = raw_named
         self._raw_array = fastavro.parse_schema(_strip_logical(self.union[0]))
         self._raw_progress = fastavro.parse_schema(_strip_logical(self.union[1]))
@@ -381,13 +417,17 @@ class CdcCodec:
         """
         conv = self._to_writer
         try:
-            records = [{"data": conv(data), "time": time, "diff": diff} for data, time, diff in updates]
+            records = [
+                {"data": conv(data), "time": time, "diff": diff} for data, time, diff in updates
+            ]
         except Exception:  # name the culprit
-            for data, time, diff in updates:
+            for data, time, _diff in updates:
                 try:
                     conv(data)
                 except Exception as exc:
-                    raise BadInputError(f"update {data!r} at time {time} cannot be encoded: {exc}") from None
+                    raise BadInputError(
+                        f"update {data!r} at time {time} cannot be encoded: {exc}"
+                    ) from None
             raise
         head = self.frame + b"\x00"  # framing + union branch 0
         limit, write, array = self.max_message_bytes, fastavro.schemaless_writer, self._array
@@ -397,7 +437,7 @@ class CdcCodec:
         probe = self._encode_items(records[:32])[1] if n else [1]  # bytes per update, first guess
         chunk = max(1, int(room / max(sum(probe) / len(probe), 1.0)))
         while i < n:
-            part = records[i:i + chunk]
+            part = records[i : i + chunk]
             buf = io.BytesIO()
             buf.write(head)
             try:
@@ -410,13 +450,15 @@ class CdcCodec:
                 avg = (buf.tell() - len(head)) / len(part)
             else:  # greedy packing; the last, partly filled message goes back to the queue
                 body, sizes = self._encode_items(part)
-                self._check_sizes(sizes, lambda j: f"the update at time {part[j]['time']}")
+                self._check_sizes(
+                    sizes, lambda j, part=part: f"the update at time {part[j]['time']}"
+                )
                 bounds = list(self._bounds(sizes))
                 if len(bounds) > 1 and i + len(part) < n:
                     bounds.pop()
                 out.extend(self._message(head, body, bound) for bound in bounds)
-                part = part[:bounds[-1][1]]
-                avg = sum(sizes[:len(part)]) / len(part)
+                part = part[: bounds[-1][1]]
+                avg = sum(sizes[: len(part)]) / len(part)
             i += len(part)
             chunk = max(1, int(room / max(avg, 1.0)))
         return out
@@ -459,9 +501,11 @@ class CdcCodec:
         blocks: list[tuple[int, memoryview]] = []
         for i, message in enumerate(messages):
             view = memoryview(message)
-            if bytes(view[:len(head)]) != head or len(view) < len(head) + 2 or view[-1] != 0:
-                raise DecodeError(f"update-array message {i} ({len(view)} bytes) is not framed "
-                                  f"as this codec's update arrays")
+            if bytes(view[: len(head)]) != head or len(view) < len(head) + 2 or view[-1] != 0:
+                raise DecodeError(
+                    f"update-array message {i} ({len(view)} bytes) is not framed "
+                    f"as this codec's update arrays"
+                )
             try:  # the block count, before the closing zero
                 count, pos = decode_zigzag_long(view, len(head), len(view) - 1)
             except DecodeError:
@@ -475,10 +519,17 @@ class CdcCodec:
             count, size, j = blocks[i][0], len(blocks[i][1]), i + 1
             while j < len(blocks):
                 grown = size + len(blocks[j][1])
-                if len(head) + len(encode_zigzag_long(count + blocks[j][0])) + grown + 1 > self.max_message_bytes:
+                if (
+                    len(head) + len(encode_zigzag_long(count + blocks[j][0])) + grown + 1
+                    > self.max_message_bytes
+                ):
                     break
                 count, size, j = count + blocks[j][0], grown, j + 1
-            merged.append(b"".join((head, encode_zigzag_long(count), *(body for _, body in blocks[i:j]), b"\x00")))
+            merged.append(
+                b"".join(
+                    (head, encode_zigzag_long(count), *(body for _, body in blocks[i:j]), b"\x00")
+                )
+            )
             i = j
         return merged
 
@@ -541,7 +592,9 @@ class CdcCodec:
         skip = self._skip
         if skip:
             if len(value) < 6:
-                raise DecodeError(f"message of {len(value)} bytes is too short for confluent framing")
+                raise DecodeError(
+                    f"message of {len(value)} bytes is too short for confluent framing"
+                )
             if value[0] != 0:
                 raise DecodeError(f"bad magic byte {value[0]} (expected 0 for confluent framing)")
         elif not value:
@@ -568,7 +621,9 @@ class CdcCodec:
             else:
                 datum = fastavro.schemaless_reader(buf, writer, schema)
         except Exception as exc:
-            reason = str(exc) or ("ran past the end of the message" if isinstance(exc, EOFError) else "")
+            reason = str(exc) or (
+                "ran past the end of the message" if isinstance(exc, EOFError) else ""
+            )
             raise DecodeError(
                 f"the {what} does not decode with the schema ({type(exc).__name__}"
                 f"{': ' + reason if reason else ''}; at byte {buf.tell()} of {len(value)})"
@@ -588,7 +643,10 @@ class CdcCodec:
                 union = union_schema(self.writer_schemas(schema_id))
             except SchemaError as exc:  # an unknown id, a schema that is no CDC union: this message
                 raise DecodeError(f"schema id {schema_id}: {exc}") from None
-            found = self._writers[schema_id] = (fastavro.parse_schema(union[0]), fastavro.parse_schema(union[1]))
+            found = self._writers[schema_id] = (
+                fastavro.parse_schema(union[0]),
+                fastavro.parse_schema(union[1]),
+            )
         return found
 
     def decode(self, value: bytes) -> list[Update] | Progress:
@@ -642,7 +700,9 @@ class CdcCodec:
             pass
         else:
             found = "no Confluent header" if other == "raw" else "a Confluent header"
-            return f"the messages carry {found}: read them with framing {other!r} (--framing {other})"
+            return (
+                f"the messages carry {found}: read them with framing {other!r} (--framing {other})"
+            )
         header = ""
         if self.framing == "confluent" and len(value) >= 6 and value[0] == 0 and value[5] in (0, 2):
             header = f"; the messages name schema id {int.from_bytes(value[1:5], 'big')}"
@@ -689,7 +749,10 @@ def _key(v: Any) -> Any:
     if isinstance(v, (bytes, bytearray)):
         return (5, bytes(v))
     if isinstance(v, datetime.datetime):
-        return (7, v.timestamp() if v.tzinfo else v.replace(tzinfo=datetime.timezone.utc).timestamp())
+        return (
+            7,
+            v.timestamp() if v.tzinfo else v.replace(tzinfo=datetime.timezone.utc).timestamp(),
+        )
     if isinstance(v, datetime.date):
         return (6, v.toordinal())
     if isinstance(v, (tuple, list)):
@@ -724,8 +787,13 @@ def _type_name(schema: Any) -> str:
 def _branch(schemas: list, value: Any, named: dict) -> Any:
     """The union branch a (raw) decoded value belongs to."""
     want = {
-        bool: ("boolean",), int: ("int", "long"), float: ("double", "float"), str: ("string", "enum"),
-        bytes: ("bytes", "fixed"), list: ("array",), dict: ("record", "map"),
+        bool: ("boolean",),
+        int: ("int", "long"),
+        float: ("double", "float"),
+        str: ("string", "enum"),
+        bytes: ("bytes", "fixed"),
+        list: ("array",),
+        dict: ("record", "map"),
     }.get(type(value), ())
     for s in schemas:
         r = resolve(s, named)

@@ -88,7 +88,9 @@ class Pending(NamedTuple):
 
     updates: int  # distinct updates held beyond the frontier
     times: tuple[int, ...]  # the times those updates are at (sorted; at most 20 listed)
-    stalled: tuple[tuple[int, int, int], ...]  # (time, announced count, distinct received) < progress
+    stalled: tuple[
+        tuple[int, int, int], ...
+    ]  # (time, announced count, distinct received) < progress
     progress: tuple[int, ...]  # how far the gapless chain of progress statements reaches
     gap: tuple[int, int] | None  # statements wait beyond a missing interval [a, b)
     statements: int  # well-formed progress statements received
@@ -171,8 +173,8 @@ class SortedCounts:
         self._len += 1
         if len(times) > 2 * self._load:  # split: each half a chunk of its own
             half = len(times) // 2
-            self._times[c + 1:c + 1] = [times[half:]]
-            self._counts[c + 1:c + 1] = [counts[half:]]
+            self._times[c + 1 : c + 1] = [times[half:]]
+            self._counts[c + 1 : c + 1] = [counts[half:]]
             firsts.insert(c + 1, times[half])
             del times[half:], counts[half:]
 
@@ -217,7 +219,9 @@ class StatementLedger:
             return None
         return self._counts.get(time) or 0
 
-    def record(self, lower: int, upper: int | None, counts: Mapping[int, int]) -> list[tuple[int, int, int]]:
+    def record(
+        self, lower: int, upper: int | None, counts: Mapping[int, int]
+    ) -> list[tuple[int, int, int]]:
         """Check the statement ``[lower, upper)`` with ``counts`` (all inside it), then add it.
 
         Returns ``(time, recorded, stated)`` for every time of the overlap where the statement
@@ -305,7 +309,9 @@ def consolidate(updates: Iterable[Update | tuple]) -> list[Update]:
     for data, time, diff in updates:
         _check_time(time, f"update {data!r}")
         if diff is None or isinstance(diff, bool) or not isinstance(diff, int):
-            raise BadInputError(f"update {data!r} at time {time}: diff must be an integer, got {diff!r}")
+            raise BadInputError(
+                f"update {data!r} at time {time}: diff must be an integer, got {diff!r}"
+            )
         key = (data, time)
         sums[key] = sums.get(key, 0) + diff
     out = []
@@ -361,7 +367,7 @@ def split_progress(statement: Progress, max_times: int) -> list[Progress]:
     counts = statement.counts
     if len(counts) <= max_times:
         return [statement]
-    groups = [counts[i:i + max_times] for i in range(0, len(counts), max_times)]
+    groups = [counts[i : i + max_times] for i in range(0, len(counts), max_times)]
     starts = [statement.lower] + [(group[0][0],) for group in groups[1:]]
     ends = starts[1:] + [statement.upper]
     return [Progress(lo, hi, group) for lo, hi, group in zip(starts, ends, groups)]
@@ -422,9 +428,13 @@ class CdcReader:
         violation; it misses a late non-duplicate with probability at most ``bloom_error_rate``.
     """
 
-    def __init__(self, start: int = 0, *, strict: str | None = None, bloom_error_rate: float = 0.001):
+    def __init__(
+        self, start: int = 0, *, strict: str | None = None, bloom_error_rate: float = 0.001
+    ):
         if strict is not None and strict not in STRICT_MODES:
-            raise ValueError(f"strict must be None or one of {', '.join(STRICT_MODES)}, got {strict!r}")
+            raise ValueError(
+                f"strict must be None or one of {', '.join(STRICT_MODES)}, got {strict!r}"
+            )
         self._start = start
         self._reported: int | None = start  # None: closed
         self._progress: int | None = start  # frontier of grafted progress; None: closed
@@ -484,11 +494,13 @@ class CdcReader:
         every statement grafted. Costs a pass over the open times (not over the updates).
         """
         progress = self._progress
-        stalled = tuple(sorted(
-            (t, self._announced.get(t, 0), self._announced.get(t, 0) - left)
-            for t, left in self._outstanding.items()
-            if left > 0 and (progress is None or t < progress)
-        ))
+        stalled = tuple(
+            sorted(
+                (t, self._announced.get(t, 0), self._announced.get(t, 0) - left)
+                for t, left in self._outstanding.items()
+                if left > 0 and (progress is None or t < progress)
+            )
+        )
         gap = None
         if self._queue and progress is not None:
             gap = (progress, self._queue[0][0])
@@ -554,11 +566,15 @@ class CdcReader:
                     duplicates += 1
                 else:
                     self.violate(
-                        "conflicting_diff", time,
-                        f"data {data!r} at time {time} has diffs {known[2]} and {diff}", **where,
+                        "conflicting_diff",
+                        time,
+                        f"data {data!r} at time {time} has diffs {known[2]} and {diff}",
+                        **where,
                     )
                 continue
-            at_time[data] = update if update.__class__ is Update else new(Update, (data, time, diff))
+            at_time[data] = (
+                update if update.__class__ is Update else new(Update, (data, time, diff))
+            )
             fresh += 1
         if fresh:
             self._settle(at_time_of, fresh, where)
@@ -577,9 +593,11 @@ class CdcReader:
         if left < 0 and (progress is None or time < progress):
             for _ in range(min(fresh, -left)):
                 self.violate(
-                    "over_count", time,
+                    "over_count",
+                    time,
                     f"time {time} has more distinct updates than its count "
-                    f"{self._announced.get(time, 0)}", **where,
+                    f"{self._announced.get(time, 0)}",
+                    **where,
                 )
 
     def _late(self, data: Any, time: int, diff: int, where: dict) -> bool:
@@ -590,9 +608,11 @@ class CdcReader:
         self._memory.add(data, time, diff)
         if seen == 1:
             self.violate(
-                "conflicting_diff", time,
+                "conflicting_diff",
+                time,
                 f"data {data!r} at time {time} arrived with diff {diff} after the time was "
-                "reported with another diff", **where,
+                "reported with another diff",
+                **where,
             )
         else:
             self.violate("over_count", time, self.late_detail(data, time, diff), **where)
@@ -601,12 +621,21 @@ class CdcReader:
     def late_detail(self, data: Any, time: int, diff: int) -> str:
         """Strict mode: the detail of the over_count of ``data`` arriving at reported ``time``."""
         count = self._ledger.count(time)
-        return (f"data {data!r} at time {time} (diff {diff}) arrived after the time was reported "
-                f"complete with count {count or 0}, and is no duplicate of a reported update")
+        return (
+            f"data {data!r} at time {time} (diff {diff}) arrived after the time was reported "
+            f"complete with count {count or 0}, and is no duplicate of a reported update"
+        )
 
     def _bad_update(self, data: Any, time: Any, diff: Any, where: dict) -> None:
-        if not isinstance(time, int) or isinstance(time, bool) or not isinstance(diff, int) or isinstance(diff, bool):
-            self.violate("malformed_update", None, f"update {data!r}: time {time!r}, diff {diff!r}", **where)
+        if (
+            not isinstance(time, int)
+            or isinstance(time, bool)
+            or not isinstance(diff, int)
+            or isinstance(diff, bool)
+        ):
+            self.violate(
+                "malformed_update", None, f"update {data!r}: time {time!r}, diff {diff!r}", **where
+            )
         elif time < 0:
             self.violate("negative_time", time, f"update {data!r} at negative time {time}", **where)
         else:
@@ -617,24 +646,39 @@ class CdcReader:
     def _receive_progress(self, p: Progress, where: dict) -> None:
         lower = _single(p.lower)
         upper = _single(p.upper)
-        if lower is None or (upper is None and len(p.upper) != 0) or (upper is not None and upper < lower):
-            self.violate("malformed_progress", None, f"progress lower {list(p.lower)} upper {list(p.upper)}", **where)
+        if (
+            lower is None
+            or (upper is None and len(p.upper) != 0)
+            or (upper is not None and upper < lower)
+        ):
+            self.violate(
+                "malformed_progress",
+                None,
+                f"progress lower {list(p.lower)} upper {list(p.upper)}",
+                **where,
+            )
             return
         good: dict[int, int] = {}
         for time, count in p.counts:
             if time in good and good[time] != count:
                 self.violate(
-                    "count_mismatch", time,
+                    "count_mismatch",
+                    time,
                     f"one progress statement lists time {time} with counts {good[time]} and {count}",
                     **where,
                 )
             elif time < 0:
-                self.violate("negative_time", time, f"progress counts negative time {time}", **where)
+                self.violate(
+                    "negative_time", time, f"progress counts negative time {time}", **where
+                )
             elif count < 0:
-                self.violate("negative_count", time, f"progress count {count} for time {time}", **where)
+                self.violate(
+                    "negative_count", time, f"progress count {count} for time {time}", **where
+                )
             elif time < lower or (upper is not None and time >= upper):
                 self.violate(
-                    "count_outside_interval", time,
+                    "count_outside_interval",
+                    time,
                     f"count for time {time} outside interval [{lower}, {'∞' if upper is None else upper})",
                     **where,
                 )
@@ -643,7 +687,8 @@ class CdcReader:
         self._statements += 1
         for time, recorded, stated in self._ledger.record(lower, upper, good):
             self.violate(
-                "count_mismatch", time,
+                "count_mismatch",
+                time,
                 f"progress statements disagree on the count at time {time}: {recorded} and "
                 f"{stated} (this statement: [{lower}, {'∞' if upper is None else upper}))",
                 **where,
@@ -693,7 +738,8 @@ class CdcReader:
                 heapq.heappush(self._blocking, time)
             elif left < 0:
                 self.violate(
-                    "over_count", time,
+                    "over_count",
+                    time,
                     f"time {time} has {count - left} distinct updates but a count of {count}",
                     **where,
                 )
@@ -702,7 +748,11 @@ class CdcReader:
 
     def _track(self, time: int) -> None:
         """Remember that ``time`` holds state, so reporting it can drop that state."""
-        if time not in self._outstanding and time not in self._pending and time not in self._announced:
+        if (
+            time not in self._outstanding
+            and time not in self._pending
+            and time not in self._announced
+        ):
             heapq.heappush(self._times, time)
 
     # -- reporting ------------------------------------------------------------------------
@@ -774,7 +824,9 @@ class CountingReader(CdcReader):
 
     def __init__(self, start: int = 0, *, strict: str | None = None):
         if strict is not None and strict not in STRICT_MODES:
-            raise ValueError(f"strict must be None or one of {', '.join(STRICT_MODES)}, got {strict!r}")
+            raise ValueError(
+                f"strict must be None or one of {', '.join(STRICT_MODES)}, got {strict!r}"
+            )
         super().__init__(start)
         self.strict = strict
         self._late_diffs: dict[tuple[Any, int], set[int]] = {}  # strict: late conflicting diffs
@@ -784,15 +836,27 @@ class CountingReader(CdcReader):
         self.late_violations: list[tuple[int, int]] = []
 
     def retained(self) -> int:
-        return sum(self._pending.values()) + len(self._outstanding) + len(self._announced) + len(
-            self._blocking) + len(self._times) + len(self._queue)
+        return (
+            sum(self._pending.values())
+            + len(self._outstanding)
+            + len(self._announced)
+            + len(self._blocking)
+            + len(self._times)
+            + len(self._queue)
+        )
 
     def add_duplicates(self, n: int) -> None:
         """Count ``n`` later arrivals with their first diff (wherever they arrived)."""
         self.duplicates += n
 
-    def push_counts(self, items: Iterable[TimeCounts | Update], *, received: int = 0,
-                    partition: Any = None, offset: Any = None) -> None:
+    def push_counts(
+        self,
+        items: Iterable[TimeCounts | Update],
+        *,
+        received: int = 0,
+        partition: Any = None,
+        offset: Any = None,
+    ) -> None:
         """Feed one message of ``received`` updates: its :class:`TimeCounts` and its malformed
         updates (an ``Update`` with a negative time or a zero diff), in message order. (A caller
         that knows only totals may set :attr:`messages` and :attr:`updates_received` at the end:
@@ -810,8 +874,12 @@ class CountingReader(CdcReader):
                 self._late_counts(time, fresh, conflicts, where)
                 continue
             for data, first, diff in conflicts:
-                self.violate("conflicting_diff", time,
-                             f"data {data!r} at time {time} has diffs {first} and {diff}", **where)
+                self.violate(
+                    "conflicting_diff",
+                    time,
+                    f"data {data!r} at time {time} has diffs {first} and {diff}",
+                    **where,
+                )
             if fresh:
                 if time not in self._pending:
                     self._track(time)
@@ -837,9 +905,13 @@ class CountingReader(CdcReader):
                 self.duplicates += 1
                 continue
             seen.add(diff)
-            self.violate("conflicting_diff", time,
-                         f"data {data!r} at time {time} arrived with diff {diff} after the time "
-                         "was reported with another diff", **where)
+            self.violate(
+                "conflicting_diff",
+                time,
+                f"data {data!r} at time {time} arrived with diff {diff} after the time "
+                "was reported with another diff",
+                **where,
+            )
 
     def _release(self, time: int, finished: list[Update]) -> None:
         self._held -= self._pending.pop(time, 0)

@@ -26,8 +26,9 @@ def sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def create_source_sql(name: str, bootstrap_servers: str, topic: str, union: list,
-                      registry_url: str | None = None) -> str:
+def create_source_sql(
+    name: str, bootstrap_servers: str, topic: str, union: list, registry_url: str | None = None
+) -> str:
     """The Materialize statement that reads ``topic`` with the CDC ``union`` schema: inline, or
     (``registry_url``) from a Confluent schema registry, where the sink registered it."""
     if registry_url is None:

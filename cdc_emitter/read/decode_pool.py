@@ -39,7 +39,9 @@ _LENGTH = struct.Struct("<Q")
 ROWS, PROGRESS, UNDECODABLE = 0, 1, 2
 
 
-def decode_chunk(codec: Any, chunk: list[tuple[int, int, bytes | None]], *, rows: bool = True) -> list[tuple]:
+def decode_chunk(
+    codec: Any, chunk: list[tuple[int, int, bytes | None]], *, rows: bool = True
+) -> list[tuple]:
     """Entries ``(kind, partition, offset, payload)`` for each ``(partition, offset, value)``.
 
     ``payload``: plain ``(data, time, diff)`` rows (``rows=False``: ``Update`` objects, for a
@@ -114,7 +116,9 @@ class _Worker:
     def __init__(self, spec: bytes):
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cdc_emitter.read.decode_worker"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            bufsize=0,
         )
         # writes go through a thread: the caller never blocks on a full pipe while this worker
         # blocks writing a result the caller has not read yet
@@ -156,13 +160,19 @@ class DecodePool:
         if workers < 1:
             raise ValueError(f"a decode pool needs at least one worker, got {workers}")
         self._codec = codec
-        options = {"data_schema": codec.data_schema, "framing": codec.framing, "schema_id": codec.schema_id}
+        options = {
+            "data_schema": codec.data_schema,
+            "framing": codec.framing,
+            "schema_id": codec.schema_id,
+        }
         if codec.writer_schemas is not None:
             # other ids' schemas come from the same registry, opened in each worker (its settings
             # travel through the worker's stdin, never its command line)
             registry = getattr(codec.writer_schemas, "__self__", None)
             if not hasattr(registry, "spec"):
-                raise ValueError("a decode pool needs the codec's writer schemas from a SchemaRegistry")
+                raise ValueError(
+                    "a decode pool needs the codec's writer schemas from a SchemaRegistry"
+                )
             options["registry"] = registry.spec()
         spec = json.dumps(options).encode()
         self._workers = [_Worker(spec) for _ in range(workers)]
@@ -211,7 +221,8 @@ class DecodePool:
 
         return [
             (kind, p, off, [(canonical_nan(d), t, x) for d, t, x in payload])
-            if kind == ROWS else (kind, p, off, payload)
+            if kind == ROWS
+            else (kind, p, off, payload)
             for kind, p, off, payload in entries
         ]
 
@@ -228,5 +239,7 @@ class DecodePool:
 
 def default_workers() -> int:
     """Decode processes worth starting here: one per core, none on a single core."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
     return 0 if cores < 2 else min(cores, 8)

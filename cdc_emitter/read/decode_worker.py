@@ -28,8 +28,12 @@ def main() -> int:
         from cdc_emitter.kafka.registry import SchemaRegistry
 
         writer_schemas = SchemaRegistry(**options["registry"]).data_schema
-    codec = CdcCodec(options["data_schema"], framing=options["framing"], schema_id=options["schema_id"],
-                     writer_schemas=writer_schemas)
+    codec = CdcCodec(
+        options["data_schema"],
+        framing=options["framing"],
+        schema_id=options["schema_id"],
+        writer_schemas=writer_schemas,
+    )
     while True:
         frame = read_frame(stdin)
         if frame is None:

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cdc_emitter.protocol.core import CountingReader, Progress, TimeCounts, Update
 from cdc_emitter.errors import CdcError, DecodeError, SchemaError
+from cdc_emitter.protocol.core import CountingReader, Progress, TimeCounts, Update
 from cdc_emitter.read.verify import UndecodableReport, VerifyResult, reached_target
 
 __all__ = ["read_cdc", "CdcRead"]
@@ -58,7 +58,9 @@ class CdcRead(VerifyResult):
         """``(data, count)`` at the frontier in ``verify --output`` order (data as the local
         reader holds it, sorted as ``codec.sort_key`` sorts), streamed a partition at a time."""
         order = _data_order(self.collection, self.codec)
-        rows = self.collection.orderBy(*order).select(_data_avro(self.collection, self.codec), "count")
+        rows = self.collection.orderBy(*order).select(
+            _data_avro(self.collection, self.codec), "count"
+        )
         decode = self.codec.decode_data
         for row in rows.toLocalIterator():
             yield decode(bytes(row[0])), row[1]
@@ -69,12 +71,16 @@ class CdcRead(VerifyResult):
         from pyspark.sql import functions as F
 
         _cut(self.frontier, time)
-        return _collection(self.history.filter(F.col("time") < F.lit(time)), _data_fields(self.codec))
+        return _collection(
+            self.history.filter(F.col("time") < F.lit(time)), _data_fields(self.codec)
+        )
 
     def history_rows(self) -> Iterator[Update]:
         """The reported updates in ``verify --history`` order (by time, then data), streamed."""
         order = _data_order(self.history, self.codec)
-        rows = self.history.orderBy("time", *order).select(_data_avro(self.history, self.codec), "time", "diff")
+        rows = self.history.orderBy("time", *order).select(
+            _data_avro(self.history, self.codec), "time", "diff"
+        )
         decode = self.codec.decode_data
         for row in rows.toLocalIterator():
             yield Update(decode(bytes(row[0])), row[1], row[2])
@@ -119,15 +125,29 @@ def _data_schema(schema: Any) -> dict:
         return data_schema_from_text(text)
     if isinstance(schema, (dict, list)):
         return data_schema_from_text(json.dumps(schema))
-    raise SchemaError(f"schema must be a path or an Avro schema (dict or list), not {type(schema).__name__}")
+    raise SchemaError(
+        f"schema must be a path or an Avro schema (dict or list), not {type(schema).__name__}"
+    )
 
 
-def read_cdc(spark: Any, *, bootstrap_servers: str, topic: str, schema: Any = None, framing: str = "confluent",
-             kafka_options: Mapping[str, Any] | None = None, until: int | None = None,
-             strict: str | None = None, until_frontier: int | None = None, until_closed: bool = False,
-             timeout: float | None = None, broker_timeout: float | None = None,
-             schema_registry_url: str | None = None, schema_registry_config: Mapping[str, Any] | None = None,
-             schema_id: int | None = None) -> CdcRead:
+def read_cdc(
+    spark: Any,
+    *,
+    bootstrap_servers: str,
+    topic: str,
+    schema: Any = None,
+    framing: str = "confluent",
+    kafka_options: Mapping[str, Any] | None = None,
+    until: int | None = None,
+    strict: str | None = None,
+    until_frontier: int | None = None,
+    until_closed: bool = False,
+    timeout: float | None = None,
+    broker_timeout: float | None = None,
+    schema_registry_url: str | None = None,
+    schema_registry_config: Mapping[str, Any] | None = None,
+    schema_id: int | None = None,
+) -> CdcRead:
     """Read ``topic`` with Spark and verify it (see the module docstring).
 
     ``schema``: the data record (or the whole documented union) as a path or a dict; or
@@ -146,8 +166,8 @@ def read_cdc(spark: Any, *, bootstrap_servers: str, topic: str, schema: Any = No
     Raises :class:`~cdc_emitter.errors.BrokerError` for a missing topic or an unreachable
     broker, before Spark reads.
     """
-    from cdc_emitter.protocol.codec import CdcCodec
     from cdc_emitter.kafka.io import BROKER_TIMEOUT, end_offsets
+    from cdc_emitter.protocol.codec import CdcCodec
 
     if framing not in ("confluent", "raw"):
         raise CdcError(f"framing must be 'confluent' or 'raw', not {framing!r}")
@@ -165,24 +185,39 @@ def read_cdc(spark: Any, *, bootstrap_servers: str, topic: str, schema: Any = No
         from cdc_emitter.kafka.registry import SchemaRegistry
 
         if framing != "confluent":
-            raise CdcError("schema_registry_url needs framing='confluent': the schema id is in the header")
+            raise CdcError(
+                "schema_registry_url needs framing='confluent': the schema id is in the header"
+            )
         registry = SchemaRegistry(schema_registry_url, schema_registry_config)
         if schema_id is None:
-            newest = [r.value for r in last_messages(bootstrap_servers, topic, 1, config=config)
-                      if r.value is not None and len(r.value) >= 5 and r.value[0] == 0]
+            newest = [
+                r.value
+                for r in last_messages(bootstrap_servers, topic, 1, config=config)
+                if r.value is not None and len(r.value) >= 5 and r.value[0] == 0
+            ]
             if not newest:
-                raise SchemaError(f"topic {topic!r} has no message with a Confluent header to take a "
-                                  "schema id from; pass schema_id")
+                raise SchemaError(
+                    f"topic {topic!r} has no message with a Confluent header to take a "
+                    "schema id from; pass schema_id"
+                )
             schema_id = int.from_bytes(newest[0][1:5], "big")
-        codec = CdcCodec(registry.data_schema(schema_id), framing=framing, schema_id=schema_id,
-                         writer_schemas=registry.data_schema)
+        codec = CdcCodec(
+            registry.data_schema(schema_id),
+            framing=framing,
+            schema_id=schema_id,
+            writer_schemas=registry.data_schema,
+        )
     deadline = None if timeout is None else _time.monotonic() + timeout
     ends = end_offsets(bootstrap_servers, topic, config, timeout=wait)  # BrokerError: no topic
     while True:
         result = _read_once(spark, bootstrap_servers, topic, codec, config, ends, until, strict)
         result.target = target
         result.reached = target is None or reached_target(result.frontier, target)
-        if result.reached or result.violations or (deadline is not None and _time.monotonic() >= deadline):
+        if (
+            result.reached
+            or result.violations
+            or (deadline is not None and _time.monotonic() >= deadline)
+        ):
             return result
         read = ends
         while (ends := end_offsets(bootstrap_servers, topic, config, timeout=wait)) == read:
@@ -191,8 +226,16 @@ def read_cdc(spark: Any, *, bootstrap_servers: str, topic: str, schema: Any = No
             _time.sleep(FOLLOW_INTERVAL)
 
 
-def _read_once(spark: Any, servers: str, topic: str, codec: Any, config: dict, ends: dict,
-               until: int | None, strict: str | None) -> CdcRead:
+def _read_once(
+    spark: Any,
+    servers: str,
+    topic: str,
+    codec: Any,
+    config: dict,
+    ends: dict,
+    until: int | None,
+    strict: str | None,
+) -> CdcRead:
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
@@ -200,8 +243,12 @@ def _read_once(spark: Any, servers: str, topic: str, codec: Any, config: dict, e
 
     options = kafka_read_options(servers, config, user="read_cdc")
     reader = spark.read.format("kafka").options(**options).option("subscribe", topic)
-    reader = reader.option("startingOffsets", json.dumps({topic: {str(p): low for p, (low, _h) in ends.items()}}))
-    raw = reader.option("endingOffsets", json.dumps({topic: {str(p): high for p, (_l, high) in ends.items()}})).load()
+    reader = reader.option(
+        "startingOffsets", json.dumps({topic: {str(p): low for p, (low, _h) in ends.items()}})
+    )
+    raw = reader.option(
+        "endingOffsets", json.dumps({topic: {str(p): high for p, (_l, high) in ends.items()}})
+    ).load()
 
     array_schema, progress_schema = json.dumps(codec.union[0]), json.dumps(codec.union[1])
     skip = len(codec.frame)
@@ -218,15 +265,32 @@ def _read_once(spark: Any, servers: str, topic: str, codec: Any, config: dict, e
         # messages of other schema ids: decoded with their writer's schema, resolved into the
         # reader's; their length is checked by re-encoding them as their writer wrote them
         u, p, as_written = _resolved_ids(raw, codec, body, is_array, is_progress, u, p, as_written)
-    parsed = raw.select("partition", "offset", "value", body.alias("body"), u.alias("u"), p.alias("p"),
-                        as_written.alias("as_written"))
+    parsed = raw.select(
+        "partition",
+        "offset",
+        "value",
+        body.alias("body"),
+        u.alias("u"),
+        p.alias("p"),
+        as_written.alias("as_written"),
+    )
     # Spark's Avro reader ignores bytes left after the record, which the local codec refuses:
     # a body that re-encodes to another length goes to the driver's codec to be judged
-    written = F.coalesce(F.col("as_written"), _lengths_as_written(
-        parsed, F.col("body"), [(F.col("u"), codec.union[0]), (F.col("p"), codec.union[1])]))
+    written = F.coalesce(
+        F.col("as_written"),
+        _lengths_as_written(
+            parsed, F.col("body"), [(F.col("u"), codec.union[0]), (F.col("p"), codec.union[1])]
+        ),
+    )
     suspect = F.col("value").isNull() | F.coalesce(written != F.octet_length("body"), F.lit(True))
-    decoded = parsed.select("partition", "offset", "u", "p", F.when(suspect, F.col("value")).alias("suspect"),
-                            F.when(F.col("value").isNull(), True).alias("tombstone")).persist()
+    decoded = parsed.select(
+        "partition",
+        "offset",
+        "u",
+        "p",
+        F.when(suspect, F.col("value")).alias("suspect"),
+        F.when(F.col("value").isNull(), True).alias("tombstone"),
+    ).persist()
     try:
         return _verify(decoded, codec, until, strict)
     finally:
@@ -243,7 +307,9 @@ def _reencoded(value: Any, dtype: Any, avro: Any) -> Any:
 
     from cdc_emitter.spark.columns import declared_as_avro
 
-    return F.when(value.isNotNull(), to_avro(declared_as_avro(value, dtype, avro), json.dumps(avro)))
+    return F.when(
+        value.isNotNull(), to_avro(declared_as_avro(value, dtype, avro), json.dumps(avro))
+    )
 
 
 def _lengths_as_written(df: Any, body: Any, decodings: list[tuple[Any, Any]]) -> Any:
@@ -258,14 +324,28 @@ def _lengths_as_written(df: Any, body: Any, decodings: list[tuple[Any, Any]]) ->
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro
 
-    again = [from_avro(body, json.dumps(avro), {"mode": "FAILFAST"}) for _decoded, avro in decodings]
+    again = [
+        from_avro(body, json.dumps(avro), {"mode": "FAILFAST"}) for _decoded, avro in decodings
+    ]
     types = df.select(*[a.alias(f"again{i}") for i, a in enumerate(again)]).schema
-    return F.coalesce(*[F.octet_length(F.when(decoded.isNotNull(), _reencoded(a, dtype.dataType, avro)))
-                        for (decoded, avro), a, dtype in zip(decodings, again, types.fields)])
+    return F.coalesce(
+        *[
+            F.octet_length(F.when(decoded.isNotNull(), _reencoded(a, dtype.dataType, avro)))
+            for (decoded, avro), a, dtype in zip(decodings, again, types.fields)
+        ]
+    )
 
 
-def _resolved_ids(raw: Any, codec: Any, body: Any, is_array: Any, is_progress: Any, u: Any, p: Any,
-                  as_written: Any) -> tuple[Any, Any, Any]:
+def _resolved_ids(
+    raw: Any,
+    codec: Any,
+    body: Any,
+    is_array: Any,
+    is_progress: Any,
+    u: Any,
+    p: Any,
+    as_written: Any,
+) -> tuple[Any, Any, Any]:
     """``u``, ``p`` and the body's length as its writer's schema encodes what it reads of it,
     with a branch for each schema id in the topic other than the reader's (one job finds the
     ids)."""
@@ -275,9 +355,14 @@ def _resolved_ids(raw: Any, codec: Any, body: Any, is_array: Any, is_progress: A
     from cdc_emitter.protocol.codec import union_schema
 
     header_id = F.substring(F.col("value"), 2, 4)
-    ids = [int.from_bytes(bytes(row[0]), "big") for row in
-           raw.where(F.substring(F.col("value"), 1, 1) == F.lit(b"\x00")).select(header_id).distinct().collect()
-           if row[0] is not None and len(row[0]) == 4]
+    ids = [
+        int.from_bytes(bytes(row[0]), "big")
+        for row in raw.where(F.substring(F.col("value"), 1, 1) == F.lit(b"\x00"))
+        .select(header_id)
+        .distinct()
+        .collect()
+        if row[0] is not None and len(row[0]) == 4
+    ]
     reader = {"mode": "PERMISSIVE"}
     array_reader, progress_reader = json.dumps(codec.union[0]), json.dumps(codec.union[1])
     for schema_id in sorted(set(ids) - {codec.schema_id}):
@@ -287,13 +372,21 @@ def _resolved_ids(raw: Any, codec: Any, body: Any, is_array: Any, is_progress: A
             continue  # no such id: Spark fails to decode those messages; the driver names the cause
         this = header_id == F.lit(schema_id.to_bytes(4, "big"))
         array_writer, progress_writer = json.dumps(writer[0]), json.dumps(writer[1])
-        written = _lengths_as_written(raw, body, [(F.when(is_array, from_avro(body, array_writer, reader)), writer[0]),
-                                                  (F.when(is_progress, from_avro(body, progress_writer, reader)),
-                                                   writer[1])])
-        u = F.when(this & is_array, from_avro(body, array_writer, {**reader, "avroSchema": array_reader})) \
-            .otherwise(u)
-        p = F.when(this & is_progress, from_avro(body, progress_writer, {**reader, "avroSchema": progress_reader})) \
-            .otherwise(p)
+        written = _lengths_as_written(
+            raw,
+            body,
+            [
+                (F.when(is_array, from_avro(body, array_writer, reader)), writer[0]),
+                (F.when(is_progress, from_avro(body, progress_writer, reader)), writer[1]),
+            ],
+        )
+        u = F.when(
+            this & is_array, from_avro(body, array_writer, {**reader, "avroSchema": array_reader})
+        ).otherwise(u)
+        p = F.when(
+            this & is_progress,
+            from_avro(body, progress_writer, {**reader, "avroSchema": progress_reader}),
+        ).otherwise(p)
         as_written = F.when(this, written).otherwise(as_written)
     return u, p, as_written
 
@@ -312,19 +405,40 @@ def _verify(decoded: Any, codec: Any, until: int | None, strict: str | None) -> 
     if undecodable:
         bad = spark.createDataFrame(undecodable, "partition int, offset long")
         updates = updates.join(F.broadcast(bad), ["partition", "offset"], "left_anti")
-    occurrences = (updates.select("partition", "offset", F.posexplode("u").alias("__pos", "x"))
-                   .select("partition", "offset", "__pos", "x.data.*", F.col("x.time").alias("__time"),
-                           F.col("x.diff").alias("__diff")))
-    data_fields = [c for c in occurrences.columns if c not in ("partition", "offset", "__pos", "__time", "__diff")]
+    occurrences = updates.select(
+        "partition", "offset", F.posexplode("u").alias("__pos", "x")
+    ).select(
+        "partition",
+        "offset",
+        "__pos",
+        "x.data.*",
+        F.col("x.time").alias("__time"),
+        F.col("x.diff").alias("__diff"),
+    )
+    data_fields = [
+        c
+        for c in occurrences.columns
+        if c not in ("partition", "offset", "__pos", "__time", "__diff")
+    ]
 
     # malformed updates (negative time, zero diff): violations, with their data, in order
     extras: dict[tuple[int, int], list[tuple[int, Any]]] = {}
-    wrong = (occurrences.filter((F.col("__time") < 0) | (F.col("__diff") == 0))
-             .select("partition", "offset", "__pos", _data_avro(occurrences, codec, data_fields).alias("d"),
-                     "__time", "__diff").orderBy("partition", "offset", "__pos"))
+    wrong = (
+        occurrences.filter((F.col("__time") < 0) | (F.col("__diff") == 0))
+        .select(
+            "partition",
+            "offset",
+            "__pos",
+            _data_avro(occurrences, codec, data_fields).alias("d"),
+            "__time",
+            "__diff",
+        )
+        .orderBy("partition", "offset", "__pos")
+    )
     for row in wrong.toLocalIterator():
         extras.setdefault((row["partition"], row["offset"]), []).append(
-            (row["__pos"], Update(codec.decode_data(bytes(row["d"])), row["__time"], row["__diff"])))
+            (row["__pos"], Update(codec.decode_data(bytes(row["d"])), row["__time"], row["__diff"]))
+        )
 
     # one row per (data, time): its first arrival, how many arrived, whether their diffs differ;
     # grouped on the data columns (maps as sorted entries: Spark cannot group maps)
@@ -338,41 +452,75 @@ def _verify(decoded: Any, codec: Any, until: int | None, strict: str | None) -> 
             map_firsts.append(F.first(c).alias(c))
         else:
             key_cols.append(c)
-    groups = (good.groupBy(*key_cols, "__time")
-              .agg(F.min(F.struct("partition", "offset", "__pos", "__diff")).alias("__first"),
-                   F.count(F.lit(1)).alias("__n"),
-                   (F.min("__diff") != F.max("__diff")).alias("__conflicted"), *map_firsts)
-              .persist())
+    groups = (
+        good.groupBy(*key_cols, "__time")
+        .agg(
+            F.min(F.struct("partition", "offset", "__pos", "__diff")).alias("__first"),
+            F.count(F.lit(1)).alias("__n"),
+            (F.min("__diff") != F.max("__diff")).alias("__conflicted"),
+            *map_firsts,
+        )
+        .persist()
+    )
     try:
-        totals = groups.agg(F.count(F.lit(1)).alias("distinct"), F.sum("__n").alias("arrived"),
-                            F.sum(F.col("__conflicted").cast("int")).alias("conflicted")).first()
+        totals = groups.agg(
+            F.count(F.lit(1)).alias("distinct"),
+            F.sum("__n").alias("arrived"),
+            F.sum(F.col("__conflicted").cast("int")).alias("conflicted"),
+        ).first()
         conflicts = 0
         if totals["conflicted"]:
             # later arrivals with another diff than the first: violations, with their data
-            first = (groups.filter("__conflicted")
-                     .select(*[F.col(k).alias(f"__c{i}") for i, k in enumerate(key_cols)],
-                             F.col("__time").alias("__ct"), F.col("__first.__diff").alias("__first_diff")))
+            first = groups.filter("__conflicted").select(
+                *[F.col(k).alias(f"__c{i}") for i, k in enumerate(key_cols)],
+                F.col("__time").alias("__ct"),
+                F.col("__first.__diff").alias("__first_diff"),
+            )
             on = [good[k].eqNullSafe(first[f"__c{i}"]) for i, k in enumerate(key_cols)]
-            later = (good.join(F.broadcast(first), [*on, good["__time"] == first["__ct"]])
-                     .filter(F.col("__diff") != F.col("__first_diff"))
-                     .select("partition", "offset", "__pos", "__time", "__first_diff", "__diff",
-                             _data_avro(good, codec, data_fields).alias("d"))
-                     .orderBy("partition", "offset", "__pos"))
+            later = (
+                good.join(F.broadcast(first), [*on, good["__time"] == first["__ct"]])
+                .filter(F.col("__diff") != F.col("__first_diff"))
+                .select(
+                    "partition",
+                    "offset",
+                    "__pos",
+                    "__time",
+                    "__first_diff",
+                    "__diff",
+                    _data_avro(good, codec, data_fields).alias("d"),
+                )
+                .orderBy("partition", "offset", "__pos")
+            )
             for row in later.toLocalIterator():
                 conflicts += 1
                 extras.setdefault((row["partition"], row["offset"]), []).append(
-                    (row["__pos"], (row["__time"], codec.decode_data(bytes(row["d"])),
-                                    row["__first_diff"], row["__diff"])))
+                    (
+                        row["__pos"],
+                        (
+                            row["__time"],
+                            codec.decode_data(bytes(row["d"])),
+                            row["__first_diff"],
+                            row["__diff"],
+                        ),
+                    )
+                )
         counting.add_duplicates((totals["arrived"] or 0) - (totals["distinct"] or 0) - conflicts)
 
         # first arrivals per (message, time), in reading order, and the replay
-        fresh = (groups.groupBy(F.col("__first.partition").alias("partition"),
-                                F.col("__first.offset").alias("offset"), F.col("__time").alias("time"))
-                 .agg(F.count(F.lit(1)).alias("fresh"), F.min("__first.__pos").alias("pos"))
-                 .orderBy("partition", "offset", "pos"))
+        fresh = (
+            groups.groupBy(
+                F.col("__first.partition").alias("partition"),
+                F.col("__first.offset").alias("offset"),
+                F.col("__time").alias("time"),
+            )
+            .agg(F.count(F.lit(1)).alias("fresh"), F.min("__first.__pos").alias("pos"))
+            .orderBy("partition", "offset", "pos")
+        )
         hints: list[str] = []
         report_undecodable = UndecodableReport(counting, codec, hints)
-        for (partition, offset), kind, payload in _in_order(fresh.toLocalIterator(), singles, extras):
+        for (partition, offset), kind, payload in _in_order(
+            fresh.toLocalIterator(), singles, extras
+        ):
             if kind == "progress":
                 counting.push(payload, partition=partition, offset=offset)
             elif kind == "updates":
@@ -380,7 +528,9 @@ def _verify(decoded: Any, codec: Any, until: int | None, strict: str | None) -> 
             else:  # as verify_topic says it: the codec's error, the likely cause once
                 error, value = payload
                 report_undecodable(partition, offset, value, error)
-        sizes = decoded.agg(F.count(F.lit(1)).alias("messages"), F.sum(_updates_of(F.col("u"))).alias("updates")).first()
+        sizes = decoded.agg(
+            F.count(F.lit(1)).alias("messages"), F.sum(_updates_of(F.col("u"))).alias("updates")
+        ).first()
         counting.messages = sizes["messages"]
         counting.updates_received = (sizes["updates"] or 0) - _updates_in(decoded, undecodable)
         if counting.late_violations:
@@ -390,19 +540,34 @@ def _verify(decoded: Any, codec: Any, until: int | None, strict: str | None) -> 
         reported = groups if cut is None else groups.filter(F.col("__time") < F.lit(cut))
         if counting.late:  # first arrivals at reported times: the local reader drops them too
             late = spark.createDataFrame(counting.late, "__lp int, __lo long, __lt long")
-            reported = reported.join(F.broadcast(late), (F.col("__first.partition") == F.col("__lp"))
-                                     & (F.col("__first.offset") == F.col("__lo"))
-                                     & (F.col("__time") == F.col("__lt")), "left_anti")
-        history = reported.select(*data_fields, F.col("__time").alias("time"), F.col("__first.__diff").alias("diff"))
+            reported = reported.join(
+                F.broadcast(late),
+                (F.col("__first.partition") == F.col("__lp"))
+                & (F.col("__first.offset") == F.col("__lo"))
+                & (F.col("__time") == F.col("__lt")),
+                "left_anti",
+            )
+        history = reported.select(
+            *data_fields, F.col("__time").alias("time"), F.col("__first.__diff").alias("diff")
+        )
         collection = _collection(history, data_fields)
     finally:  # the DataFrames returned read the same pinned offsets again when used
         groups.unpersist()
     pending = counting.pending()
     return CdcRead(
-        frontier=counting.frontier, messages=counting.messages, updates=counting.updates_received,
-        duplicates=counting.duplicates, violations=list(counting.violations), collection=collection,
-        history=history, reached=True, target=None, pending=pending, hints=hints,
-        statements=pending.statements, codec=codec,
+        frontier=counting.frontier,
+        messages=counting.messages,
+        updates=counting.updates_received,
+        duplicates=counting.duplicates,
+        violations=list(counting.violations),
+        collection=collection,
+        history=history,
+        reached=True,
+        target=None,
+        pending=pending,
+        hints=hints,
+        statements=pending.statements,
+        codec=codec,
     )
 
 
@@ -414,10 +579,18 @@ def _collection(history: Any, data_fields: list[str]) -> Any:
     from cdc_emitter.spark.schema import contains_map
 
     maps = [c for c in data_fields if contains_map(history.schema[c].dataType)]
-    by_data = [F.col(c) if c not in maps else canonical(F.col(c), history.schema[c].dataType).alias(f"__key{i}")
-               for i, c in enumerate(data_fields)]
-    return (history.groupBy(*by_data).agg(F.sum("diff").alias("count"), *[F.first(c).alias(c) for c in maps])
-            .filter(F.col("count") != 0).select(*data_fields, "count"))
+    by_data = [
+        F.col(c)
+        if c not in maps
+        else canonical(F.col(c), history.schema[c].dataType).alias(f"__key{i}")
+        for i, c in enumerate(data_fields)
+    ]
+    return (
+        history.groupBy(*by_data)
+        .agg(F.sum("diff").alias("count"), *[F.first(c).alias(c) for c in maps])
+        .filter(F.col("count") != 0)
+        .select(*data_fields, "count")
+    )
 
 
 def _judge_singles(decoded: Any, codec: Any) -> tuple[list, list]:
@@ -427,18 +600,30 @@ def _judge_singles(decoded: Any, codec: Any) -> tuple[list, list]:
     messages' keys."""
     from pyspark.sql import functions as F
 
-    few = (decoded.filter(F.col("p").isNotNull() | F.col("suspect").isNotNull() | F.col("tombstone"))
-           .select("partition", "offset", "p", "suspect", "tombstone", F.col("u").isNull().alias("no_u"))
-           .orderBy("partition", "offset"))
+    few = (
+        decoded.filter(F.col("p").isNotNull() | F.col("suspect").isNotNull() | F.col("tombstone"))
+        .select(
+            "partition", "offset", "p", "suspect", "tombstone", F.col("u").isNull().alias("no_u")
+        )
+        .orderBy("partition", "offset")
+    )
     singles: list[tuple[tuple[int, int], str, Any]] = []
     undecodable: list[tuple[int, int]] = []
     for row in few.toLocalIterator():
         key = (row["partition"], row["offset"])
         if row["suspect"] is None and not row["tombstone"]:
             p = row["p"]
-            singles.append((key, "progress", Progress(
-                tuple(p["lower"] or ()), tuple(p["upper"] or ()),
-                tuple((c["time"], c["count"]) for c in p["counts"] or ()))))
+            singles.append(
+                (
+                    key,
+                    "progress",
+                    Progress(
+                        tuple(p["lower"] or ()),
+                        tuple(p["upper"] or ()),
+                        tuple((c["time"], c["count"]) for c in p["counts"] or ()),
+                    ),
+                )
+            )
             continue
         value = None if row["tombstone"] else bytes(row["suspect"])
         try:
@@ -450,25 +635,39 @@ def _judge_singles(decoded: Any, codec: Any) -> tuple[list, list]:
         if isinstance(message, Progress):
             singles.append((key, "progress", message))
         elif row["no_u"]:  # the codec reads what Spark's Avro reader cannot: say so, never guess
-            singles.append((key, "undecodable", (
-                "Spark's Avro reader cannot decode this update array, which the local codec reads: "
-                "verify the topic with the local engine", value)))
+            singles.append(
+                (
+                    key,
+                    "undecodable",
+                    (
+                        "Spark's Avro reader cannot decode this update array, which the local codec reads: "
+                        "verify the topic with the local engine",
+                        value,
+                    ),
+                )
+            )
             undecodable.append(key)
         # else: Spark read it too (an array written in several blocks re-encodes shorter)
     return singles, undecodable
 
 
-def _in_order(fresh_rows: Any, singles: list, extras: dict) -> Iterator[tuple[tuple[int, int], str, Any]]:
+def _in_order(
+    fresh_rows: Any, singles: list, extras: dict
+) -> Iterator[tuple[tuple[int, int], str, Any]]:
     """Every message that changes the reader's state, in (partition, offset) order: progress
     statements and undecodable messages as they are, update messages as their items in order
     (:class:`TimeCounts` where its time first appears, malformed updates where they are)."""
+
     def fresh_messages():
         for key, rows in itertools.groupby(fresh_rows, key=lambda r: (r["partition"], r["offset"])):
             yield key, 0, [(r["pos"], r["time"], r["fresh"]) for r in rows]
 
-    merged = heapq.merge(fresh_messages(), ((key, 1, items) for key, items in sorted(extras.items())),
-                         ((key, 2, (kind, payload)) for key, kind, payload in singles),
-                         key=lambda entry: (entry[0], entry[1]))
+    merged = heapq.merge(
+        fresh_messages(),
+        ((key, 1, items) for key, items in sorted(extras.items())),
+        ((key, 2, (kind, payload)) for key, kind, payload in singles),
+        key=lambda entry: (entry[0], entry[1]),
+    )
     for key, entries in itertools.groupby(merged, key=lambda entry: entry[0]):
         firsts: list = []
         others: list = []
@@ -506,8 +705,11 @@ def _updates_in(decoded: Any, keys: list) -> int:
     from pyspark.sql import functions as F
 
     bad = decoded.sparkSession.createDataFrame(keys, "partition int, offset long")
-    return decoded.join(F.broadcast(bad), ["partition", "offset"]).agg(
-        F.coalesce(F.sum(_updates_of(F.col("u"))), F.lit(0))).first()[0]
+    return (
+        decoded.join(F.broadcast(bad), ["partition", "offset"])
+        .agg(F.coalesce(F.sum(_updates_of(F.col("u"))), F.lit(0)))
+        .first()[0]
+    )
 
 
 def _updates_of(array: Any) -> Any:
@@ -518,24 +720,41 @@ def _updates_of(array: Any) -> Any:
     return F.when(array.isNotNull(), F.size(array))
 
 
-def _fill_late_details(counting: CountingReader, groups: Any, data_fields: list, codec: Any) -> None:
+def _fill_late_details(
+    counting: CountingReader, groups: Any, data_fields: list, codec: Any
+) -> None:
     """Strict mode: name the data of each first arrival at a reported time, as CdcReader does."""
     from pyspark.sql import functions as F
 
     late = groups.sparkSession.createDataFrame(counting.late, "__lp int, __lo long, __lt long")
-    rows = (groups.join(F.broadcast(late), (F.col("__first.partition") == F.col("__lp"))
-                        & (F.col("__first.offset") == F.col("__lo")) & (F.col("__time") == F.col("__lt")))
-            .select("__lp", "__lo", "__lt", F.col("__first.__pos").alias("pos"), F.col("__first.__diff").alias("diff"),
-                    _data_avro(groups, codec, data_fields).alias("d"))
-            .orderBy("__lp", "__lo", "__lt", "pos").collect())
+    rows = (
+        groups.join(
+            F.broadcast(late),
+            (F.col("__first.partition") == F.col("__lp"))
+            & (F.col("__first.offset") == F.col("__lo"))
+            & (F.col("__time") == F.col("__lt")),
+        )
+        .select(
+            "__lp",
+            "__lo",
+            "__lt",
+            F.col("__first.__pos").alias("pos"),
+            F.col("__first.__diff").alias("diff"),
+            _data_avro(groups, codec, data_fields).alias("d"),
+        )
+        .orderBy("__lp", "__lo", "__lt", "pos")
+        .collect()
+    )
     found: dict[tuple, list] = {}
     for row in rows:
         found.setdefault((row["__lp"], row["__lo"], row["__lt"]), []).append(
-            (codec.decode_data(bytes(row["d"])), row["diff"]))
+            (codec.decode_data(bytes(row["d"])), row["diff"])
+        )
     for key, (at, n) in zip(counting.late, counting.late_violations):
         for i, (data, diff) in enumerate(found.get(key, [])[:n]):
             counting.violations[at + i] = counting.violations[at + i]._replace(
-                detail=counting.late_detail(data, key[2], diff))
+                detail=counting.late_detail(data, key[2], diff)
+            )
 
 
 def _cut(frontier: tuple[int, ...], until: int | None) -> int | None:
@@ -543,6 +762,8 @@ def _cut(frontier: tuple[int, ...], until: int | None) -> int | None:
     if until is None:
         return frontier[0] if frontier else None
     if frontier and until > frontier[0]:
-        raise CdcError(f"the topic is proven complete only up to frontier {frontier[0]}, not "
-                       f"up to {until}: read with until <= {frontier[0]}, or wait for more")
+        raise CdcError(
+            f"the topic is proven complete only up to frontier {frontier[0]}, not "
+            f"up to {until}: read with until <= {frontier[0]}, or wait for more"
+        )
     return until

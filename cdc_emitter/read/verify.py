@@ -46,11 +46,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from cdc_emitter.kafka.io import BROKER_TIMEOUT, TopicScan
 from cdc_emitter.protocol.core import CdcReader, Pending, Progress, Update, Violation
 from cdc_emitter.read.decode_pool import PROGRESS, ROWS, DecodePool, decode_chunk, default_workers
-from cdc_emitter.kafka.io import BROKER_TIMEOUT, TopicScan
 
-__all__ = ["VerifyResult", "VerifyProgress", "verify_topic", "reached_target", "UndecodableReport", "VERDICTS"]
+__all__ = [
+    "VerifyResult",
+    "VerifyProgress",
+    "verify_topic",
+    "reached_target",
+    "UndecodableReport",
+    "VERDICTS",
+]
 
 log = logging.getLogger(__name__)
 
@@ -159,8 +166,13 @@ class UndecodableReport:
         self.seen = 0
 
     def __call__(self, partition: int, offset: int, value: bytes | None, error: str) -> None:
-        self.reader.violate("undecodable", None, f"partition {partition} offset {offset}: {error}",
-                            partition=partition, offset=offset)
+        self.reader.violate(
+            "undecodable",
+            None,
+            f"partition {partition} offset {offset}: {error}",
+            partition=partition,
+            offset=offset,
+        )
         self.seen += 1
         if value is not None and self.seen <= DIAGNOSED:
             hint = self.codec.diagnose(value)
@@ -234,7 +246,7 @@ def verify_topic(
             history.extend(sorted(finished, key=lambda u: (u.time, sort_key(u.data))))
         if collection is not None:
             get = collection.get
-            for data, _time_, diff in finished:
+            for data, _, diff in finished:
                 count = get(data, 0) + diff
                 if count:
                     collection[data] = count
@@ -275,7 +287,9 @@ def verify_topic(
     # frequent passes over the growing state cost more than decoding (measured: up to 40%).
     # Collect rarely while verifying; the previous thresholds come back afterwards.
     thresholds = gc.get_threshold()
-    gc.set_threshold(max(thresholds[0], GC_THRESHOLD), max(thresholds[1], 50), max(thresholds[2], 100))
+    gc.set_threshold(
+        max(thresholds[0], GC_THRESHOLD), max(thresholds[1], 50), max(thresholds[2], 100)
+    )
     pool: DecodePool | None = None
     used_workers = 0
     try:
@@ -332,13 +346,24 @@ def verify_topic(
                     wait = min(wait, left)
                 if on_progress is not None and now - last_report >= PROGRESS_INTERVAL:
                     last_report = now
-                    on_progress(VerifyProgress(reader.messages, reader.updates_received,
-                                               reader.frontier, scan.lag(), now - began))
-                if pool is not None and (pool.in_flight >= pool.max_in_flight
-                                         or (target is None and not scan.pending and not chunk)):
+                    on_progress(
+                        VerifyProgress(
+                            reader.messages,
+                            reader.updates_received,
+                            reader.frontier,
+                            scan.lag(),
+                            now - began,
+                        )
+                    )
+                if pool is not None and (
+                    pool.in_flight >= pool.max_in_flight
+                    or (target is None and not scan.pending and not chunk)
+                ):
                     handle(pool.next_result())  # workers are behind: wait for the oldest chunk
                     continue
-                records = scan.poll(0 if pool is not None and pool.in_flight else wait, POLL_RECORDS)
+                records = scan.poll(
+                    0 if pool is not None and pool.in_flight else wait, POLL_RECORDS
+                )
                 for record in records:
                     chunk.append(record)
                     chunk_bytes += len(record[2] or b"")
@@ -353,8 +378,15 @@ def verify_topic(
                         handle(pool.next_result())
             if on_progress is not None:
                 now = _time.monotonic()
-                on_progress(VerifyProgress(reader.messages, reader.updates_received,
-                                           reader.frontier, scan.lag(), now - began))
+                on_progress(
+                    VerifyProgress(
+                        reader.messages,
+                        reader.updates_received,
+                        reader.frontier,
+                        scan.lag(),
+                        now - began,
+                    )
+                )
     finally:
         if pool is not None:
             pool.close()

@@ -86,9 +86,20 @@ class Checked:
 class Known(Checked):
     """A batch whose messages are known before they are written (counts and digest included)."""
 
-    def __init__(self, *, counts: dict, digest: int, max_time: int | None, rows: int, groups: int,
-                 messages: int, n_bytes: int, write: Any, release: Any = None,
-                 produced_on_driver: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        counts: dict,
+        digest: int,
+        max_time: int | None,
+        rows: int,
+        groups: int,
+        messages: int,
+        n_bytes: int,
+        write: Any,
+        release: Any = None,
+        produced_on_driver: bool = False,
+    ) -> None:
         self.counts, self._xor, self.max_time = counts, digest, max_time
         self.rows, self.groups, self.messages, self.bytes = rows, groups, messages, n_bytes
         self.produced_on_driver = produced_on_driver

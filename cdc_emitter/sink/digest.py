@@ -19,7 +19,14 @@ import hashlib
 import json
 from operator import itemgetter
 
-__all__ = ["DIGEST_TIMES", "DIGEST_VERSION", "digest_form", "format_digest", "parse_digest", "replay_message"]
+__all__ = [
+    "DIGEST_TIMES",
+    "DIGEST_VERSION",
+    "digest_form",
+    "format_digest",
+    "parse_digest",
+    "replay_message",
+]
 
 #: Times a digest header lists; a batch with more lists a hash of its counts (a header must fit
 #: in the message) — a re-run then still compares exactly, and says less about what changed.
@@ -36,7 +43,12 @@ def digest_form(xor: int, counts: tuple) -> tuple:
     if len(counts) <= DIGEST_TIMES:
         return xor, counts
     text = json.dumps(counts, separators=(",", ":")).encode()  # as lists: [[time,n],...]
-    return xor, ("sha256", hashlib.sha256(text).hexdigest(), sum(map(itemgetter(1), counts)), len(counts))
+    return xor, (
+        "sha256",
+        hashlib.sha256(text).hexdigest(),
+        sum(map(itemgetter(1), counts)),
+        len(counts),
+    )
 
 
 def format_digest(xor: int, counts: dict[int, int]) -> str:
@@ -73,15 +85,21 @@ def replay_message(what: str, batch_id: int | None, first: tuple, now: tuple) ->
     """The :class:`~cdc_emitter.errors.ReplayError` text for a re-run whose digest ``now``
     differs from its first attempt's ``first`` (both in :func:`digest_form`): what each held,
     that nothing was written, and the way out."""
+
     def said(counts: tuple) -> str:
         if counts and counts[0] == "sha256":
             return f"{counts[2]} updates at {counts[3]} times"
         total = sum(n for _t, n in counts)
-        times = ", ".join(f"{n} at time {t}" for t, n in counts[:5]) + (", ..." if len(counts) > 5 else "")
+        times = ", ".join(f"{n} at time {t}" for t, n in counts[:5]) + (
+            ", ..." if len(counts) > 5 else ""
+        )
         return f"{total} updates ({times})" if counts else "no updates"
 
-    same = "the same number of updates but other rows" if first[1] == now[1] else \
-        f"{said(first[1])} then, {said(now[1])} now"
+    same = (
+        "the same number of updates but other rows"
+        if first[1] == now[1]
+        else f"{said(first[1])} then, {said(now[1])} now"
+    )
     return (
         f"{what}: the source replayed different data for batch {batch_id} than its first "
         f"attempt wrote ({same}). Nothing was written: the topic keeps the first attempt, "

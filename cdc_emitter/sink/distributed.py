@@ -16,10 +16,10 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from cdc_emitter.spark import kafka as spark_kafka
 from cdc_emitter.errors import DeliveryError
 from cdc_emitter.sink.batch import Batch, Checked, Known, Written
 from cdc_emitter.sink.driver import too_big_for_driver
+from cdc_emitter.spark import kafka as spark_kafka
 from cdc_emitter.spark.kafka import kafka_cause, kafka_write_options
 from cdc_emitter.spark.settings import GroupsInMemory, KafkaWriteObserved
 
@@ -69,9 +69,18 @@ class ExecutorsWay:
     :func:`spread` sizes them for the last batch's bytes: the first over :data:`FIRST_BUCKETS`
     buckets of :data:`FANOUT_ARRAYS` arrays."""
 
-    def __init__(self, *, bootstrap_servers: str, topic: str, producer_config: Mapping[str, Any],
-                 max_message_bytes: int, row_checks: Any, producer: Callable[[], Any] | None = None,
-                 flush_timeout: float | None = None, join_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str,
+        topic: str,
+        producer_config: Mapping[str, Any],
+        max_message_bytes: int,
+        row_checks: Any,
+        producer: Callable[[], Any] | None = None,
+        flush_timeout: float | None = None,
+        join_bytes: int = 0,
+    ) -> None:
         self.bootstrap_servers, self.topic = bootstrap_servers, topic
         self.producer_config, self.max_message_bytes = producer_config, max_message_bytes
         self.row_checks = row_checks  # Batch -> its per-row Checks
@@ -87,18 +96,25 @@ class ExecutorsWay:
     def plan(self, spark: Any, batch: Batch) -> tuple[Any, int]:
         """The shared :class:`~cdc_emitter.sink.plan.MessagePlan` of the batch's layout, and the
         session's shuffle partitions."""
-        from cdc_emitter.sink import plan as sink_jvm
         from cdc_emitter.protocol.codec import union_schema
+        from cdc_emitter.sink import plan as sink_jvm
 
         partitions = _shuffle_partitions(spark)
         plan = sink_jvm.MessagePlan.shared(
-            type(spark), schema=batch.schema, data_cols=batch.data_cols,
-            update_schema=union_schema(batch.avro_data)[0]["items"], frame=batch.codec.frame,
-            max_message_bytes=self.max_message_bytes, buckets=self.buckets or FIRST_BUCKETS,
-            partitions=batch.update_partitions)
+            type(spark),
+            schema=batch.schema,
+            data_cols=batch.data_cols,
+            update_schema=union_schema(batch.avro_data)[0]["items"],
+            frame=batch.codec.frame,
+            max_message_bytes=self.max_message_bytes,
+            buckets=self.buckets or FIRST_BUCKETS,
+            partitions=batch.update_partitions,
+        )
         return plan, partitions
 
-    def check(self, prepared: Any, spark: Any, batch: Batch, *, write_while_packing: bool = False) -> Checked:
+    def check(
+        self, prepared: Any, spark: Any, batch: Batch, *, write_while_packing: bool = False
+    ) -> Checked:
         """Compute and cache the batch's messages and their figures (one Spark job, more only
         when the first attempt's spread needs mending, as below); a bad row fails it with our
         error. The caller writes them with :meth:`Known.write` and frees them with
@@ -115,8 +131,8 @@ class ExecutorsWay:
         written."""
         from pyspark.sql import functions as F
 
-        from cdc_emitter.sink import plan_stats as sink_figures
         from cdc_emitter.sink import plan as sink_jvm
+        from cdc_emitter.sink import plan_stats as sink_figures
 
         checks = self.row_checks(batch)
         first = self.buckets is None  # spread before any size was known
@@ -128,22 +144,49 @@ class ExecutorsWay:
         # whose message came out too big is spread again by its size, and packed exactly only if
         # one still does — nothing is written before the stats of the messages that will be
         may_skip_consolidation = plan.by_bytes
-        consolidate = not may_skip_consolidation or sink_jvm.expect_repeats(batch.schema, batch.data_cols)
+        consolidate = not may_skip_consolidation or sink_jvm.expect_repeats(
+            batch.schema, batch.data_cols
+        )
         # a first batch's messages that may be joined on the driver (_joined): those of at most
         # the share of join_bytes that one of its arrays would hold — at most join_bytes in all
-        small = self.join_bytes // (FIRST_BUCKETS * self.fanout) if first and self.producer is not None else 0
-        if (write_while_packing and not self._large_diffs and batch.time is not None and plan.by_bytes
-                and _observable(spark)):
-            return WrittenWhilePacked(self, spark, prepared, batch, plan, partitions, consolidate=consolidate,
-                                      small_below=min(small, SMALL_ARRAY_BYTES))
+        small = (
+            self.join_bytes // (FIRST_BUCKETS * self.fanout)
+            if first and self.producer is not None
+            else 0
+        )
+        if (
+            write_while_packing
+            and not self._large_diffs
+            and batch.time is not None
+            and plan.by_bytes
+            and _observable(spark)
+        ):
+            return WrittenWhilePacked(
+                self,
+                spark,
+                prepared,
+                batch,
+                plan,
+                partitions,
+                consolidate=consolidate,
+                small_below=min(small, SMALL_ARRAY_BYTES),
+            )
         exact = respread = False
         carry = small  # such messages come with the stats: no job of their own to gather them
         groups = GroupsInMemory(spark)
 
         def persisted_messages() -> Any:
-            groups.at_least(plan.groups_per_packing_task(self.fanout, consolidate=consolidate, exact=exact))
-            return plan.messages(prepared, checks, time=batch.time, fanout=self.fanout, exact=exact,
-                                 consolidate=consolidate).persist()
+            groups.at_least(
+                plan.groups_per_packing_task(self.fanout, consolidate=consolidate, exact=exact)
+            )
+            return plan.messages(
+                prepared,
+                checks,
+                time=batch.time,
+                fanout=self.fanout,
+                exact=exact,
+                consolidate=consolidate,
+            ).persist()
 
         messages = persisted_messages()
         persisted = [messages]
@@ -155,9 +198,13 @@ class ExecutorsWay:
         try:
             while True:
                 try:
-                    stats = sink_figures.batch_stats(messages, time=batch.time, values_up_to=0 if respread else carry)
+                    stats = sink_figures.batch_stats(
+                        messages, time=batch.time, values_up_to=0 if respread else carry
+                    )
                 except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
-                    if carry and too_big_for_driver(exc):  # spark.driver.maxResultSize: without them
+                    if carry and too_big_for_driver(
+                        exc
+                    ):  # spark.driver.maxResultSize: without them
                         carry = 0
                         continue
                     _raise_ours(exc, batch)
@@ -166,28 +213,46 @@ class ExecutorsWay:
                     consolidate = True
                     repeated = stats.repeated_arrays
                     if 2 * len(repeated) <= stats.messages:  # a few: consolidate those alone
-                        log.debug("%s: %d of %d arrays have rows of the same data and time: "
-                                  "consolidating them", batch.what, len(repeated), stats.messages)
-                        fixed = plan.messages(prepared, checks, time=batch.time, fanout=self.fanout,
-                                              arrays=repeated).persist()
+                        log.debug(
+                            "%s: %d of %d arrays have rows of the same data and time: "
+                            "consolidating them",
+                            batch.what,
+                            len(repeated),
+                            stats.messages,
+                        )
+                        fixed = plan.messages(
+                            prepared, checks, time=batch.time, fanout=self.fanout, arrays=repeated
+                        ).persist()
                         persisted.append(fixed)
                         messages = messages.where(~F.col("repeated")).unionByName(fixed)
                         continue
-                    log.debug("%s: most arrays have rows of the same data and time: consolidating",
-                              batch.what)
+                    log.debug(
+                        "%s: most arrays have rows of the same data and time: consolidating",
+                        batch.what,
+                    )
                 elif exact or stats.largest <= self.max_message_bytes:
                     break
                 elif not respread:  # more bytes than the spread was sized for
                     respread = True
                     self._size_next(stats.bytes, partitions)
                     plan, _ = self.plan(spark, batch)
-                    log.info("%s: a message came out at %d bytes, over the limit of %d: spreading the "
-                             "batch's %d bytes again, over %d buckets of %d arrays", batch.what,
-                             stats.largest, self.max_message_bytes, stats.bytes, self.buckets,
-                             self.fanout)
+                    log.info(
+                        "%s: a message came out at %d bytes, over the limit of %d: spreading the "
+                        "batch's %d bytes again, over %d buckets of %d arrays",
+                        batch.what,
+                        stats.largest,
+                        self.max_message_bytes,
+                        stats.bytes,
+                        self.buckets,
+                        self.fanout,
+                    )
                 else:
-                    log.info("%s: a spread message has %d bytes, over %d: packing exactly", batch.what,
-                             stats.largest, self.max_message_bytes)
+                    log.info(
+                        "%s: a spread message has %d bytes, over %d: packing exactly",
+                        batch.what,
+                        stats.largest,
+                        self.max_message_bytes,
+                    )
                     exact = consolidate = True
                 release()
                 messages = persisted_messages()
@@ -201,21 +266,37 @@ class ExecutorsWay:
             # from about a quarter, the first attempt and the arrays consolidated again cost
             # more than consolidating at once (4M rows: about 3.0 s + 0.5 s + 4.3 s times the
             # share of arrays, against 4.3 s)
-            sink_jvm.note_repeats(batch.schema, batch.data_cols, 4 * len(stats.repeated_arrays) > stats.messages)
+            sink_jvm.note_repeats(
+                batch.schema, batch.data_cols, 4 * len(stats.repeated_arrays) > stats.messages
+            )
         self._size_next(stats.bytes, partitions)
-        figures = dict(counts=stats.counts, digest=stats.digest, max_time=stats.max_time, rows=stats.rows,
-                       groups=stats.groups)
+        figures = dict(
+            counts=stats.counts,
+            digest=stats.digest,
+            max_time=stats.max_time,
+            rows=stats.rows,
+            groups=stats.groups,
+        )
         joined = self._joined(messages, stats, batch) if first and not respread else None
         if joined is None:  # Spark's Kafka writer writes the cached messages
             options = kafka_write_options(self.bootstrap_servers, self.topic, self.producer_config)
-            return Known(**figures, messages=stats.messages, n_bytes=stats.bytes,
-                         write=lambda: self._write(messages, options, batch), release=release)
+            return Known(
+                **figures,
+                messages=stats.messages,
+                n_bytes=stats.bytes,
+                write=lambda: self._write(messages, options, batch),
+                release=release,
+            )
         from cdc_emitter.sink.driver import produce_messages
 
         release()  # produced on the driver: the cache is no longer needed
-        return Known(**figures, messages=len(joined), n_bytes=sum(map(len, joined)),
-                     write=lambda: produce_messages(self.producer(), joined, batch, self.flush_timeout),
-                     produced_on_driver=True)
+        return Known(
+            **figures,
+            messages=len(joined),
+            n_bytes=sum(map(len, joined)),
+            write=lambda: produce_messages(self.producer(), joined, batch, self.flush_timeout),
+            produced_on_driver=True,
+        )
 
     def _joined(self, messages: Any, stats: Any, batch: Batch) -> list[bytes] | None:
         """A small first batch's messages joined into as few as hold them, on the driver; None to
@@ -236,21 +317,35 @@ class ExecutorsWay:
             return None
         if stats.values is not None:  # they came with the stats: produced from here, however few
             return batch.codec.merge_arrays(list(stats.values))
-        if stats.messages <= 2 * -(-stats.bytes // self.max_message_bytes):  # not worth a job to gather
+        if stats.messages <= 2 * -(
+            -stats.bytes // self.max_message_bytes
+        ):  # not worth a job to gather
             return None
         try:
-            values = [row[0] for row in messages.where(F.col("value").isNotNull()).select("value").collect()]
+            values = [
+                row[0]
+                for row in messages.where(F.col("value").isNotNull()).select("value").collect()
+            ]
         except Exception as exc:  # noqa: BLE001 - too big for the driver after all: write them as they are
             if not too_big_for_driver(exc):
                 raise
-            log.info("%s: %d messages of %d bytes are too big to join on the driver (%s)", batch.what,
-                     stats.messages, stats.bytes, str(exc).splitlines()[0][:200])
+            log.info(
+                "%s: %d messages of %d bytes are too big to join on the driver (%s)",
+                batch.what,
+                stats.messages,
+                stats.bytes,
+                str(exc).splitlines()[0][:200],
+            )
             return None
         joined = batch.codec.merge_arrays(values)
-        log.debug("%s: %d messages joined into %d on the driver", batch.what, stats.messages, len(joined))
+        log.debug(
+            "%s: %d messages joined into %d on the driver", batch.what, stats.messages, len(joined)
+        )
         return joined
 
-    def follow(self, rows: int, groups: int, n_bytes: int, spark: Any, schema: Any, data_cols: list) -> None:
+    def follow(
+        self, rows: int, groups: int, n_bytes: int, spark: Any, schema: Any, data_cols: list
+    ) -> None:
         """Write the next batch as one after a batch of ``rows`` input rows, ``groups`` distinct
         data and times among them and ``n_bytes`` of messages, by another sink: spread for its
         bytes, and its rows consolidated straight away when that many repeats would fall in over
@@ -280,7 +375,8 @@ class ExecutorsWay:
             f"delivery to topic {self.topic!r} failed in Spark's Kafka writer "
             f"(delivery.timeout.ms={timeout} per attempt): {cause}. No progress "
             f"statement was written for {batch.what}; a re-run of the batch writes the same "
-            "updates again")
+            "updates again"
+        )
 
     def checks_writing(self, batch: Batch) -> list:
         """The batch's row checks and :func:`~cdc_emitter.sink.plan.small_diffs`, for a batch
@@ -346,8 +442,18 @@ class WrittenWhilePacked(Checked):
 
     known_before_write = False
 
-    def __init__(self, way: ExecutorsWay, spark: Any, prepared: Any, batch: Batch, plan: Any,
-                 partitions: int, *, consolidate: bool = False, small_below: int = 0) -> None:
+    def __init__(
+        self,
+        way: ExecutorsWay,
+        spark: Any,
+        prepared: Any,
+        batch: Batch,
+        plan: Any,
+        partitions: int,
+        *,
+        consolidate: bool = False,
+        small_below: int = 0,
+    ) -> None:
         self._way, self._spark, self._prepared, self._batch = way, spark, prepared, batch
         self._plan, self._partitions, self._small_below = plan, partitions, small_below
         self._consolidate = consolidate
@@ -366,21 +472,37 @@ class WrittenWhilePacked(Checked):
         observed = again = None
         try:
             if v2.in_force:
-                groups.at_least(plan.groups_per_packing_task(way.fanout, consolidate=self._consolidate))
+                groups.at_least(
+                    plan.groups_per_packing_task(way.fanout, consolidate=self._consolidate)
+                )
                 observed = self._in_one_job(checks, options, consolidate=self._consolidate)
                 if observed is not None and observed.left_out and not observed.too_big:
                     # arrays with a repeat only: consolidated by a job like the first (no cache, no
                     # job to compute their figures first); their rows passed its checks
-                    log.debug("%s: %d arrays left out of the first write (rows of one data and time): "
-                              "writing them consolidated", batch.what, len(observed.left_out))
-                    again = self._in_one_job(checks, options, consolidate=True, arrays=observed.left_out)
+                    log.debug(
+                        "%s: %d arrays left out of the first write (rows of one data and time): "
+                        "writing them consolidated",
+                        batch.what,
+                        len(observed.left_out),
+                    )
+                    again = self._in_one_job(
+                        checks, options, consolidate=True, arrays=observed.left_out
+                    )
         finally:
             groups.restore()
             v2.restore()
         if observed is None:
-            return self._in_two_jobs(f"a diff is beyond {sink_jvm.LARGE_DIFF}" if v2.in_force
-                                     else "the session keeps Kafka's V1 writer")
-        updates, digest, n_messages, n_bytes = observed.updates, observed.digest, observed.messages, observed.bytes
+            return self._in_two_jobs(
+                f"a diff is beyond {sink_jvm.LARGE_DIFF}"
+                if v2.in_force
+                else "the session keeps Kafka's V1 writer"
+            )
+        updates, digest, n_messages, n_bytes = (
+            observed.updates,
+            observed.digest,
+            observed.messages,
+            observed.bytes,
+        )
         self.rows, self.groups = observed.rows, observed.groups
         to_join = list(observed.small_values)  # a first batch's small arrays: joined on the driver
         pending = observed  # the write whose left-out arrays are still to write
@@ -404,7 +526,12 @@ class WrittenWhilePacked(Checked):
             from cdc_emitter.sink.driver import produce_messages
 
             joined = batch.codec.merge_arrays(to_join)
-            log.debug("%s: %d small messages joined into %d on the driver", batch.what, len(to_join), len(joined))
+            log.debug(
+                "%s: %d small messages joined into %d on the driver",
+                batch.what,
+                len(to_join),
+                len(joined),
+            )
             produce_messages(way.producer(), joined, batch, way.flush_timeout)
             self.produced_on_driver = True
             n_messages, n_bytes = n_messages + len(joined), n_bytes + sum(map(len, joined))
@@ -416,23 +543,40 @@ class WrittenWhilePacked(Checked):
         self.bytes = n_bytes
         return Written({batch.time: updates} if updates else {}, digest, n_messages, n_bytes)
 
-    def _in_one_job(self, checks: list, options: dict, *, consolidate: bool,
-                    arrays: Sequence[tuple[int, int]] | None = None) -> Any:
+    def _in_one_job(
+        self,
+        checks: list,
+        options: dict,
+        *,
+        consolidate: bool,
+        arrays: Sequence[tuple[int, int]] | None = None,
+    ) -> Any:
         """Check, pack and write the batch — or only its ``arrays`` — by one job
         (:func:`~cdc_emitter.sink.plan_stats.write_observed`) and return what it observed; None when
         a diff beyond :data:`~cdc_emitter.sink.plan.LARGE_DIFF` failed it before its shuffle
         (nothing written: the batch goes by two jobs). Raises our error for a bad row, else a
         DeliveryError."""
-        from cdc_emitter.sink import plan_stats as sink_figures
         from cdc_emitter.sink import plan as sink_jvm
+        from cdc_emitter.sink import plan_stats as sink_figures
 
         way, batch = self._way, self._batch
-        messages = self._plan.messages(self._prepared, checks, time=batch.time, fanout=way.fanout,
-                                       consolidate=consolidate, arrays=arrays)
+        messages = self._plan.messages(
+            self._prepared,
+            checks,
+            time=batch.time,
+            fanout=way.fanout,
+            consolidate=consolidate,
+            arrays=arrays,
+        )
         try:
-            return sink_figures.write_observed(messages, options, batch.headers,
-                                               max_message_bytes=way.max_message_bytes,
-                                               small_below=self._small_below, consolidated=consolidate)
+            return sink_figures.write_observed(
+                messages,
+                options,
+                batch.headers,
+                max_message_bytes=way.max_message_bytes,
+                small_below=self._small_below,
+                consolidated=consolidate,
+            )
         except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
             if not sink_jvm.large_diff(exc):
                 _raise_ours(exc, batch)
@@ -451,14 +595,26 @@ class WrittenWhilePacked(Checked):
 
         way, batch = self._way, self._batch
         exact = observed.too_big
-        log.debug("%s: %d arrays left out of a one-job write (%s): writing them consolidated%s", batch.what,
-                  len(observed.left_out), "a message too big" if exact else "rows of one data and time",
-                  ", packed exactly" if exact else "")
+        log.debug(
+            "%s: %d arrays left out of a one-job write (%s): writing them consolidated%s",
+            batch.what,
+            len(observed.left_out),
+            "a message too big" if exact else "rows of one data and time",
+            ", packed exactly" if exact else "",
+        )
         while True:
-            fixed = self._plan.messages(self._prepared, checks, time=batch.time, fanout=way.fanout,
-                                        exact=exact, arrays=observed.left_out).persist()
+            fixed = self._plan.messages(
+                self._prepared,
+                checks,
+                time=batch.time,
+                fanout=way.fanout,
+                exact=exact,
+                arrays=observed.left_out,
+            ).persist()
             try:
-                stats = sink_figures.batch_stats(fixed, time=batch.time, values_up_to=self._small_below)
+                stats = sink_figures.batch_stats(
+                    fixed, time=batch.time, values_up_to=self._small_below
+                )
                 if exact or stats.largest <= way.max_message_bytes:
                     if stats.values is not None:
                         return stats, list(stats.values)

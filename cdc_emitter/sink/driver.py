@@ -44,18 +44,28 @@ class _RowText:
 
         import fastavro
 
-        record = fastavro.schemaless_reader(io.BytesIO(self.data[i].as_py()),
-                                            fastavro.parse_schema(self.data_record))
+        record = fastavro.schemaless_reader(
+            io.BytesIO(self.data[i].as_py()), fastavro.parse_schema(self.data_record)
+        )
         return json.dumps(record, default=str, separators=(",", ":"), ensure_ascii=False)
 
 
 class DriverWay:
     """Finishes a sink's batches on the driver (see the module docstring)."""
 
-    def __init__(self, *, small_batch_rows: int, max_message_bytes: int, time_column: str | None,
-                 diff_column: str, late: str, flush_timeout: float | None,
-                 producer: Callable[[], Any], plan: Callable[[Any, Batch], Any],
-                 row_checks: Callable[[Batch], list]) -> None:
+    def __init__(
+        self,
+        *,
+        small_batch_rows: int,
+        max_message_bytes: int,
+        time_column: str | None,
+        diff_column: str,
+        late: str,
+        flush_timeout: float | None,
+        producer: Callable[[], Any],
+        plan: Callable[[Any, Batch], Any],
+        row_checks: Callable[[Batch], list],
+    ) -> None:
         self.small_batch_rows, self.max_message_bytes = small_batch_rows, max_message_bytes
         self.time_column, self.diff_column, self.late = time_column, diff_column, late
         self.flush_timeout = flush_timeout
@@ -64,7 +74,9 @@ class DriverWay:
         self.row_checks = row_checks
         self._encoded_rows: Any = None  # (key, EncodedRows) of the last layout
 
-    def check(self, df: Any, prepared: Any, spark: Any, batch: Batch, *, consolidated: bool) -> Known | None:
+    def check(
+        self, df: Any, prepared: Any, spark: Any, batch: Batch, *, consolidated: bool
+    ) -> Known | None:
         """The batch checked and consolidated on the driver, ready to produce; None when the
         driver cannot take it (then nothing was written, and the caller writes it the
         distributed way).
@@ -76,19 +88,26 @@ class DriverWay:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        from cdc_emitter.sink import small_batch
         from cdc_emitter.sink import plan as sink_jvm
+        from cdc_emitter.sink import small_batch
         from cdc_emitter.sink.plan import ENVELOPE
         from cdc_emitter.spark.columns import EncodedRows, arrow_table
 
         try:
             if consolidated:  # at most one update over the limit comes back: then too many
                 plan = self.plan(spark, batch)
-                updates = plan.updates(prepared, self.row_checks(batch), one_time=batch.time is not None)
+                updates = plan.updates(
+                    prepared, self.row_checks(batch), one_time=batch.time is not None
+                )
                 table = arrow_table(updates.limit(self.small_batch_rows + 1))
             else:
-                layout = dict(schema=batch.schema, data_cols=batch.data_cols, data_record=batch.codec.data_schema,
-                              time_column=self.time_column, diff_column=batch.diff_col)
+                layout = dict(
+                    schema=batch.schema,
+                    data_cols=batch.data_cols,
+                    data_record=batch.codec.data_schema,
+                    time_column=self.time_column,
+                    diff_column=batch.diff_col,
+                )
                 key = (type(spark), EncodedRows.key_of(**layout))
                 if self._encoded_rows is None or self._encoded_rows[0] != key:
                     self._encoded_rows = (key, EncodedRows(**layout))
@@ -99,14 +118,21 @@ class DriverWay:
                 if ours is None:
                     raise
                 raise ours from None
-            log.info("%s: too big to finish on the driver (%s); writing it from the executors",
-                     batch.what, str(exc).splitlines()[0][:200])
+            log.info(
+                "%s: too big to finish on the driver (%s); writing it from the executors",
+                batch.what,
+                str(exc).splitlines()[0][:200],
+            )
             return None
         if consolidated and table.num_rows > self.small_batch_rows:
             # every row was checked, but the updates are many this time: they are packed and
             # written from the executors, by a job that consolidates again (one aggregation lost)
-            log.info("%s: over %d updates, too many to finish on the driver; writing them from the "
-                     "executors", batch.what, self.small_batch_rows)
+            log.info(
+                "%s: over %d updates, too many to finish on the driver; writing them from the "
+                "executors",
+                batch.what,
+                self.small_batch_rows,
+            )
             return None
         rows = int(pc.sum(table.column("n")).as_py() or 0) if consolidated else table.num_rows
         data = table.column("data").combine_chunks()
@@ -117,19 +143,38 @@ class DriverWay:
             times = pa.array(np.full(table.num_rows, batch.time, np.int64))
         recorded = batch.recorded
         t, d = small_batch.check_rows(
-            times, table.column("d").combine_chunks() if batch.diff_col or consolidated else None,
-            what=batch.what, time_column=self.time_column, diff_column=self.diff_column, lower=batch.lower,
-            late_advance=self.late == "advance", rerun_upper=None if recorded is None else recorded.upper,
-            describe=describe)
+            times,
+            table.column("d").combine_chunks() if batch.diff_col or consolidated else None,
+            what=batch.what,
+            time_column=self.time_column,
+            diff_column=self.diff_column,
+            lower=batch.lower,
+            late_advance=self.late == "advance",
+            rerun_upper=None if recorded is None else recorded.upper,
+            describe=describe,
+        )
         hashes = table.column("h").combine_chunks().to_numpy(zero_copy_only=False)
         consolidated_batch = small_batch.consolidate(
-            data, hashes, t, d, what=batch.what, describe=describe,
-            max_item_bytes=self.max_message_bytes - ENVELOPE, max_message_bytes=self.max_message_bytes)
+            data,
+            hashes,
+            t,
+            d,
+            what=batch.what,
+            describe=describe,
+            max_item_bytes=self.max_message_bytes - ENVELOPE,
+            max_message_bytes=self.max_message_bytes,
+        )
         messages = list(batch.codec.pack_items(consolidated_batch.items))
-        return Known(counts=consolidated_batch.counts, digest=consolidated_batch.digest,
-                     max_time=consolidated_batch.max_time, rows=rows, groups=consolidated_batch.groups,
-                     messages=len(messages), n_bytes=sum(map(len, messages)),
-                     write=lambda: self._produce(messages, batch))
+        return Known(
+            counts=consolidated_batch.counts,
+            digest=consolidated_batch.digest,
+            max_time=consolidated_batch.max_time,
+            rows=rows,
+            groups=consolidated_batch.groups,
+            messages=len(messages),
+            n_bytes=sum(map(len, messages)),
+            write=lambda: self._produce(messages, batch),
+        )
 
     def _produce(self, messages: list[bytes], batch: Batch) -> None:
         produce_messages(self.producer(), messages, batch, self.flush_timeout)
@@ -141,12 +186,17 @@ def too_big_for_driver(exc: BaseException) -> bool:
     return "maxResultSize" in str(exc)
 
 
-def produce_messages(producer: Any, messages: list[bytes], batch: Batch, flush_timeout: float | None) -> None:
+def produce_messages(
+    producer: Any, messages: list[bytes], batch: Batch, flush_timeout: float | None
+) -> None:
     """Produce a batch's update messages through the sink's driver ``producer``, in turn to each
     of its update partitions; return once every one is acknowledged (a failed delivery raises
     :class:`~cdc_emitter.errors.DeliveryError`)."""
     targets = batch.update_partitions
     for n, message in enumerate(messages):
-        producer.produce(message, headers=batch.headers,
-                         partition=None if not targets else targets[n % len(targets)])
+        producer.produce(
+            message,
+            headers=batch.headers,
+            partition=None if not targets else targets[n % len(targets)],
+        )
     producer.flush(flush_timeout)

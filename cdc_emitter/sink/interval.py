@@ -31,8 +31,16 @@ def recorded_from_statement(lower: int, upper: int | None, column_mode: bool) ->
     return Recorded(lower, upper, None if column_mode or upper is None else upper - 1)
 
 
-def batch_time(*, topic: str, lower: int, recorded: Recorded | None, fixed_time: int | None,
-               batch_id: int | None, time_offset: int, late: str) -> int:
+def batch_time(
+    *,
+    topic: str,
+    lower: int,
+    recorded: Recorded | None,
+    fixed_time: int | None,
+    batch_id: int | None,
+    time_offset: int,
+    late: str,
+) -> int:
     """The time of every update of a default-mode batch (no time column).
 
     Recorded, else ``write(time=...)``'s (refused below ``lower`` unless ``late="advance"``), else
@@ -52,8 +60,17 @@ def batch_time(*, topic: str, lower: int, recorded: Recorded | None, fixed_time:
     return lower
 
 
-def batch_upper(*, what: str, lower: int, recorded: Recorded | None, close: bool, column_mode: bool,
-                time: int | None, max_time: int | None, upper_hint: int | None) -> int | None:
+def batch_upper(
+    *,
+    what: str,
+    lower: int,
+    recorded: Recorded | None,
+    close: bool,
+    column_mode: bool,
+    time: int | None,
+    max_time: int | None,
+    upper_hint: int | None,
+) -> int | None:
     """The batch's upper bound (None: the history is closed).
 
     Recorded (a re-run that now holds an update at or beyond it is refused: its input changed);
@@ -77,7 +94,9 @@ def batch_upper(*, what: str, lower: int, recorded: Recorded | None, close: bool
         return time + 1
     if upper_hint is not None:
         if max_time is not None and max_time >= upper_hint:
-            raise BadInputError(f"{what}: update at time {max_time} is not below the batch's upper "
-                                f"{upper_hint} (write_upto)")
+            raise BadInputError(
+                f"{what}: update at time {max_time} is not below the batch's upper "
+                f"{upper_hint} (write_upto)"
+            )
         return max(upper_hint, lower)
     return max(max_time + 1 if max_time is not None else lower, lower)

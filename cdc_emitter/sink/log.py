@@ -26,8 +26,15 @@ from typing import Any, NamedTuple
 from cdc_emitter.errors import CdcError
 from cdc_emitter.spark.sources import spark_error_text
 
-__all__ = ["SinkLog", "DataFrameSinkLog", "SinkLogEntry", "KEEP", "open_sink_log", "is_connect",
-           "query_id_from_checkpoint"]
+__all__ = [
+    "SinkLog",
+    "DataFrameSinkLog",
+    "SinkLogEntry",
+    "KEEP",
+    "open_sink_log",
+    "is_connect",
+    "query_id_from_checkpoint",
+]
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +58,12 @@ class SinkLogEntry(NamedTuple):
     def from_json(cls, text: str) -> SinkLogEntry:
         obj = json.loads(text)
         return cls(
-            int(obj["batch_id"]), int(obj["lower"]),
+            int(obj["batch_id"]),
+            int(obj["lower"]),
             None if obj.get("upper") is None else int(obj["upper"]),
             None if obj.get("time") is None else int(obj["time"]),
-            obj.get("writer"), obj.get("topic"),
+            obj.get("writer"),
+            obj.get("topic"),
         )
 
     @classmethod
@@ -69,8 +78,15 @@ class SinkLogEntry(NamedTuple):
 class SinkLog:
     """Batch intervals under ``<checkpoint_location>/cdc-emitter-sink`` (Hadoop FileSystem)."""
 
-    def __init__(self, spark: Any, checkpoint_location: str, keep: int = KEEP, *, dirname: str = DIRNAME,
-                 entry_type: Any = SinkLogEntry) -> None:
+    def __init__(
+        self,
+        spark: Any,
+        checkpoint_location: str,
+        keep: int = KEEP,
+        *,
+        dirname: str = DIRNAME,
+        entry_type: Any = SinkLogEntry,
+    ) -> None:
         self.location = str(checkpoint_location).rstrip("/") + "/" + dirname
         self.keep = keep
         self._entry = entry_type
@@ -155,8 +171,9 @@ def is_connect(spark: Any) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def open_sink_log(spark: Any, checkpoint_location: str, *, dirname: str = DIRNAME,
-                  entry_type: Any = SinkLogEntry) -> SinkLog | DataFrameSinkLog:
+def open_sink_log(
+    spark: Any, checkpoint_location: str, *, dirname: str = DIRNAME, entry_type: Any = SinkLogEntry
+) -> SinkLog | DataFrameSinkLog:
     """The sink log for ``checkpoint_location``, in the way the session allows. ``dirname`` and
     ``entry_type`` (a record with ``batch_id``, ``to_json()`` and ``from_lines()``) keep another
     per-batch log the same way (a converter's decisions)."""
@@ -183,8 +200,14 @@ def query_id_from_checkpoint(spark: Any, checkpoint_location: str) -> str:
 class DataFrameSinkLog:
     """The sink log through the DataFrame API only (Spark Connect): one text dataset per record."""
 
-    def __init__(self, spark: Any, checkpoint_location: str, *, dirname: str = DIRNAME,
-                 entry_type: Any = SinkLogEntry) -> None:
+    def __init__(
+        self,
+        spark: Any,
+        checkpoint_location: str,
+        *,
+        dirname: str = DIRNAME,
+        entry_type: Any = SinkLogEntry,
+    ) -> None:
         self.location = str(checkpoint_location).rstrip("/") + "/" + dirname
         self._spark = spark
         self._entry = entry_type
@@ -211,14 +234,22 @@ class DataFrameSinkLog:
             return existing
         failure: Exception | None = None
         try:
-            (self._spark.createDataFrame([(entry.to_json(),)], "value string").coalesce(1)
-             .write.mode("error").text(self._path(entry.batch_id)))  # "errorifexists": not on Connect
+            (
+                self._spark.createDataFrame([(entry.to_json(),)], "value string")
+                .coalesce(1)
+                .write.mode("error")
+                .text(self._path(entry.batch_id))
+            )  # "errorifexists": not on Connect
         except Exception as exc:  # noqa: BLE001 - recorded meanwhile: theirs wins (read below)
             failure = exc
         kept = self.get(entry.batch_id)
         if kept is None:
-            cause = spark_error_text(failure) if failure is not None else "written, yet not read back"
-            raise CdcError(f"cannot write sink log record {self._path(entry.batch_id)}: {cause}") from failure
+            cause = (
+                spark_error_text(failure) if failure is not None else "written, yet not read back"
+            )
+            raise CdcError(
+                f"cannot write sink log record {self._path(entry.batch_id)}: {cause}"
+            ) from failure
         return kept
 
 
@@ -226,19 +257,24 @@ class DataFrameSinkLog:
 CONVERT_DIRNAME = "cdc-emitter-convert"
 
 
-def converter_records(spark: Any, checkpoint_location: str, entry_type: Any, batch_id: int,
-                      what: str) -> tuple[Any, Any, Any]:
+def converter_records(
+    spark: Any, checkpoint_location: str, entry_type: Any, batch_id: int, what: str
+) -> tuple[Any, Any, Any]:
     """``(log, record, previous)`` of a converter's batch: its log under
     ``<checkpoint>/cdc-emitter-convert``, the record of ``batch_id`` (a re-run takes what its first
     attempt decided) or None, and when that is None the record of the batch before (None for
     batch 0). :class:`CdcError` naming ``what`` when a later batch has no record before it: the
     checkpoint was not started by the converter."""
-    records = open_sink_log(spark, checkpoint_location, dirname=CONVERT_DIRNAME, entry_type=entry_type)
+    records = open_sink_log(
+        spark, checkpoint_location, dirname=CONVERT_DIRNAME, entry_type=entry_type
+    )
     record = records.get(batch_id)
     previous = None
     if record is None and batch_id > 0:
         previous = records.get(batch_id - 1)
         if previous is None:
-            raise CdcError(f"{what} batch {batch_id}: {records.location} has no record of batch {batch_id - 1}; "
-                           "this checkpoint was not started by the converter: start from a new checkpoint")
+            raise CdcError(
+                f"{what} batch {batch_id}: {records.location} has no record of batch {batch_id - 1}; "
+                "this checkpoint was not started by the converter: start from a new checkpoint"
+            )
     return records, record, previous

@@ -58,15 +58,36 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cdc_emitter.protocol.core import MAX_LONG, MIN_LONG
 from cdc_emitter.errors import BadInputError, CdcError, LateUpdateError
-from cdc_emitter.spark.columns import (DIFF, HASH, TIME, bucket_of, digest_share, encoded_data, group_keys, hash_columns,
-                            not_null_long)
+from cdc_emitter.protocol.core import MAX_LONG, MIN_LONG
+from cdc_emitter.spark.columns import (
+    DIFF,
+    HASH,
+    TIME,
+    bucket_of,
+    digest_share,
+    encoded_data,
+    group_keys,
+    hash_columns,
+    not_null_long,
+)
 from cdc_emitter.spark.schema import contains_map
 
-__all__ = ["Check", "row_checks", "ENVELOPE", "MessagePlan", "BATCH", "task_error",
-           "expect_repeats", "note_repeats", "forget_layouts", "packed_groups",
-           "LARGE_DIFF", "small_diffs", "large_diff"]
+__all__ = [
+    "Check",
+    "row_checks",
+    "ENVELOPE",
+    "MessagePlan",
+    "BATCH",
+    "task_error",
+    "expect_repeats",
+    "note_repeats",
+    "forget_layouts",
+    "packed_groups",
+    "LARGE_DIFF",
+    "small_diffs",
+    "large_diff",
+]
 
 ORDER = "__cdc_order"
 DATA = "__cdc_data"
@@ -102,8 +123,9 @@ class Check:
     parts: tuple
 
 
-def row_checks(*, what: str, lower: int, recorded_upper: int | None, time_column: str | None,
-               diff_column: str) -> list[Check]:
+def row_checks(
+    *, what: str, lower: int, recorded_upper: int | None, time_column: str | None, diff_column: str
+) -> list[Check]:
     """The per-row checks of a batch whose interval starts at ``lower`` (built per batch: they
     hold its frontier): in column mode a null, negative or late time; a null diff; and for a
     re-run whose first attempt recorded ``recorded_upper``, a time at or beyond it."""
@@ -114,22 +136,60 @@ def row_checks(*, what: str, lower: int, recorded_upper: int | None, time_column
     if time_column is not None:
         tcol = time_column
         checks += [
-            Check(t.isNull(), "BadInputError", (f"{what}: null time in column {tcol!r} (e.g. row ",
-                                                ROW, "); every row needs a non-negative integer time")),
-            Check(t < 0, "BadInputError", (f"{what}: negative time ", t, f" in column {tcol!r} (e.g. row ",
-                                           ROW, "); times must be non-negative")),
-            Check(t < lower, "LateUpdateError", (
-                f"{what}: update at time ", t, f" in column {tcol!r} is late (e.g. row ", ROW,
-                f"): the topic is complete up to frontier {lower}; pass late='advance' to move "
-                f"late updates to {lower}")),
+            Check(
+                t.isNull(),
+                "BadInputError",
+                (
+                    f"{what}: null time in column {tcol!r} (e.g. row ",
+                    ROW,
+                    "); every row needs a non-negative integer time",
+                ),
+            ),
+            Check(
+                t < 0,
+                "BadInputError",
+                (
+                    f"{what}: negative time ",
+                    t,
+                    f" in column {tcol!r} (e.g. row ",
+                    ROW,
+                    "); times must be non-negative",
+                ),
+            ),
+            Check(
+                t < lower,
+                "LateUpdateError",
+                (
+                    f"{what}: update at time ",
+                    t,
+                    f" in column {tcol!r} is late (e.g. row ",
+                    ROW,
+                    f"): the topic is complete up to frontier {lower}; pass late='advance' to move "
+                    f"late updates to {lower}",
+                ),
+            ),
         ]
-    checks.append(Check(d.isNull(), "BadInputError",
-                        (f"{what}: null diff in column {diff_column!r} (e.g. row ", ROW, ")")))
+    checks.append(
+        Check(
+            d.isNull(),
+            "BadInputError",
+            (f"{what}: null diff in column {diff_column!r} (e.g. row ", ROW, ")"),
+        )
+    )
     if recorded_upper is not None:
-        checks.append(Check(t >= recorded_upper, "BadInputError", (
-            f"{what} is a re-run whose recorded interval is [{lower}, {recorded_upper}), but now has "
-            "an update at time ", t, ": the batch's input changed between attempts (a streaming "
-            "source must replay the same data)")))
+        checks.append(
+            Check(
+                t >= recorded_upper,
+                "BadInputError",
+                (
+                    f"{what} is a re-run whose recorded interval is [{lower}, {recorded_upper}), but now has "
+                    "an update at time ",
+                    t,
+                    ": the batch's input changed between attempts (a streaming "
+                    "source must replay the same data)",
+                ),
+            )
+        )
     return checks
 
 
@@ -161,7 +221,11 @@ class _Exprs:
             time_text, time_bytes = t.cast("string"), _avro_long(t)
             self.order = plan._order(t)
         # a consolidated update's diff, and whether more than one live row made it
-        self.consolidated = (plan._total(time_text), (F.col("__cdc_rows") > 1).alias(REPEAT), F.col(ROWS))
+        self.consolidated = (
+            plan._total(time_text),
+            (F.col("__cdc_rows") > 1).alias(REPEAT),
+            F.col(ROWS),
+        )
         # encode each update (an Avro record is its fields' encodings in order: the data
         # record, then time and diff as zig-zag varints); its hash is the digest's share
         if plan.by_bytes:
@@ -171,18 +235,43 @@ class _Exprs:
         item = F.concat(data_bytes, time_bytes, _long_bytes(d))
         live = d != 0
         # the item is its own column, so that the size check and the value share one encoding
-        self.items = (F.col("__cdc_bucket"), *self.time, F.col(ORDER), d, *plan._data,  # data: for the error's text
-                      F.when(live, item).alias("__cdc_item"), F.col(REPEAT), F.col(ROWS))
+        self.items = (
+            F.col("__cdc_bucket"),
+            *self.time,
+            F.col(ORDER),
+            d,
+            *plan._data,  # data: for the error's text
+            F.when(live, item).alias("__cdc_item"),
+            F.col(REPEAT),
+            F.col(ROWS),
+        )
         size = F.octet_length("__cdc_item")
-        too_big = _fail("BadInputError", F.lit(f"{BATCH}: row "), plan._after_json, F.lit(" at time "),
-                        time_text, F.lit(" encodes to "), size.cast("string"),
-                        F.lit(f" bytes, over the message limit of {plan._max_message_bytes} bytes less "
-                              f"{ENVELOPE} for the message envelope (max_message_bytes)"))
-        checked_item = F.when(size > F.lit(plan._limit), too_big.cast("binary")).otherwise(F.col("__cdc_item"))
-        self.encoded = (F.col("__cdc_bucket"), *self.time, checked_item.alias("__cdc_item"),
-                        F.when(live, digest_share(F.col(ORDER), d)).alias(HASH),
-                        F.when(live, 1).otherwise(0).alias("__cdc_live"), F.col(ORDER), F.col(REPEAT),
-                        F.col(ROWS))
+        too_big = _fail(
+            "BadInputError",
+            F.lit(f"{BATCH}: row "),
+            plan._after_json,
+            F.lit(" at time "),
+            time_text,
+            F.lit(" encodes to "),
+            size.cast("string"),
+            F.lit(
+                f" bytes, over the message limit of {plan._max_message_bytes} bytes less "
+                f"{ENVELOPE} for the message envelope (max_message_bytes)"
+            ),
+        )
+        checked_item = F.when(size > F.lit(plan._limit), too_big.cast("binary")).otherwise(
+            F.col("__cdc_item")
+        )
+        self.encoded = (
+            F.col("__cdc_bucket"),
+            *self.time,
+            checked_item.alias("__cdc_item"),
+            F.when(live, digest_share(F.col(ORDER), d)).alias(HASH),
+            F.when(live, 1).otherwise(0).alias("__cdc_live"),
+            F.col(ORDER),
+            F.col(REPEAT),
+            F.col(ROWS),
+        )
         # packing, two ways, each bucket's arrays holding updates of any times. Spread (see
         # messages): by hash over a given number of arrays, with no window — an array can come
         # out over the limit, which batch_stats shows. Exact: by running size in hash order;
@@ -193,29 +282,51 @@ class _Exprs:
         window = Window.partitionBy("__cdc_bucket").orderBy(ORDER)
         small = F.col("__cdc_size") <= F.lit(half)
         running = F.sum(F.when(small, F.col("__cdc_size")).otherwise(0)).over(
-            window.rowsBetween(Window.unboundedPreceding, Window.currentRow))
-        self.chunk_exact = (F.when(no_item, F.lit(None))
-                            .when(small, F.floor((running - 1) / F.lit(half)))
-                            .otherwise(-F.row_number().over(window)))
-        value = F.concat(F.lit(plan._frame + b"\x00"), _avro_long(F.col("n").cast("long")),
-                         F.col("__cdc_body"), F.lit(b"\x00"))
+            window.rowsBetween(Window.unboundedPreceding, Window.currentRow)
+        )
+        self.chunk_exact = (
+            F.when(no_item, F.lit(None))
+            .when(small, F.floor((running - 1) / F.lit(half)))
+            .otherwise(-F.row_number().over(window))
+        )
+        value = F.concat(
+            F.lit(plan._frame + b"\x00"),
+            _avro_long(F.col("n").cast("long")),
+            F.col("__cdc_body"),
+            F.lit(b"\x00"),
+        )
         if plan._partitions:
             spread = F.xxhash64("__cdc_bucket", "__cdc_chunk")
-            partition = F.element_at(F.array(*[F.lit(p) for p in plan._partitions]),
-                                     (F.pmod(spread, F.lit(len(plan._partitions))) + 1).cast("int"))
+            partition = F.element_at(
+                F.array(*[F.lit(p) for p in plan._partitions]),
+                (F.pmod(spread, F.lit(len(plan._partitions))) + 1).cast("int"),
+            )
         else:
             partition = F.lit(None).cast("int")
         # an array's times: a batch of one time's, batch_stats is told; else the largest of its
         # updates' (cancelled ones included: the batch's largest time counts them) and each live
         # update's, which batch_stats counts per time — an array is not one time's, so that the
         # arrays of a batch of many times are as few and full as those of a batch of one
-        self.times = () if one_time else (F.max(t).alias("max_time"),
-                                          F.collect_list(F.when(F.col("__cdc_live") == 1, t)).alias("times"))
-        self.message = (F.col("n"), F.col("xor"), F.col("rows"), F.col("groups"),
-                        F.when(F.col("n") > 0, value).alias("value"), partition.alias("partition"),
-                        F.col("repeated"), F.col("__cdc_bucket").alias("bucket"),
-                        F.col("__cdc_chunk").alias("array"),
-                        *([] if one_time else [F.col("max_time"), F.col("times")]))
+        self.times = (
+            ()
+            if one_time
+            else (
+                F.max(t).alias("max_time"),
+                F.collect_list(F.when(F.col("__cdc_live") == 1, t)).alias("times"),
+            )
+        )
+        self.message = (
+            F.col("n"),
+            F.col("xor"),
+            F.col("rows"),
+            F.col("groups"),
+            F.when(F.col("n") > 0, value).alias("value"),
+            partition.alias("partition"),
+            F.col("repeated"),
+            F.col("__cdc_bucket").alias("bucket"),
+            F.col("__cdc_chunk").alias("array"),
+            *([] if one_time else [F.col("max_time"), F.col("times")]),
+        )
         # the lists messages() selects and groups by, built once: on a classic session each
         # Column made is several round trips to the JVM (a column name given as text, one).
         # Where a step's columns need only the step before's, they are one select: a classic
@@ -224,20 +335,44 @@ class _Exprs:
         self.bucket = bucket
         self.rows = (plan._data_bytes.alias(DATA), *self.time, d, order) if plan.by_bytes else None
         # ... the same, the hash computed in the same step
-        self.rows_ordered = (plan._data_bytes.alias(DATA), *self.time, d, self.order.alias(ORDER)) \
-            if plan.by_bytes else None
+        self.rows_ordered = (
+            (plan._data_bytes.alias(DATA), *self.time, d, self.order.alias(ORDER))
+            if plan.by_bytes
+            else None
+        )
         self.keys = (bucket, order, *plan._keys, *self.time)
         self.after_keys = (bucket, order, *plan._data, *self.time, *self.consolidated)
-        unconsolidated = (order, *plan._data, *self.time, d, F.lit(False).alias(REPEAT),
-                          F.lit(1).cast("long").alias(ROWS))
+        unconsolidated = (
+            order,
+            *plan._data,
+            *self.time,
+            d,
+            F.lit(False).alias(REPEAT),
+            F.lit(1).cast("long").alias(ROWS),
+        )
         self.unconsolidated = (bucket, *unconsolidated)
-        self.unconsolidated_bucketed = (plan._bucket.alias("__cdc_bucket"), *unconsolidated)  # from ORDER
+        self.unconsolidated_bucketed = (
+            plan._bucket.alias("__cdc_bucket"),
+            *unconsolidated,
+        )  # from ORDER
         self.arrays = (bucket, F.col("__cdc_chunk"))
         if plan.by_bytes:  # MessagePlan._combined's
-            self.combined = (self.order.alias(ORDER), plan._data_bytes.alias(DATA), *self.time, F.col("__cdc_hi"),
-                             F.col("__cdc_lo"), F.col("__cdc_rows"), F.col(ROWS))
-            self.combined_updates = (plan._bucket.alias("__cdc_bucket"), order, F.col(DATA), *self.time,
-                                     *self.consolidated)
+            self.combined = (
+                self.order.alias(ORDER),
+                plan._data_bytes.alias(DATA),
+                *self.time,
+                F.col("__cdc_hi"),
+                F.col("__cdc_lo"),
+                F.col("__cdc_rows"),
+                F.col(ROWS),
+            )
+            self.combined_updates = (
+                plan._bucket.alias("__cdc_bucket"),
+                order,
+                F.col(DATA),
+                *self.time,
+                *self.consolidated,
+            )
 
 
 class MessagePlan:
@@ -254,8 +389,17 @@ class MessagePlan:
     ``partitions``: where messages go (None: Kafka's choice).
     """
 
-    def __init__(self, *, schema: Any, data_cols: Sequence[str], update_schema: dict, frame: bytes,
-                 max_message_bytes: int, buckets: int, partitions: Sequence[int] | None) -> None:
+    def __init__(
+        self,
+        *,
+        schema: Any,
+        data_cols: Sequence[str],
+        update_schema: dict,
+        frame: bytes,
+        max_message_bytes: int,
+        buckets: int,
+        partitions: Sequence[int] | None,
+    ) -> None:
         from pyspark.sql import functions as F
         from pyspark.sql.avro.functions import from_avro
 
@@ -275,7 +419,9 @@ class MessagePlan:
             self._data_bytes = encoded_data(schema, data_cols, self._record)
             self._keys, self._firsts, self._data = [F.col(DATA)], [], [F.col(DATA)]
             self._columns = [F.col(c) for c in data_cols]  # what a combined batch groups on
-            self._after_json = F.to_json(from_avro(F.col(DATA), json.dumps(self._record)))  # only for an error's text
+            self._after_json = F.to_json(
+                from_avro(F.col(DATA), json.dumps(self._record))
+            )  # only for an error's text
         else:
             self._keys, self._firsts = group_keys(schema, data_cols)
             self._data = [F.col(c) for c in data_cols]
@@ -286,30 +432,45 @@ class MessagePlan:
         self._bucket = bucket_of(F.col(ORDER), buckets)
         # 2. consolidation: the 64-bit sum as high and low 32-bit halves, which cannot overflow
         # (fewer than 2^31 rows per update), joined exactly
-        self._sums = (F.sum(F.shiftright(d, 32)).alias("__cdc_hi"),
-                      F.sum(d.bitwiseAND(F.lit(0xFFFFFFFF))).alias("__cdc_lo"),
-                      F.count(F.when(d != 0, F.lit(1))).alias("__cdc_rows"),  # live rows behind the update
-                      F.count(F.lit(1)).alias(ROWS))  # all of them: what the driver would take
+        self._sums = (
+            F.sum(F.shiftright(d, 32)).alias("__cdc_hi"),
+            F.sum(d.bitwiseAND(F.lit(0xFFFFFFFF))).alias("__cdc_lo"),
+            F.count(F.when(d != 0, F.lit(1))).alias("__cdc_rows"),  # live rows behind the update
+            F.count(F.lit(1)).alias(ROWS),
+        )  # all of them: what the driver would take
         two32 = F.lit(4294967296).cast("decimal(38,0)")
-        self._exact = F.col("__cdc_hi").cast("decimal(38,0)") * two32 + F.col("__cdc_lo").cast("decimal(38,0)")
-        self._fast = F.try_add(F.try_multiply(F.col("__cdc_hi"), F.lit(4294967296)), F.col("__cdc_lo"))
-        self._total_one_time = self._total(F.lit(BATCH_TIME))  # updates(one_time=True): no time column
+        self._exact = F.col("__cdc_hi").cast("decimal(38,0)") * two32 + F.col("__cdc_lo").cast(
+            "decimal(38,0)"
+        )
+        self._fast = F.try_add(
+            F.try_multiply(F.col("__cdc_hi"), F.lit(4294967296)), F.col("__cdc_lo")
+        )
+        self._total_one_time = self._total(
+            F.lit(BATCH_TIME)
+        )  # updates(one_time=True): no time column
         self._max_message_bytes, self._limit = max_message_bytes, max_message_bytes - ENVELOPE
         self._frame, self._partitions = frame, partitions
         self._size = F.coalesce(F.octet_length("__cdc_item"), F.lit(0))
-        self._packed = (F.sum("__cdc_live").alias("n"),
-                        F.bit_xor(F.coalesce(F.col(HASH), F.lit(0).cast("long"))).alias("xor"),
-                        _concat_all(F.col("__cdc_item")).alias("__cdc_body"),
-                        F.sum(ROWS).alias("rows"), F.count(F.lit(1)).alias("groups"))
+        self._packed = (
+            F.sum("__cdc_live").alias("n"),
+            F.bit_xor(F.coalesce(F.col(HASH), F.lit(0).cast("long"))).alias("xor"),
+            _concat_all(F.col("__cdc_item")).alias("__cdc_body"),
+            F.sum(ROWS).alias("rows"),
+            F.count(F.lit(1)).alias("groups"),
+        )
         # whether an array holds an update made of more than one live row (consolidated), or,
         # unconsolidated, two live rows of one hash — the same (data, time) or, rarely, a
         # collision: either way the array is not to be written
         self._repeated = F.bool_or(REPEAT).alias("repeated")
         orders = F.collect_list(F.when(F.col("__cdc_live") == 1, F.col(ORDER)))
-        self._repeated_unconsolidated = (F.size(F.array_distinct(orders)) < F.size(orders)).alias("repeated")
+        self._repeated_unconsolidated = (F.size(F.array_distinct(orders)) < F.size(orders)).alias(
+            "repeated"
+        )
         self._exprs: dict[bool, _Exprs] = {}  # by one_time, built when first needed
         self._chunks: dict[int, Any] = {}  # by fanout (see _fanned)
-        self._last_checked: dict[str, tuple] = {}  # by column: (checks, the checked column), see _checked
+        self._last_checked: dict[
+            str, tuple
+        ] = {}  # by column: (checks, the checked column), see _checked
 
     def _order(self, time: Any) -> Any:
         """A row's hash of its data and ``time`` (a long column, or a one-time batch's
@@ -324,11 +485,19 @@ class MessagePlan:
         one, which fails the job with the row's text when the total does not fit 64 bits."""
         from pyspark.sql import functions as F
 
-        slow = (F.when((self._exact > F.lit(MAX_LONG)) | (self._exact < F.lit(MIN_LONG)),
-                       _fail("BadInputError", F.lit(f"{BATCH}: the consolidated diff of row "), self._after_json,
-                             F.lit(" at time "), time_text, F.lit(" is "), self._exact.cast("string"),
-                             F.lit(", which overflows a 64-bit long")).cast("long"))
-                .otherwise(self._exact.cast("long")))
+        slow = F.when(
+            (self._exact > F.lit(MAX_LONG)) | (self._exact < F.lit(MIN_LONG)),
+            _fail(
+                "BadInputError",
+                F.lit(f"{BATCH}: the consolidated diff of row "),
+                self._after_json,
+                F.lit(" at time "),
+                time_text,
+                F.lit(" is "),
+                self._exact.cast("string"),
+                F.lit(", which overflows a 64-bit long"),
+            ).cast("long"),
+        ).otherwise(self._exact.cast("long"))
         return F.when(self._fast.isNotNull(), self._fast).otherwise(slow).alias(DIFF)
 
     def _time_exprs(self, one_time: bool) -> _Exprs:
@@ -338,11 +507,26 @@ class MessagePlan:
         return exprs
 
     @staticmethod
-    def key_of(*, schema: Any, data_cols: Sequence[str], update_schema: dict, frame: bytes,
-               max_message_bytes: int, buckets: int, partitions: Sequence[int] | None) -> tuple:
+    def key_of(
+        *,
+        schema: Any,
+        data_cols: Sequence[str],
+        update_schema: dict,
+        frame: bytes,
+        max_message_bytes: int,
+        buckets: int,
+        partitions: Sequence[int] | None,
+    ) -> tuple:
         """What a plan is built from: equal keys, interchangeable plans."""
-        return (schema.json(), tuple(data_cols), json.dumps(update_schema), frame, max_message_bytes,
-                buckets, tuple(partitions or ()))
+        return (
+            schema.json(),
+            tuple(data_cols),
+            json.dumps(update_schema),
+            frame,
+            max_message_bytes,
+            buckets,
+            tuple(partitions or ()),
+        )
 
     @classmethod
     def shared(cls, session_kind: type, **layout: Any) -> MessagePlan:
@@ -361,9 +545,17 @@ class MessagePlan:
                 _shared.pop(next(iter(_shared)))
         return plan
 
-    def messages(self, prepared: Any, checks: Sequence[Check], *, fanout: int, time: int | None = None,
-                 exact: bool = False, consolidate: bool = True,
-                 arrays: Sequence[tuple[int, int]] | None = None) -> Any:
+    def messages(
+        self,
+        prepared: Any,
+        checks: Sequence[Check],
+        *,
+        fanout: int,
+        time: int | None = None,
+        exact: bool = False,
+        consolidate: bool = True,
+        arrays: Sequence[tuple[int, int]] | None = None,
+    ) -> Any:
         """The batch's messages as a DataFrame (nothing computed yet): one row per update array
         with ``n`` (updates), ``xor`` (XOR of the updates' hashes), ``rows`` (the input rows
         behind its updates, zero diffs included), ``groups`` (its updates, cancelled ones
@@ -406,15 +598,23 @@ class MessagePlan:
         the updates, each of those tasks then holding :func:`packed_groups` groups too."""
 
         if not (consolidate or self.by_bytes):
-            raise ValueError("rows are left unconsolidated only when their data is grouped as bytes")
+            raise ValueError(
+                "rows are left unconsolidated only when their data is grouped as bytes"
+            )
         one_time = time is not None
         ex = self._time_exprs(one_time)
         if one_time:  # its time comes as binary literals, added where they are used
             prepared = prepared.drop(TIME)
         if self._combines(consolidate, exact):
-            return self._combined(self._checked(prepared, checks, into=DIFF if one_time else TIME),
-                                  fanout, time, arrays)
-        rows = self._checked(prepared, checks, into=DIFF if one_time else TIME, added=_time_columns(time, TIME_KEY))
+            return self._combined(
+                self._checked(prepared, checks, into=DIFF if one_time else TIME),
+                fanout,
+                time,
+                arrays,
+            )
+        rows = self._checked(
+            prepared, checks, into=DIFF if one_time else TIME, added=_time_columns(time, TIME_KEY)
+        )
         if arrays is None and self.by_bytes:
             rows = rows.select(*ex.rows_ordered)
         else:
@@ -427,12 +627,15 @@ class MessagePlan:
             # session's shuffle partitions (200 by default), when adaptive execution is off
             item_time = [c.alias(name) for name, c in _time_columns(time, TIME_ITEM).items()]
             updates = rows.select(*ex.unconsolidated_bucketed, *item_time)
-            return self._pack(updates, self._fanned(fanout), self._repeated_unconsolidated, ex,
-                              None).coalesce(self._buckets)
+            return self._pack(
+                updates, self._fanned(fanout), self._repeated_unconsolidated, ex, None
+            ).coalesce(self._buckets)
         rows = rows.withColumn("__cdc_bucket", self._bucket)
         rows = rows.repartition(self._buckets, ex.bucket)
         if consolidate:
-            consolidated = rows.groupBy(*ex.keys).agg(*self._sums, *self._firsts).select(*ex.after_keys)
+            consolidated = (
+                rows.groupBy(*ex.keys).agg(*self._sums, *self._firsts).select(*ex.after_keys)
+            )
             repeated = self._repeated
         else:  # each row its own update, packed in its bucket's task
             consolidated = rows.select(*ex.unconsolidated)
@@ -450,18 +653,27 @@ class MessagePlan:
         spread, data grouped as bytes."""
         return consolidate and self.by_bytes and not exact
 
-    def groups_per_packing_task(self, fanout: int, *, consolidate: bool, exact: bool = False) -> int:
+    def groups_per_packing_task(
+        self, fanout: int, *, consolidate: bool, exact: bool = False
+    ) -> int:
         """How many groups a task before the last shuffle holds computing :meth:`messages` of
         these arguments (see :class:`~cdc_emitter.spark.settings.GroupsInMemory`):
         :func:`packed_groups` when it packs a share of every array — unconsolidated where the
         rows are, or consolidated the combined way where the aggregation left them — else 0:
         the updates are packed after the shuffle, a bucket per task."""
-        if self._combines(consolidate, exact) or self._packs_in_input_tasks(consolidate, exact, None):
+        if self._combines(consolidate, exact) or self._packs_in_input_tasks(
+            consolidate, exact, None
+        ):
             return packed_groups(self._buckets, fanout)
         return 0
 
-    def _checked(self, prepared: Any, checks: Sequence[Check], into: str = TIME,
-                 added: dict[str, Any] | None = None) -> Any:
+    def _checked(
+        self,
+        prepared: Any,
+        checks: Sequence[Check],
+        into: str = TIME,
+        added: dict[str, Any] | None = None,
+    ) -> Any:
         """``prepared`` with its column ``into`` (the time, or the diff) checked: in the map
         stage, each bad row fails the task with its own message (when() evaluates a branch's
         value only for rows that take it); the checked column is what the shuffle hashes, groups
@@ -470,15 +682,23 @@ class MessagePlan:
         from pyspark.sql import functions as F
 
         last = self._last_checked.get(into)
-        if last is not None and last[0] is checks:  # the same checks as the last batch's (built once)
+        if (
+            last is not None and last[0] is checks
+        ):  # the same checks as the last batch's (built once)
             return prepared.withColumns({into: last[1], **(added or {})})
         t = F.col(into)
         checked = None
         for check in checks:
-            parts = [self.row_json if p is ROW else F.lit(p) if isinstance(p, str) else p.cast("string")
-                     for p in check.parts]
+            parts = [
+                self.row_json if p is ROW else F.lit(p) if isinstance(p, str) else p.cast("string")
+                for p in check.parts
+            ]
             fail = _fail(check.kind, *parts)
-            checked = F.when(check.condition, fail) if checked is None else checked.when(check.condition, fail)
+            checked = (
+                F.when(check.condition, fail)
+                if checked is None
+                else checked.when(check.condition, fail)
+            )
         column = t if checked is None else checked.otherwise(t)
         self._last_checked[into] = (checks, column)
         return prepared.withColumns({into: column, **(added or {})})
@@ -498,15 +718,32 @@ class MessagePlan:
         from pyspark.sql import functions as F
 
         if not self.by_bytes:
-            raise ValueError("a batch is consolidated for the driver only when its data is grouped as bytes")
+            raise ValueError(
+                "a batch is consolidated for the driver only when its data is grouped as bytes"
+            )
         t = [] if one_time else [F.col(TIME)]
         diff = self._total_one_time if one_time else self._time_exprs(False).consolidated[0]
-        return (self._checked(prepared, checks, into=DIFF if one_time else TIME)
-                .groupBy(*self._columns, *t).agg(*self._sums)
-                .select(self._data_bytes.alias(DATA), self._data_hash.alias("h"), *t, "__cdc_hi", "__cdc_lo",
-                        "__cdc_rows", ROWS)
-                .select(F.col(DATA).alias("data"), "h", *[c.alias("t") for c in t], diff.alias("d"),
-                        F.col(ROWS).alias("n")))
+        return (
+            self._checked(prepared, checks, into=DIFF if one_time else TIME)
+            .groupBy(*self._columns, *t)
+            .agg(*self._sums)
+            .select(
+                self._data_bytes.alias(DATA),
+                self._data_hash.alias("h"),
+                *t,
+                "__cdc_hi",
+                "__cdc_lo",
+                "__cdc_rows",
+                ROWS,
+            )
+            .select(
+                F.col(DATA).alias("data"),
+                "h",
+                *[c.alias("t") for c in t],
+                diff.alias("d"),
+                F.col(ROWS).alias("n"),
+            )
+        )
 
     def _pack(self, updates: Any, chunk: Any, repeated: Any, ex: _Exprs, time: int | None) -> Any:
         """Messages from ``updates`` (bucket, order, data, time, diff, repeat; and
@@ -514,12 +751,17 @@ class MessagePlan:
         encoded, given its array by ``chunk``, and each array's updates joined."""
         items = _with_time(updates, time, TIME_ITEM).select(*ex.items)
         if chunk is ex.chunk_exact:  # by running size
-            encoded = items.select(*ex.encoded).withColumn("__cdc_size", self._size).withColumn("__cdc_chunk", chunk)
+            encoded = (
+                items.select(*ex.encoded)
+                .withColumn("__cdc_size", self._size)
+                .withColumn("__cdc_chunk", chunk)
+            )
         else:  # by hash, in the same step: its null test reads the item before the size check,
             # which can only fail the job
             encoded = items.select(*ex.encoded, chunk.alias("__cdc_chunk"))
-        return (encoded.groupBy(*ex.arrays).agg(*self._packed, repeated, *ex.times)
-                .select(*ex.message))
+        return (
+            encoded.groupBy(*ex.arrays).agg(*self._packed, repeated, *ex.times).select(*ex.message)
+        )
 
     def _fanned(self, fanout: int) -> Any:
         """The array index among ``fanout`` per bucket (:func:`_array_index`), built once each."""
@@ -538,10 +780,16 @@ class MessagePlan:
 
         fanout = max(1, fanout)
         return (self._bucket * F.lit(fanout) + _hash_array(F.lit(fanout))).isin(
-            sorted({bucket * fanout + array for bucket, array in arrays}))
+            sorted({bucket * fanout + array for bucket, array in arrays})
+        )
 
-    def _combined(self, rows: Any, fanout: int, time: int | None,
-                  arrays: Sequence[tuple[int, int]] | None = None) -> Any:
+    def _combined(
+        self,
+        rows: Any,
+        fanout: int,
+        time: int | None,
+        arrays: Sequence[tuple[int, int]] | None = None,
+    ) -> Any:
         """A batch consolidated the way Spark's own aggregation goes: grouped on the data columns
         (collations were taken off before; Spark's grouping normalizes floats as
         :func:`~cdc_emitter.spark.columns.normalized` does) and, unless the batch has one
@@ -561,9 +809,14 @@ class MessagePlan:
         if arrays is not None:
             keyed = _with_time(rows, time, TIME_KEY).withColumn(ORDER, ex.order)
             rows = keyed.where(self._of_arrays(fanout, arrays)).drop(ORDER, TIME_KEY)
-        updates = (_with_time(rows.groupBy(*self._columns, *ex.time).agg(*self._sums), time, TIME_KEY)
-                   .select(*ex.combined).select(*ex.combined_updates))
-        return self._pack(updates, self._fanned(fanout), self._repeated, ex, time).coalesce(self._buckets)
+        updates = (
+            _with_time(rows.groupBy(*self._columns, *ex.time).agg(*self._sums), time, TIME_KEY)
+            .select(*ex.combined)
+            .select(*ex.combined_updates)
+        )
+        return self._pack(updates, self._fanned(fanout), self._repeated, ex, time).coalesce(
+            self._buckets
+        )
 
 
 def _with_time(df: Any, time: int | None, name: str) -> Any:
@@ -651,7 +904,11 @@ def small_diffs() -> Check:
     from pyspark.sql import functions as F
 
     d = F.col(DIFF)
-    return Check((d > F.lit(LARGE_DIFF)) | (d < F.lit(-LARGE_DIFF)), _LARGE, (f"{BATCH}: a diff beyond 2^32",))
+    return Check(
+        (d > F.lit(LARGE_DIFF)) | (d < F.lit(-LARGE_DIFF)),
+        _LARGE,
+        (f"{BATCH}: a diff beyond 2^32",),
+    )
 
 
 def large_diff(exc: BaseException) -> bool:
@@ -683,8 +940,11 @@ def _long_bytes(c: Any) -> Any:
     constants instead of a ``to_avro`` call each."""
     from pyspark.sql import functions as F
 
-    return (F.when(c == F.lit(1), F.lit(b"\x02")).when(c == F.lit(-1), F.lit(b"\x01"))
-            .otherwise(_avro_long(c)))
+    return (
+        F.when(c == F.lit(1), F.lit(b"\x02"))
+        .when(c == F.lit(-1), F.lit(b"\x01"))
+        .otherwise(_avro_long(c))
+    )
 
 
 def _avro_long(c: Any) -> Any:

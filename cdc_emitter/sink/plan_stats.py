@@ -23,7 +23,14 @@ from typing import Any
 from cdc_emitter.spark import kafka as spark_kafka
 from cdc_emitter.spark.columns import arrow_table
 
-__all__ = ["BatchStats", "batch_stats", "counts_per_time", "DRIVER_COUNTED_UPDATES", "ObservedWrite", "write_observed"]
+__all__ = [
+    "BatchStats",
+    "batch_stats",
+    "counts_per_time",
+    "DRIVER_COUNTED_UPDATES",
+    "ObservedWrite",
+    "write_observed",
+]
 
 
 @dataclass(frozen=True)
@@ -47,16 +54,21 @@ class ObservedWrite:
     small_values: tuple[bytes, ...] = ()
 
 
-def _observed_columns(kind: type, max_message_bytes: int, small_below: int,
-                      consolidated: bool) -> tuple[Any, tuple]:
+def _observed_columns(
+    kind: type, max_message_bytes: int, small_below: int, consolidated: bool
+) -> tuple[Any, tuple]:
     """``(the condition of the messages written, the Columns observed)`` of
     :func:`write_observed`, built once per DataFrame kind, message limit, small size and whether
     the messages are consolidated (:func:`_built_once`)."""
-    return _built_once(("observed", kind, max_message_bytes, small_below, consolidated),
-                       lambda: _build_observed(max_message_bytes, small_below, consolidated))
+    return _built_once(
+        ("observed", kind, max_message_bytes, small_below, consolidated),
+        lambda: _build_observed(max_message_bytes, small_below, consolidated),
+    )
 
 
-def _build_observed(max_message_bytes: int, small_below: int, consolidated: bool) -> tuple[Any, tuple]:
+def _build_observed(
+    max_message_bytes: int, small_below: int, consolidated: bool
+) -> tuple[Any, tuple]:
     from pyspark.sql import functions as F
 
     size = F.octet_length("value")
@@ -74,21 +86,30 @@ def _build_observed(max_message_bytes: int, small_below: int, consolidated: bool
         return F.when(kept, c)
 
     # arrays as JSON text: PySpark 3.5's Observation hands them back as Java objects
-    return kept & F.col("value").isNotNull(), (F.coalesce(F.sum(of_held(F.col("n"))), F.lit(0)).alias("n"),
-                  F.coalesce(F.bit_xor(of_held(F.col("xor"))), F.lit(0).cast("long")).alias("x"),
-                  F.count(of_kept(F.col("value"))).alias("m"),
-                  F.coalesce(F.sum(of_kept(size)), F.lit(0)).alias("b"),
-                  F.coalesce(F.max(of_kept(size)), F.lit(0)).alias("l"),
-                  F.coalesce(F.sum(of_held(F.col("rows"))), F.lit(0)).alias("i"),
-                  F.coalesce(F.sum(of_held(F.col("groups"))), F.lit(0)).alias("g"),
-                  F.to_json(F.collect_list(F.when(~held, F.array("bucket", "array")))).alias("left"),
-                  F.count(F.when(F.col("repeated"), F.lit(1))).alias("r"),
-                  F.bool_or(too_big).alias("big"),
-                  F.to_json(F.collect_list(F.when(small, F.base64("value")))).alias("small"))
+    return kept & F.col("value").isNotNull(), (
+        F.coalesce(F.sum(of_held(F.col("n"))), F.lit(0)).alias("n"),
+        F.coalesce(F.bit_xor(of_held(F.col("xor"))), F.lit(0).cast("long")).alias("x"),
+        F.count(of_kept(F.col("value"))).alias("m"),
+        F.coalesce(F.sum(of_kept(size)), F.lit(0)).alias("b"),
+        F.coalesce(F.max(of_kept(size)), F.lit(0)).alias("l"),
+        F.coalesce(F.sum(of_held(F.col("rows"))), F.lit(0)).alias("i"),
+        F.coalesce(F.sum(of_held(F.col("groups"))), F.lit(0)).alias("g"),
+        F.to_json(F.collect_list(F.when(~held, F.array("bucket", "array")))).alias("left"),
+        F.count(F.when(F.col("repeated"), F.lit(1))).alias("r"),
+        F.bool_or(too_big).alias("big"),
+        F.to_json(F.collect_list(F.when(small, F.base64("value")))).alias("small"),
+    )
 
 
-def write_observed(messages: Any, options: Mapping[str, str], headers: Sequence[tuple[str, bytes]], *,
-                   max_message_bytes: int, small_below: int = 0, consolidated: bool = False) -> ObservedWrite:
+def write_observed(
+    messages: Any,
+    options: Mapping[str, str],
+    headers: Sequence[tuple[str, bytes]],
+    *,
+    max_message_bytes: int,
+    small_below: int = 0,
+    consolidated: bool = False,
+) -> ObservedWrite:
     """Write ``messages`` (of a batch of one time, not cached; ``consolidated`` or not) in the
     job that computes them, all but those over ``max_message_bytes`` and, unconsolidated, those
     with ``repeated``, which are left out for the caller to write again (consolidated, or packed
@@ -106,16 +127,28 @@ def write_observed(messages: Any, options: Mapping[str, str], headers: Sequence[
     count each array once (those of a failed attempt are dropped)."""
     from pyspark.sql import Observation
 
-    written, columns = _observed_columns(type(messages), max_message_bytes, small_below, consolidated)
+    written, columns = _observed_columns(
+        type(messages), max_message_bytes, small_below, consolidated
+    )
     observation = Observation()
     observed = messages.observe(observation, *columns)
     spark_kafka.write_messages(observed, options, headers, where=written)
     got = observation.get
     left = tuple((int(bucket), int(array)) for bucket, array in json.loads(got["left"] or "[]"))
     small = tuple(base64.b64decode(value) for value in json.loads(got["small"] or "[]"))
-    return ObservedWrite(int(got["n"]), int(got["x"]), int(got["m"]), int(got["b"]), int(got["l"]),
-                         int(got["i"]), int(got["g"]), left_out=left, repeated=int(got["r"]),
-                         too_big=bool(got["big"]), small_values=small)
+    return ObservedWrite(
+        int(got["n"]),
+        int(got["x"]),
+        int(got["m"]),
+        int(got["b"]),
+        int(got["l"]),
+        int(got["i"]),
+        int(got["g"]),
+        left_out=left,
+        repeated=int(got["r"]),
+        too_big=bool(got["big"]),
+        small_values=small,
+    )
 
 
 @dataclass(frozen=True)
@@ -158,7 +191,10 @@ def batch_stats(messages: Any, *, time: int | None = None, values_up_to: int = 0
     one_time = time is not None
     columns = _stats_columns(type(messages), one_time)
     if values_up_to > 0:
-        columns = (*columns, F.when(F.octet_length("value") <= F.lit(values_up_to), F.col("value")).alias("v"))
+        columns = (
+            *columns,
+            F.when(F.octet_length("value") <= F.lit(values_up_to), F.col("value")).alias("v"),
+        )
     rows = messages.select(*columns).collect()
     largest = max((int(r["b"] or 0) for r in rows), default=0)
     repeated = tuple((r["bucket"], r["array"]) for r in rows if r["r"])
@@ -175,9 +211,18 @@ def batch_stats(messages: Any, *, time: int | None = None, values_up_to: int = 0
     values = None
     if values_up_to > 0 and all(r["m"] == 0 or r["v"] is not None for r in rows):
         values = tuple(bytes(r["v"]) for r in rows if r["m"])
-    return BatchStats(counts, xor, max_time, sum(int(r["m"]) for r in rows), sum(int(r["b"] or 0) for r in rows),
-                      largest, rows=sum(int(r["i"] or 0) for r in rows), groups=sum(int(r["g"] or 0) for r in rows),
-                      repeated_arrays=repeated, values=values)
+    return BatchStats(
+        counts,
+        xor,
+        max_time,
+        sum(int(r["m"]) for r in rows),
+        sum(int(r["b"] or 0) for r in rows),
+        largest,
+        rows=sum(int(r["i"] or 0) for r in rows),
+        groups=sum(int(r["g"] or 0) for r in rows),
+        repeated_arrays=repeated,
+        values=values,
+    )
 
 
 #: A batch of many times whose messages hold at most this many live updates has them counted per
@@ -207,8 +252,11 @@ def counts_per_time(messages: Any, updates: int) -> dict[int, int]:
         found = pc.value_counts(times)
         per_time = pa.table({"t": found.field("values"), "n": found.field("counts")})
     else:
-        per_time = arrow_table(messages.select(F.explode("times").alias("t")).groupBy("t")
-                               .agg(F.count(F.lit(1)).alias("n")))
+        per_time = arrow_table(
+            messages.select(F.explode("times").alias("t"))
+            .groupBy("t")
+            .agg(F.count(F.lit(1)).alias("n"))
+        )
     per_time = per_time.sort_by("t")
     return dict(zip(per_time.column("t").to_pylist(), per_time.column("n").to_pylist()))
 
@@ -230,12 +278,21 @@ def _built_once(key: tuple, build: Any) -> Any:
 
 def _stats_columns(kind: type, one_time: bool) -> Any:
     """The Columns :func:`batch_stats` selects, built once per DataFrame kind (:func:`_built_once`)."""
+
     def build() -> tuple:
         from pyspark.sql import functions as F
 
-        return (F.col("n"), F.col("xor").alias("x"), F.col("rows").alias("i"), F.col("groups").alias("g"),
-                F.col("value").isNotNull().cast("long").alias("m"), F.octet_length("value").alias("b"),
-                F.col("repeated").alias("r"), F.col("bucket"), F.col("array"),
-                *([] if one_time else [F.col("max_time").alias("t")]))
+        return (
+            F.col("n"),
+            F.col("xor").alias("x"),
+            F.col("rows").alias("i"),
+            F.col("groups").alias("g"),
+            F.col("value").isNotNull().cast("long").alias("m"),
+            F.octet_length("value").alias("b"),
+            F.col("repeated").alias("r"),
+            F.col("bucket"),
+            F.col("array"),
+            *([] if one_time else [F.col("max_time").alias("t")]),
+        )
 
     return _built_once(("stats", kind, one_time), build)

@@ -16,8 +16,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from cdc_emitter.protocol.core import MAX_LONG, MIN_LONG
 from cdc_emitter.errors import BadInputError, CdcError, LateUpdateError
+from cdc_emitter.protocol.core import MAX_LONG, MIN_LONG
 from cdc_emitter.sink.batch import Batch, Checked, Written
 from cdc_emitter.sink.python_tasks import TaskSpec, check_sizes, produce_partition
 from cdc_emitter.spark.columns import DIFF, HASH, TIME, digest_share, group_keys, hash_columns
@@ -76,20 +76,51 @@ class PythonWay:
     and produces on the executors. ``producer_factory``: the executors' producer (None: a
     :class:`~cdc_emitter.kafka.io.CdcProducer`), the seam where tests put one that fails on cue."""
 
-    def __init__(self, *, encoder: str, bootstrap_servers: str, topic: str, producer_config: dict,
-                 framing: str, schema_id: int, max_message_bytes: int, flush_timeout: float | None,
-                 time_column: str | None, diff_column: str,
-                 producer_factory: Callable[[Any], Any] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        encoder: str,
+        bootstrap_servers: str,
+        topic: str,
+        producer_config: dict,
+        framing: str,
+        schema_id: int,
+        max_message_bytes: int,
+        flush_timeout: float | None,
+        time_column: str | None,
+        diff_column: str,
+        producer_factory: Callable[[Any], Any] | None = None,
+    ) -> None:
         self.encoder = encoder
-        self.bootstrap_servers, self.topic, self.producer_config = bootstrap_servers, topic, producer_config
+        self.bootstrap_servers, self.topic, self.producer_config = (
+            bootstrap_servers,
+            topic,
+            producer_config,
+        )
         self.framing, self.schema_id, self.max_message_bytes = framing, schema_id, max_message_bytes
-        self.flush_timeout, self.time_column, self.diff_column = flush_timeout, time_column, diff_column
+        self.flush_timeout, self.time_column, self.diff_column = (
+            flush_timeout,
+            time_column,
+            diff_column,
+        )
         self.producer_factory = producer_factory
 
     def spec(self, batch: Batch, data_types: list, encoder: str) -> TaskSpec:
-        return TaskSpec(self.bootstrap_servers, self.topic, dict(self.producer_config), batch.avro_data,
-                        self.framing, self.schema_id, self.max_message_bytes, batch.headers, data_types,
-                        self.flush_timeout, encoder, batch.update_partitions, self.producer_factory)
+        return TaskSpec(
+            self.bootstrap_servers,
+            self.topic,
+            dict(self.producer_config),
+            batch.avro_data,
+            self.framing,
+            self.schema_id,
+            self.max_message_bytes,
+            batch.headers,
+            data_types,
+            self.flush_timeout,
+            encoder,
+            batch.update_partitions,
+            self.producer_factory,
+        )
 
     def check(self, prepared: Any, batch: Batch) -> _Validated:
         """One narrow scan of the input (no shuffle): every row checked, the few that might be
@@ -146,10 +177,16 @@ class PythonWay:
         keys, firsts = group_keys(batch.schema, data_cols)
         if might_overflow:
             s = F.sum(d.cast("decimal(38,0)"))
-            over = (prepared.groupBy(*keys, t).agg(s.alias("s"), *firsts)
-                    .filter((F.col("s") > F.lit(MAX_LONG)) | (F.col("s") < F.lit(MIN_LONG)))
-                    .select(data_json.alias("row"), t.alias("time"), F.col("s").cast("string").alias("s"))
-                    .limit(1).collect())
+            over = (
+                prepared.groupBy(*keys, t)
+                .agg(s.alias("s"), *firsts)
+                .filter((F.col("s") > F.lit(MAX_LONG)) | (F.col("s") < F.lit(MIN_LONG)))
+                .select(
+                    data_json.alias("row"), t.alias("time"), F.col("s").cast("string").alias("s")
+                )
+                .limit(1)
+                .collect()
+            )
             if over:
                 raise BadInputError(
                     f"{what}: the consolidated diff of row {over[0]['row']} at time {over[0]['time']} "
@@ -161,12 +198,21 @@ class PythonWay:
         data_types = [f.dataType for f in data_struct.fields]
         if (st["max_estimate"] or 0) > threshold:
             spec = self.spec(batch, data_types, "python")
-            big = (prepared.filter(estimate > threshold)
-                   .select(*[F.col(c) for c in data_cols], t, F.lit(MIN_LONG).alias("diff"),
-                           data_json.alias("__cdc_json"))  # the longest diff: a bound
-                   .mapInArrow(lambda it, spec=spec: check_sizes(spec, it),
-                               "size long, time long, example string")
-                   .limit(1).collect())
+            big = (
+                prepared.filter(estimate > threshold)
+                .select(
+                    *[F.col(c) for c in data_cols],
+                    t,
+                    F.lit(MIN_LONG).alias("diff"),
+                    data_json.alias("__cdc_json"),
+                )  # the longest diff: a bound
+                .mapInArrow(
+                    lambda it, spec=spec: check_sizes(spec, it),
+                    "size long, time long, example string",
+                )
+                .limit(1)
+                .collect()
+            )
             if big:
                 row = big[0]
                 size = "more than the limit" if row["size"] < 0 else f"{row['size']} bytes"
@@ -179,8 +225,12 @@ class PythonWay:
         # a sum of longs can overflow on the way to a total that fits ([MAX_LONG, 1, -1]):
         # then sum exactly (checked above to fit) and cast back
         total_diff = F.sum(d.cast("decimal(38,0)")).cast("long") if might_overflow else F.sum(d)
-        out = (prepared.groupBy(*keys, t).agg(total_diff.alias("__cdc_sum"), *firsts)
-               .filter(s != 0).select(*[F.col(c) for c in data_cols], t, s.alias(DIFF)))
+        out = (
+            prepared.groupBy(*keys, t)
+            .agg(total_diff.alias("__cdc_sum"), *firsts)
+            .filter(s != 0)
+            .select(*[F.col(c) for c in data_cols], t, s.alias(DIFF))
+        )
         # each update's 64-bit hash; their XOR is the batch's digest, whatever the order
         inner = F.xxhash64(*hash_columns(batch.schema, data_cols), t)
         out = out.withColumn(HASH, digest_share(inner, F.col(DIFF)))
@@ -190,8 +240,16 @@ class PythonWay:
 class _Validated(Checked):
     """A batch the validation scan passed: consolidated, encoded and produced by :meth:`write`."""
 
-    def __init__(self, way: PythonWay, batch: Batch, out: Any, data_types: list, *, rows: int,
-                 max_time: int | None) -> None:
+    def __init__(
+        self,
+        way: PythonWay,
+        batch: Batch,
+        out: Any,
+        data_types: list,
+        *,
+        rows: int,
+        max_time: int | None,
+    ) -> None:
         self.way, self.batch, self.out, self.data_types = way, batch, out, data_types
         self.rows, self.max_time = rows, max_time
 
@@ -201,8 +259,11 @@ class _Validated(Checked):
 
         if not self.rows:
             return 0, ()
-        rows = self.out.groupBy(F.col(TIME)).agg(F.count(F.lit(1)).alias("n"),
-                                                 F.bit_xor(F.col(HASH)).alias("x")).collect()
+        rows = (
+            self.out.groupBy(F.col(TIME))
+            .agg(F.count(F.lit(1)).alias("n"), F.bit_xor(F.col(HASH)).alias("x"))
+            .collect()
+        )
         xor = 0
         for row in rows:
             xor ^= row["x"]
@@ -222,15 +283,21 @@ class _Validated(Checked):
             from cdc_emitter.protocol.codec import union_schema
 
             update_schema = union_schema(batch.avro_data)[0]["items"]
-            item = to_avro(F.struct(F.struct(*[F.col(c) for c in batch.data_cols]).alias("data"),
-                                    t.alias("time"), F.col(DIFF).alias("diff")),
-                           json.dumps(update_schema))
+            item = to_avro(
+                F.struct(
+                    F.struct(*[F.col(c) for c in batch.data_cols]).alias("data"),
+                    t.alias("time"),
+                    F.col(DIFF).alias("diff"),
+                ),
+                json.dumps(update_schema),
+            )
             out = out.select(t, F.col(DIFF), item.alias("__cdc_item"), F.col(HASH))
             spec.data_types = []  # the task sees only (time, diff, item, hash)
         try:
-            produced = out.mapInArrow(lambda it, spec=spec: produce_partition(spec, it),
-                                      "time long, n long, messages long, bytes long, digest long"
-                                      ).collect()
+            produced = out.mapInArrow(
+                lambda it, spec=spec: produce_partition(spec, it),
+                "time long, n long, messages long, bytes long, digest long",
+            ).collect()
         except Exception as exc:  # noqa: BLE001 - Spark wraps the task's error
             ours = task_error(exc)
             if ours is None:

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from cdc_emitter.protocol.core import Update
 from cdc_emitter.errors import BadInputError
+from cdc_emitter.protocol.core import Update
 
 __all__ = ["TaskSpec", "produce_partition", "check_sizes"]
 
@@ -57,8 +57,12 @@ def _producer(spec: TaskSpec) -> Any:
 def _codec(spec: TaskSpec) -> Any:
     from cdc_emitter.protocol.codec import CdcCodec
 
-    return CdcCodec(spec.avro_data, framing=spec.framing, schema_id=spec.schema_id,
-                    max_message_bytes=spec.max_message_bytes)
+    return CdcCodec(
+        spec.avro_data,
+        framing=spec.framing,
+        schema_id=spec.schema_id,
+        max_message_bytes=spec.max_message_bytes,
+    )
 
 
 def _map_fixer(dtype: Any) -> Callable[[Any], Any] | None:
@@ -96,8 +100,20 @@ def _map_fixer(dtype: Any) -> Callable[[Any], Any] | None:
 def _flat(dtype: Any) -> bool:
     from pyspark.sql import types as T
 
-    return isinstance(dtype, (T.LongType, T.IntegerType, T.ShortType, T.ByteType, T.BooleanType,
-                              T.DoubleType, T.FloatType, T.StringType, T.BinaryType))
+    return isinstance(
+        dtype,
+        (
+            T.LongType,
+            T.IntegerType,
+            T.ShortType,
+            T.ByteType,
+            T.BooleanType,
+            T.DoubleType,
+            T.FloatType,
+            T.StringType,
+            T.BinaryType,
+        ),
+    )
 
 
 class _ArrayEncoder:
@@ -160,7 +176,9 @@ class _ArrayEncoder:
                 self.per_message = min(fit, 100_000)
             return [message]
         if len(records) == 1:
-            raise BadInputError(f"an update encodes to {len(message)} bytes, over the message limit of {self.limit}")
+            raise BadInputError(
+                f"an update encodes to {len(message)} bytes, over the message limit of {self.limit}"
+            )
         half = len(records) // 2
         return self._encode(records[:half]) + self._encode(records[half:])
 
@@ -177,8 +195,10 @@ class _ArrayEncoder:
         times = batch.column(ncols).to_pylist()
         diffs = batch.column(ncols + 1).to_pylist()
         names = self.names
-        records = [{"data": dict(zip(names, row)), "time": t, "diff": d}
-                   for row, t, d in zip(zip(*cols), times, diffs)]
+        records = [
+            {"data": dict(zip(names, row)), "time": t, "diff": d}
+            for row, t, d in zip(zip(*cols), times, diffs)
+        ]
         i, n = 0, len(records)
         while i < n:
             j = min(n, i + self.per_message)
@@ -218,8 +238,11 @@ def produce_partition(spec: TaskSpec, batches: Iterator[Any]) -> Iterator[Any]:
             else:
                 encoded = arrays.encode(batch)
             for message in encoded:
-                target = None if not spec.partitions else \
-                    spec.partitions[(task + messages) % len(spec.partitions)]
+                target = (
+                    None
+                    if not spec.partitions
+                    else spec.partitions[(task + messages) % len(spec.partitions)]
+                )
                 producer.produce(message, headers=spec.headers, partition=target)
                 messages += 1
                 n_bytes += len(message)
@@ -228,13 +251,15 @@ def produce_partition(spec: TaskSpec, batches: Iterator[Any]) -> Iterator[Any]:
         producer.settle(5)  # let what was queued land; the retry repeats it anyway
         raise
     # one row per time, plus a row (time -1) carrying the messages, their bytes and the digest
-    yield pa.RecordBatch.from_pydict({
-        "time": pa.array(list(counts.keys()) + [-1], pa.int64()),
-        "n": pa.array(list(counts.values()) + [0], pa.int64()),
-        "messages": pa.array([0] * len(counts) + [messages], pa.int64()),
-        "bytes": pa.array([0] * len(counts) + [n_bytes], pa.int64()),
-        "digest": pa.array([0] * len(counts) + [digest], pa.int64()),
-    })
+    yield pa.RecordBatch.from_pydict(
+        {
+            "time": pa.array(list(counts.keys()) + [-1], pa.int64()),
+            "n": pa.array(list(counts.values()) + [0], pa.int64()),
+            "messages": pa.array([0] * len(counts) + [messages], pa.int64()),
+            "bytes": pa.array([0] * len(counts) + [n_bytes], pa.int64()),
+            "digest": pa.array([0] * len(counts) + [digest], pa.int64()),
+        }
+    )
 
 
 def check_sizes(spec: TaskSpec, batches: Iterator[Any]) -> Iterator[Any]:
@@ -246,8 +271,12 @@ def check_sizes(spec: TaskSpec, batches: Iterator[Any]) -> Iterator[Any]:
     sizes, examples, times = [], [], []
     for batch in batches:
         cols = [batch.column(i).to_pylist() for i in range(ncols)]
-        for data, t, d, js in zip(zip(*cols), batch.column(ncols).to_pylist(),
-                                  batch.column(ncols + 1).to_pylist(), batch.column(ncols + 2).to_pylist()):
+        for data, t, d, js in zip(
+            zip(*cols),
+            batch.column(ncols).to_pylist(),
+            batch.column(ncols + 1).to_pylist(),
+            batch.column(ncols + 2).to_pylist(),
+        ):
             try:
                 size = sum(len(m) for m in codec.encode_updates([Update(data, t, d)]))
             except BadInputError:
@@ -256,5 +285,10 @@ def check_sizes(spec: TaskSpec, batches: Iterator[Any]) -> Iterator[Any]:
                 sizes.append(size)
                 examples.append(js[:200])
                 times.append(t)
-    yield pa.RecordBatch.from_pydict({"size": pa.array(sizes, pa.int64()), "time": pa.array(times, pa.int64()),
-                                      "example": pa.array(examples, pa.string())})
+    yield pa.RecordBatch.from_pydict(
+        {
+            "size": pa.array(sizes, pa.int64()),
+            "time": pa.array(times, pa.int64()),
+            "example": pa.array(examples, pa.string()),
+        }
+    )

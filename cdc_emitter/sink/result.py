@@ -64,10 +64,17 @@ class BatchResult:
     def as_dict(self) -> dict[str, Any]:
         """The result as plain JSON values (``upper`` None: the batch closed the history)."""
         return {
-            "topic": self.topic, "batch_id": self.batch_id, "lower": self.lower, "upper": self.upper,
-            "updates": self.updates, "messages": self.messages, "bytes": self.bytes,
+            "topic": self.topic,
+            "batch_id": self.batch_id,
+            "lower": self.lower,
+            "upper": self.upper,
+            "updates": self.updates,
+            "messages": self.messages,
+            "bytes": self.bytes,
             "counts": {str(t): n for t, n in sorted(self.counts.items())},
-            "reused": self.reused, "encoder": self.encoder, "finished_on": self.finished_on,
+            "reused": self.reused,
+            "encoder": self.encoder,
+            "finished_on": self.finished_on,
             "consolidated_on": self.consolidated_on,
             "seconds": {k: round(v, 6) for k, v in self.seconds.items()},
         }
@@ -76,8 +83,9 @@ class BatchResult:
         """The figures of the INFO log line, e.g. ``updates=200 messages=2 bytes=4817 seconds:
         plan=0.004 check=0.112 write=0.083 commit=0.006 total=0.205``."""
         phases = " ".join(f"{k}={v:.3f}" for k, v in self.seconds.items())
-        return (f"updates={self.updates} messages={self.messages} bytes={self.bytes}"
-                + (f" seconds: {phases}" if phases else ""))
+        return f"updates={self.updates} messages={self.messages} bytes={self.bytes}" + (
+            f" seconds: {phases}" if phases else ""
+        )
 
 
 class PhaseClock:

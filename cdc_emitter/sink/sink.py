@@ -50,7 +50,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from cdc_emitter.protocol.core import MAX_LONG, progress_from_counts, split_progress
 from cdc_emitter.errors import (
     BadInputError,
     CdcError,
@@ -74,6 +73,7 @@ from cdc_emitter.kafka.frontier import (
     TopicFrontier,
     topic_frontier,
 )
+from cdc_emitter.protocol.core import MAX_LONG, progress_from_counts, split_progress
 from cdc_emitter.sink.batch import Batch, Checked, Written
 from cdc_emitter.sink.digest import digest_form, format_digest, parse_digest, replay_message
 from cdc_emitter.sink.interval import Recorded, batch_upper, recorded_from_statement
@@ -82,8 +82,17 @@ from cdc_emitter.sink.result import BatchResult, PhaseClock
 from cdc_emitter.spark.columns import DIFF, TIME  # one name per column, every way
 from cdc_emitter.spark.schema import data_schema, without_collation
 
-__all__ = ["CdcSink", "BatchResult", "TopicFrontier", "HEADER_KIND", "HEADER_WRITER", "HEADER_BATCH",
-           "HEADER_LOWER", "HEADER_UPPER", "topic_frontier"]
+__all__ = [
+    "CdcSink",
+    "BatchResult",
+    "TopicFrontier",
+    "HEADER_KIND",
+    "HEADER_WRITER",
+    "HEADER_BATCH",
+    "HEADER_LOWER",
+    "HEADER_UPPER",
+    "topic_frontier",
+]
 
 log = logging.getLogger(__name__)
 
@@ -196,13 +205,25 @@ class CdcSink:
         if framing not in ("confluent", "raw"):
             raise ConfigError(f"framing must be 'confluent' or 'raw', not {framing!r}")
         if encoder not in ENCODERS:
-            raise ConfigError(f"encoder must be one of {', '.join(map(repr, ENCODERS))}, not {encoder!r}")
-        if isinstance(time_offset, bool) or not isinstance(time_offset, int) or not 0 <= time_offset <= MAX_LONG:
+            raise ConfigError(
+                f"encoder must be one of {', '.join(map(repr, ENCODERS))}, not {encoder!r}"
+            )
+        if (
+            isinstance(time_offset, bool)
+            or not isinstance(time_offset, int)
+            or not 0 <= time_offset <= MAX_LONG
+        ):
             raise ConfigError(f"time_offset must be a non-negative integer, not {time_offset!r}")
         if not topic:
             raise ConfigError("a topic name is required")
-        if isinstance(broker_timeout, bool) or not isinstance(broker_timeout, (int, float)) or not broker_timeout > 0:
-            raise ConfigError(f"broker_timeout must be a positive number of seconds, not {broker_timeout!r}")
+        if (
+            isinstance(broker_timeout, bool)
+            or not isinstance(broker_timeout, (int, float))
+            or not broker_timeout > 0
+        ):
+            raise ConfigError(
+                f"broker_timeout must be a positive number of seconds, not {broker_timeout!r}"
+            )
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.checkpoint_location = checkpoint_location
@@ -217,11 +238,15 @@ class CdcSink:
             from cdc_emitter.kafka.registry import SchemaRegistry
 
             if framing != "confluent":
-                raise ConfigError("schema_registry_url needs framing='confluent': the registry's id "
-                                  "travels in the Confluent header")
+                raise ConfigError(
+                    "schema_registry_url needs framing='confluent': the registry's id "
+                    "travels in the Confluent header"
+                )
             if schema_id:
-                raise ConfigError(f"schema_id={schema_id} conflicts with schema_registry_url: the "
-                                  "registry gives the id; drop schema_id")
+                raise ConfigError(
+                    f"schema_id={schema_id} conflicts with schema_registry_url: the "
+                    "registry gives the id; drop schema_id"
+                )
             self.registry = SchemaRegistry(schema_registry_url, schema_registry_config)
         elif schema_registry_config:
             raise ConfigError("schema_registry_config given without schema_registry_url")
@@ -230,7 +255,9 @@ class CdcSink:
         self.max_message_bytes = int(max_message_bytes)
         from cdc_emitter.kafka.io import PRODUCER_DEFAULTS
 
-        client_limit = int(self.producer_config.get("message.max.bytes", PRODUCER_DEFAULTS["message.max.bytes"]))
+        client_limit = int(
+            self.producer_config.get("message.max.bytes", PRODUCER_DEFAULTS["message.max.bytes"])
+        )
         if self.max_message_bytes + 1024 > client_limit:
             raise ConfigError(
                 f"max_message_bytes={self.max_message_bytes} does not fit the producer's "
@@ -247,13 +274,21 @@ class CdcSink:
         if on_batch is not None and not callable(on_batch):
             raise ConfigError(f"on_batch must be a function taking a BatchResult, not {on_batch!r}")
         self.on_batch = on_batch
-        if isinstance(small_batch_rows, bool) or not isinstance(small_batch_rows, int) or small_batch_rows < 0:
-            raise ConfigError(f"small_batch_rows must be a non-negative integer, not {small_batch_rows!r}")
+        if (
+            isinstance(small_batch_rows, bool)
+            or not isinstance(small_batch_rows, int)
+            or small_batch_rows < 0
+        ):
+            raise ConfigError(
+                f"small_batch_rows must be a non-negative integer, not {small_batch_rows!r}"
+            )
         self.small_batch_rows = small_batch_rows
         self._clock = PhaseClock()  # the current batch's phases (see sink_metrics)
         self._upper_hint: int | None = None  # write_upto's upper, for the batch being written
         self._topic_checked = False
-        self._update_partitions: list | None = None  # where update messages go (see sink_batch.Batch)
+        self._update_partitions: list | None = (
+            None  # where update messages go (see sink_batch.Batch)
+        )
         self._schema_checked: str | None = None  # the data schema found compatible with the topic
         self._sinklog = None
         self._query_id: str | None = None  # Spark Connect: from the checkpoint (see _writer)
@@ -262,20 +297,28 @@ class CdcSink:
         self._carried: TopicFrontier | None = None  # the frontier after our last statement
         self._executors: Any = None  # JVM path: the distributed way (see _executors_way)
         self._driver: Any = None  # JVM path: the driver's way (see _driver_way)
-        self._last_checks: tuple | None = None  # JVM path: (key, the last batch's row checks), see _row_checks
-        self._row_columns: tuple | None = None  # (layout, data Columns, diff Column) of the last batch
+        self._last_checks: tuple | None = (
+            None  # JVM path: (key, the last batch's row checks), see _row_checks
+        )
+        self._row_columns: tuple | None = (
+            None  # (layout, data Columns, diff Column) of the last batch
+        )
         # how the next batch goes (DRIVER, ...): on the driver (see sink_driver) when the last was
         # small, or consolidated to few updates; the first goes the distributed way, whatever its
         # size — unless the topic's last batch of the same layout says it (_follow_topic)
         self._next_way = EXECUTORS
         self._followed = False  # whether the first batch's way was looked up in the topic
         self._resolved_encoder: str | None = None
-        self._task_producer: Any = None  # the executors' producer_factory (see sink_tasks.TaskSpec): a test seam
+        self._task_producer: Any = (
+            None  # the executors' producer_factory (see sink_tasks.TaskSpec): a test seam
+        )
         self.last_result: BatchResult | None = None
 
     def __repr__(self) -> str:
-        return (f"CdcSink(topic={self.topic!r}, bootstrap_servers={self.bootstrap_servers!r}, "
-                f"time_column={self.time_column!r}, framing={self.framing!r})")
+        return (
+            f"CdcSink(topic={self.topic!r}, bootstrap_servers={self.bootstrap_servers!r}, "
+            f"time_column={self.time_column!r}, framing={self.framing!r})"
+        )
 
     # -- entry points -----------------------------------------------------------------------
 
@@ -340,24 +383,36 @@ class CdcSink:
         from cdc_emitter.protocol.codec import CdcCodec
 
         # progress statements decode the same whatever the data schema: use a one-column one
-        codec = CdcCodec({"type": "record", "name": "data", "fields": [{"name": "x", "type": "long"}]},
-                         framing=self.framing, schema_id=self.schema_id)
+        codec = CdcCodec(
+            {"type": "record", "name": "data", "fields": [{"name": "x", "type": "long"}]},
+            framing=self.framing,
+            schema_id=self.schema_id,
+        )
         skip = 5 if self.framing == "confluent" else 0
 
         def progress_only(value: bytes) -> Any:  # an update array is not decoded just to be skipped
-            return None if value[skip:skip + 1] == b"\x00" else codec.decode(value)
+            return None if value[skip : skip + 1] == b"\x00" else codec.decode(value)
 
-        return topic_frontier(self.bootstrap_servers, self.topic, config=self._client_config(),
-                              decode=progress_only, offsets=self._offsets(),
-                              broker_timeout=self.broker_timeout)
+        return topic_frontier(
+            self.bootstrap_servers,
+            self.topic,
+            config=self._client_config(),
+            decode=progress_only,
+            offsets=self._offsets(),
+            broker_timeout=self.broker_timeout,
+        )
 
     def _offsets(self) -> Any:
         """The topic's end offsets and tail, through one client for the sink's life."""
         if self._topic_offsets is None:
             from cdc_emitter.kafka.io import TopicOffsets
 
-            self._topic_offsets = TopicOffsets(self.bootstrap_servers, self.topic, self._client_config(),
-                                               broker_timeout=self.broker_timeout)
+            self._topic_offsets = TopicOffsets(
+                self.bootstrap_servers,
+                self.topic,
+                self._client_config(),
+                broker_timeout=self.broker_timeout,
+            )
         return self._topic_offsets
 
     def _partition0_end(self) -> int:
@@ -377,8 +432,16 @@ class CdcSink:
         self._carried = state = self.frontier()
         return state
 
-    def _carry(self, writer: str, batch_id: int | None, lower: int, upper: int | None,
-               avro_data: dict, digest: str, statement_offset: int | None) -> None:
+    def _carry(
+        self,
+        writer: str,
+        batch_id: int | None,
+        lower: int,
+        upper: int | None,
+        avro_data: dict,
+        digest: str,
+        statement_offset: int | None,
+    ) -> None:
         """Remember the frontier our statement just set, as the next batch would read it from
         the tail (with the statements of earlier batches seen, for a re-run to find)."""
         if statement_offset is None:
@@ -394,20 +457,39 @@ class CdcSink:
                 batches.pop(key)
                 digests.pop(key, None)
         self._carried = TopicFrontier(
-            upper, writer, batch_id, lower, upper, True, batches,
-            schema=json.dumps(avro_data, separators=(",", ":")), digests=digests,
-            partition0_end=statement_offset + 1)
+            upper,
+            writer,
+            batch_id,
+            lower,
+            upper,
+            True,
+            batches,
+            schema=json.dumps(avro_data, separators=(",", ":")),
+            digests=digests,
+            partition0_end=statement_offset + 1,
+        )
 
     def _client_config(self) -> dict:
         """Client (security) settings for admin/consumer clients: producer-only keys dropped."""
         from cdc_emitter.kafka.io import PRODUCER_DEFAULTS
 
-        skip = set(PRODUCER_DEFAULTS) | {"linger.ms", "queue.buffering.max.ms", "batch.num.messages",
-                                         "queue.buffering.max.messages", "queue.buffering.max.kbytes",
-                                         "delivery.timeout.ms", "message.timeout.ms", "retries",
-                                         "transactional.id", "partitioner", "request.required.acks",
-                                         "message.send.max.retries", "retry.backoff.ms", "compression.codec",
-                                         "sticky.partitioning.linger.ms"}
+        skip = set(PRODUCER_DEFAULTS) | {
+            "linger.ms",
+            "queue.buffering.max.ms",
+            "batch.num.messages",
+            "queue.buffering.max.messages",
+            "queue.buffering.max.kbytes",
+            "delivery.timeout.ms",
+            "message.timeout.ms",
+            "retries",
+            "transactional.id",
+            "partitioner",
+            "request.required.acks",
+            "message.send.max.retries",
+            "retry.backoff.ms",
+            "compression.codec",
+            "sticky.partitioning.linger.ms",
+        }
         return {k: v for k, v in self.producer_config.items() if k not in skip}
 
     def _ensure_topic(self) -> None:
@@ -417,16 +499,28 @@ class CdcSink:
         from cdc_emitter.kafka.io import ensure_topic, topic_settings
 
         needed = self.max_message_bytes + RECORD_OVERHEAD
-        created = {"max.message.bytes": str(needed)} if needed > KAFKA_DEFAULT_MAX_MESSAGE_BYTES else None
+        created = (
+            {"max.message.bytes": str(needed)} if needed > KAFKA_DEFAULT_MAX_MESSAGE_BYTES else None
+        )
         # asked through the client kept for the frontier, which the tail read then reuses
         count = self._offsets().partition_count()
         if count is None:  # missing: created, or refused with what to do
-            count = ensure_topic(self.bootstrap_servers, self.topic, create=self.create_topic,
-                                 partitions=self.topic_partitions, config=self._client_config(),
-                                 topic_config=created, timeout=self.broker_timeout)
+            count = ensure_topic(
+                self.bootstrap_servers,
+                self.topic,
+                create=self.create_topic,
+                partitions=self.topic_partitions,
+                config=self._client_config(),
+                topic_config=created,
+                timeout=self.broker_timeout,
+            )
         self._update_partitions = list(range(1, count)) if count > 1 else None
-        settings = topic_settings(self.bootstrap_servers, self.topic, config=self._client_config(),
-                                  timeout=self.broker_timeout)
+        settings = topic_settings(
+            self.bootstrap_servers,
+            self.topic,
+            config=self._client_config(),
+            timeout=self.broker_timeout,
+        )
         limit = (settings or {}).get("max.message.bytes")
         if limit is not None and int(limit) < needed:
             raise ConfigError(
@@ -440,9 +534,13 @@ class CdcSink:
     def _codec(self, avro_data: dict) -> Any:
         from cdc_emitter.protocol.codec import CdcCodec
 
-        return CdcCodec(avro_data, framing=self.framing, schema_id=self.schema_id,
-                        max_message_bytes=self.max_message_bytes,
-                        writer_schemas=None if self.registry is None else self.registry.data_schema)
+        return CdcCodec(
+            avro_data,
+            framing=self.framing,
+            schema_id=self.schema_id,
+            max_message_bytes=self.max_message_bytes,
+            writer_schemas=None if self.registry is None else self.registry.data_schema,
+        )
 
     def _register(self, avro_data: dict, schema_text: str, evolves: list[str]) -> int:
         """The registry's id for this batch's union schema under ``<topic>-value``.
@@ -468,8 +566,13 @@ class CdcSink:
             schema_id = self.registry.register(subject, schema_text_of(avro_data))
         except SchemaError as exc:
             raise SchemaError(f"topic {self.topic!r}: {exc}. Nothing was written") from None
-        log.info("cdc sink topic=%s: %s gave schema id %d for subject %s",
-                 self.topic, self.registry.where, schema_id, subject)
+        log.info(
+            "cdc sink topic=%s: %s gave schema id %d for subject %s",
+            self.topic,
+            self.registry.where,
+            schema_id,
+            subject,
+        )
         self._registered[schema_text] = schema_id
         return schema_id
 
@@ -484,11 +587,13 @@ class CdcSink:
         schema is not refused here: its differences are returned for :meth:`_register` to put
         to the registry's compatibility rule.
         """
-        from cdc_emitter.protocol.codec import type_text, schema_differences
         from cdc_emitter.errors import DecodeError
+        from cdc_emitter.protocol.codec import schema_differences, type_text
 
-        way_out = ("Nothing was written. Write this data to a new topic, or give the batch exactly "
-                   "the topic's columns (names, order, types and nullability)")
+        way_out = (
+            "Nothing was written. Write this data to a new topic, or give the batch exactly "
+            "the topic's columns (names, order, types and nullability)"
+        )
         if state.schema is not None:
             try:
                 written = json.loads(state.schema)
@@ -509,7 +614,9 @@ class CdcSink:
             try:
                 codec.decode(sample)
             except DecodeError as exc:
-                fields = ", ".join(f"{f['name']} {type_text(f['type'])}" for f in avro_data["fields"])
+                fields = ", ".join(
+                    f"{f['name']} {type_text(f['type'])}" for f in avro_data["fields"]
+                )
                 raise SchemaError(
                     f"topic {self.topic!r} holds update messages that do not decode with this "
                     f"batch's data schema ({fields}): {exc}. {way_out}"
@@ -549,10 +656,11 @@ class CdcSink:
     @staticmethod
     def _probe_avro(spark: Any) -> bool:
         try:
-            from pyspark.sql.avro.functions import to_avro
             from pyspark.sql import functions as F
+            from pyspark.sql.avro.functions import to_avro
 
-            spark.range(1).select(to_avro(F.col("id"), '"long"')).schema  # analysis fails without spark-avro
+            # analysis fails without spark-avro
+            _ = spark.range(1).select(to_avro(F.col("id"), '"long"')).schema
             return True
         except Exception:  # noqa: BLE001
             return False
@@ -560,15 +668,22 @@ class CdcSink:
     @staticmethod
     def _probe_kafka(spark: Any) -> bool:
         try:  # resolving the source needs the package; nothing connects before a scan
-            (spark.read.format("kafka").option("kafka.bootstrap.servers", "127.0.0.1:9")
-             .option("subscribe", "cdc-emitter-probe").load().schema)
+            _ = (
+                spark.read.format("kafka")
+                .option("kafka.bootstrap.servers", "127.0.0.1:9")
+                .option("subscribe", "cdc-emitter-probe")
+                .load()
+                .schema
+            )
             return True
         except Exception:  # noqa: BLE001
             return False
 
     # -- the batch ----------------------------------------------------------------------------
 
-    def _write(self, df: Any, batch_id: int | None, *, fixed_time: int | None, close: bool) -> BatchResult:
+    def _write(
+        self, df: Any, batch_id: int | None, *, fixed_time: int | None, close: bool
+    ) -> BatchResult:
         from pyspark.sql import functions as F
         from pyspark.sql import types as T
 
@@ -576,16 +691,25 @@ class CdcSink:
         spark = df.sparkSession
         plain = {f.name: without_collation(f.dataType) for f in df.schema.fields}
         if any(plain.values()):  # collated strings as written and compared: by their bytes
-            df = df.select(*[F.col(c).cast(t).alias(c) if t is not None else F.col(c) for c, t in plain.items()])
+            df = df.select(
+                *[
+                    F.col(c).cast(t).alias(c) if t is not None else F.col(c)
+                    for c, t in plain.items()
+                ]
+            )
         schema = df.schema
         columns = schema.fieldNames()
         diff_col = self.diff_column if self.diff_column in columns else None
         if self.time_column is not None and self.time_column not in columns:
             raise SchemaError(f"time column {self.time_column!r} is missing (columns: {columns})")
         if self.time_column is not None and fixed_time is not None:
-            raise ConfigError("write(time=...) conflicts with time_column: the rows carry their times")
+            raise ConfigError(
+                "write(time=...) conflicts with time_column: the rows carry their times"
+            )
         data_cols = [c for c in columns if c not in (self.diff_column, self.time_column)]
-        avro_data = data_schema(T.StructType([schema[c] for c in data_cols]))  # SchemaError names the column
+        avro_data = data_schema(
+            T.StructType([schema[c] for c in data_cols])
+        )  # SchemaError names the column
         for name in filter(None, (diff_col, self.time_column)):
             if schema[name].dataType.simpleString() not in _INTEGRAL:
                 raise SchemaError(
@@ -613,8 +737,13 @@ class CdcSink:
         if sinklog is not None:
             entry = sinklog.get(batch_id)
             if entry is not None and entry.topic not in (None, self.topic):
-                log.warning("sink log %s records batch %d for topic %r, not %r: ignored",
-                            sinklog.location, batch_id, entry.topic, self.topic)
+                log.warning(
+                    "sink log %s records batch %d for topic %r, not %r: ignored",
+                    sinklog.location,
+                    batch_id,
+                    entry.topic,
+                    self.topic,
+                )
             elif entry is not None:
                 recorded = Recorded(entry.lower, entry.upper, entry.time)
                 writer = entry.writer or writer  # the batch's writer, as first recorded
@@ -637,13 +766,28 @@ class CdcSink:
                 )
             lower = state.frontier
 
-        batch_time = None if self.time_column is not None else decide_batch_time(
-            topic=self.topic, lower=lower, recorded=recorded, fixed_time=fixed_time, batch_id=batch_id,
-            time_offset=self.time_offset, late=self.late)
+        batch_time = (
+            None
+            if self.time_column is not None
+            else decide_batch_time(
+                topic=self.topic,
+                lower=lower,
+                recorded=recorded,
+                fixed_time=fixed_time,
+                batch_id=batch_id,
+                time_offset=self.time_offset,
+                late=self.late,
+            )
+        )
         encoder = self._encoder(spark)
         if not self._followed:
             self._followed = True
-            if encoder == "jvm" and state is not None and state.shape and state.schema == schema_text:
+            if (
+                encoder == "jvm"
+                and state is not None
+                and state.shape
+                and state.schema == schema_text
+            ):
                 self._follow_topic(state.shape, spark, schema, data_cols)
         # opened now, so that its connection and idempotence handshake (~0.5 s on a new sink)
         # overlap the Spark job instead of delaying the progress statement
@@ -651,10 +795,21 @@ class CdcSink:
         headers = [(HEADER_KIND, b"updates"), (HEADER_WRITER, writer.encode())]
         if batch_id is not None:
             headers.append((HEADER_BATCH, str(batch_id).encode()))
-        batch = Batch(what=self._what(batch_id), batch_id=batch_id, writer=writer, schema=schema,
-                      data_cols=data_cols, diff_col=diff_col, avro_data=avro_data, codec=codec, lower=lower,
-                      recorded=recorded, time=batch_time, headers=headers,
-                      update_partitions=self._update_partitions)
+        batch = Batch(
+            what=self._what(batch_id),
+            batch_id=batch_id,
+            writer=writer,
+            schema=schema,
+            data_cols=data_cols,
+            diff_col=diff_col,
+            avro_data=avro_data,
+            codec=codec,
+            lower=lower,
+            recorded=recorded,
+            time=batch_time,
+            headers=headers,
+            update_partitions=self._update_partitions,
+        )
         # 2. the rows with their times and diffs (nothing is computed yet). The JVM path takes a
         # batch's one time as binary literals, which Spark does not write into the code it
         # generates (MessagePlan.messages), or does without it (MessagePlan.updates): no time
@@ -662,15 +817,20 @@ class CdcSink:
         # made is round trips to the JVM)
         if self._row_columns is None or self._row_columns[0] != (data_cols, diff_col):
             diff_expr = F.col(diff_col).cast("long") if diff_col else F.lit(1).cast("long")
-            self._row_columns = ((data_cols, diff_col), [F.col(c) for c in data_cols], diff_expr.alias(DIFF))
+            self._row_columns = (
+                (data_cols, diff_col),
+                [F.col(c) for c in data_cols],
+                diff_expr.alias(DIFF),
+            )
         _, data_columns, diff_column = self._row_columns
         if batch_time is not None:
             time_columns = [] if encoder == "jvm" else [F.lit(batch_time).cast("long").alias(TIME)]
         else:
             time_expr = F.col(self.time_column).cast("long")
             if self.late == "advance":
-                time_expr = (F.when((time_expr >= 0) & (time_expr < lower), F.lit(lower).cast("long"))
-                             .otherwise(time_expr))
+                time_expr = F.when(
+                    (time_expr >= 0) & (time_expr < lower), F.lit(lower).cast("long")
+                ).otherwise(time_expr)
             time_columns = [time_expr.alias(TIME)]
         prepared = df.select(*data_columns, *time_columns, diff_column)
         clock.mark("plan")
@@ -680,12 +840,15 @@ class CdcSink:
         # 3. every row checked (a bad one raises: nothing written), in the way chosen by the last batch
         way, checked = self._next_way, None
         if encoder == "jvm" and way != EXECUTORS and self._small_layout(schema, data_cols):
-            checked = self._driver_way().check(df, prepared, spark, batch, consolidated=way == DRIVER_AFTER_EXECUTORS)
+            checked = self._driver_way().check(
+                df, prepared, spark, batch, consolidated=way == DRIVER_AFTER_EXECUTORS
+            )
         if checked is None:  # the executors' way, or too big for the driver after all
             way = EXECUTORS
             if encoder == "jvm":  # checked and written by one job, when no digest is compared first
-                checked = self._executors_way().check(prepared, spark, batch,
-                                                      write_while_packing=recorded_digest is None)
+                checked = self._executors_way().check(
+                    prepared, spark, batch, write_while_packing=recorded_digest is None
+                )
             else:
                 checked = self._python_way(encoder).check(prepared, batch)
         # the next batch's way: by the rows the driver would take, and by what they consolidated
@@ -696,12 +859,15 @@ class CdcSink:
             clock.mark("check")
             upper = self._upper(batch, close, checked.max_time)
             if recorded_digest is not None:  # a re-run whose first attempt completed
-                return self._finish(self._replayed(batch, recorded_digest, checked.digest(), upper),
-                                    encoder, way)
+                return self._finish(
+                    self._replayed(batch, recorded_digest, checked.digest(), upper), encoder, way
+                )
             # 4. another writer may have written since the interval was decided: check before
             # writing; then record the interval (decided once) and write the updates
             if recorded is None:
-                self._check_no_other_writer(batch, upper, "was being prepared", written=False, since=since)
+                self._check_no_other_writer(
+                    batch, upper, "was being prepared", written=False, since=since
+                )
             self._record_interval(sinklog, batch, upper)
             try:
                 written = checked.write()
@@ -719,14 +885,23 @@ class CdcSink:
 
     def _finish(self, result: BatchResult, encoder: str, way: str) -> BatchResult:
         """The batch's result with its phases and ways, logged and given to ``on_batch``."""
-        result = dataclasses.replace(result, seconds=self._clock.seconds(), topic=self.topic, encoder=encoder,
-                                     finished_on="executors" if way == EXECUTORS else "driver",
-                                     consolidated_on="driver" if way == DRIVER else "executors")
+        result = dataclasses.replace(
+            result,
+            seconds=self._clock.seconds(),
+            topic=self.topic,
+            encoder=encoder,
+            finished_on="executors" if way == EXECUTORS else "driver",
+            consolidated_on="driver" if way == DRIVER else "executors",
+        )
         self.last_result = result
         log.info(
             "cdc sink topic=%s batch=%s interval=[%d, %s) %s finished on the %s%s%s",
-            self.topic, result.batch_id, result.lower, "∞" if result.upper is None else result.upper,
-            result.log_text(), result.finished_on,
+            self.topic,
+            result.batch_id,
+            result.lower,
+            "∞" if result.upper is None else result.upper,
+            result.log_text(),
+            result.finished_on,
             " (consolidated on the executors)" if way == DRIVER_AFTER_EXECUTORS else "",
             " (re-run: recorded interval)" if result.reused else "",
         )
@@ -748,8 +923,16 @@ class CdcSink:
         # last one's, already built (each Column made is round trips to the JVM)
         key = (batch.lower if self.time_column else None, batch.recorded.upper if rerun else None)
         if self._last_checks is None or self._last_checks[0] != key:
-            self._last_checks = (key, row_checks(what=BATCH, lower=batch.lower, recorded_upper=key[1],
-                                                 time_column=self.time_column, diff_column=self.diff_column))
+            self._last_checks = (
+                key,
+                row_checks(
+                    what=BATCH,
+                    lower=batch.lower,
+                    recorded_upper=key[1],
+                    time_column=self.time_column,
+                    diff_column=self.diff_column,
+                ),
+            )
         return self._last_checks[1]
 
     def _executors_way(self) -> Any:
@@ -758,11 +941,16 @@ class CdcSink:
         if self._executors is None:
             from cdc_emitter.sink.distributed import ExecutorsWay
 
-            self._executors = ExecutorsWay(bootstrap_servers=self.bootstrap_servers, topic=self.topic,
-                                           producer_config=self.producer_config,
-                                           max_message_bytes=self.max_message_bytes, row_checks=self._row_checks,
-                                           producer=self._driver_producer, flush_timeout=self.flush_timeout,
-                                           join_bytes=SMALL_BATCH_BYTES if self.small_batch_rows else 0)
+            self._executors = ExecutorsWay(
+                bootstrap_servers=self.bootstrap_servers,
+                topic=self.topic,
+                producer_config=self.producer_config,
+                max_message_bytes=self.max_message_bytes,
+                row_checks=self._row_checks,
+                producer=self._driver_producer,
+                flush_timeout=self.flush_timeout,
+                join_bytes=SMALL_BATCH_BYTES if self.small_batch_rows else 0,
+            )
         return self._executors
 
     def _driver_way(self) -> Any:
@@ -771,22 +959,35 @@ class CdcSink:
             from cdc_emitter.sink.driver import DriverWay
 
             self._driver = DriverWay(
-                small_batch_rows=self.small_batch_rows, max_message_bytes=self.max_message_bytes,
-                time_column=self.time_column, diff_column=self.diff_column, late=self.late,
-                flush_timeout=self.flush_timeout, producer=self._driver_producer,
+                small_batch_rows=self.small_batch_rows,
+                max_message_bytes=self.max_message_bytes,
+                time_column=self.time_column,
+                diff_column=self.diff_column,
+                late=self.late,
+                flush_timeout=self.flush_timeout,
+                producer=self._driver_producer,
                 plan=lambda spark, batch: self._executors_way().plan(spark, batch)[0],
-                row_checks=self._row_checks)
+                row_checks=self._row_checks,
+            )
         return self._driver
 
     def _python_way(self, encoder: str) -> Any:
         """The Python encoders' way (:mod:`~cdc_emitter.sink.python_path`)."""
         from cdc_emitter.sink.python_path import PythonWay
 
-        return PythonWay(encoder=encoder, bootstrap_servers=self.bootstrap_servers, topic=self.topic,
-                         producer_config=self.producer_config, framing=self.framing, schema_id=self.schema_id,
-                         max_message_bytes=self.max_message_bytes, flush_timeout=self.flush_timeout,
-                         time_column=self.time_column, diff_column=self.diff_column,
-                         producer_factory=self._task_producer)
+        return PythonWay(
+            encoder=encoder,
+            bootstrap_servers=self.bootstrap_servers,
+            topic=self.topic,
+            producer_config=self.producer_config,
+            framing=self.framing,
+            schema_id=self.schema_id,
+            max_message_bytes=self.max_message_bytes,
+            flush_timeout=self.flush_timeout,
+            time_column=self.time_column,
+            diff_column=self.diff_column,
+            producer_factory=self._task_producer,
+        )
 
     def _followed_by(self, checked: Any, way: str) -> str:
         """Choose the next batch's way from ``checked``'s figures (:meth:`_way_after`); return
@@ -814,15 +1015,25 @@ class CdcSink:
             shape = json.loads(shape_text)
             rows, groups, n_bytes = int(shape["rows"]), int(shape["groups"]), int(shape["bytes"])
         except (ValueError, KeyError, TypeError):
-            log.debug("topic %r: a progress statement's shape header %r is not ours: not followed",
-                      self.topic, shape_text[:200])
+            log.debug(
+                "topic %r: a progress statement's shape header %r is not ours: not followed",
+                self.topic,
+                shape_text[:200],
+            )
             return
         if rows <= 0 or n_bytes <= 0:
             return
         self._next_way = self._way_after(rows, groups, n_bytes)
         self._executors_way().follow(rows, groups, n_bytes, spark, schema, data_cols)
-        log.debug("topic %r: the last batch had %d rows, %d groups and %d bytes of messages: the "
-                  "first batch goes the %s way", self.topic, rows, groups, n_bytes, self._next_way)
+        log.debug(
+            "topic %r: the last batch had %d rows, %d groups and %d bytes of messages: the "
+            "first batch goes the %s way",
+            self.topic,
+            rows,
+            groups,
+            n_bytes,
+            self._next_way,
+        )
 
     def _small_layout(self, schema: Any, data_cols: list[str]) -> bool:
         """Whether the driver can finish this layout's batches: it consolidates on each row's
@@ -835,22 +1046,36 @@ class CdcSink:
         """How messages name this batch: the topic, and the batch id when there is one."""
         return f"topic {self.topic!r}" + ("" if batch_id is None else f" batch {batch_id}")
 
-    def _replayed(self, batch: Batch, recorded_digest: Any, now: tuple, upper: int | None) -> BatchResult:
+    def _replayed(
+        self, batch: Batch, recorded_digest: Any, now: tuple, upper: int | None
+    ) -> BatchResult:
         """A re-run of a batch whose first attempt is complete in the topic: the same data
         (digest and counts per time) writes nothing; other data raises :class:`ReplayError`."""
         kept = digest_form(*now)
         if kept != recorded_digest:
             raise ReplayError(replay_message(batch.what, batch.batch_id, recorded_digest, kept))
-        log.info("%s: re-run with the same data as its first attempt, which is complete "
-                 "in the topic: nothing to write", batch.what)
+        log.info(
+            "%s: re-run with the same data as its first attempt, which is complete "
+            "in the topic: nothing to write",
+            batch.what,
+        )
         counts = dict(now[1])
-        return BatchResult(batch.batch_id, batch.lower, upper, sum(counts.values()), 0, counts, True)
+        return BatchResult(
+            batch.batch_id, batch.lower, upper, sum(counts.values()), 0, counts, True
+        )
 
     def _upper(self, batch: Batch, close: bool, max_time: int | None) -> int | None:
         """The batch's upper bound (see :func:`~cdc_emitter.sink.interval.batch_upper`)."""
-        return batch_upper(what=batch.what, lower=batch.lower, recorded=batch.recorded, close=close,
-                           column_mode=self.time_column is not None, time=batch.time, max_time=max_time,
-                           upper_hint=self._upper_hint)
+        return batch_upper(
+            what=batch.what,
+            lower=batch.lower,
+            recorded=batch.recorded,
+            close=close,
+            column_mode=self.time_column is not None,
+            time=batch.time,
+            max_time=max_time,
+            upper_hint=self._upper_hint,
+        )
 
     def _record_interval(self, sinklog: Any, batch: Batch, upper: int | None) -> None:
         """Record a new batch's interval in the sink log (the first decision for a batch id wins)."""
@@ -858,13 +1083,23 @@ class CdcSink:
             return
         from cdc_emitter.sink.log import SinkLogEntry
 
-        kept = sinklog.put(SinkLogEntry(batch.batch_id, batch.lower, upper, batch.time, batch.writer, self.topic))
+        kept = sinklog.put(
+            SinkLogEntry(batch.batch_id, batch.lower, upper, batch.time, batch.writer, self.topic)
+        )
         if (kept.lower, kept.upper) != (batch.lower, upper):  # someone else decided first
-            raise CdcError(f"{batch.what}: the sink log already records interval "
-                           f"[{kept.lower}, {kept.upper}) for this batch; retry the batch")
+            raise CdcError(
+                f"{batch.what}: the sink log already records interval "
+                f"[{kept.lower}, {kept.upper}) for this batch; retry the batch"
+            )
 
-    def _commit(self, batch: Batch, upper: int | None, written: Written, since: int | None,
-                checked: Checked | None = None) -> BatchResult:
+    def _commit(
+        self,
+        batch: Batch,
+        upper: int | None,
+        written: Written,
+        since: int | None,
+        checked: Checked | None = None,
+    ) -> BatchResult:
         """Write the batch's progress statement — only after every update is acknowledged — with,
         when ``checked`` knows them, the batch's rows, groups and bytes (:data:`HEADER_SHAPE`)."""
         counts, writer, lower = written.counts, batch.writer, batch.lower
@@ -874,26 +1109,44 @@ class CdcSink:
         self._check_no_other_writer(batch, upper, "was being written", written=total, since=since)
         progress = progress_from_counts(lower, upper, counts)  # counts lie inside: validated
         digest_text = format_digest(written.digest, counts)
-        common = [(HEADER_KIND, b"progress"), (HEADER_WRITER, writer.encode()),
-                  (HEADER_SCHEMA, json.dumps(batch.avro_data, separators=(",", ":")).encode())]
+        common = [
+            (HEADER_KIND, b"progress"),
+            (HEADER_WRITER, writer.encode()),
+            (HEADER_SCHEMA, json.dumps(batch.avro_data, separators=(",", ":")).encode()),
+        ]
         if batch.batch_id is not None:
             common.append((HEADER_BATCH, str(batch.batch_id).encode()))
         if checked is not None and checked.rows and checked.bytes:
-            common.append((HEADER_SHAPE, json.dumps({"rows": checked.rows, "groups": checked.groups,
-                                                     "bytes": checked.bytes}, separators=(",", ":")).encode()))
+            common.append(
+                (
+                    HEADER_SHAPE,
+                    json.dumps(
+                        {"rows": checked.rows, "groups": checked.groups, "bytes": checked.bytes},
+                        separators=(",", ":"),
+                    ).encode(),
+                )
+            )
         # a statement counting more times than one message holds is written as several that
         # tile the interval, each naming the batch's interval; the digest goes on the last
         statements = split_progress(progress, self._times_per_statement())
-        batch_interval = [] if len(statements) == 1 else [
-            (HEADER_BATCH_LOWER, str(lower).encode()),
-            (HEADER_BATCH_UPPER, b"" if upper is None else str(upper).encode())]
+        batch_interval = (
+            []
+            if len(statements) == 1
+            else [
+                (HEADER_BATCH_LOWER, str(lower).encode()),
+                (HEADER_BATCH_UPPER, b"" if upper is None else str(upper).encode()),
+            ]
+        )
         producer = self._driver_producer()
         values = [batch.codec.encode_progress(statement) for statement in statements]
         try:
             for n, (statement, value) in enumerate(zip(statements, values), 1):
-                headers = [*common, (HEADER_LOWER, str(statement.lower[0]).encode()),
-                           (HEADER_UPPER, str(statement.upper[0]).encode() if statement.upper else b""),
-                           *batch_interval]
+                headers = [
+                    *common,
+                    (HEADER_LOWER, str(statement.lower[0]).encode()),
+                    (HEADER_UPPER, str(statement.upper[0]).encode() if statement.upper else b""),
+                    *batch_interval,
+                ]
                 if n == len(statements):
                     headers.append((HEADER_DIGEST, digest_text.encode()))
                 producer.produce(value, headers=headers, partition=0)
@@ -901,11 +1154,26 @@ class CdcSink:
         except BaseException:
             self._forget_clients()
             raise
-        self._carry(writer, batch.batch_id, lower, upper, batch.avro_data, digest_text,
-                    producer.last_offsets.get(0))
+        self._carry(
+            writer,
+            batch.batch_id,
+            lower,
+            upper,
+            batch.avro_data,
+            digest_text,
+            producer.last_offsets.get(0),
+        )
         self._clock.mark("commit")
-        return BatchResult(batch.batch_id, lower, upper, total, written.messages + len(values), counts,
-                           batch.recorded is not None, written.bytes + sum(map(len, values)))
+        return BatchResult(
+            batch.batch_id,
+            lower,
+            upper,
+            total,
+            written.messages + len(values),
+            counts,
+            batch.recorded is not None,
+            written.bytes + sum(map(len, values)),
+        )
 
     def _times_per_statement(self) -> int:
         """How many counted times one progress statement may hold: a count is a record of two
@@ -936,8 +1204,14 @@ class CdcSink:
         if offsets is not None:
             offsets.close()
 
-    def _check_no_other_writer(self, batch: Batch, upper: int | None, while_: str, written: int | bool,
-                               since: int | None = None) -> None:
+    def _check_no_other_writer(
+        self,
+        batch: Batch,
+        upper: int | None,
+        while_: str,
+        written: int | bool,
+        since: int | None = None,
+    ) -> None:
         """Raise ConcurrentWriterError if the topic's frontier moved past the batch's lower bound
         by a statement that is not this batch's own: two writers decided the same interval.
 
@@ -949,13 +1223,18 @@ class CdcSink:
         lower, now = batch.lower, self.frontier()
         if now.frontier == lower or (now.writer, now.batch) == (batch.writer, batch.batch_id):
             return
-        theirs = (f"[{now.lower}, {'∞' if now.upper is None else now.upper})"
-                  if now.found else "an interval")
+        theirs = (
+            f"[{now.lower}, {'∞' if now.upper is None else now.upper})"
+            if now.found
+            else "an interval"
+        )
         by = f" by writer {now.writer}" + ("" if now.batch is None else f" (batch {now.batch})")
         if written:
-            done = (f"This batch's {written} updates at [{lower}, {'∞' if upper is None else upper}) "
-                    "are in the topic without their progress statement, which is not written "
-                    "(cdc-emitter verify --strict reports them)")
+            done = (
+                f"This batch's {written} updates at [{lower}, {'∞' if upper is None else upper}) "
+                "are in the topic without their progress statement, which is not written "
+                "(cdc-emitter verify --strict reports them)"
+            )
         else:
             done = "Nothing was written"
         raise ConcurrentWriterError(

@@ -22,9 +22,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cdc_emitter.errors import BadInputError, LateUpdateError
 from cdc_emitter.protocol.arrow_avro import varint_array
 from cdc_emitter.protocol.core import MAX_LONG, MIN_LONG
-from cdc_emitter.errors import BadInputError, LateUpdateError
 
 __all__ = ["SmallBatch", "check_rows", "consolidate", "spark_xxhash64_long"]
 
@@ -55,9 +55,18 @@ def spark_xxhash64_long(values: np.ndarray, seeds: np.ndarray) -> np.ndarray:
     return h.view(np.int64)
 
 
-def check_rows(times: pa.Array, diffs: pa.Array | None, *, what: str, time_column: str | None,
-               diff_column: str, lower: int, late_advance: bool, rerun_upper: int | None,
-               describe: Callable[[int], str]) -> tuple[np.ndarray, np.ndarray]:
+def check_rows(
+    times: pa.Array,
+    diffs: pa.Array | None,
+    *,
+    what: str,
+    time_column: str | None,
+    diff_column: str,
+    lower: int,
+    late_advance: bool,
+    rerun_upper: int | None,
+    describe: Callable[[int], str],
+) -> tuple[np.ndarray, np.ndarray]:
     """The rows' times and diffs as int64 arrays, after the checks every row must pass (in the
     distributed path's words): a time that is null, negative or late (before ``lower``; moved to
     ``lower`` when ``late_advance``), a null diff, a time at or past a re-run's recorded
@@ -70,14 +79,18 @@ def check_rows(times: pa.Array, diffs: pa.Array | None, *, what: str, time_colum
 
     if time_column is not None and times.null_count:
         i = first(times.is_null())
-        raise BadInputError(f"{what}: null time in column {tcol!r} (e.g. row {describe(i)}); "
-                            "every row needs a non-negative integer time")
+        raise BadInputError(
+            f"{what}: null time in column {tcol!r} (e.g. row {describe(i)}); "
+            "every row needs a non-negative integer time"
+        )
     t = times.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     if time_column is not None and len(t):
         if (t < 0).any():
             i = first(t < 0)
-            raise BadInputError(f"{what}: negative time {t[i]} in column {tcol!r} (e.g. row "
-                                f"{describe(i)}); times must be non-negative")
+            raise BadInputError(
+                f"{what}: negative time {t[i]} in column {tcol!r} (e.g. row "
+                f"{describe(i)}); times must be non-negative"
+            )
         if late_advance:
             t = np.where(t < lower, np.int64(lower), t)
         elif (t < lower).any():
@@ -85,20 +98,24 @@ def check_rows(times: pa.Array, diffs: pa.Array | None, *, what: str, time_colum
             raise LateUpdateError(
                 f"{what}: update at time {t[i]} in column {tcol!r} is late (e.g. row {describe(i)}): "
                 f"the topic is complete up to frontier {lower}; pass late='advance' to move late "
-                f"updates to {lower}")
+                f"updates to {lower}"
+            )
     if diffs is None:
         d = np.ones(len(t), np.int64)
     else:
         if diffs.null_count:
             i = first(diffs.is_null())
-            raise BadInputError(f"{what}: null diff in column {diff_column!r} (e.g. row {describe(i)})")
+            raise BadInputError(
+                f"{what}: null diff in column {diff_column!r} (e.g. row {describe(i)})"
+            )
         d = diffs.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
     if rerun_upper is not None and len(t) and (t >= rerun_upper).any():
         i = first(t >= rerun_upper)
         raise BadInputError(
             f"{what} is a re-run whose recorded interval is [{lower}, {rerun_upper}), but now has an "
             f"update at time {t[i]}: the batch's input changed between attempts (a streaming source "
-            "must replay the same data)")
+            "must replay the same data)"
+        )
     return t, d
 
 
@@ -115,9 +132,17 @@ class SmallBatch:
     groups: int = 0  # distinct (data, time) among the rows, cancelled ones included
 
 
-def consolidate(data: pa.Array, data_hashes: np.ndarray, times: np.ndarray, diffs: np.ndarray, *,
-                what: str, max_item_bytes: int, max_message_bytes: int,
-                describe: Callable[[int], str]) -> SmallBatch:
+def consolidate(
+    data: pa.Array,
+    data_hashes: np.ndarray,
+    times: np.ndarray,
+    diffs: np.ndarray,
+    *,
+    what: str,
+    max_item_bytes: int,
+    max_message_bytes: int,
+    describe: Callable[[int], str],
+) -> SmallBatch:
     """Sum the diffs of equal ``(data, time)`` (``data``: each row's encoded data record,
     ``data_hashes``: Spark's xxhash64 of its columns), drop the zeros, and encode each update.
 
@@ -126,12 +151,20 @@ def consolidate(data: pa.Array, data_hashes: np.ndarray, times: np.ndarray, diff
     n = len(times)
     if n == 0:
         return SmallBatch([], {}, 0, None)
-    table = pa.table({"data": data, "t": pa.array(times, pa.int64()), "d": pa.array(diffs, pa.int64()),
-                      "h": pa.array(data_hashes, pa.int64()), "i": pa.array(np.arange(n, dtype=np.int64))})
+    table = pa.table(
+        {
+            "data": data,
+            "t": pa.array(times, pa.int64()),
+            "d": pa.array(diffs, pa.int64()),
+            "h": pa.array(data_hashes, pa.int64()),
+            "i": pa.array(np.arange(n, dtype=np.int64)),
+        }
+    )
     # |sum| <= sum |diff|: only a batch whose absolute total might reach 2^63 sums exactly
     exact = float(np.abs(diffs.astype(np.float64)).sum()) >= 2.0**62
     grouped = table.group_by(["data", "t"], use_threads=False).aggregate(
-        [("d", "sum"), ("h", "min"), ("i", "min")] + ([("d", "list")] if exact else []))
+        [("d", "sum"), ("h", "min"), ("i", "min")] + ([("d", "list")] if exact else [])
+    )
     sums = grouped.column("d_sum").to_numpy(zero_copy_only=False)
     if exact:
         lists = grouped.column("d_list").to_pylist()
@@ -141,7 +174,8 @@ def consolidate(data: pa.Array, data_hashes: np.ndarray, times: np.ndarray, diff
                 i = grouped.column("i_min")[k].as_py()
                 raise BadInputError(
                     f"{what}: the consolidated diff of row {describe(i)} at time {int(times[i])} is "
-                    f"{total}, which overflows a 64-bit long")
+                    f"{total}, which overflows a 64-bit long"
+                )
         sums = np.array(totals, dtype=np.int64)
     live = sums != 0
     groups = grouped.num_rows
@@ -150,13 +184,19 @@ def consolidate(data: pa.Array, data_hashes: np.ndarray, times: np.ndarray, diff
     t = grouped.column("t").to_numpy(zero_copy_only=False)
     # each update's digest share, as spark_columns.digest_share: xxhash64(xxhash64(data, time), diff)
     inner = spark_xxhash64_long(t, grouped.column("h_min").to_numpy(zero_copy_only=False))
-    hashes = spark_xxhash64_long(sums, spark_xxhash64_long(inner, np.full(len(inner), 42, np.int64)))
+    hashes = spark_xxhash64_long(
+        sums, spark_xxhash64_long(inner, np.full(len(inner), 42, np.int64))
+    )
     # each update's record: its data record, then time and diff as zig-zag varints — joined as
     # Arrow arrays, not update by update (a batch of 100,000 event times: 0.15 s less)
     # (as the data's type: Spark Connect's Arrow may bring it as large_binary)
     records = grouped.column("data").combine_chunks()
-    records = pc.binary_join_element_wise(records, varint_array(t).cast(records.type),
-                                          varint_array(sums).cast(records.type), pa.scalar(b"", records.type))
+    records = pc.binary_join_element_wise(
+        records,
+        varint_array(t).cast(records.type),
+        varint_array(sums).cast(records.type),
+        pa.scalar(b"", records.type),
+    )
     items = records.to_pylist()
     sizes = pc.binary_length(records).to_numpy(zero_copy_only=False)
     if len(sizes) and (sizes > max_item_bytes).any():
@@ -165,7 +205,8 @@ def consolidate(data: pa.Array, data_hashes: np.ndarray, times: np.ndarray, diff
         raise BadInputError(
             f"{what}: row {describe(i)} at time {int(t[k])} encodes to {int(sizes[k])} bytes, over the "
             f"message limit of {max_message_bytes} bytes less {max_message_bytes - max_item_bytes} "
-            "for the message envelope (max_message_bytes)")
+            "for the message envelope (max_message_bytes)"
+        )
     times_u, counts_u = np.unique(t, return_counts=True)
     counts = dict(zip(times_u.tolist(), counts_u.tolist()))  # Python ints, in time order
     digest = int(np.bitwise_xor.reduce(hashes)) if len(hashes) else 0

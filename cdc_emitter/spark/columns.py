@@ -19,9 +19,24 @@ from typing import Any
 from cdc_emitter.protocol.codec import kind, resolve
 from cdc_emitter.spark.schema import contains_map, contains_type
 
-__all__ = ["TIME", "DIFF", "HASH", "canonical", "group_keys", "hash_columns", "encoded_data", "digest_share",
-           "not_null_long", "declared_as_avro", "normalized", "spark_hash_long", "bucket_of",
-           "partition_labels", "EncodedRows", "arrow_table"]
+__all__ = [
+    "TIME",
+    "DIFF",
+    "HASH",
+    "canonical",
+    "group_keys",
+    "hash_columns",
+    "encoded_data",
+    "digest_share",
+    "not_null_long",
+    "declared_as_avro",
+    "normalized",
+    "spark_hash_long",
+    "bucket_of",
+    "partition_labels",
+    "EncodedRows",
+    "arrow_table",
+]
 
 #: The columns a batch is prepared into, one name each on every way of writing it.
 TIME = "__cdc_time"
@@ -40,7 +55,9 @@ def canonical(c: Any, dtype: Any) -> Any:
         if contains_map(dtype.valueType):
             entries = F.transform(
                 F.map_entries(c),
-                lambda e: F.struct(e["key"].alias("key"), canonical(e["value"], dtype.valueType).alias("value")),
+                lambda e: F.struct(
+                    e["key"].alias("key"), canonical(e["value"], dtype.valueType).alias("value")
+                ),
             )
         else:
             entries = F.map_entries(c)
@@ -69,6 +86,7 @@ def group_keys(schema: Any, data_cols: Sequence[str]) -> tuple[list, list]:
 
 def spark_hash_long(value: int, seed: int = 42) -> int:
     """Spark's ``hash`` (Murmur3 x86 32-bit) of one long column: what its hash partitioning uses."""
+
     def mix_k1(k: int) -> int:
         k = (k * 0xCC9E2D51) & 0xFFFFFFFF
         k = ((k << 15) | (k >> 17)) & 0xFFFFFFFF
@@ -123,8 +141,12 @@ def hash_columns(schema: Any, data_cols: Sequence[str]) -> list:
     (:func:`canonical`), floats as Spark's grouping sees them (:func:`normalized`)."""
     from pyspark.sql import functions as F
 
-    return [canonical(F.col(c), schema[c].dataType) if contains_map(schema[c].dataType)
-            else normalized(F.col(c), schema[c].dataType, schema[c].nullable) for c in data_cols]
+    return [
+        canonical(F.col(c), schema[c].dataType)
+        if contains_map(schema[c].dataType)
+        else normalized(F.col(c), schema[c].dataType, schema[c].nullable)
+        for c in data_cols
+    ]
 
 
 def encoded_data(schema: Any, data_cols: Sequence[str], data_record: dict) -> Any:
@@ -134,7 +156,9 @@ def encoded_data(schema: Any, data_cols: Sequence[str], data_record: dict) -> An
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import to_avro
 
-    data = [normalized(F.col(c), schema[c].dataType, schema[c].nullable).alias(c) for c in data_cols]
+    data = [
+        normalized(F.col(c), schema[c].dataType, schema[c].nullable).alias(c) for c in data_cols
+    ]
     return to_avro(F.struct(*data), json.dumps(data_record))
 
 
@@ -174,13 +198,18 @@ def _gaps(dtype: Any, avro: Any, named: dict, nullable: bool) -> bool:
     avro = resolve(avro, named)
     if isinstance(avro, list):
         others = [b for b in avro if b != "null"]
-        return len(others) == 1 and _gaps(dtype, others[0], named, nullable and len(others) == len(avro))
+        return len(others) == 1 and _gaps(
+            dtype, others[0], named, nullable and len(others) == len(avro)
+        )
     if nullable:
         return True
     avro_kind = kind(avro)
     if avro_kind == "record" and isinstance(dtype, T.StructType):
         types = {f["name"]: f["type"] for f in avro["fields"]}
-        return any(f.name in types and _gaps(f.dataType, types[f.name], named, f.nullable) for f in dtype.fields)
+        return any(
+            f.name in types and _gaps(f.dataType, types[f.name], named, f.nullable)
+            for f in dtype.fields
+        )
     if avro_kind == "array" and isinstance(dtype, T.ArrayType):
         return _gaps(dtype.elementType, avro["items"], named, dtype.containsNull)
     if avro_kind == "map" and isinstance(dtype, T.MapType):
@@ -205,18 +234,25 @@ def _declared(c: Any, dtype: Any, avro: Any, named: dict, nullable: bool) -> Any
         if set(types) != set(dtype.names):
             return c
         # a field of a struct Spark thinks nullable is nullable too, whatever its own declaration
-        return F.struct(*[_declared(c[f.name], f.dataType, types[f.name], named, nullable=True).alias(f.name)
-                          for f in dtype.fields])
+        return F.struct(
+            *[
+                _declared(c[f.name], f.dataType, types[f.name], named, nullable=True).alias(f.name)
+                for f in dtype.fields
+            ]
+        )
     if avro_kind == "array" and isinstance(dtype, T.ArrayType):
         items = c
         if _gaps(dtype.elementType, avro["items"], named, dtype.containsNull):
-            items = F.transform(c, lambda e: _declared(e, dtype.elementType, avro["items"], named, nullable=True))
+            items = F.transform(
+                c, lambda e: _declared(e, dtype.elementType, avro["items"], named, nullable=True)
+            )
         return F.coalesce(items, F.array())
     if avro_kind == "map" and isinstance(dtype, T.MapType):
         values = c
         if _gaps(dtype.valueType, avro["values"], named, dtype.valueContainsNull):
             values = F.transform_values(
-                c, lambda _k, v: _declared(v, dtype.valueType, avro["values"], named, nullable=True))
+                c, lambda _k, v: _declared(v, dtype.valueType, avro["values"], named, nullable=True)
+            )
         return F.coalesce(values, F.create_map())
     default = _default_literals().get(type(dtype))
     return c if default is None else F.coalesce(c, default(dtype))
@@ -236,12 +272,21 @@ def _default_literals() -> dict:
     def cast(value: Any) -> Any:
         return lambda t: F.lit(value).cast(t)
 
-    return {T.BooleanType: lambda _t: F.lit(False), T.IntegerType: cast(0), T.LongType: cast(0),
-            T.ShortType: cast(0), T.ByteType: cast(0), T.FloatType: cast(0.0), T.DoubleType: cast(0.0),
-            T.DecimalType: cast(decimal.Decimal(0)), T.StringType: lambda _t: F.lit(""),
-            T.BinaryType: lambda _t: F.lit(bytearray()), T.DateType: lambda _t: F.lit(datetime.date(1970, 1, 1)),
-            T.TimestampType: lambda _t: F.timestamp_seconds(F.lit(0)),
-            T.TimestampNTZType: cast(datetime.datetime(1970, 1, 1))}
+    return {
+        T.BooleanType: lambda _t: F.lit(False),
+        T.IntegerType: cast(0),
+        T.LongType: cast(0),
+        T.ShortType: cast(0),
+        T.ByteType: cast(0),
+        T.FloatType: cast(0.0),
+        T.DoubleType: cast(0.0),
+        T.DecimalType: cast(decimal.Decimal(0)),
+        T.StringType: lambda _t: F.lit(""),
+        T.BinaryType: lambda _t: F.lit(bytearray()),
+        T.DateType: lambda _t: F.lit(datetime.date(1970, 1, 1)),
+        T.TimestampType: lambda _t: F.timestamp_seconds(F.lit(0)),
+        T.TimestampNTZType: cast(datetime.datetime(1970, 1, 1)),
+    }
 
 
 def digest_share(order: Any, diff: Any) -> Any:
@@ -273,7 +318,9 @@ def normalized(c: Any, dtype: Any, nullable: bool) -> Any:
         return F.when(F.isnan(c), nan).when(c == zero, zero).otherwise(c)
     if isinstance(dtype, T.ArrayType):
         return F.transform(c, lambda e: normalized(e, dtype.elementType, dtype.containsNull))
-    inner = F.struct(*[normalized(c[f.name], f.dataType, f.nullable).alias(f.name) for f in dtype.fields])
+    inner = F.struct(
+        *[normalized(c[f.name], f.dataType, f.nullable).alias(f.name) for f in dtype.fields]
+    )
     return F.when(c.isNull(), F.lit(None)).otherwise(inner) if nullable else inner
 
 
@@ -285,20 +332,35 @@ class EncodedRows:
     time and diff columns as longs when the rows carry them. Built once per layout; not for
     data holding maps (equal maps can encode their entries in other orders)."""
 
-    def __init__(self, *, schema: Any, data_cols: Sequence[str], data_record: dict,
-                 time_column: str | None, diff_column: str | None) -> None:
+    def __init__(
+        self,
+        *,
+        schema: Any,
+        data_cols: Sequence[str],
+        data_record: dict,
+        time_column: str | None,
+        diff_column: str | None,
+    ) -> None:
         from pyspark.sql import functions as F
 
-        self.columns = [encoded_data(schema, data_cols, data_record).alias("data"),
-                        F.xxhash64(*hash_columns(schema, data_cols)).alias("h")]
+        self.columns = [
+            encoded_data(schema, data_cols, data_record).alias("data"),
+            F.xxhash64(*hash_columns(schema, data_cols)).alias("h"),
+        ]
         if time_column is not None:
             self.columns.append(F.col(time_column).cast("long").alias("t"))
         if diff_column is not None:
             self.columns.append(F.col(diff_column).cast("long").alias("d"))
 
     @staticmethod
-    def key_of(*, schema: Any, data_cols: Sequence[str], data_record: dict, time_column: str | None,
-               diff_column: str | None) -> tuple:
+    def key_of(
+        *,
+        schema: Any,
+        data_cols: Sequence[str],
+        data_record: dict,
+        time_column: str | None,
+        diff_column: str | None,
+    ) -> tuple:
         return schema.json(), tuple(data_cols), json.dumps(data_record), time_column, diff_column
 
     def collect(self, df: Any) -> Any:
@@ -315,5 +377,13 @@ def arrow_table(rows: Any) -> Any:
     if hasattr(rows, "toArrow"):  # pyspark >= 4.0, classic and Connect
         return rows.toArrow()
     collected = rows.collect()
-    types = {"data": pa.binary(), "h": pa.int64(), "t": pa.int64(), "d": pa.int64(), "n": pa.int64()}
-    return pa.table({n: pa.array([r[i] for r in collected], types[n]) for i, n in enumerate(rows.columns)})
+    types = {
+        "data": pa.binary(),
+        "h": pa.int64(),
+        "t": pa.int64(),
+        "d": pa.int64(),
+        "n": pa.int64(),
+    }
+    return pa.table(
+        {n: pa.array([r[i] for r in collected], types[n]) for i, n in enumerate(rows.columns)}
+    )

@@ -16,26 +16,59 @@ from typing import Any
 
 from cdc_emitter.errors import ConfigError
 
-__all__ = ["java_client_options", "kafka_cause", "kafka_read_options", "kafka_write_options", "write_messages"]
+__all__ = [
+    "java_client_options",
+    "kafka_cause",
+    "kafka_read_options",
+    "kafka_write_options",
+    "write_messages",
+]
 
 
 #: librdkafka settings and their Java client equivalents (the JVM path's producers are Java's).
-_SAME = {"security.protocol", "sasl.mechanism", "ssl.endpoint.identification.algorithm",
-         "linger.ms", "batch.size", "compression.type", "request.timeout.ms", "retry.backoff.ms",
-         "client.id", "acks", "enable.idempotence", "max.in.flight.requests.per.connection"}
-_RENAMED = {"sasl.mechanisms": "sasl.mechanism", "compression.codec": "compression.type",
-            "message.timeout.ms": "delivery.timeout.ms", "delivery.timeout.ms": "delivery.timeout.ms",
-            "message.max.bytes": "max.request.size", "request.required.acks": "acks"}
-_LOGIN = {"SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
-          "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
-          "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule"}
+_SAME = {
+    "security.protocol",
+    "sasl.mechanism",
+    "ssl.endpoint.identification.algorithm",
+    "linger.ms",
+    "batch.size",
+    "compression.type",
+    "request.timeout.ms",
+    "retry.backoff.ms",
+    "client.id",
+    "acks",
+    "enable.idempotence",
+    "max.in.flight.requests.per.connection",
+}
+_RENAMED = {
+    "sasl.mechanisms": "sasl.mechanism",
+    "compression.codec": "compression.type",
+    "message.timeout.ms": "delivery.timeout.ms",
+    "delivery.timeout.ms": "delivery.timeout.ms",
+    "message.max.bytes": "max.request.size",
+    "request.required.acks": "acks",
+}
+_LOGIN = {
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+}
 #: librdkafka-only settings that change nothing the Java producer needs.
-_IGNORED = {"queue.buffering.max.ms", "queue.buffering.max.messages",
-            "queue.buffering.max.kbytes", "batch.num.messages", "log_level", "log.connection.close",
-            "socket.keepalive.enable", "statistics.interval.ms"}
+_IGNORED = {
+    "queue.buffering.max.ms",
+    "queue.buffering.max.messages",
+    "queue.buffering.max.kbytes",
+    "batch.num.messages",
+    "log_level",
+    "log.connection.close",
+    "socket.keepalive.enable",
+    "statistics.interval.ms",
+}
 
 
-def java_client_options(config: Mapping[str, Any], *, unknown: str, unsupported: str) -> dict[str, str]:
+def java_client_options(
+    config: Mapping[str, Any], *, unknown: str, unsupported: str
+) -> dict[str, str]:
     """Java Kafka client options (``kafka.``-prefixed, as Spark's Kafka source and writer take
     them) for librdkafka-style ``config``: the settings with a Java equivalent, SASL credentials
     as a JAAS configuration, a PEM CA file as a truststore.
@@ -61,9 +94,12 @@ def java_client_options(config: Mapping[str, Any], *, unknown: str, unsupported:
         module = _LOGIN.get(mechanism)
         if module is None:
             raise ConfigError(unsupported.format(mechanism=mechanism))
-        quoted = [str(v).replace("\\", "\\\\").replace('"', '\\"') for v in (username, password or "")]
-        options["kafka.sasl.jaas.config"] = (f'{module} required username="{quoted[0]}" '
-                                             f'password="{quoted[1]}";')
+        quoted = [
+            str(v).replace("\\", "\\\\").replace('"', '\\"') for v in (username, password or "")
+        ]
+        options["kafka.sasl.jaas.config"] = (
+            f'{module} required username="{quoted[0]}" password="{quoted[1]}";'
+        )
     if ca is not None:
         options["kafka.ssl.truststore.type"] = "PEM"
         options["kafka.ssl.truststore.location"] = str(ca)
@@ -72,20 +108,36 @@ def java_client_options(config: Mapping[str, Any], *, unknown: str, unsupported:
     return options
 
 
-def kafka_read_options(bootstrap_servers: str, config: Mapping[str, Any], *, user: str) -> dict[str, str]:
+def kafka_read_options(
+    bootstrap_servers: str, config: Mapping[str, Any], *, user: str
+) -> dict[str, str]:
     """Spark's Kafka source options for librdkafka-style ``config`` (security settings; producer
     settings dropped); ``user`` names who reads, in the error for a key without a Java equivalent."""
-    producer_only = {"acks", "enable.idempotence", "delivery.timeout.ms", "linger.ms", "batch.size",
-                     "compression.type", "max.request.size", "max.in.flight.requests.per.connection"}
+    producer_only = {
+        "acks",
+        "enable.idempotence",
+        "delivery.timeout.ms",
+        "linger.ms",
+        "batch.size",
+        "compression.type",
+        "max.request.size",
+        "max.in.flight.requests.per.connection",
+    }
     options = java_client_options(
-        config, unknown=f"kafka_options key {{key!r}} has no equivalent in Spark's Kafka source, which "
-                        f"{user} uses: leave it out",
-        unsupported=f"sasl.mechanism {{mechanism!r}} is not supported by {user}")
-    return {"kafka.bootstrap.servers": bootstrap_servers,
-            **{k: v for k, v in options.items() if k[len("kafka."):] not in producer_only}}
+        config,
+        unknown=f"kafka_options key {{key!r}} has no equivalent in Spark's Kafka source, which "
+        f"{user} uses: leave it out",
+        unsupported=f"sasl.mechanism {{mechanism!r}} is not supported by {user}",
+    )
+    return {
+        "kafka.bootstrap.servers": bootstrap_servers,
+        **{k: v for k, v in options.items() if k[len("kafka.") :] not in producer_only},
+    }
 
 
-def kafka_write_options(bootstrap_servers: str, topic: str, producer_config: Mapping[str, Any]) -> dict:
+def kafka_write_options(
+    bootstrap_servers: str, topic: str, producer_config: Mapping[str, Any]
+) -> dict:
     """Options for Spark's Kafka writer from the sink's librdkafka ``producer_config``.
 
     Raises ConfigError naming a setting that has no Java equivalent here (the sink's
@@ -93,15 +145,23 @@ def kafka_write_options(bootstrap_servers: str, topic: str, producer_config: Map
     # acks=all; not idempotent: the Java producer's flush was seen to wait forever (not
     # delivery.timeout.ms) when two of three replicas were down, and a retry's duplicates are
     # harmless here — readers discard duplicate updates
-    options = {"kafka.bootstrap.servers": bootstrap_servers, "topic": topic,
-               "kafka.acks": "all", "kafka.enable.idempotence": "false",
-               "kafka.delivery.timeout.ms": "120000", "includeHeaders": "true"}
-    options.update(java_client_options(
-        producer_config,
-        unknown="producer_config key {key!r} has no equivalent in Spark's Kafka writer, which the "
-                "sink's JVM data path uses: pass encoder='python' to write with librdkafka",
-        unsupported="sasl.mechanism {mechanism!r} is not supported by the JVM data path: pass "
-                    "encoder='python'"))
+    options = {
+        "kafka.bootstrap.servers": bootstrap_servers,
+        "topic": topic,
+        "kafka.acks": "all",
+        "kafka.enable.idempotence": "false",
+        "kafka.delivery.timeout.ms": "120000",
+        "includeHeaders": "true",
+    }
+    options.update(
+        java_client_options(
+            producer_config,
+            unknown="producer_config key {key!r} has no equivalent in Spark's Kafka writer, which the "
+            "sink's JVM data path uses: pass encoder='python' to write with librdkafka",
+            unsupported="sasl.mechanism {mechanism!r} is not supported by the JVM data path: pass "
+            "encoder='python'",
+        )
+    )
     # Java refuses a delivery timeout below linger.ms + request.timeout.ms (30 s by default)
     delivery = int(options["kafka.delivery.timeout.ms"])
     linger = int(options.get("kafka.linger.ms", 5))
@@ -122,8 +182,13 @@ def kafka_write_options(bootstrap_servers: str, topic: str, producer_config: Map
     return options
 
 
-def write_messages(messages: Any, options: Mapping[str, str], headers: Sequence[tuple[str, bytes]], *,
-                   where: Any = None) -> None:
+def write_messages(
+    messages: Any,
+    options: Mapping[str, str],
+    headers: Sequence[tuple[str, bytes]],
+    *,
+    where: Any = None,
+) -> None:
     """Write the messages that hold updates with Spark's Kafka writer (one Spark job): those with
     a value, or those of ``where`` (a condition that implies a value), in the same step.
 
@@ -135,19 +200,32 @@ def write_messages(messages: Any, options: Mapping[str, str], headers: Sequence[
     # trips to it per batch
     for key, _ in headers:
         if not re.fullmatch(r"[\w.-]+", key):
-            raise ValueError(f"a header name of letters, digits, '.', '_' and '-' only, not {key!r}")
-    header_col = F.expr("array(" + ", ".join(f"named_struct('key', '{key}', 'value', X'{bytes(value).hex()}')"
-                                             for key, value in headers) + ") AS headers")
+            raise ValueError(
+                f"a header name of letters, digits, '.', '_' and '-' only, not {key!r}"
+            )
+    header_col = F.expr(
+        "array("
+        + ", ".join(
+            f"named_struct('key', '{key}', 'value', X'{bytes(value).hex()}')"
+            for key, value in headers
+        )
+        + ") AS headers"
+    )
     out = messages.where("value IS NOT NULL" if where is None else where).select(
-        F.col("value"), F.col("partition"), header_col)
+        F.col("value"), F.col("partition"), header_col
+    )
     secret = "kafka.sasl.jaas.config" in options
     py4j = logging.getLogger("py4j")
     level = py4j.level
     if secret:
         _redact_jaas(messages.sparkSession)
-        py4j.setLevel(max(logging.INFO, py4j.getEffectiveLevel()))  # Py4J logs each command at DEBUG
+        py4j.setLevel(
+            max(logging.INFO, py4j.getEffectiveLevel())
+        )  # Py4J logs each command at DEBUG
     try:
-        writer = out.write.mode("append").format("kafka")  # append: what the V2 writer takes (see spark_settings.KafkaWriteObserved)
+        writer = out.write.mode("append").format(
+            "kafka"
+        )  # append: what the V2 writer takes (see spark_settings.KafkaWriteObserved)
         for key, value in options.items():
             writer = writer.option(key, value)
         writer.save()

@@ -36,7 +36,16 @@ from pyspark.sql import types as T
 
 from cdc_emitter.errors import SchemaError
 
-__all__ = ["data_schema", "avro_type", "check_supported", "contains_map", "contains_type", "without_collation", "parse_ddl_columns", "DdlUnknown"]
+__all__ = [
+    "data_schema",
+    "avro_type",
+    "check_supported",
+    "contains_map",
+    "contains_type",
+    "without_collation",
+    "parse_ddl_columns",
+    "DdlUnknown",
+]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -103,8 +112,12 @@ def without_collation(dtype: T.DataType) -> T.DataType | None:
         fields = [without_collation(f.dataType) for f in dtype.fields]
         if all(f is None for f in fields):
             return None
-        return T.StructType([T.StructField(f.name, new or f.dataType, f.nullable, f.metadata)
-                             for f, new in zip(dtype.fields, fields)])
+        return T.StructType(
+            [
+                T.StructField(f.name, new or f.dataType, f.nullable, f.metadata)
+                for f, new in zip(dtype.fields, fields)
+            ]
+        )
     return None
 
 
@@ -130,7 +143,9 @@ def _record(struct: T.StructType, name: str, path: list[str], names: set[str]) -
         if field.name in seen:
             raise SchemaError(f"column {'.'.join(where)!r} appears twice")
         seen.add(field.name)
-        fields.append({"name": field.name, "type": _type(field.dataType, field.nullable, where, names)})
+        fields.append(
+            {"name": field.name, "type": _type(field.dataType, field.nullable, where, names)}
+        )
     return {"type": "record", "name": name, "fields": fields}
 
 
@@ -156,7 +171,12 @@ def _base(dtype: T.DataType, path: list[str], names: set[str]) -> Any:
     if isinstance(dtype, T.BinaryType):
         return "bytes"
     if isinstance(dtype, T.DecimalType):
-        return {"type": "bytes", "logicalType": "decimal", "precision": dtype.precision, "scale": dtype.scale}
+        return {
+            "type": "bytes",
+            "logicalType": "decimal",
+            "precision": dtype.precision,
+            "scale": dtype.scale,
+        }
     if isinstance(dtype, T.DateType):
         return {"type": "int", "logicalType": "date"}
     if isinstance(dtype, T.TimestampNTZType):
@@ -164,17 +184,25 @@ def _base(dtype: T.DataType, path: list[str], names: set[str]) -> Any:
     if isinstance(dtype, T.TimestampType):
         return {"type": "long", "logicalType": "timestamp-micros"}
     if isinstance(dtype, T.ArrayType):
-        return {"type": "array", "items": _type(dtype.elementType, dtype.containsNull, path + ["element"], names)}
+        return {
+            "type": "array",
+            "items": _type(dtype.elementType, dtype.containsNull, path + ["element"], names),
+        }
     if isinstance(dtype, T.MapType):
         if not isinstance(dtype.keyType, (T.StringType, T.CharType, T.VarcharType)):
             raise SchemaError(
                 f"column {'.'.join(path)!r} has type {dtype.simpleString()}: Avro maps need string "
                 "keys; cast the keys to string or turn the map into an array of structs"
             )
-        return {"type": "map", "values": _type(dtype.valueType, dtype.valueContainsNull, path + ["value"], names)}
+        return {
+            "type": "map",
+            "values": _type(dtype.valueType, dtype.valueContainsNull, path + ["value"], names),
+        }
     if isinstance(dtype, T.StructType):
         if not dtype.fields:
-            raise SchemaError(f"column {'.'.join(path)!r} is an empty struct, which Avro cannot hold")
+            raise SchemaError(
+                f"column {'.'.join(path)!r} is an empty struct, which Avro cannot hold"
+            )
         name = _unique("_".join(["data"] + [re.sub(r"[^A-Za-z0-9_]", "_", p) for p in path]), names)
         return _record(dtype, name, path, names)
     raise SchemaError(
@@ -187,13 +215,27 @@ def _base(dtype: T.DataType, path: list[str], names: set[str]) -> Any:
 # A pure parser for the Spark DDL column lists `schema --columns` takes, so that the common case
 # needs no JVM; anything it does not know is left to Spark's own parser (DdlUnknown).
 
-_DDL_TOKEN = re.compile(r"\s*(?:(`(?:[^`]|``)*`)|([A-Za-z_][A-Za-z0-9_]*)|(\d+)|('(?:[^'\\]|\\.)*')|(.))")
+_DDL_TOKEN = re.compile(
+    r"\s*(?:(`(?:[^`]|``)*`)|([A-Za-z_][A-Za-z0-9_]*)|(\d+)|('(?:[^'\\]|\\.)*')|(.))"
+)
 _SIMPLE_TYPES = {
-    "boolean": "BooleanType", "tinyint": "ByteType", "byte": "ByteType",
-    "smallint": "ShortType", "short": "ShortType", "int": "IntegerType", "integer": "IntegerType",
-    "bigint": "LongType", "long": "LongType", "float": "FloatType", "real": "FloatType",
-    "double": "DoubleType", "string": "StringType", "binary": "BinaryType", "date": "DateType",
-    "timestamp": "TimestampType", "timestamp_ltz": "TimestampType",
+    "boolean": "BooleanType",
+    "tinyint": "ByteType",
+    "byte": "ByteType",
+    "smallint": "ShortType",
+    "short": "ShortType",
+    "int": "IntegerType",
+    "integer": "IntegerType",
+    "bigint": "LongType",
+    "long": "LongType",
+    "float": "FloatType",
+    "real": "FloatType",
+    "double": "DoubleType",
+    "string": "StringType",
+    "binary": "BinaryType",
+    "date": "DateType",
+    "timestamp": "TimestampType",
+    "timestamp_ltz": "TimestampType",
     "timestamp_ntz": "TimestampNTZType",
 }
 

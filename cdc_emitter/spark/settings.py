@@ -13,7 +13,14 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FALLBACK_THRESHOLD", "GroupsInMemory", "KafkaWriteObserved", "V1_SOURCES", "first_line", "put_back"]
+__all__ = [
+    "FALLBACK_THRESHOLD",
+    "GroupsInMemory",
+    "KafkaWriteObserved",
+    "V1_SOURCES",
+    "first_line",
+    "put_back",
+]
 
 
 #: Spark's setting: how many groups an object aggregation (the packing's: it collects values)
@@ -50,15 +57,22 @@ class GroupsInMemory:
             if self._current is None:
                 self._old = conf.get(FALLBACK_THRESHOLD, None)
                 try:
-                    self._current = int(self._old if self._old is not None else conf.get(FALLBACK_THRESHOLD))
+                    self._current = int(
+                        self._old if self._old is not None else conf.get(FALLBACK_THRESHOLD)
+                    )
                 except (TypeError, ValueError):  # not a number we can compare: as the user left it
                     self._current = groups
             if groups > self._current:
                 conf.set(FALLBACK_THRESHOLD, str(groups))
                 self._current, self._raised = groups, True
         except Exception as exc:  # noqa: BLE001 - refused by the session: not worth failing the batch for
-            log.info("could not raise %s to %d (%s): Spark sorts the rows of an input task past that many "
-                     "groups instead", FALLBACK_THRESHOLD, groups, first_line(exc))
+            log.info(
+                "could not raise %s to %d (%s): Spark sorts the rows of an input task past that many "
+                "groups instead",
+                FALLBACK_THRESHOLD,
+                groups,
+                first_line(exc),
+            )
             self._current = sys.maxsize  # not again for this batch
 
     def restore(self) -> None:
@@ -113,8 +127,11 @@ class KafkaWriteObserved:
             else:
                 self.in_force = True
         except Exception as exc:  # noqa: BLE001 - refused by the session: two jobs instead
-            log.info("could not set %s (%s): batches are written by a job after the one that packs them",
-                     V1_SOURCES, first_line(exc))
+            log.info(
+                "could not set %s (%s): batches are written by a job after the one that packs them",
+                V1_SOURCES,
+                first_line(exc),
+            )
 
     def restore(self) -> None:
         """Put the session's own value back, if it was changed."""

@@ -24,7 +24,7 @@ def scala_version() -> str:
     jars = glob.glob(os.path.join(os.path.dirname(pyspark.__file__), "jars", "scala-library-*.jar"))
     if not jars:
         return "2.13"
-    return ".".join(os.path.basename(jars[0])[len("scala-library-"):].split(".")[:2])
+    return ".".join(os.path.basename(jars[0])[len("scala-library-") :].split(".")[:2])
 
 
 def sink_packages(spark_version: str | None = None) -> list[str]:
@@ -34,11 +34,16 @@ def sink_packages(spark_version: str | None = None) -> list[str]:
     version), else the installed PySpark's version."""
     import pyspark
 
-    version = (spark_version or os.environ.get("CDC_SPARK_PACKAGES_VERSION", "").strip()
-               or pyspark.__version__.split("+")[0])
+    version = (
+        spark_version
+        or os.environ.get("CDC_SPARK_PACKAGES_VERSION", "").strip()
+        or pyspark.__version__.split("+")[0]
+    )
     scala = scala_version()
-    return [f"org.apache.spark:spark-avro_{scala}:{version}",
-            f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version}"]
+    return [
+        f"org.apache.spark:spark-avro_{scala}:{version}",
+        f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version}",
+    ]
 
 
 def configure_spark(builder: Any, extra_packages: Sequence[str] = ()) -> Any:

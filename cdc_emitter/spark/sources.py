@@ -43,13 +43,18 @@ _DELTA_CONF = {
 _SOURCE_HINTS = {
     "delta": "Spark has no Delta Lake reader loaded: add --packages {delta}",
     "jdbc": "Spark needs the database's JDBC driver: add --packages with the driver's Maven "
-            "coordinates (e.g. org.postgresql:postgresql:42.7.4), -O driver=CLASS (e.g. "
-            "org.postgresql.Driver) and -O url=jdbc:...",
+    "coordinates (e.g. org.postgresql:postgresql:42.7.4), -O driver=CLASS (e.g. "
+    "org.postgresql.Driver) and -O url=jdbc:...",
 }
 
 
-def spark_session(app: str, packages: Sequence[str] = (), conf: dict | None = None,
-                  fmt: str | None = None, remote: str | None = None) -> Any:
+def spark_session(
+    app: str,
+    packages: Sequence[str] = (),
+    conf: dict | None = None,
+    fmt: str | None = None,
+    remote: str | None = None,
+) -> Any:
     """A Spark session loading the sink's packages and ``packages``, with ``conf`` and the
     settings reading ``fmt`` needs; with ``remote`` (``sc://host:port``, or ``SPARK_REMOTE``), a
     Spark Connect session instead, which loads nothing itself (its server does)."""
@@ -65,8 +70,10 @@ def spark_session(app: str, packages: Sequence[str] = (), conf: dict | None = No
         try:
             return SparkSession.builder.remote(remote).getOrCreate()
         except Exception as exc:  # noqa: BLE001 - no server, or the Connect client's modules missing
-            raise ConfigError(f"cannot connect to Spark at {remote}: {spark_error_text(exc)} "
-                              "(the client needs pip install 'cdc-emitter[connect]')") from exc
+            raise ConfigError(
+                f"cannot connect to Spark at {remote}: {spark_error_text(exc)} "
+                "(the client needs pip install 'cdc-emitter[connect]')"
+            ) from exc
     # executors run this interpreter when the sink's Python data path is used
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -156,10 +163,13 @@ def read_table(spark: Any, source: str, fmt: str, options: dict) -> Any:
         missing = ("DATA_SOURCE_NOT_FOUND", "No suitable driver", "ClassNotFoundException")
         hint = _SOURCE_HINTS.get(fmt) if any(m in text for m in missing) else None
         if hint is not None:
-            hint = hint.format(delta=delta_package(spark.version)
-                               or f"with the Delta Lake package built for Spark {spark.version}")
-        raise ConfigError(f"cannot read {fmt} source {source!r}: {text}"
-                          + (f"\n{hint}" if hint else "")) from exc
+            hint = hint.format(
+                delta=delta_package(spark.version)
+                or f"with the Delta Lake package built for Spark {spark.version}"
+            )
+        raise ConfigError(
+            f"cannot read {fmt} source {source!r}: {text}" + (f"\n{hint}" if hint else "")
+        ) from exc
 
 
 def columns_struct(columns: str) -> Any:

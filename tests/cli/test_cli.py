@@ -95,8 +95,13 @@ def test_verify_and_tail_do_not_import_pyspark(tmp_path):
     )
     schema = tmp_path / "s.avsc"
     schema.write_text(json.dumps(PRODUCTS))
-    out = subprocess.run([sys.executable, "-c", code, str(schema)], capture_output=True, text=True,
-                         env={"PATH": "/usr/bin:/bin"}, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(schema)],
+        capture_output=True,
+        text=True,
+        env={"PATH": "/usr/bin:/bin"},
+        timeout=60,
+    )
     assert out.stdout.strip() == "False", out.stderr
 
 
@@ -105,13 +110,26 @@ def test_verify_and_tail_do_not_import_pyspark(tmp_path):
 
 @pytest.mark.parametrize("command", ["verify", "tail"])
 def test_bad_x_setting_is_a_usage_error(command, schema_file):
-    result = run(command, "--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--schema",
-                 schema_file, "-X", "acks=all", "-X", "linger.ms")
+    result = run(
+        command,
+        "--bootstrap-servers",
+        "127.0.0.1:1",
+        "--topic",
+        "t",
+        "--schema",
+        schema_file,
+        "-X",
+        "acks=all",
+        "-X",
+        "linger.ms",
+    )
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr == usage_error(
-        command, "Invalid value for '-X': setting number 2 is not of the form key=value (its text "
-        "is not shown: it may hold a secret)")
+        command,
+        "Invalid value for '-X': setting number 2 is not of the form key=value (its text "
+        "is not shown: it may hold a secret)",
+    )
 
 
 @pytest.mark.parametrize("typo", ["=hunter2", "sasl.password:hunter2", "sasl.password hunter2"])
@@ -120,14 +138,25 @@ def test_bad_x_setting_never_echoes_a_value(schema_file, typo):
     assert result.exit_code == 2
     assert "hunter2" not in result.output
     assert result.stderr == usage_error(
-        "verify", "Invalid value for '-X': setting number 1 is not of the form key=value (its "
-        "text is not shown: it may hold a secret)")
+        "verify",
+        "Invalid value for '-X': setting number 1 is not of the form key=value (its "
+        "text is not shown: it may hold a secret)",
+    )
 
 
 @pytest.mark.parametrize("setting", ["sasl.pasword=hunter2", "sasl.jaas.confg=hunter2"])
 def test_a_misspelt_or_misplaced_secret_is_never_echoed(schema_file, setting):
-    result = run("verify", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t",
-                 "--schema", schema_file, "-X", setting)
+    result = run(
+        "verify",
+        "--bootstrap-servers",
+        "127.0.0.1:1",
+        "--topic",
+        "t",
+        "--schema",
+        schema_file,
+        "-X",
+        setting,
+    )
     assert result.exit_code == 2
     assert result.stderr.startswith("error: invalid Kafka client configuration: ")
     assert "hunter2" not in result.output
@@ -138,7 +167,8 @@ def test_missing_schema_file(tmp_path):
     result = run("verify", "--topic", "t", "--schema", str(missing))
     assert result.exit_code == 2
     assert result.stderr == usage_error(
-        "verify", f"Invalid value for '--schema': File '{missing}' does not exist.")
+        "verify", f"Invalid value for '--schema': File '{missing}' does not exist."
+    )
 
 
 def test_missing_topic_option(schema_file):
@@ -148,25 +178,38 @@ def test_missing_topic_option(schema_file):
 
 
 def test_until_frontier_and_until_closed_exclude_each_other(schema_file):
-    result = run("verify", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--schema",
-                 schema_file, "--until-frontier", "3", "--until-closed")
+    result = run(
+        "verify",
+        "--bootstrap-servers",
+        "127.0.0.1:1",
+        "--topic",
+        "t",
+        "--schema",
+        schema_file,
+        "--until-frontier",
+        "3",
+        "--until-closed",
+    )
     assert result.exit_code == 2
     assert result.stderr == usage_error(
-        "verify", "--until-frontier and --until-closed exclude each other")
+        "verify", "--until-frontier and --until-closed exclude each other"
+    )
 
 
 def test_negative_until_frontier(schema_file):
     result = run("verify", "--topic", "t", "--schema", schema_file, "--until-frontier", "-1")
     assert result.exit_code == 2
     assert result.stderr == usage_error(
-        "verify", "Invalid value for '--until-frontier': -1 is not in the range x>=0.")
+        "verify", "Invalid value for '--until-frontier': -1 is not in the range x>=0."
+    )
 
 
 def test_bad_framing(schema_file):
     result = run("tail", "--topic", "t", "--schema", schema_file, "--framing", "json")
     assert result.exit_code == 2
     assert result.stderr == usage_error(
-        "tail", "Invalid value for '--framing': 'json' is not one of 'confluent', 'raw'.")
+        "tail", "Invalid value for '--framing': 'json' is not one of 'confluent', 'raw'."
+    )
 
 
 @pytest.mark.parametrize("command", ["verify", "tail"])
@@ -187,8 +230,9 @@ def test_no_bootstrap_servers(command, schema_file):
 def test_bad_schema_text(tmp_path, text):
     path = tmp_path / "bad.avsc"
     path.write_text(text)
-    result = run("verify", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t",
-                 "--schema", str(path))
+    result = run(
+        "verify", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--schema", str(path)
+    )
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr.startswith(f"error: schema file {path}: ")
@@ -207,8 +251,16 @@ def test_schema_accepts_the_full_union_schema(schema_file):
 
 
 def test_schema_sql(data_schema_file):
-    result = run("schema", "--data-schema", data_schema_file, "--sql", "--topic", "shop.products",
-                 "--bootstrap-servers", "kafka:9092")
+    result = run(
+        "schema",
+        "--data-schema",
+        data_schema_file,
+        "--sql",
+        "--topic",
+        "shop.products",
+        "--bootstrap-servers",
+        "kafka:9092",
+    )
     assert result.exit_code == 0
     schema_json = json.dumps(union(PRODUCTS), separators=(",", ":"))
     assert result.stdout == (
@@ -220,10 +272,21 @@ def test_schema_sql(data_schema_file):
 
 
 def test_schema_sql_name_from_environment_and_quotes(data_schema_file):
-    result = run("schema", "--data-schema", data_schema_file, "--sql", "--topic", "t",
-                 "--name", "My Source", env={"KAFKA_BOOTSTRAP_SERVERS": "b:1"})
+    result = run(
+        "schema",
+        "--data-schema",
+        data_schema_file,
+        "--sql",
+        "--topic",
+        "t",
+        "--name",
+        "My Source",
+        env={"KAFKA_BOOTSTRAP_SERVERS": "b:1"},
+    )
     assert result.exit_code == 0
-    assert result.stdout.startswith('CREATE SOURCE "My Source"\nFROM KAFKA BROKER \'b:1\' TOPIC \'t\'\n')
+    assert result.stdout.startswith(
+        "CREATE SOURCE \"My Source\"\nFROM KAFKA BROKER 'b:1' TOPIC 't'\n"
+    )
 
 
 def test_create_source_sql_escapes_single_quotes():
@@ -239,7 +302,9 @@ def test_schema_needs_exactly_one_input(args, tmp_path):
     args = [a if a != "x.avsc" else str(tmp_path / "x.avsc") for a in args]
     result = run("schema", *args)
     assert result.exit_code == 2
-    assert result.stderr == usage_error("schema", "give exactly one of --columns, --from or --data-schema")
+    assert result.stderr == usage_error(
+        "schema", "give exactly one of --columns, --from or --data-schema"
+    )
 
 
 def test_schema_sql_needs_topic(data_schema_file):
@@ -258,17 +323,28 @@ def test_export_bad_reader_option():
     result = run("export", "x.parquet", "--topic", "t", "-O", "header")
     assert result.exit_code == 2
     assert result.stderr == usage_error(
-        "export", "Invalid value for '-O': setting number 1 is not of the form key=value (its "
-        "text is not shown: it may hold a secret)")
+        "export",
+        "Invalid value for '-O': setting number 1 is not of the form key=value (its "
+        "text is not shown: it may hold a secret)",
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--topic", "t"], "give SOURCE and --topic (or --from-topic TOPIC --to PATH)"),
-    (["x.parquet"], "give SOURCE and --topic (or --from-topic TOPIC --to PATH)"),
-    (["x.parquet", "--topic", "t", "--as-of", "3", "--to", "y"], "--to, --as-of: only with --from-topic"),
-    (["--from-topic", "t", "--to", "y"], "--from-topic needs --to PATH and --schema FILE"),
-    (["--from-topic", "t", "--topic", "u", "--close"], "--from-topic does not go with --topic, --close"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--topic", "t"], "give SOURCE and --topic (or --from-topic TOPIC --to PATH)"),
+        (["x.parquet"], "give SOURCE and --topic (or --from-topic TOPIC --to PATH)"),
+        (
+            ["x.parquet", "--topic", "t", "--as-of", "3", "--to", "y"],
+            "--to, --as-of: only with --from-topic",
+        ),
+        (["--from-topic", "t", "--to", "y"], "--from-topic needs --to PATH and --schema FILE"),
+        (
+            ["--from-topic", "t", "--topic", "u", "--close"],
+            "--from-topic does not go with --topic, --close",
+        ),
+    ],
+)
 def test_export_needs_one_direction(args, message):
     result = run("export", *args)
     assert result.exit_code == 2
@@ -277,11 +353,17 @@ def test_export_needs_one_direction(args, message):
 
 def test_verify_engine_options_are_usage_errors(schema_file):
     local = run("verify", "--topic", "t", "--schema", schema_file, "--packages", "a:b:1")
-    assert (local.exit_code, local.stderr) == (2, usage_error(
-        "verify", "--packages and --conf are for --engine spark"))
-    spark = run("verify", "--topic", "t", "--schema", schema_file, "--engine", "spark", "--workers", "2")
-    assert (spark.exit_code, spark.stderr) == (2, usage_error(
-        "verify", "--workers is for --engine local (Spark decodes on its executors)"))
+    assert (local.exit_code, local.stderr) == (
+        2,
+        usage_error("verify", "--packages and --conf are for --engine spark"),
+    )
+    spark = run(
+        "verify", "--topic", "t", "--schema", schema_file, "--engine", "spark", "--workers", "2"
+    )
+    assert (spark.exit_code, spark.stderr) == (
+        2,
+        usage_error("verify", "--workers is for --engine local (Spark decodes on its executors)"),
+    )
 
 
 # --- connection errors (exit 2) -----------------------------------------------------------------
@@ -290,21 +372,38 @@ def test_verify_engine_options_are_usage_errors(schema_file):
 @pytest.mark.parametrize("command", ["verify", "tail"])
 def test_unreachable_broker_names_the_servers_and_the_time_waited(schema_file, command):
     began = time.monotonic()
-    result = run(command, "--bootstrap-servers", "127.0.0.1:1", "--topic", "t",
-                 "--schema", schema_file, "--broker-timeout", "2")
+    result = run(
+        command,
+        "--bootstrap-servers",
+        "127.0.0.1:1",
+        "--topic",
+        "t",
+        "--schema",
+        schema_file,
+        "--broker-timeout",
+        "2",
+    )
     assert time.monotonic() - began < 10
     assert result.exit_code == 2
     assert result.stdout == ""
-    assert result.stderr.startswith("error: cannot reach Kafka at 127.0.0.1:1 (asking for topic 't', "
-                                    "waited 2s)")
+    assert result.stderr.startswith(
+        "error: cannot reach Kafka at 127.0.0.1:1 (asking for topic 't', waited 2s)"
+    )
     assert result.stderr.count("\n") == 1
 
 
 @pytest.mark.kafka
 @pytest.mark.parametrize("command", ["verify", "tail"])
 def test_missing_topic(command, kafka_bootstrap, schema_file):
-    result = run(command, "--bootstrap-servers", kafka_bootstrap, "--topic", "no-such-topic-cli",
-                 "--schema", schema_file)
+    result = run(
+        command,
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--topic",
+        "no-such-topic-cli",
+        "--schema",
+        schema_file,
+    )
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr == (
@@ -315,9 +414,19 @@ def test_missing_topic(command, kafka_bootstrap, schema_file):
 
 @pytest.mark.kafka
 def test_bad_librdkafka_setting_hides_secrets(kafka_bootstrap, schema_file):
-    result = run("verify", "--bootstrap-servers", kafka_bootstrap, "--topic", "t",
-                 "--schema", schema_file, "-X", "sasl.password=hunter2",
-                 "-X", "no.such.setting=1")
+    result = run(
+        "verify",
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--topic",
+        "t",
+        "--schema",
+        schema_file,
+        "-X",
+        "sasl.password=hunter2",
+        "-X",
+        "no.such.setting=1",
+    )
     assert result.exit_code == 2
     assert "hunter2" not in result.output
     assert result.stderr.startswith("error: invalid Kafka client configuration: ")
@@ -326,19 +435,44 @@ def test_bad_librdkafka_setting_hides_secrets(kafka_bootstrap, schema_file):
 
 @pytest.mark.kafka
 def test_verify_reads_servers_from_environment_and_an_empty_topic_is_not_verified(
-        kafka_bootstrap, topic_factory, schema_file):
+    kafka_bootstrap, topic_factory, schema_file
+):
     topic = topic_factory()
-    result = run("verify", "--topic", topic, "--schema", schema_file, "--json",
-                 env={"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap})
+    result = run(
+        "verify",
+        "--topic",
+        topic,
+        "--schema",
+        schema_file,
+        "--json",
+        env={"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap},
+    )
     assert result.exit_code == 3
     assert json.loads(result.stdout) == {
-        "frontier": [0], "messages": 0, "updates": 0, "duplicates": 0, "violations": [],
-        "verdict": "empty", "hints": [],
-        "pending": {"updates": 0, "times": [], "stalled": [], "progress": [0], "gap": None,
-                    "statements": 0},
+        "frontier": [0],
+        "messages": 0,
+        "updates": 0,
+        "duplicates": 0,
+        "violations": [],
+        "verdict": "empty",
+        "hints": [],
+        "pending": {
+            "updates": 0,
+            "times": [],
+            "stalled": [],
+            "progress": [0],
+            "gap": None,
+            "statements": 0,
+        },
     }
-    text = run("verify", "--topic", topic, "--schema", schema_file,
-               env={"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap})
+    text = run(
+        "verify",
+        "--topic",
+        topic,
+        "--schema",
+        schema_file,
+        env={"KAFKA_BOOTSTRAP_SERVERS": kafka_bootstrap},
+    )
     assert text.exit_code == 3
     assert text.stdout == (
         f"topic {topic}: frontier [0], end of topic read\n"
@@ -382,79 +516,179 @@ def test_schema_columns_unsupported_type_names_the_column():
 
 
 def test_schema_and_schema_registry_exclude_each_other(schema_file):
-    result = run("verify", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t",
-                 "--schema", schema_file, "--schema-registry", "http://127.0.0.1:1")
+    result = run(
+        "verify",
+        "--bootstrap-servers",
+        "127.0.0.1:1",
+        "--topic",
+        "t",
+        "--schema",
+        schema_file,
+        "--schema-registry",
+        "http://127.0.0.1:1",
+    )
     assert result.exit_code == 2
     assert result.stderr == usage_error(
-        "verify", "give exactly one of --schema FILE or --schema-registry URL")
+        "verify", "give exactly one of --schema FILE or --schema-registry URL"
+    )
     result = run("tail", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t")
     assert result.exit_code == 2
     assert result.stderr == usage_error(
-        "tail", "give exactly one of --schema FILE or --schema-registry URL")
+        "tail", "give exactly one of --schema FILE or --schema-registry URL"
+    )
 
 
 def _registry_settings(settings: dict) -> list[str]:
-    return [arg for key, value in settings.items() for arg in ("--schema-registry-config", f"{key}={value}")]
+    return [
+        arg
+        for key, value in settings.items()
+        for arg in ("--schema-registry-config", f"{key}={value}")
+    ]
 
 
 @pytest.mark.kafka
 def test_schema_registry_unknown_id(schema_registry):
     url, settings = schema_registry
-    result = run("verify", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t",
-                 "--schema-registry", url, *_registry_settings(settings), "--schema-id", "987654")
+    result = run(
+        "verify",
+        "--bootstrap-servers",
+        "127.0.0.1:1",
+        "--topic",
+        "t",
+        "--schema-registry",
+        url,
+        *_registry_settings(settings),
+        "--schema-id",
+        "987654",
+    )
     assert result.exit_code == 2
     assert result.stderr == f"error: schema registry {url} has no schema id 987654 (HTTP 404)\n"
 
 
 def test_schema_registry_options_that_exclude_each_other(schema_file):
-    result = run("verify", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--schema", schema_file,
-                 "--schema-registry-config", "basic.auth.user.info=u:secret")
-    assert result.exit_code == 2
-    assert result.stderr == usage_error("verify", "--schema-registry-config needs --schema-registry")
-    result = run("tail", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--schema-registry",
-                 "http://127.0.0.1:1", "--framing", "raw")
-    assert result.exit_code == 2
-    assert result.stderr == usage_error("tail", "--schema-registry with --framing raw needs --schema-id")
-    result = run("export", "data.parquet", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t",
-                 "--schema-registry", "http://127.0.0.1:1", "--schema-id", "4")
+    result = run(
+        "verify",
+        "--bootstrap-servers",
+        "127.0.0.1:1",
+        "--topic",
+        "t",
+        "--schema",
+        schema_file,
+        "--schema-registry-config",
+        "basic.auth.user.info=u:secret",
+    )
     assert result.exit_code == 2
     assert result.stderr == usage_error(
-        "export", "--schema-id and --schema-registry exclude each other: the registry gives the id")
-    result = run("verify", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--schema-registry",
-                 "http://127.0.0.1:1", "--schema-registry-config", "@/nonexistent/registry.properties")
+        "verify", "--schema-registry-config needs --schema-registry"
+    )
+    result = run(
+        "tail",
+        "--bootstrap-servers",
+        "127.0.0.1:1",
+        "--topic",
+        "t",
+        "--schema-registry",
+        "http://127.0.0.1:1",
+        "--framing",
+        "raw",
+    )
     assert result.exit_code == 2
-    assert "cannot read /nonexistent/registry.properties: No such file or directory" in result.stderr
+    assert result.stderr == usage_error(
+        "tail", "--schema-registry with --framing raw needs --schema-id"
+    )
+    result = run(
+        "export",
+        "data.parquet",
+        "--bootstrap-servers",
+        "127.0.0.1:1",
+        "--topic",
+        "t",
+        "--schema-registry",
+        "http://127.0.0.1:1",
+        "--schema-id",
+        "4",
+    )
+    assert result.exit_code == 2
+    assert result.stderr == usage_error(
+        "export", "--schema-id and --schema-registry exclude each other: the registry gives the id"
+    )
+    result = run(
+        "verify",
+        "--bootstrap-servers",
+        "127.0.0.1:1",
+        "--topic",
+        "t",
+        "--schema-registry",
+        "http://127.0.0.1:1",
+        "--schema-registry-config",
+        "@/nonexistent/registry.properties",
+    )
+    assert result.exit_code == 2
+    assert (
+        "cannot read /nonexistent/registry.properties: No such file or directory" in result.stderr
+    )
 
 
 def test_schema_registry_unreachable():
-    result = run("tail", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t",
-                 "--schema-registry", "http://127.0.0.1:1", "--schema-id", "3")
+    result = run(
+        "tail",
+        "--bootstrap-servers",
+        "127.0.0.1:1",
+        "--topic",
+        "t",
+        "--schema-registry",
+        "http://127.0.0.1:1",
+        "--schema-id",
+        "3",
+    )
     assert result.exit_code == 2
-    assert result.stderr.startswith("error: cannot reach the schema registry at http://127.0.0.1:1: ")
+    assert result.stderr.startswith(
+        "error: cannot reach the schema registry at http://127.0.0.1:1: "
+    )
 
 
 @pytest.mark.kafka
 def test_schema_registry_id_from_the_topic(kafka_bootstrap, topic_factory, schema_registry):
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
+    from cdc_emitter.kafka.io import CdcProducer
     from cdc_emitter.protocol.codec import CdcCodec
     from cdc_emitter.protocol.core import Progress, Update
-    from cdc_emitter.kafka.io import CdcProducer
 
     url, settings = schema_registry
     topic = topic_factory()
     schema_id = SchemaRegistryClient({"url": url, **settings}).register_schema(
-        f"{topic}-value", Schema(json.dumps(union(PRODUCTS)), "AVRO"))
+        f"{topic}-value", Schema(json.dumps(union(PRODUCTS)), "AVRO")
+    )
     codec = CdcCodec(PRODUCTS, schema_id=schema_id)
     with CdcProducer(kafka_bootstrap, topic) as producer:
         producer.produce(codec.encode_updates([Update((5, 10), 1, 1)])[0])
         producer.produce(codec.encode_progress(Progress((0,), (2,), ((1, 1),))))
-    result = run("verify", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
-                 "--schema-registry", url, *_registry_settings(settings), "--json")
+    result = run(
+        "verify",
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--topic",
+        topic,
+        "--schema-registry",
+        url,
+        *_registry_settings(settings),
+        "--json",
+    )
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["frontier"] == [2]
-    tailed = run("tail", "--bootstrap-servers", kafka_bootstrap, "--topic", topic,
-                 "--schema-registry", url, *_registry_settings(settings), "--schema-id", str(schema_id))
+    tailed = run(
+        "tail",
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--topic",
+        topic,
+        "--schema-registry",
+        url,
+        *_registry_settings(settings),
+        "--schema-id",
+        str(schema_id),
+    )
     assert tailed.stdout == (
         '{"array":[{"data":{"id":5,"price":{"int":10}},"time":1,"diff":1}]}\n'
         '{"com.materialize.cdc.progress":{"lower":[0],"upper":[2],"counts":[{"time":1,"count":1}]}}\n'
@@ -462,21 +696,38 @@ def test_schema_registry_id_from_the_topic(kafka_bootstrap, topic_factory, schem
 
 
 @pytest.mark.kafka
-def test_schema_registry_with_raw_framing_reads_by_schema_id(kafka_bootstrap, topic_factory, schema_registry):
+def test_schema_registry_with_raw_framing_reads_by_schema_id(
+    kafka_bootstrap, topic_factory, schema_registry
+):
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
+    from cdc_emitter.kafka.io import CdcProducer
     from cdc_emitter.protocol.codec import CdcCodec
     from cdc_emitter.protocol.core import Update
-    from cdc_emitter.kafka.io import CdcProducer
 
     url, settings = schema_registry
     topic = topic_factory()
     schema_id = SchemaRegistryClient({"url": url, **settings}).register_schema(
-        f"{topic}-value", Schema(json.dumps(union(PRODUCTS)), "AVRO"))
+        f"{topic}-value", Schema(json.dumps(union(PRODUCTS)), "AVRO")
+    )
     with CdcProducer(kafka_bootstrap, topic) as producer:
-        producer.produce(CdcCodec(PRODUCTS, framing="raw").encode_updates([Update((5, 10), 1, 1)])[0])
-    tailed = run("tail", "--bootstrap-servers", kafka_bootstrap, "--topic", topic, "--framing", "raw",
-                 "--schema-registry", url, *_registry_settings(settings), "--schema-id", str(schema_id))
+        producer.produce(
+            CdcCodec(PRODUCTS, framing="raw").encode_updates([Update((5, 10), 1, 1)])[0]
+        )
+    tailed = run(
+        "tail",
+        "--bootstrap-servers",
+        kafka_bootstrap,
+        "--topic",
+        topic,
+        "--framing",
+        "raw",
+        "--schema-registry",
+        url,
+        *_registry_settings(settings),
+        "--schema-id",
+        str(schema_id),
+    )
     assert tailed.exit_code == 0, tailed.stderr
     assert tailed.stdout == '{"array":[{"data":{"id":5,"price":{"int":10}},"time":1,"diff":1}]}\n'
 
@@ -500,15 +751,22 @@ def test_delta_session_settings_only_with_a_delta_package_and_user_conf_wins():
     }
     mine = {"spark.sql.extensions": "my.Ext", "spark.driver.memory": "2g"}
     assert _reader_conf("delta", ["a:b:1", *delta], mine) == {
-        "spark.sql.extensions": "my.Ext", "spark.driver.memory": "2g",
+        "spark.sql.extensions": "my.Ext",
+        "spark.driver.memory": "2g",
         "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     }
-    assert _reader_conf("delta", [], {}) == {}  # no Delta jar: the extension would fail Spark's start
+    assert (
+        _reader_conf("delta", [], {}) == {}
+    )  # no Delta jar: the extension would fail Spark's start
     assert _reader_conf("parquet", delta, {}) == {}
     assert _reader_conf(None, delta, None) == {}
 
 
 def test_export_bad_conf_is_a_usage_error_naming_it():
-    result = run("export", "t.parquet", "--topic", "t", "--bootstrap-servers", "x:1", "--conf", "nokey")
+    result = run(
+        "export", "t.parquet", "--topic", "t", "--bootstrap-servers", "x:1", "--conf", "nokey"
+    )
     assert result.exit_code == 2
-    assert "Invalid value for '--conf': setting number 1 is not of the form key=value" in result.stderr
+    assert (
+        "Invalid value for '--conf': setting number 1 is not of the form key=value" in result.stderr
+    )

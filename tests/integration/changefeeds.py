@@ -44,7 +44,11 @@ class Table:
             if before is not None and rnd.random() < 0.25:
                 after = None
             else:
-                after = {"id": key, "name": rnd.choice(["a", "b", None, "ü"]), "price": rnd.randrange(-5, 50)}
+                after = {
+                    "id": key,
+                    "name": rnd.choice(["a", "b", None, "ü"]),
+                    "price": rnd.randrange(-5, 50),
+                }
             if after is None:
                 del self.rows[key]
             else:
@@ -85,8 +89,9 @@ def resolved_wall(tick: int) -> int:
     return BASE_WALL + tick * 1000 + 500
 
 
-def cockroachdb_messages(changes: list[Change], partitions: int, resolved_tick: int, seed: int,
-                         replay: list[Change] = ()) -> list[tuple[int, bytes, bytes]]:
+def cockroachdb_messages(
+    changes: list[Change], partitions: int, resolved_tick: int, seed: int, replay: list[Change] = ()
+) -> list[tuple[int, bytes, bytes]]:
     """``(partition, key, value)`` of ``changes``, then ``{"resolved": ...}`` for ``resolved_tick``
     on every partition; ``replay``: earlier changes sent again first (duplicates)."""
     rnd = random.Random(seed)
@@ -94,15 +99,28 @@ def cockroachdb_messages(changes: list[Change], partitions: int, resolved_tick: 
     spread = _spread([*replay, *changes], partitions, rnd)
     for p, mine in spread.items():
         for c in mine:
-            value = {"after": c.after, "before": c.before, "key": [c.key], "updated": hlc(c.tick, c.tick % 3)}
+            value = {
+                "after": c.after,
+                "before": c.before,
+                "key": [c.key],
+                "updated": hlc(c.tick, c.tick % 3),
+            }
             out.append((p, json.dumps([c.key]).encode(), json.dumps(value).encode()))
             if rnd.random() < 0.15:  # an immediate copy (a retried Kafka batch)
                 out.append((p, json.dumps([c.key]).encode(), json.dumps(value).encode()))
-        out.append((p, b"", json.dumps({"resolved": f"{resolved_wall(resolved_tick)}.0000000000"}).encode()))
+        out.append(
+            (
+                p,
+                b"",
+                json.dumps({"resolved": f"{resolved_wall(resolved_tick)}.0000000000"}).encode(),
+            )
+        )
     return out
 
 
-def ydb_messages(changes: list[Change], partitions: int, resolved_tick: int, seed: int) -> list[tuple[int, bytes, bytes]]:
+def ydb_messages(
+    changes: list[Change], partitions: int, resolved_tick: int, seed: int
+) -> list[tuple[int, bytes, bytes]]:
     """YDB ``NEW_AND_OLD_IMAGES`` records with virtual timestamps, and ``{"resolved": [step, 0]}``
     on every partition; images exclude the key column ``id``."""
     rnd = random.Random(seed)

@@ -38,7 +38,9 @@ class _Failing:
         self.produced += 1
         if self.produced >= self.after:
             self.producer.flush()
-            raise RuntimeError(f"test producer: task attempt 0 fails after {self.produced} messages")
+            raise RuntimeError(
+                f"test producer: task attempt 0 fails after {self.produced} messages"
+            )
 
     def flush(self, timeout: float | None = None) -> None:
         self.producer.flush(timeout)

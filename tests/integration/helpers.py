@@ -6,16 +6,18 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from cdc_emitter.protocol.core import CdcReader, Update, consolidate
 from cdc_emitter.errors import DecodeError
 from cdc_emitter.kafka.io import read_topic
+from cdc_emitter.protocol.core import CdcReader, Update, consolidate
 
 #: Spark settings for a test's Delta session: Delta rebuilds a table's state in 50 partitions by
 #: default, which for a table of a few rows on two cores is most of each command's time (the
 #: converter's job took 172 s with them, 82 s with 2).
 DELTA_TEST_CONF = {"spark.databricks.delta.snapshotPartitions": "2"}
 #: The same as ``--conf`` options of the command line.
-DELTA_TEST_ARGS = [arg for key, value in DELTA_TEST_CONF.items() for arg in ("--conf", f"{key}={value}")]
+DELTA_TEST_ARGS = [
+    arg for key, value in DELTA_TEST_CONF.items() for arg in ("--conf", f"{key}={value}")
+]
 
 
 def delta_package_or_skip() -> str:
@@ -29,7 +31,9 @@ def delta_package_or_skip() -> str:
 
     package = delta_package(pyspark.__version__)
     if package is None:
-        pytest.skip(f"Delta Lake has no build for Spark {pyspark.__version__} (cdc_emitter.spark.sources.DELTA_PACKAGES)")
+        pytest.skip(
+            f"Delta Lake has no build for Spark {pyspark.__version__} (cdc_emitter.spark.sources.DELTA_PACKAGES)"
+        )
     return package
 
 
@@ -48,7 +52,9 @@ def read_history(bootstrap: str, topic: str, codec: Any, *, start: int = 0, time
         except DecodeError as exc:
             reader.violate("undecodable", None, str(exc), record.partition, record.offset)
             continue
-        for updates, _frontier in reader.push(message, partition=record.partition, offset=record.offset):
+        for updates, _frontier in reader.push(
+            message, partition=record.partition, offset=record.offset
+        ):
             finished.extend(updates)
     history = sorted(consolidate(finished), key=lambda u: (u.time, repr(u.data), u.diff))
     return history, reader.frontier, list(reader.violations), reader
@@ -56,7 +62,9 @@ def read_history(bootstrap: str, topic: str, codec: Any, *, start: int = 0, time
 
 def as_history(triples) -> list[Update]:
     """Expected history from ``(data, time, diff)`` triples, consolidated and sorted like read_history."""
-    return sorted(consolidate(Update(*t) for t in triples), key=lambda u: (u.time, repr(u.data), u.diff))
+    return sorted(
+        consolidate(Update(*t) for t in triples), key=lambda u: (u.time, repr(u.data), u.diff)
+    )
 
 
 def count_messages(bootstrap: str, topic: str) -> int:
@@ -79,7 +87,8 @@ class JvmLog:
         self._text = self._jvm.java.io.StringWriter()
         layout = log4j.core.layout.PatternLayout.newBuilder().withPattern("%p %c{1}: %m%n").build()
         self._appender = log4j.core.appender.WriterAppender.createAppender(
-            layout, None, self._text, "cdc-test-" + uuid.uuid4().hex[:8], False, True)
+            layout, None, self._text, "cdc-test-" + uuid.uuid4().hex[:8], False, True
+        )
         self._appender.start()
         self._level = self._context.getLogger(self._name).getLevel()  # the level in force before
         log4j.core.config.Configurator.setLevel(self._name, log4j.Level.WARN)

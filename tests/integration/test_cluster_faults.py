@@ -7,14 +7,13 @@ import time
 import uuid
 
 import pytest
+from helpers import as_history, read_history
 
 from cdc_emitter import CdcSink
-from cdc_emitter.protocol.codec import CdcCodec
 from cdc_emitter.errors import CdcError
 from cdc_emitter.kafka.io import ensure_topic
+from cdc_emitter.protocol.codec import CdcCodec
 from cdc_emitter.spark.schema import data_schema
-
-from helpers import as_history, read_history
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
@@ -33,7 +32,9 @@ def _rows(batch: int):
 
 
 def _write(spark, sink, batch: int):
-    df = spark.range(batch * ROWS, (batch + 1) * ROWS).selectExpr("id AS k", "cast(id % 7 AS string) AS v")
+    df = spark.range(batch * ROWS, (batch + 1) * ROWS).selectExpr(
+        "id AS k", "cast(id % 7 AS string) AS v"
+    )
     return sink(df, batch), df
 
 
@@ -48,7 +49,9 @@ def test_a_partition_leader_stopped_mid_batch(spark, kafka_cluster, tmp_path, mo
     sink = CdcSink(bootstrap, topic, checkpoint_location=checkpoint)
     checked, stopped = kafka_io.TopicOffsets.end, []
 
-    def check_then_leader_down(*args, **kwargs):  # partition 0's leader dies before the first message
+    def check_then_leader_down(
+        *args, **kwargs
+    ):  # partition 0's leader dies before the first message
         end = checked(*args, **kwargs)
         if not stopped:
             stopped.append(_leader(bootstrap, topic, 0))
@@ -63,13 +66,16 @@ def test_a_partition_leader_stopped_mid_batch(spark, kafka_cluster, tmp_path, mo
         kafka_cluster.start_node(stopped[0])
     assert (result.lower, result.upper, result.updates) == (1, 2, ROWS)
     assert _leader(bootstrap, topic, 0) != -1
-    history, frontier, violations, _ = read_history(bootstrap, topic, CdcCodec(data_schema(df.schema)))
+    history, frontier, violations, _ = read_history(
+        bootstrap, topic, CdcCodec(data_schema(df.schema))
+    )
     assert (violations, frontier) == ([], (2,))
     assert history == as_history(_rows(0) + _rows(1))
 
 
-def test_two_nodes_down_fail_the_batch_and_a_rerun_after_recovery_is_exact(spark, kafka_cluster, tmp_path,
-                                                                            monkeypatch):
+def test_two_nodes_down_fail_the_batch_and_a_rerun_after_recovery_is_exact(
+    spark, kafka_cluster, tmp_path, monkeypatch
+):
     from cdc_emitter.kafka import io as kafka_io
 
     bootstrap = kafka_cluster.bootstrap_servers
@@ -97,9 +103,12 @@ def test_two_nodes_down_fail_the_batch_and_a_rerun_after_recovery_is_exact(spark
         monkeypatch.undo()
         kafka_cluster.start_node(2, 3)
     first = str(info.value).splitlines()[0]
-    assert topic in first and waited < 60, (waited, first)  # bounded by message.timeout.ms, not its default
+    assert topic in first and waited < 60, (
+        waited,
+        first,
+    )  # bounded by message.timeout.ms, not its default
     # the query restarts: batch 0 again, with its recorded interval
-    for attempt in range(5):
+    for _attempt in range(5):
         try:
             result, df = _write(spark, CdcSink(bootstrap, topic, checkpoint_location=checkpoint), 0)
             break
@@ -108,6 +117,8 @@ def test_two_nodes_down_fail_the_batch_and_a_rerun_after_recovery_is_exact(spark
     else:
         pytest.fail("batch 0 did not land after the cluster recovered")
     assert (result.lower, result.upper, result.reused) == (0, 1, True)
-    history, frontier, violations, _ = read_history(bootstrap, topic, CdcCodec(data_schema(df.schema)))
+    history, frontier, violations, _ = read_history(
+        bootstrap, topic, CdcCodec(data_schema(df.schema))
+    )
     assert (violations, frontier) == ([], (1,))
     assert history == as_history(_rows(0))

@@ -16,10 +16,9 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from helpers import delta_package_or_skip, read_history
 
 from cdc_emitter.protocol.codec import CdcCodec
-
-from helpers import delta_package_or_skip, read_history
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -28,8 +27,8 @@ COLUMNS = "id long, name string, price int"
 
 
 def codec() -> CdcCodec:
-    from cdc_emitter.spark.sources import columns_struct
     from cdc_emitter.spark.schema import data_schema
+    from cdc_emitter.spark.sources import columns_struct
 
     return CdcCodec(data_schema(columns_struct(COLUMNS)))
 
@@ -50,11 +49,17 @@ def converted(kafka_bootstrap, module_topic_factory, tmp_path_factory):
     package = delta_package_or_skip()
     topic, cli_topic = module_topic_factory(2), module_topic_factory(1)
     work = tmp_path_factory.mktemp("delta")
-    done = subprocess.run([sys.executable, str(JOB), package, kafka_bootstrap, topic, str(work), cli_topic],
-                          capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [sys.executable, str(JOB), package, kafka_bootstrap, topic, str(work), cli_topic],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    report["versions"] = {int(v): Counter(tuple(r) for r in rows) for v, rows in report["versions"].items()}
+    report["versions"] = {
+        int(v): Counter(tuple(r) for r in rows) for v, rows in report["versions"].items()
+    }
     report["cli_topic"] = cli_topic
     return topic, work, report
 
@@ -83,7 +88,10 @@ def test_split_versions_are_held_until_whole_and_each_version_is_written_by_one_
     intervals = [(r["lower"], r["upper"]) for r in report["results"]]
     assert all(a[1] == b[0] for a, b in zip(intervals, intervals[1:])) and intervals[0][0] == 0
     # the second round continued from the checkpoint: its batch ids and versions follow the first's
-    first, second = report["results"][:report["first_run"]], report["results"][report["first_run"]:]
+    first, second = (
+        report["results"][: report["first_run"]],
+        report["results"][report["first_run"] :],
+    )
     assert second and second[0]["lower"] == first[-1]["upper"] == 6
     assert second[0]["batch_id"] > first[-1]["batch_id"]
 
@@ -95,8 +103,13 @@ def test_cli_converts_the_same_table_to_the_same_history(converted, kafka_bootst
     summary = json.loads(done["stdout"])
     expected_updates = sum(r["updates"] for r in report["results"])
     counts = {k: summary.pop(k) for k in ("batches", "messages")}
-    assert summary == {"source": str(work / "products"), "format": "delta", "topic": again,
-                       "updates": expected_updates, "frontier": [9]}
+    assert summary == {
+        "source": str(work / "products"),
+        "format": "delta",
+        "topic": again,
+        "updates": expected_updates,
+        "frontier": [9],
+    }
     assert counts["messages"] > counts["batches"] >= 1  # update arrays and a statement per batch
     ours, frontier, violations, _ = read_history(kafka_bootstrap, again, codec())
     theirs, *_ = read_history(kafka_bootstrap, topic, codec())
@@ -106,7 +119,10 @@ def test_cli_converts_the_same_table_to_the_same_history(converted, kafka_bootst
     # nothing new: a second run from the checkpoint writes nothing and says so
     rerun = report["cli"]["rerun"]
     assert rerun["exit"] == 0, rerun["stderr"][-4000:]
-    assert rerun["stdout"] == f"converted delta table {work / 'products'} to topic {again}: no new changes\n"
+    assert (
+        rerun["stdout"]
+        == f"converted delta table {work / 'products'} to topic {again}: no new changes\n"
+    )
 
 
 def test_cli_refuses_a_table_without_change_data_feed_and_says_how_to_enable_it(converted):
@@ -117,31 +133,48 @@ def test_cli_refuses_a_table_without_change_data_feed_and_says_how_to_enable_it(
     assert done["stderr"].endswith(
         f"error: delta table '{plain}' has no change data feed: enable it with ALTER TABLE "
         f"delta.`{plain}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true) — changes from the "
-        "next commit on are then recorded (pass --starting-version with that commit's version)\n")
+        "next commit on are then recorded (pass --starting-version with that commit's version)\n"
+    )
 
 
 def test_change_rows_map_to_signed_updates_at_their_commit_version(spark):
     from cdc_emitter.convert.delta import delta_changes
 
-    rows = [(1, "a", "insert", 3, None), (1, "a", "update_preimage", 4, None),
-            (1, "b", "update_postimage", 4, None), (2, "c", "delete", 5, None)]
+    rows = [
+        (1, "a", "insert", 3, None),
+        (1, "a", "update_preimage", 4, None),
+        (1, "b", "update_postimage", 4, None),
+        (2, "c", "delete", 5, None),
+    ]
     changes = spark.createDataFrame(
-        rows, "id long, name string, _change_type string, _commit_version long, _commit_timestamp timestamp")
+        rows,
+        "id long, name string, _change_type string, _commit_version long, _commit_timestamp timestamp",
+    )
     out = delta_changes(changes)
     assert out.columns == ["id", "name", "_commit_version", "_cdc_diff"]
-    assert sorted(map(tuple, out.collect())) == [(1, "a", 3, 1), (1, "a", 4, -1), (1, "b", 4, 1), (2, "c", 5, -1)]
+    assert sorted(map(tuple, out.collect())) == [
+        (1, "a", 3, 1),
+        (1, "a", 4, -1),
+        (1, "b", 4, 1),
+        (2, "c", 5, -1),
+    ]
 
 
 def test_an_unknown_change_type_a_missing_column_or_a_clashing_name_is_refused(spark):
     from cdc_emitter.convert.delta import delta_changes
     from cdc_emitter.errors import SchemaError
 
-    odd = spark.createDataFrame([(1, "upsert", 3)], "id long, _change_type string, _commit_version long")
+    odd = spark.createDataFrame(
+        [(1, "upsert", 3)], "id long, _change_type string, _commit_version long"
+    )
     with pytest.raises(Exception, match="unknown _change_type upsert"):
         delta_changes(odd).collect()
-    with pytest.raises(SchemaError, match=r"not a change data feed: column\(s\) _change_type missing"):
+    with pytest.raises(
+        SchemaError, match=r"not a change data feed: column\(s\) _change_type missing"
+    ):
         delta_changes(spark.createDataFrame([(1, 3)], "id long, _commit_version long"))
-    clash = spark.createDataFrame([(1, "insert", 3, 1)],
-                                  "id long, _change_type string, _commit_version long, _cdc_diff long")
+    clash = spark.createDataFrame(
+        [(1, "insert", 3, 1)], "id long, _change_type string, _commit_version long, _cdc_diff long"
+    )
     with pytest.raises(SchemaError, match="the table has a column named '_cdc_diff'"):
         delta_changes(clash)

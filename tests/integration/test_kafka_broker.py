@@ -157,7 +157,9 @@ def test_delivery_error_on_unknown_partition(kafka_bootstrap, topic_factory):
 def test_undelivered_messages_at_flush_timeout_are_a_failure():
     producer = CdcProducer("127.0.0.1:1", "nowhere", {"message.timeout.ms": 60_000})
     producer.produce(b"x")
-    with pytest.raises(DeliveryError, match=r"1 message\(s\) to topic 'nowhere' were not delivered"):
+    with pytest.raises(
+        DeliveryError, match=r"1 message\(s\) to topic 'nowhere' were not delivered"
+    ):
         producer.flush(timeout=0.5)
 
 
@@ -198,5 +200,7 @@ def test_config_not_mutated_and_secrets_redacted(kafka_bootstrap, topic_factory)
     assert reader_config == {"fetch.wait.max.ms": 50}
 
     with pytest.raises(ConfigError) as info:
-        ensure_topic(kafka_bootstrap, topic, config={"bogus.setting": 1, "sasl.password": "hunter2"})
+        ensure_topic(
+            kafka_bootstrap, topic, config={"bogus.setting": 1, "sasl.password": "hunter2"}
+        )
     assert "hunter2" not in str(info.value)

@@ -8,16 +8,15 @@ import threading
 import uuid
 
 import pytest
-
-from cdc_emitter import CdcSink
-from cdc_emitter.protocol.codec import CdcCodec
-from cdc_emitter.errors import CdcError
-from cdc_emitter.kafka.io import ensure_topic
-from cdc_emitter.spark.schema import data_schema
-from cdc_emitter.read.verify import verify_topic
-
 from faultproxy import flapping
 from helpers import as_history, read_history
+
+from cdc_emitter import CdcSink
+from cdc_emitter.errors import CdcError
+from cdc_emitter.kafka.io import ensure_topic
+from cdc_emitter.protocol.codec import CdcCodec
+from cdc_emitter.read.verify import verify_topic
+from cdc_emitter.spark.schema import data_schema
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
@@ -33,7 +32,9 @@ def test_batches_land_exactly_through_cut_and_stalled_connections(spark, proxied
     cuts_before, retried = proxy.cuts, 0
     settings = {"message.timeout.ms": 20_000}
     for batch in range(BATCHES):
-        df = spark.range(batch * ROWS, (batch + 1) * ROWS).selectExpr("id AS k", "cast(id % 97 AS string) AS v")
+        df = spark.range(batch * ROWS, (batch + 1) * ROWS).selectExpr(
+            "id AS k", "cast(id % 97 AS string) AS v"
+        )
         stop = threading.Event()
         # every connection cut 0.3 s into the batch (a batch can take less than 1.5 s), then
         # every 1.5 s while it runs
@@ -41,10 +42,11 @@ def test_batches_land_exactly_through_cut_and_stalled_connections(spark, proxied
         if batch == 1:
             proxy.stall(3.0)  # and in the middle one, nothing moves for 3 s first
         try:
-            for attempt in range(6):  # as Spark re-runs a failed foreachBatch after a restart
+            for _attempt in range(6):  # as Spark re-runs a failed foreachBatch after a restart
                 try:
-                    CdcSink(bootstrap, topic, checkpoint_location=checkpoint,
-                            producer_config=settings)(df, batch)
+                    CdcSink(
+                        bootstrap, topic, checkpoint_location=checkpoint, producer_config=settings
+                    )(df, batch)
                     break
                 except CdcError:
                     retried += 1
@@ -58,9 +60,11 @@ def test_batches_land_exactly_through_cut_and_stalled_connections(spark, proxied
     history, frontier, violations, reader = read_history(bootstrap, topic, codec)
     expected = as_history([((k, str(k % 97)), k // ROWS, 1) for k in range(BATCHES * ROWS)])
     lost = len(set(expected) - set(history))
-    print(f"\nnetwork faults: {cuts} cuts of every connection and 1 stall of 3 s injected; "
-          f"{retried} batch attempts failed and were retried; {lost} updates lost; "
-          f"{reader.duplicates} duplicate updates dropped by the reader")
+    print(
+        f"\nnetwork faults: {cuts} cuts of every connection and 1 stall of 3 s injected; "
+        f"{retried} batch attempts failed and were retried; {lost} updates lost; "
+        f"{reader.duplicates} duplicate updates dropped by the reader"
+    )
     assert cuts >= BATCHES
     assert (violations, frontier, lost) == ([], (BATCHES,), 0)
     assert history == expected

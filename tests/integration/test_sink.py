@@ -16,15 +16,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers import JvmLog, as_history, count_messages, read_history
 
 from cdc_emitter import CdcSink
+from cdc_emitter.errors import BadInputError, BrokerError, LateUpdateError, SchemaError
+from cdc_emitter.protocol.codec import CdcCodec
 from cdc_emitter.spark import kafka as spark_kafka
 from cdc_emitter.spark import settings as spark_settings
-from cdc_emitter.protocol.codec import CdcCodec
-from cdc_emitter.errors import BadInputError, BrokerError, LateUpdateError, SchemaError
 from cdc_emitter.spark.schema import data_schema
-
-from helpers import JvmLog, as_history, count_messages, read_history
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -63,8 +62,9 @@ class FileStream:
 
     def add(self, rows):
         cols = list(zip(*rows)) if rows else [[] for _ in self.schema]
-        table = pa.Table.from_arrays([pa.array(list(c), t.type) for c, t in zip(cols, self.schema)],
-                                     schema=self.schema)
+        table = pa.Table.from_arrays(
+            [pa.array(list(c), t.type) for c, t in zip(cols, self.schema)], schema=self.schema
+        )
         path = self.dir / f"batch-{self.n:04d}.parquet"
         pq.write_table(table, path)
         stamp = 1_700_000_000 + self.n  # file source orders by modification time
@@ -95,23 +95,36 @@ def expected_kv(batches, times):
     return [((k, v), t, d) for rows, t in zip(batches, times) for (k, v, d) in rows]
 
 
-def test_streaming_query_exact_history_multi_partition(spark, kafka_bootstrap, topic_factory, tmp_path):
+def test_streaming_query_exact_history_multi_partition(
+    spark, kafka_bootstrap, topic_factory, tmp_path
+):
     topic = topic_factory(3)
     stream = FileStream(tmp_path)
     for rows in BATCHES:
         stream.add(rows)
-    sink = CdcSink(kafka_bootstrap, topic, checkpoint_location=stream.checkpoint, time_offset=10,
-                   max_message_bytes=64)  # tiny messages: many of them, over all 3 partitions
+    sink = CdcSink(
+        kafka_bootstrap,
+        topic,
+        checkpoint_location=stream.checkpoint,
+        time_offset=10,
+        max_message_bytes=64,
+    )  # tiny messages: many of them, over all 3 partitions
     stream.run(spark, sink)
-    reader = check(kafka_bootstrap, topic, kv_codec(spark), expected_kv(BATCHES, [10, 11, 12]), (13,))
+    reader = check(
+        kafka_bootstrap, topic, kv_codec(spark), expected_kv(BATCHES, [10, 11, 12]), (13,)
+    )
     assert reader.duplicates == 0
     assert sink.last_result.counts == {12: 1}
-    partitions = {r.partition for r in __import__("cdc_emitter.kafka.io").kafka.io.read_topic(kafka_bootstrap, topic)}
+    partitions = {
+        r.partition
+        for r in __import__("cdc_emitter.kafka.io").kafka.io.read_topic(kafka_bootstrap, topic)
+    }
     assert len(partitions) > 1
 
 
-def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(spark, kafka_bootstrap, topic_factory,
-                                                                        monkeypatch):
+def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(
+    spark, kafka_bootstrap, topic_factory, monkeypatch
+):
     """The JVM path spreads updates over arrays by hash; updates near half the limit make some
     array too big, spread again by the batch's size too, and the batch is then packed by running
     size before anything is written (by two jobs: rows that carry their times)."""
@@ -122,10 +135,14 @@ def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(spark, k
     rows = [(i, "x" * (150 + i % 20), 1) for i in range(200)]
     calls = []
     messages = sink_jvm.MessagePlan.messages
-    monkeypatch.setattr(sink_jvm.MessagePlan, "messages",
-                        lambda self, *a, **kw: calls.append(kw.get("exact", False)) or messages(self, *a, **kw))
-    result = CdcSink(kafka_bootstrap, topic, encoder="jvm", max_message_bytes=400, time_column="t").write(
-        spark.createDataFrame(rows, KV).selectExpr("*", "1L as t"))
+    monkeypatch.setattr(
+        sink_jvm.MessagePlan,
+        "messages",
+        lambda self, *a, **kw: calls.append(kw.get("exact", False)) or messages(self, *a, **kw),
+    )
+    result = CdcSink(
+        kafka_bootstrap, topic, encoder="jvm", max_message_bytes=400, time_column="t"
+    ).write(spark.createDataFrame(rows, KV).selectExpr("*", "1L as t"))
     assert calls == [False, False, True]
     assert result.updates == 200
     sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
@@ -133,8 +150,9 @@ def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(spark, k
     check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 1, d) for k, v, d in rows], (2,))
 
 
-def test_a_batch_bigger_than_its_spread_is_spread_again_by_its_size(spark, kafka_bootstrap, topic_factory,
-                                                                     monkeypatch):
+def test_a_batch_bigger_than_its_spread_is_spread_again_by_its_size(
+    spark, kafka_bootstrap, topic_factory, monkeypatch
+):
     """A first batch's size is unknown: it is spread over at most FIRST_BUCKETS buckets of
     FANOUT_ARRAYS arrays. By two jobs (here: rows that carry their times), one that overflows
     them is spread again over as many as its bytes need (no sort), before anything is written;
@@ -148,27 +166,51 @@ def test_a_batch_bigger_than_its_spread_is_spread_again_by_its_size(spark, kafka
     rows = [(i, f"value-{i:08d}-" + "x" * (i % 30), 1) for i in range(40_000)]  # ~1.4 MB of updates
     buckets = []
     messages = sink_jvm.MessagePlan.messages
-    monkeypatch.setattr(sink_jvm.MessagePlan, "messages", lambda self, *a, **kw: buckets.append(
-        (self._buckets, kw.get("fanout"), kw.get("exact", False))) or messages(self, *a, **kw))
-    sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", max_message_bytes=limit, small_batch_rows=0,
-                   time_column="t")
+    monkeypatch.setattr(
+        sink_jvm.MessagePlan,
+        "messages",
+        lambda self, *a, **kw: (
+            buckets.append((self._buckets, kw.get("fanout"), kw.get("exact", False)))
+            or messages(self, *a, **kw)
+        ),
+    )
+    sink = CdcSink(
+        kafka_bootstrap,
+        topic,
+        encoder="jvm",
+        max_message_bytes=limit,
+        small_batch_rows=0,
+        time_column="t",
+    )
     df = spark.createDataFrame(rows, KV)
     first = sink.write(df.selectExpr("*", "1L as t"))
     assert buckets[0] == (FIRST_BUCKETS, FANOUT_ARRAYS, False)
-    assert len(buckets) == 2 and buckets[1][0] * buckets[1][1] > buckets[0][0] * buckets[0][1] and not buckets[1][2]
+    assert (
+        len(buckets) == 2
+        and buckets[1][0] * buckets[1][1] > buckets[0][0] * buckets[0][1]
+        and not buckets[1][2]
+    )
     assert first.updates == 40_000
     sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
     assert max(sizes) <= limit and len(sizes) == first.messages
     respread = buckets[1][0]
     buckets.clear()
-    sink.write(df.selectExpr("k", "v", "-diff as diff", "2L as t"))  # sized from the first: one spread
+    sink.write(
+        df.selectExpr("k", "v", "-diff as diff", "2L as t")
+    )  # sized from the first: one spread
     assert len(buckets) == 1 and buckets[0][0] == respread > FIRST_BUCKETS and not buckets[0][2]
-    check(kafka_bootstrap, topic, kv_codec(spark),
-          [((k, v), 1, d) for k, v, d in rows] + [((k, v), 2, -d) for k, v, d in rows], (3,))
+    check(
+        kafka_bootstrap,
+        topic,
+        kv_codec(spark),
+        [((k, v), 1, d) for k, v, d in rows] + [((k, v), 2, -d) for k, v, d in rows],
+        (3,),
+    )
 
 
 def test_a_first_batch_bigger_than_its_spread_in_one_job_packs_its_big_arrays_exactly(
-        spark, kafka_bootstrap, topic_factory, monkeypatch):
+    spark, kafka_bootstrap, topic_factory, monkeypatch
+):
     """A first batch of one time goes by one job on the spread guessed for it: the arrays that
     came out over the limit are left out of it and packed exactly after it — every message
     within the limit, every update once — and the next batch is spread for its bytes."""
@@ -182,7 +224,9 @@ def test_a_first_batch_bigger_than_its_spread_in_one_job_packs_its_big_arrays_ex
     rows = [(i, f"value-{i:08d}-" + "x" * (i % 30), 1) for i in range(40_000)]  # ~1.4 MB of updates
     calls: list = []
     _record_messages(monkeypatch, calls)
-    sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", max_message_bytes=limit, small_batch_rows=0)
+    sink = CdcSink(
+        kafka_bootstrap, topic, encoder="jvm", max_message_bytes=limit, small_batch_rows=0
+    )
     df = spark.createDataFrame(rows, KV)
     first = sink.write(df, time=1)
     assert calls == ["unconsolidated", "exact"]
@@ -195,8 +239,13 @@ def test_a_first_batch_bigger_than_its_spread_in_one_job_packs_its_big_arrays_ex
     assert calls == ["unconsolidated"] and second.updates == 40_000
     sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
     assert max(sizes) <= limit and len(sizes) == first.messages + second.messages
-    check(kafka_bootstrap, topic, kv_codec(spark),
-          [((k, v), 1, d) for k, v, d in rows] + [((k, v), 2, -d) for k, v, d in rows], (3,))
+    check(
+        kafka_bootstrap,
+        topic,
+        kv_codec(spark),
+        [((k, v), 1, d) for k, v, d in rows] + [((k, v), 2, -d) for k, v, d in rows],
+        (3,),
+    )
 
 
 def _record_messages(monkeypatch, calls):
@@ -207,15 +256,23 @@ def _record_messages(monkeypatch, calls):
     messages = sink_jvm.MessagePlan.messages
 
     def recording(self, *a, **kw):
-        calls.append("exact" if kw.get("exact") else "some arrays" if kw.get("arrays") is not None
-                     else "consolidated" if kw.get("consolidate", True) else "unconsolidated")
+        calls.append(
+            "exact"
+            if kw.get("exact")
+            else "some arrays"
+            if kw.get("arrays") is not None
+            else "consolidated"
+            if kw.get("consolidate", True)
+            else "unconsolidated"
+        )
         return messages(self, *a, **kw)
 
     monkeypatch.setattr(sink_jvm.MessagePlan, "messages", recording)
 
 
-def test_jvm_path_consolidates_only_the_arrays_with_repeated_rows(spark, kafka_bootstrap, topic_factory,
-                                                                  monkeypatch):
+def test_jvm_path_consolidates_only_the_arrays_with_repeated_rows(
+    spark, kafka_bootstrap, topic_factory, monkeypatch
+):
     """A big batch of one time goes unconsolidated first (each row its own update: no
     aggregation over every row). Rows of the same data and time — duplicates, a row and its
     retraction — are found before anything is written: a few repeated arrays are consolidated
@@ -228,7 +285,14 @@ def test_jvm_path_consolidates_only_the_arrays_with_repeated_rows(spark, kafka_b
     calls: list = []
     _record_messages(monkeypatch, calls)
     monkeypatch.setattr(sink_jvm, "_repeating", {})  # what earlier tests' batches noted
-    few = [(5000, "a", 1), (5000, "a", 1), (5001, "b", 1), (5001, "b", -1), (5002, "c", 0), (5002, "c", 3)]
+    few = [
+        (5000, "a", 1),
+        (5000, "a", 1),
+        (5001, "b", 1),
+        (5001, "b", -1),
+        (5002, "c", 0),
+        (5002, "c", 3),
+    ]
     batches = [
         [(k, f"v{k}", 1) for k in range(2000)],  # distinct
         [(k, f"v{k}", -1) for k in range(1000)] + few,  # 3 repeated keys among ~240 arrays
@@ -241,20 +305,28 @@ def test_jvm_path_consolidates_only_the_arrays_with_repeated_rows(spark, kafka_b
     for time_, rows in enumerate(batches):
         calls.clear()
         if time_ in (0, 3):  # many arrays: small messages
-            sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0, max_message_bytes=2032)
+            sink = CdcSink(
+                kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0, max_message_bytes=2032
+            )
         updates.append(sink.write(spark.createDataFrame(rows, KV), time=time_).updates)
         seen.append(calls[:])
     # the third batch follows one of its sink: written by one job (WrittenWhilePacked), which
     # leaves every repeated array out and consolidates them after it — here all of them
-    assert seen == [["unconsolidated"], ["unconsolidated", "some arrays"], ["unconsolidated", "some arrays"],
-                    ["consolidated"], ["unconsolidated"]]
+    assert seen == [
+        ["unconsolidated"],
+        ["unconsolidated", "some arrays"],
+        ["unconsolidated", "some arrays"],
+        ["consolidated"],
+        ["unconsolidated"],
+    ]
     assert updates == [2000, 1002, 1500, 1502, 1501]
     expected = [((k, v), t, d) for t, rows in enumerate(batches) for k, v, d in rows]
     check(kafka_bootstrap, topic, kv_codec(spark), expected, (5,))
 
 
-def test_packing_where_the_rows_are_leaves_the_sessions_setting_as_it_was(spark, kafka_bootstrap, topic_factory,
-                                                                          monkeypatch):
+def test_packing_where_the_rows_are_leaves_the_sessions_setting_as_it_was(
+    spark, kafka_bootstrap, topic_factory, monkeypatch
+):
     """An unconsolidated batch is packed in its input tasks, which hold a group per array: Spark's
     setting for how many groups an object aggregation holds is raised for its job only, and put
     back after it — unset, or the user's own value — whether the batch was written or refused."""
@@ -279,13 +351,17 @@ def test_packing_where_the_rows_are_leaves_the_sessions_setting_as_it_was(spark,
             t = 0 if own is None else 2
             assert sink.write(spark.createDataFrame(rows, KV), time=t).updates == 3000
             assert spark.conf.get(spark_settings.FALLBACK_THRESHOLD, None) == own
-            with pytest.raises(BadInputError, match="null diff"):  # fails the job in its input tasks
+            with pytest.raises(
+                BadInputError, match="null diff"
+            ):  # fails the job in its input tasks
                 sink.write(spark.createDataFrame([*rows, (1, "a", None)], KV), time=t + 1)
             assert spark.conf.get(spark_settings.FALLBACK_THRESHOLD, None) == own
         finally:
             spark.conf.unset(spark_settings.FALLBACK_THRESHOLD)
     assert seen[0] == (8 * 65, 8 * 65)  # a new topic's first batch: 8 buckets of 64 arrays
-    assert all(in_force >= groups for groups, in_force in seen)  # later: spread for the batch before
+    assert all(
+        in_force >= groups for groups, in_force in seen
+    )  # later: spread for the batch before
 
 
 def _record_observed_writes(monkeypatch) -> list:
@@ -298,7 +374,10 @@ def _record_observed_writes(monkeypatch) -> list:
 
     def recording(messages, *a, **kw):
         spark = messages.sparkSession
-        during = (spark.conf.get(spark_settings.V1_SOURCES), spark.conf.get(spark_settings.FALLBACK_THRESHOLD))
+        during = (
+            spark.conf.get(spark_settings.V1_SOURCES),
+            spark.conf.get(spark_settings.FALLBACK_THRESHOLD),
+        )
         observed = write_observed(messages, *a, **kw)
         seen.append((observed, during))
         return observed
@@ -313,9 +392,11 @@ def _kv_rows(spark, n: int, *, start: int = 0, diff: Any = 1, partitions: int = 
     from pyspark.sql import functions as F
 
     k = F.when(F.col("id").isNotNull(), F.col("id"))  # nullable, as KV's
-    return (spark.range(start, start + n, numPartitions=partitions)
-            .select(k.alias("k"), F.concat(F.lit("v"), k.cast("string")).alias("v"),
-                    (diff if not isinstance(diff, int) else F.lit(diff)).cast("long").alias("diff")))
+    return spark.range(start, start + n, numPartitions=partitions).select(
+        k.alias("k"),
+        F.concat(F.lit("v"), k.cast("string")).alias("v"),
+        (diff if not isinstance(diff, int) else F.lit(diff)).cast("long").alias("diff"),
+    )
 
 
 def _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, first_rows: int, **options):
@@ -334,15 +415,17 @@ def _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, first_rows
     return sink, topic, observed
 
 
-def test_a_running_sinks_batch_is_checked_packed_and_written_by_one_job(spark, kafka_bootstrap, topic_factory,
-                                                                        monkeypatch):
+def test_a_running_sinks_batch_is_checked_packed_and_written_by_one_job(
+    spark, kafka_bootstrap, topic_factory, monkeypatch
+):
     """After a sink's first batch, a batch of one time bet unconsolidated is checked, packed and
     written by one Spark job, its figures observed in that job: Kafka's V2 writer and the groups
     setting are in force during it only, the session's own values back after it (unset, or the
     user's); the figures are those of the messages in the topic."""
 
-    sink, topic, seen = _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, 20_000,
-                                      max_message_bytes=4096)
+    sink, topic, seen = _running_sink(
+        spark, kafka_bootstrap, topic_factory, monkeypatch, 20_000, max_message_bytes=4096
+    )
     results = [sink.last_result]
     own = "avro,csv,json,kafka,orc,parquet,text"
     for t, setting in ((1, None), (2, own)):
@@ -367,21 +450,31 @@ def test_a_running_sinks_batch_is_checked_packed_and_written_by_one_job(spark, k
     check(kafka_bootstrap, topic, kv_codec(spark), expected, (3,))
 
 
-def test_a_bad_row_in_a_batch_written_by_one_job_writes_nothing(spark, kafka_bootstrap, topic_factory,
-                                                               monkeypatch):
+def test_a_bad_row_in_a_batch_written_by_one_job_writes_nothing(
+    spark, kafka_bootstrap, topic_factory, monkeypatch
+):
     """A bad row (a null diff) among 40,000 over four input partitions, in a running sink's
     batch written by one job: the job fails in its input stage, before its shuffle — before
     any write task starts — so the topic is as it was; the session's settings are back; the
     same rows without it then write whole."""
     from pyspark.sql import functions as F
 
-    sink, topic, observed = _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, 40_000)
+    sink, topic, observed = _running_sink(
+        spark, kafka_bootstrap, topic_factory, monkeypatch, 40_000
+    )
     before = count_messages(kafka_bootstrap, topic)
-    bad = _kv_rows(spark, 40_000, start=40_000,
-                   diff=F.when(F.col("id") == 71_234, F.lit(None)).otherwise(F.lit(1)))
+    bad = _kv_rows(
+        spark,
+        40_000,
+        start=40_000,
+        diff=F.when(F.col("id") == 71_234, F.lit(None)).otherwise(F.lit(1)),
+    )
     calls: list = []
     _record_messages(monkeypatch, calls)
-    with pytest.raises(BadInputError, match=r"""null diff in column 'diff' \(e.g. row \{"k":71234,"v":"v71234"\}\)"""):
+    with pytest.raises(
+        BadInputError,
+        match=r"""null diff in column 'diff' \(e.g. row \{"k":71234,"v":"v71234"\}\)""",
+    ):
         sink.write(bad, time=1)
     assert calls == ["unconsolidated"] and observed == []  # one job, which failed before writing
     assert count_messages(kafka_bootstrap, topic) == before
@@ -393,8 +486,9 @@ def test_a_bad_row_in_a_batch_written_by_one_job_writes_nothing(spark, kafka_boo
     check(kafka_bootstrap, topic, kv_codec(spark), expected, (2,))
 
 
-def test_a_bad_row_in_a_first_batch_written_by_one_job_writes_nothing(spark, kafka_bootstrap, topic_factory,
-                                                                      monkeypatch):
+def test_a_bad_row_in_a_first_batch_written_by_one_job_writes_nothing(
+    spark, kafka_bootstrap, topic_factory, monkeypatch
+):
     """A new topic's first batch goes by one job too, small arrays and all: a bad row (a null
     diff) fails it in its input stage — nothing written, none brought back to the driver, no
     progress statement — and the sink, its settings back, then writes the good rows whole."""
@@ -409,7 +503,9 @@ def test_a_bad_row_in_a_first_batch_written_by_one_job_writes_nothing(spark, kaf
     bad = _kv_rows(spark, 3_000, diff=F.when(F.col("id") == 1_234, F.lit(None)).otherwise(F.lit(1)))
     calls: list = []
     _record_messages(monkeypatch, calls)
-    with pytest.raises(BadInputError, match=r"""null diff in column 'diff' \(e.g. row \{"k":1234,"v":"v1234"\}\)"""):
+    with pytest.raises(
+        BadInputError, match=r"""null diff in column 'diff' \(e.g. row \{"k":1234,"v":"v1234"\}\)"""
+    ):
         sink.write(bad, time=0)
     assert calls == ["unconsolidated"] and observed == []  # one job, which failed before writing
     assert count_messages(kafka_bootstrap, topic) == 0 and sink.last_result is None
@@ -417,16 +513,25 @@ def test_a_bad_row_in_a_first_batch_written_by_one_job_writes_nothing(spark, kaf
     result = sink.write(bad.where("diff IS NOT NULL"), time=0)
     assert (result.lower, result.upper, result.updates) == (0, 1, 2_999)
     assert (result.finished_on, len(observed[0][0].small_values) > 100) == ("driver", True)
-    check(kafka_bootstrap, topic, kv_codec(spark), [((k, f"v{k}"), 0, 1) for k in range(3_000) if k != 1_234], (1,))
+    check(
+        kafka_bootstrap,
+        topic,
+        kv_codec(spark),
+        [((k, f"v{k}"), 0, 1) for k in range(3_000) if k != 1_234],
+        (1,),
+    )
 
 
-def test_a_batch_with_a_diff_beyond_2_32_is_written_by_two_jobs(spark, kafka_bootstrap, topic_factory,
-                                                                monkeypatch):
+def test_a_batch_with_a_diff_beyond_2_32_is_written_by_two_jobs(
+    spark, kafka_bootstrap, topic_factory, monkeypatch
+):
     """A batch written by one job could only find a 64-bit overflow of two rows of one data and
     time when it consolidates their array, after the others were written: a diff beyond 2^32
     fails that job before its shuffle, and the batch goes by the two jobs, which find the
     overflow before writing anything; the sink's later batches take the two jobs straight away."""
-    sink, topic, observed = _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, 10_000)
+    sink, topic, observed = _running_sink(
+        spark, kafka_bootstrap, topic_factory, monkeypatch, 10_000
+    )
     before = count_messages(kafka_bootstrap, topic)
     calls: list = []
     _record_messages(monkeypatch, calls)
@@ -439,11 +544,13 @@ def test_a_batch_with_a_diff_beyond_2_32_is_written_by_two_jobs(spark, kafka_boo
     fits = big[:-1] + [(2, "v2", -(2**40))]
     assert sink.write(spark.createDataFrame(fits, KV).repartition(4), time=1).updates == 4002
     assert "unconsolidated" in calls and observed == []  # two jobs, without trying one first
-    expected = ([((k, f"v{k}"), 0, 1) for k in range(10_000)] + [((k, v), 1, d) for k, v, d in fits])
+    expected = [((k, f"v{k}"), 0, 1) for k in range(10_000)] + [((k, v), 1, d) for k, v, d in fits]
     check(kafka_bootstrap, topic, kv_codec(spark), expected, (2,))
 
 
-def test_arrays_left_out_of_the_one_job_are_written_after_it(spark, kafka_bootstrap, topic_factory, monkeypatch):
+def test_arrays_left_out_of_the_one_job_are_written_after_it(
+    spark, kafka_bootstrap, topic_factory, monkeypatch
+):
     """The arrays a batch written by one job finds repeated (rows of one data and time) or too
     big (the batch outgrew the spread its sink sized from the last) are left out of that job
     and written after it, consolidated: those repeated by a second job like it (their rows
@@ -452,12 +559,16 @@ def test_arrays_left_out_of_the_one_job_are_written_after_it(spark, kafka_bootst
     from cdc_emitter.kafka import io as kafka_io
 
     limit = 2032
-    sink, topic, observed = _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, 2_000,
-                                          max_message_bytes=limit)
+    sink, topic, observed = _running_sink(
+        spark, kafka_bootstrap, topic_factory, monkeypatch, 2_000, max_message_bytes=limit
+    )
     calls: list = []
     _record_messages(monkeypatch, calls)
     # 1. a few rows repeated: their arrays are consolidated after the job
-    repeats = [(k, f"v{k}", 1) for k in range(2_000, 4_000)] + [(2_001, "v2001", 1), (2_002, "v2002", -1)]
+    repeats = [(k, f"v{k}", 1) for k in range(2_000, 4_000)] + [
+        (2_001, "v2001", 1),
+        (2_002, "v2002", -1),
+    ]
     result = sink.write(spark.createDataFrame(repeats, KV).repartition(4), time=1)
     assert calls == ["unconsolidated", "some arrays"] and result.updates == 1_999
     [(first, _), (again, _)] = observed  # the second job: the left-out arrays' rows, consolidated
@@ -471,13 +582,17 @@ def test_arrays_left_out_of_the_one_job_are_written_after_it(spark, kafka_bootst
     assert observed[2][0].too_big and observed[2][0].left_out
     sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
     assert max(sizes) <= limit
-    expected = ([((k, f"v{k}"), 0, 1) for k in range(2_000)] + [((k, v), 1, d) for k, v, d in repeats]
-                + [((k, f"v{k}"), 2, 1) for k in range(4_000, 44_000)])
+    expected = (
+        [((k, f"v{k}"), 0, 1) for k in range(2_000)]
+        + [((k, v), 1, d) for k, v, d in repeats]
+        + [((k, f"v{k}"), 2, 1) for k in range(4_000, 44_000)]
+    )
     check(kafka_bootstrap, topic, kv_codec(spark), expected, (3,))
 
 
 def test_a_running_sinks_batch_of_repeated_rows_is_consolidated_and_written_by_one_job(
-        spark, kafka_bootstrap, topic_factory, monkeypatch):
+    spark, kafka_bootstrap, topic_factory, monkeypatch
+):
     """A batch of a layout whose last batch repeated rows is consolidated straight away — and,
     as a batch bet unconsolidated, checked, packed and written by one job: a bad row fails it
     before anything is written; repeated rows are consolidated in it, no array left out; a batch
@@ -489,24 +604,34 @@ def test_a_running_sinks_batch_of_repeated_rows_is_consolidated_and_written_by_o
     from cdc_emitter.sink import plan as sink_jvm
 
     limit = 2032
-    sink, topic, observed = _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, 2_000,
-                                          max_message_bytes=limit)
+    sink, topic, observed = _running_sink(
+        spark, kafka_bootstrap, topic_factory, monkeypatch, 2_000, max_message_bytes=limit
+    )
     calls: list = []
     _record_messages(monkeypatch, calls)
-    twice = _kv_rows(spark, 2_000, start=2_000).unionByName(_kv_rows(spark, 2_000, start=2_000, diff=2))
+    twice = _kv_rows(spark, 2_000, start=2_000).unionByName(
+        _kv_rows(spark, 2_000, start=2_000, diff=2)
+    )
     sink_jvm.note_repeats(twice.schema, ["k", "v"], True)  # as a batch that repeated rows notes
     # 1. a bad row: the one job fails before its shuffle, nothing written
     before = count_messages(kafka_bootstrap, topic)
-    bad = twice.withColumn("diff", F.when(F.col("k") == 3_210, F.lit(None)).otherwise(F.col("diff")))
+    bad = twice.withColumn(
+        "diff", F.when(F.col("k") == 3_210, F.lit(None)).otherwise(F.col("diff"))
+    )
     sink_jvm.note_repeats(bad.schema, ["k", "v"], True)  # its diff nullable: a layout of its own
-    with pytest.raises(BadInputError, match=r"""null diff in column 'diff' \(e.g. row \{"k":3210,"v":"v3210"\}\)"""):
+    with pytest.raises(
+        BadInputError, match=r"""null diff in column 'diff' \(e.g. row \{"k":3210,"v":"v3210"\}\)"""
+    ):
         sink.write(bad, time=1)
     assert calls == ["consolidated"] and observed == []
     assert count_messages(kafka_bootstrap, topic) == before
     # 2. every row twice, diffs 1 and 2: one update of diff 3 each, written by the one job
     calls.clear()
     result = sink.write(twice, time=1)
-    assert calls == ["consolidated"] and (result.updates, result.finished_on) == (2_000, "executors")
+    assert calls == ["consolidated"] and (result.updates, result.finished_on) == (
+        2_000,
+        "executors",
+    )
     [(first, _)] = observed
     assert (first.updates, first.rows, first.groups, first.left_out) == (2_000, 4_000, 2_000, ())
     assert first.repeated == first.messages > 0  # every array: the next batch is consolidated too
@@ -518,30 +643,39 @@ def test_a_running_sinks_batch_of_repeated_rows_is_consolidated_and_written_by_o
     assert observed[1][0].too_big and observed[1][0].left_out
     sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
     assert max(sizes) <= limit and len(sizes) == count_messages(kafka_bootstrap, topic)
-    expected = ([((k, f"v{k}"), 0, 1) for k in range(2_000)] + [((k, f"v{k}"), 1, 3) for k in range(2_000, 4_000)]
-                + [((k, f"v{k}"), 2, 2 if k < 4_100 else 1) for k in range(4_000, 44_000)])
+    expected = (
+        [((k, f"v{k}"), 0, 1) for k in range(2_000)]
+        + [((k, f"v{k}"), 1, 3) for k in range(2_000, 4_000)]
+        + [((k, f"v{k}"), 2, 2 if k < 4_100 else 1) for k in range(4_000, 44_000)]
+    )
     check(kafka_bootstrap, topic, kv_codec(spark), expected, (3,))
 
 
-def test_a_write_task_retried_in_the_one_job_only_duplicates(spark, kafka_bootstrap, topic_factory, monkeypatch):
+def test_a_write_task_retried_in_the_one_job_only_duplicates(
+    spark, kafka_bootstrap, topic_factory, monkeypatch
+):
     """A write task of a batch written by one job fails after some of its messages reached the
     topic, and Spark retries it: the retry writes its arrays again — duplicates, which readers
     discard — and the figures observed count each array once (those of the failed attempt are
     dropped), so the progress statement's counts are exact."""
+    from faulty_producer import FailOnceAfterRows, pickled_by_value
     from pyspark.sql import functions as F
 
-    from faulty_producer import FailOnceAfterRows, pickled_by_value
-
     pickled_by_value()
-    sink, topic, observed = _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, 6_000,
-                                          max_message_bytes=400)
+    sink, topic, observed = _running_sink(
+        spark, kafka_bootstrap, topic_factory, monkeypatch, 6_000, max_message_bytes=400
+    )
     write_messages = spark_kafka.write_messages
     # not Arrow-optimized (Spark 4.3's default): rows go to Python in batches of 100, so the
     # values of the batches before the failing row are written before it fails
     fail = F.udf(FailOnceAfterRows(300), "binary", useArrow=False)
 
-    def failing(messages, options, headers, **kwargs):  # every message in one task, which fails once
-        return write_messages(messages.coalesce(1).withColumn("value", fail("value")), options, headers, **kwargs)
+    def failing(
+        messages, options, headers, **kwargs
+    ):  # every message in one task, which fails once
+        return write_messages(
+            messages.coalesce(1).withColumn("value", fail("value")), options, headers, **kwargs
+        )
 
     monkeypatch.setattr(spark_kafka, "write_messages", failing)
     result = sink.write(_kv_rows(spark, 6_000, start=6_000), time=1)
@@ -551,7 +685,9 @@ def test_a_write_task_retried_in_the_one_job_only_duplicates(spark, kafka_bootst
     assert reader.duplicates >= 100  # the failed attempt's messages, written again by the retry
 
 
-def test_rows_whose_hashes_collide_are_consolidated_apart(spark, kafka_bootstrap, topic_factory, monkeypatch):
+def test_rows_whose_hashes_collide_are_consolidated_apart(
+    spark, kafka_bootstrap, topic_factory, monkeypatch
+):
     """Different rows of one hash (a collision, forced here: three hashes for 600 rows) make
     an unconsolidated array look repeated; its arrays are consolidated (left out of the one job
     that wrote the others, here none), on the data's bytes, and each row stays an update of its
@@ -560,7 +696,9 @@ def test_rows_whose_hashes_collide_are_consolidated_apart(spark, kafka_bootstrap
 
     from cdc_emitter.sink import plan as sink_jvm
 
-    monkeypatch.setattr(sink_jvm.MessagePlan, "_order", lambda self, time: F.pmod(F.col("k"), F.lit(3)))
+    monkeypatch.setattr(
+        sink_jvm.MessagePlan, "_order", lambda self, time: F.pmod(F.col("k"), F.lit(3))
+    )
     monkeypatch.setattr(sink_jvm, "_shared", {})
     monkeypatch.setattr(sink_jvm, "_repeating", {})
     calls: list = []
@@ -568,7 +706,8 @@ def test_rows_whose_hashes_collide_are_consolidated_apart(spark, kafka_bootstrap
     topic = topic_factory(2)
     rows = [(k, f"v{k % 5}", 1 + k % 4) for k in range(600)]
     result = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0).write(
-        spark.createDataFrame(rows, KV), time=3)
+        spark.createDataFrame(rows, KV), time=3
+    )
     assert calls == ["unconsolidated", "some arrays"] and result.updates == 600
     check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 3, d) for k, v, d in rows], (4,))
 
@@ -581,18 +720,28 @@ def test_unconsolidated_messages_hold_what_consolidated_ones_do(spark):
     ways."""
     from pyspark.sql import functions as F
 
-    from cdc_emitter.sink import plan_stats as sink_figures
-    from cdc_emitter.sink import plan as sink_jvm
     from cdc_emitter.protocol.codec import union_schema
+    from cdc_emitter.sink import plan as sink_jvm
+    from cdc_emitter.sink import plan_stats as sink_figures
 
     df = spark.createDataFrame([(k, f"v{k % 7}", 1 - 2 * (k % 2)) for k in range(3000)], KV)
-    plan = sink_jvm.MessagePlan(schema=df.drop("diff").schema, data_cols=["k", "v"], frame=b"\0\0\0\0\1",
-                                update_schema=union_schema(data_schema(df.drop("diff").schema))[0]["items"],
-                                max_message_bytes=4000, buckets=3, partitions=None)
+    plan = sink_jvm.MessagePlan(
+        schema=df.drop("diff").schema,
+        data_cols=["k", "v"],
+        frame=b"\0\0\0\0\1",
+        update_schema=union_schema(data_schema(df.drop("diff").schema))[0]["items"],
+        max_message_bytes=4000,
+        buckets=3,
+        partitions=None,
+    )
 
     def stats(rows, consolidate):
-        prepared = rows.select("k", "v", F.lit(7).cast("long").alias("__cdc_time"), F.col("diff").alias("__cdc_diff"))
-        return sink_figures.batch_stats(plan.messages(prepared, [], time=7, fanout=5, consolidate=consolidate), time=7)
+        prepared = rows.select(
+            "k", "v", F.lit(7).cast("long").alias("__cdc_time"), F.col("diff").alias("__cdc_diff")
+        )
+        return sink_figures.batch_stats(
+            plan.messages(prepared, [], time=7, fanout=5, consolidate=consolidate), time=7
+        )
 
     unconsolidated, consolidated = stats(df, False), stats(df, True)
     same = ("counts", "digest", "max_time", "repeated")
@@ -602,8 +751,11 @@ def test_unconsolidated_messages_hold_what_consolidated_ones_do(spark):
     assert stats(repeated, False).repeated and stats(repeated, True).repeated
 
 
-@pytest.mark.parametrize("times", [[[5, 9, 5], [7, 9], []], [[5, 2**40, 5], [7, 2**40, 2**62], []]],
-                         ids=["dense", "sparse"])
+@pytest.mark.parametrize(
+    "times",
+    [[[5, 9, 5], [7, 9], []], [[5, 2**40, 5], [7, 2**40, 2**62], []]],
+    ids=["dense", "sparse"],
+)
 def test_updates_are_counted_per_time_alike_on_the_driver_and_by_spark(spark, monkeypatch, times):
     """A batch of many times has its live updates counted per time from its messages' times: on
     the driver (dense times by the span, sparse ones hashed) or by a Spark aggregation — the same
@@ -620,7 +772,9 @@ def test_updates_are_counted_per_time_alike_on_the_driver_and_by_spark(spark, mo
     assert list(sink_figures.counts_per_time(messages, updates).items()) == list(expected.items())
 
 
-def test_arrays_of_a_batch_of_many_times_hold_any_times_and_are_counted_per_time(spark, monkeypatch):
+def test_arrays_of_a_batch_of_many_times_hold_any_times_and_are_counted_per_time(
+    spark, monkeypatch
+):
     """A batch whose rows carry their times is packed like one of one time: a fixed number of
     arrays per bucket, each holding updates of any times — not an array (or more) per time. Its
     live updates are counted per time, its largest time counts a row of diff zero, and every
@@ -630,19 +784,29 @@ def test_arrays_of_a_batch_of_many_times_hold_any_times_and_are_counted_per_time
 
     from pyspark.sql import functions as F
 
-    from cdc_emitter.sink import plan_stats as sink_figures
-    from cdc_emitter.sink import plan as sink_jvm
     from cdc_emitter.protocol.codec import CdcCodec, union_schema
+    from cdc_emitter.sink import plan as sink_jvm
+    from cdc_emitter.sink import plan_stats as sink_figures
 
     rows = [(k, f"v{k % 7}", 1, k % 400) for k in range(3000)]
-    rows.append((-1, "gone", 0, 999))  # a zero diff at the largest time: no update, but the time counts
+    rows.append(
+        (-1, "gone", 0, 999)
+    )  # a zero diff at the largest time: no update, but the time counts
     df = spark.createDataFrame(rows, KV + ", t long").repartition(3)
     data = df.select("k", "v").schema
     avro = data_schema(data)
-    plan = sink_jvm.MessagePlan(schema=data, data_cols=["k", "v"], frame=b"\0\0\0\0\1",
-                                update_schema=union_schema(avro)[0]["items"], max_message_bytes=1 << 20,
-                                buckets=3, partitions=None)
-    prepared = df.select("k", "v", F.col("t").alias("__cdc_time"), F.col("diff").alias("__cdc_diff"))
+    plan = sink_jvm.MessagePlan(
+        schema=data,
+        data_cols=["k", "v"],
+        frame=b"\0\0\0\0\1",
+        update_schema=union_schema(avro)[0]["items"],
+        max_message_bytes=1 << 20,
+        buckets=3,
+        partitions=None,
+    )
+    prepared = df.select(
+        "k", "v", F.col("t").alias("__cdc_time"), F.col("diff").alias("__cdc_diff")
+    )
     codec = CdcCodec(avro, framing="confluent", schema_id=1)
     expected = Counter(t for k, _v, _d, t in rows if k >= 0)
     figures = []
@@ -651,8 +815,12 @@ def test_arrays_of_a_batch_of_many_times_hold_any_times_and_are_counted_per_time
         stats = sink_figures.batch_stats(messages)
         assert list(stats.counts) == sorted(stats.counts)
         with monkeypatch.context() as patched:
-            patched.setattr(sink_figures, "DRIVER_COUNTED_UPDATES", 0)  # counted by a Spark aggregation
-            assert list(sink_figures.batch_stats(messages).counts.items()) == list(stats.counts.items())
+            patched.setattr(
+                sink_figures, "DRIVER_COUNTED_UPDATES", 0
+            )  # counted by a Spark aggregation
+            assert list(sink_figures.batch_stats(messages).counts.items()) == list(
+                stats.counts.items()
+            )
         values = [r.value for r in messages.where("value IS NOT NULL").collect()]
         arrays = [codec.decode(v) for v in values]
         assert len(values) == stats.messages <= 12  # 3 buckets of at most 4 arrays, for 400 times
@@ -665,9 +833,14 @@ def test_arrays_of_a_batch_of_many_times_hold_any_times_and_are_counted_per_time
     largest = max(map(len, values))
     carried = sink_figures.batch_stats(messages, values_up_to=largest)
     assert sorted(carried.values) == sorted(values) and carried.counts == stats.counts
-    assert (stats.values, sink_figures.batch_stats(messages, values_up_to=largest - 1).values) == (None, None)
+    assert (stats.values, sink_figures.batch_stats(messages, values_up_to=largest - 1).values) == (
+        None,
+        None,
+    )
     repeated = prepared.union(prepared.where("k = 42"))  # one row twice: the same data and time
-    assert sink_figures.batch_stats(plan.messages(repeated, [], fanout=4, consolidate=False)).repeated
+    assert sink_figures.batch_stats(
+        plan.messages(repeated, [], fanout=4, consolidate=False)
+    ).repeated
 
 
 def _generated_code(df) -> list[str]:
@@ -680,7 +853,9 @@ def _generated_code(df) -> list[str]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         df.explain("codegen")
-    return [part.split("== Subtree")[0] for part in re.split(r"Generated code:", out.getvalue())[1:]]
+    return [
+        part.split("== Subtree")[0] for part in re.split(r"Generated code:", out.getvalue())[1:]
+    ]
 
 
 @pytest.mark.parametrize("way", ["unconsolidated", "combined", "exact"])
@@ -691,26 +866,46 @@ def test_every_time_of_a_running_sink_runs_the_same_generated_code(spark, way):
     messages are made."""
     from pyspark.sql import functions as F
 
-    from cdc_emitter.sink import plan_stats as sink_figures
-    from cdc_emitter.sink import plan as sink_jvm
     from cdc_emitter.protocol.codec import union_schema
+    from cdc_emitter.sink import plan as sink_jvm
+    from cdc_emitter.sink import plan_stats as sink_figures
 
     df = spark.createDataFrame([(k, f"v{k % 7}", 1) for k in range(500)], KV)
     data = df.drop("diff").schema
-    plan = sink_jvm.MessagePlan(schema=data, data_cols=["k", "v"], frame=b"\0\0\0\0\1",
-                                update_schema=union_schema(data_schema(data))[0]["items"],
-                                max_message_bytes=4000, buckets=3, partitions=[1, 2])
-    options = {"unconsolidated": dict(consolidate=False), "combined": {}, "exact": dict(exact=True)}[way]
+    plan = sink_jvm.MessagePlan(
+        schema=data,
+        data_cols=["k", "v"],
+        frame=b"\0\0\0\0\1",
+        update_schema=union_schema(data_schema(data))[0]["items"],
+        max_message_bytes=4000,
+        buckets=3,
+        partitions=[1, 2],
+    )
+    options = {
+        "unconsolidated": dict(consolidate=False),
+        "combined": {},
+        "exact": dict(exact=True),
+    }[way]
 
     def messages(time_):
-        prepared = df.select("k", "v", F.lit(time_).cast("long").alias("__cdc_time"),
-                             F.col("diff").alias("__cdc_diff"))
+        prepared = df.select(
+            "k",
+            "v",
+            F.lit(time_).cast("long").alias("__cdc_time"),
+            F.col("diff").alias("__cdc_diff"),
+        )
         return plan.messages(prepared, [], time=time_, fanout=4, **options)
 
     first, later = messages(11), messages(2**40 + 12)
     assert _generated_code(first) and _generated_code(first) == _generated_code(later)
-    one, other = sink_figures.batch_stats(first, time=11), sink_figures.batch_stats(later, time=2**40 + 12)
-    assert (one.counts, other.counts) == ({11: 500}, {2**40 + 12: 500}) and one.digest != other.digest
+    one, other = (
+        sink_figures.batch_stats(first, time=11),
+        sink_figures.batch_stats(later, time=2**40 + 12),
+    )
+    assert (one.counts, other.counts) == (
+        {11: 500},
+        {2**40 + 12: 500},
+    ) and one.digest != other.digest
 
 
 def test_a_batch_combined_before_the_shuffle_holds_what_one_consolidated_after_it_does(spark):
@@ -720,23 +915,44 @@ def test_a_batch_combined_before_the_shuffle_holds_what_one_consolidated_after_i
     0.0 and NaNs of any sign — both make the same updates: counts, digest, repeats."""
     from pyspark.sql import functions as F
 
-    from cdc_emitter.sink import plan_stats as sink_figures
-    from cdc_emitter.sink import plan as sink_jvm
     from cdc_emitter.protocol.codec import union_schema
+    from cdc_emitter.sink import plan as sink_jvm
+    from cdc_emitter.sink import plan_stats as sink_figures
 
     floats = [0.0, -0.0, float("nan"), -float("nan"), 1.5]
-    rows = [(k % 10, None if k // 50 % 7 == 0 else f"v{k // 350 % 3}", floats[k // 10 % 5],
-             1 - 2 * (k // 7 % 2) if k % 11 else 0) for k in range(4000)]
+    rows = [
+        (
+            k % 10,
+            None if k // 50 % 7 == 0 else f"v{k // 350 % 3}",
+            floats[k // 10 % 5],
+            1 - 2 * (k // 7 % 2) if k % 11 else 0,
+        )
+        for k in range(4000)
+    ]
     rows += [(999, "gone", 1.0, 1), (999, "gone", 1.0, -1)]  # cancels: no update
     df = spark.createDataFrame(rows, "k long, v string, x double, diff long").repartition(5)
     data = df.drop("diff").schema
-    plan = sink_jvm.MessagePlan(schema=data, data_cols=["k", "v", "x"], frame=b"\0\0\0\0\1",
-                                update_schema=union_schema(data_schema(data))[0]["items"],
-                                max_message_bytes=1 << 20, buckets=3, partitions=None)
-    prepared = df.select("k", "v", "x", F.lit(4).cast("long").alias("__cdc_time"), F.col("diff").alias("__cdc_diff"))
+    plan = sink_jvm.MessagePlan(
+        schema=data,
+        data_cols=["k", "v", "x"],
+        frame=b"\0\0\0\0\1",
+        update_schema=union_schema(data_schema(data))[0]["items"],
+        max_message_bytes=1 << 20,
+        buckets=3,
+        partitions=None,
+    )
+    prepared = df.select(
+        "k", "v", "x", F.lit(4).cast("long").alias("__cdc_time"), F.col("diff").alias("__cdc_diff")
+    )
     combined = sink_figures.batch_stats(plan.messages(prepared, [], time=4, fanout=8), time=4)
-    exact = sink_figures.batch_stats(plan.messages(prepared, [], time=4, fanout=8, exact=True), time=4)
-    assert (combined.counts, combined.digest, combined.max_time) == (exact.counts, exact.digest, exact.max_time)
+    exact = sink_figures.batch_stats(
+        plan.messages(prepared, [], time=4, fanout=8, exact=True), time=4
+    )
+    assert (combined.counts, combined.digest, combined.max_time) == (
+        exact.counts,
+        exact.digest,
+        exact.max_time,
+    )
     # 10 keys x 4 strings-or-null x 3 floats (-0.0 is 0.0, every NaN one): at most 120 updates
     assert 0 < combined.counts[4] <= 120 and combined.repeated and exact.repeated
     # the aggregation's tasks pack a share of every array, as unconsolidated input tasks do: the
@@ -746,29 +962,38 @@ def test_a_batch_combined_before_the_shuffle_holds_what_one_consolidated_after_i
     assert plan.groups_per_packing_task(8, consolidate=True, exact=True) == 0
 
 
-def test_a_bad_row_among_many_writes_nothing_and_the_batch_then_goes_through(spark, kafka_bootstrap,
-                                                                            topic_factory):
+def test_a_bad_row_among_many_writes_nothing_and_the_batch_then_goes_through(
+    spark, kafka_bootstrap, topic_factory
+):
     """One bad row among 50,000 over four input partitions, in a batch the executors write:
     the job that validates fails before any message is written; the same rows without it
     then write whole."""
     from pyspark.sql import functions as F
 
     topic = topic_factory(2)
-    df = (spark.range(50_000, numPartitions=4)
-          .select(F.col("id").alias("k"), F.col("id").cast("string").alias("v"),
-                  F.when(F.col("id") == 31_337, F.lit(None)).otherwise(F.lit(1)).cast("long").alias("diff")))
-    with pytest.raises(BadInputError, match=r"""null diff in column 'diff' \(e.g. row \{"k":31337,"v":"31337"\}\)"""):
+    df = spark.range(50_000, numPartitions=4).select(
+        F.col("id").alias("k"),
+        F.col("id").cast("string").alias("v"),
+        F.when(F.col("id") == 31_337, F.lit(None)).otherwise(F.lit(1)).cast("long").alias("diff"),
+    )
+    with pytest.raises(
+        BadInputError,
+        match=r"""null diff in column 'diff' \(e.g. row \{"k":31337,"v":"31337"\}\)""",
+    ):
         CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0).write(df, time=0)
     assert count_messages(kafka_bootstrap, topic) == 0
-    result = CdcSink(kafka_bootstrap, topic, encoder="jvm").write(df.where("diff IS NOT NULL"), time=0)
+    result = CdcSink(kafka_bootstrap, topic, encoder="jvm").write(
+        df.where("diff IS NOT NULL"), time=0
+    )
     assert (result.lower, result.upper, result.updates) == (0, 1, 49_999)
     history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec_for(df))
     assert (violations, frontier) == ([], (1,))
     assert history == as_history(((k, str(k)), 0, 1) for k in range(50_000) if k != 31_337)
 
 
-def test_bad_rows_in_a_batch_combined_before_the_shuffle_write_nothing(spark, kafka_bootstrap, topic_factory,
-                                                                      monkeypatch):
+def test_bad_rows_in_a_batch_combined_before_the_shuffle_write_nothing(
+    spark, kafka_bootstrap, topic_factory, monkeypatch
+):
     """A batch of a layout known to repeat goes combined straight away, by one job: a null diff
     fails it with the row named before any message is written; a diff beyond 2^32 fails that job
     before its shuffle, and the two jobs then find the consolidated diff that overflows 64 bits
@@ -781,14 +1006,19 @@ def test_bad_rows_in_a_batch_combined_before_the_shuffle_write_nothing(spark, ka
     _record_messages(monkeypatch, calls)
     topic = topic_factory(2)
     key = F.col("id") % 5000
-    rows = spark.range(20_000, numPartitions=4).select("id", key.alias("k"), (key % 7).cast("string").alias("v"))
+    rows = spark.range(20_000, numPartitions=4).select(
+        "id", key.alias("k"), (key % 7).cast("string").alias("v")
+    )
     bad_diffs = {  # the error, and the batch's messages asked for: by one job, then by two
-        r"""null diff in column 'diff' \(e.g. row \{"k":4321,"v":"2"\}\)""":
-            (F.when(F.col("id") == 14_321, F.lit(None)).otherwise(F.lit(1)), ["consolidated"]),
+        r"""null diff in column 'diff' \(e.g. row \{"k":4321,"v":"2"\}\)""": (
+            F.when(F.col("id") == 14_321, F.lit(None)).otherwise(F.lit(1)),
+            ["consolidated"],
+        ),
         r"""the consolidated diff of row \{"k":1234,"v":"2"\} at time 0 is 18446744073709551616, """
-        r"which overflows a 64-bit long":
-            (F.when(F.col("id").isin(1234, 6234, 11_234, 16_234), F.lit(2**62)).otherwise(F.lit(1)),
-             ["consolidated", "consolidated"]),
+        r"which overflows a 64-bit long": (
+            F.when(F.col("id").isin(1234, 6234, 11_234, 16_234), F.lit(2**62)).otherwise(F.lit(1)),
+            ["consolidated", "consolidated"],
+        ),
     }
     sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0)
     observed = _record_observed_writes(monkeypatch)
@@ -805,7 +1035,11 @@ def test_bad_rows_in_a_batch_combined_before_the_shuffle_write_nothing(spark, ka
     sink_jvm.note_repeats(good.schema, ["k", "v"], True)
     calls.clear()
     result = sink.write(good, time=0)
-    assert calls == ["consolidated"] and (result.lower, result.upper, result.updates) == (0, 1, 5000)
+    assert calls == ["consolidated"] and (result.lower, result.upper, result.updates) == (
+        0,
+        1,
+        5000,
+    )
     history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec_for(good))
     assert (violations, frontier) == ([], (1,))
     assert history == as_history(((k, str(k % 7)), 0, 4) for k in range(5000))
@@ -813,7 +1047,8 @@ def test_bad_rows_in_a_batch_combined_before_the_shuffle_write_nothing(spark, ka
 
 @pytest.mark.parametrize("time_column", [None, "t"])
 def test_jvm_path_spreads_over_every_array_when_buckets_and_arrays_share_a_factor(
-        spark, kafka_bootstrap, topic_factory, monkeypatch, time_column):
+    spark, kafka_bootstrap, topic_factory, monkeypatch, time_column
+):
     """4 buckets (the session's shuffle partitions) and an even number of arrays per bucket:
     every array gets its share, no message is over the limit, and the batch is computed once
     (an array index taken from the bits that chose the bucket used only half the arrays).
@@ -827,16 +1062,30 @@ def test_jvm_path_spreads_over_every_array_when_buckets_and_arrays_share_a_facto
     rows = [(i, f"value-{i % 100:03d}", 1, 1 + i % 7) for i in range(3000)]  # ~17 bytes per update
     calls = []
     messages = sink_jvm.MessagePlan.messages
-    monkeypatch.setattr(sink_jvm.MessagePlan, "messages", lambda self, *a, **kw: calls.append(
-        (kw.get("exact", False), kw.get("fanout"))) or messages(self, *a, **kw))
+    monkeypatch.setattr(
+        sink_jvm.MessagePlan,
+        "messages",
+        lambda self, *a, **kw: (
+            calls.append((kw.get("exact", False), kw.get("fanout"))) or messages(self, *a, **kw)
+        ),
+    )
     df = spark.createDataFrame(rows, KV + ", t long")
     # about 13 kB per bucket in arrays of half of 2,000 bytes: 12 to 14 arrays per bucket
-    sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", max_message_bytes=2032, small_batch_rows=0,
-                   time_column=time_column)
+    sink = CdcSink(
+        kafka_bootstrap,
+        topic,
+        encoder="jvm",
+        max_message_bytes=2032,
+        small_batch_rows=0,
+        time_column=time_column,
+    )
     result = sink.write(df) if time_column else sink.write(df.drop("t"), time=1)
     assert calls == [(False, FANOUT_ARRAYS)]
-    sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)
-             if ("cdc-emitter-kind", b"updates") in r.headers]
+    sizes = [
+        len(r.value)
+        for r in kafka_io.read_topic(kafka_bootstrap, topic)
+        if ("cdc-emitter-kind", b"updates") in r.headers
+    ]
     assert max(sizes) <= 2032 and len(sizes) >= 40 and len(sizes) == result.messages - 1
     assert result.updates == 3000
     if time_column:
@@ -848,8 +1097,9 @@ def test_jvm_path_spreads_over_every_array_when_buckets_and_arrays_share_a_facto
 
 
 @pytest.mark.parametrize("encoder", ["jvm", "python"])
-def test_each_batch_reports_its_figures_to_the_listener_and_the_log(spark, kafka_bootstrap, topic_factory,
-                                                                    tmp_path, caplog, encoder):
+def test_each_batch_reports_its_figures_to_the_listener_and_the_log(
+    spark, kafka_bootstrap, topic_factory, tmp_path, caplog, encoder
+):
     """Metrics: every batch's updates, messages, bytes and seconds per phase reach ``on_batch``
     and the INFO log line, and the counts are those of the messages in the topic."""
     import logging
@@ -861,12 +1111,22 @@ def test_each_batch_reports_its_figures_to_the_listener_and_the_log(spark, kafka
     for rows in BATCHES:
         stream.add(rows)
     seen = []
-    sink = CdcSink(kafka_bootstrap, topic, checkpoint_location=stream.checkpoint, encoder=encoder,
-                   max_message_bytes=64, on_batch=seen.append)
+    sink = CdcSink(
+        kafka_bootstrap,
+        topic,
+        checkpoint_location=stream.checkpoint,
+        encoder=encoder,
+        max_message_bytes=64,
+        on_batch=seen.append,
+    )
     with caplog.at_level(logging.INFO, logger="cdc_emitter.sink"):
         stream.run(spark, sink)
     assert [r.batch_id for r in seen] == [0, 1, 2] and seen[-1] is sink.last_result
-    assert [r.updates for r in seen] == [2, 3, 1]  # consolidated: duplicates summed, cancels dropped
+    assert [r.updates for r in seen] == [
+        2,
+        3,
+        1,
+    ]  # consolidated: duplicates summed, cancels dropped
     values = [r.value for r in kafka_io.read_topic(kafka_bootstrap, topic)]
     assert sum(r.messages for r in seen) == len(values)
     assert sum(r.bytes for r in seen) == sum(map(len, values))
@@ -875,19 +1135,33 @@ def test_each_batch_reports_its_figures_to_the_listener_and_the_log(spark, kafka
         assert list(result.seconds) == ["plan", "check", "write", "commit", "total"]
         assert all(v >= 0 for v in result.seconds.values())
         assert result.seconds["total"] >= sum(v for k, v in result.seconds.items() if k != "total")
-    lines = [r.getMessage() for r in caplog.records if r.name == "cdc_emitter.sink" and "interval=" in r.message]
+    lines = [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "cdc_emitter.sink" and "interval=" in r.message
+    ]
     assert [line.split(" seconds:")[0] for line in lines] == [
         f"cdc sink topic={topic} batch={r.batch_id} interval=[{r.lower}, {r.upper}) updates={r.updates} "
-        f"messages={r.messages} bytes={r.bytes}" for r in seen]
+        f"messages={r.messages} bytes={r.bytes}"
+        for r in seen
+    ]
     assert all("plan=" in line and "total=" in line for line in lines)
     # the JVM path produces a small first batch's messages on the driver (packed on the
     # executors, its size unknown), and after it finishes the next ones there
     assert [(r.finished_on, r.consolidated_on) for r in seen] == (
-        [("driver", "executors"), ("driver", "driver"), ("driver", "driver")] if encoder == "jvm"
-        else [("executors", "executors")] * 3)
+        [("driver", "executors"), ("driver", "driver"), ("driver", "driver")]
+        if encoder == "jvm"
+        else [("executors", "executors")] * 3
+    )
     assert [line.rsplit(" finished on the ", 1)[1] for line in lines] == [
-        r.finished_on + (" (consolidated on the executors)" if (r.finished_on, r.consolidated_on)
-                         == ("driver", "executors") else "") for r in seen]
+        r.finished_on
+        + (
+            " (consolidated on the executors)"
+            if (r.finished_on, r.consolidated_on) == ("driver", "executors")
+            else ""
+        )
+        for r in seen
+    ]
 
 
 def test_a_batch_logs_no_warning_of_sparks_avro_serializer(spark, kafka_bootstrap, topic_factory):
@@ -907,21 +1181,34 @@ def test_a_batch_logs_no_warning_of_sparks_avro_serializer(spark, kafka_bootstra
         spark.range(3).select(to_avro(F.when(F.col("id") > 0, F.col("id")), '"long"')).collect()
         assert "nullable catalyst schema" in log.text()
         log.clear()
-        one_time = CdcSink(kafka_bootstrap, topic_factory(2), diff_column="diff", small_batch_rows=0)
-        many = CdcSink(kafka_bootstrap, topic_factory(2), diff_column="diff", time_column="t",
-                       small_batch_rows=0)
+        one_time = CdcSink(
+            kafka_bootstrap, topic_factory(2), diff_column="diff", small_batch_rows=0
+        )
+        many = CdcSink(
+            kafka_bootstrap,
+            topic_factory(2),
+            diff_column="diff",
+            time_column="t",
+            small_batch_rows=0,
+        )
         for t in (0, 1):
             assert one_time.write(rows, time=t).updates == 3_000
             assert many.write(rows.withColumn("t", F.col("k") % 3 + 3 * t)).updates == 3_000
         # and the way that encodes each update by to_avro, then joins them in Python
-        by_update = CdcSink(kafka_bootstrap, topic_factory(1), diff_column="diff", encoder="avro",
-                            small_batch_rows=0)
+        by_update = CdcSink(
+            kafka_bootstrap,
+            topic_factory(1),
+            diff_column="diff",
+            encoder="avro",
+            small_batch_rows=0,
+        )
         assert by_update.write(rows, time=0).updates == 3_000
         assert log.text() == ""
 
 
 def test_a_failing_listener_fails_the_batch_after_it_was_written_and_the_rerun_writes_nothing(
-        spark, kafka_bootstrap, topic_factory, tmp_path):
+    spark, kafka_bootstrap, topic_factory, tmp_path
+):
     topic = topic_factory(1)
     stream = FileStream(tmp_path)
     stream.add(BATCHES[0])
@@ -935,7 +1222,10 @@ def test_a_failing_listener_fails_the_batch_after_it_was_written_and_the_rerun_w
     sink = CdcSink(kafka_bootstrap, topic, checkpoint_location=stream.checkpoint, on_batch=listener)
     with pytest.raises(Exception, match="metrics backend is down"):
         stream.run(spark, sink)
-    stream.run(spark, CdcSink(kafka_bootstrap, topic, checkpoint_location=stream.checkpoint, on_batch=listener))
+    stream.run(
+        spark,
+        CdcSink(kafka_bootstrap, topic, checkpoint_location=stream.checkpoint, on_batch=listener),
+    )
     assert [(r.batch_id, r.reused) for r in calls] == [(0, False), (0, True)]
     assert calls[0].messages >= 2 and calls[1].messages == 0  # the re-run found it all written
     check(kafka_bootstrap, topic, kv_codec(spark), expected_kv(BATCHES[:1], [0]), (1,))
@@ -944,12 +1234,16 @@ def test_a_failing_listener_fails_the_batch_after_it_was_written_and_the_rerun_w
 def test_on_batch_must_be_callable():
     from cdc_emitter.errors import ConfigError
 
-    with pytest.raises(ConfigError, match="on_batch must be a function taking a BatchResult, not 'log'"):
+    with pytest.raises(
+        ConfigError, match="on_batch must be a function taking a BatchResult, not 'log'"
+    ):
         CdcSink("localhost:9092", "t", on_batch="log")
 
 
 @pytest.mark.parametrize("encoder", ["python", "avro"])
-def test_task_retry_after_partial_produce_only_duplicates(spark, kafka_bootstrap, topic_factory, encoder):
+def test_task_retry_after_partial_produce_only_duplicates(
+    spark, kafka_bootstrap, topic_factory, encoder
+):
     topic = topic_factory(2)
     rows = [(i % 300, f"v{i % 300}", 1) for i in range(900)] + [(7, "v7", -3)]
     df = spark.createDataFrame(rows, KV)
@@ -957,7 +1251,9 @@ def test_task_retry_after_partial_produce_only_duplicates(spark, kafka_bootstrap
 
     pickled_by_value()
     sink = CdcSink(kafka_bootstrap, topic, max_message_bytes=120, encoder=encoder)
-    sink._task_producer = FailAfterMessages(3)  # attempt 0 of partition 0 dies after 3 acknowledged messages
+    sink._task_producer = FailAfterMessages(
+        3
+    )  # attempt 0 of partition 0 dies after 3 acknowledged messages
     result = sink.write(df, time=4)
     assert result.updates == 299
     expected = [((k, v), 4, d) for k, v, d in rows]
@@ -966,12 +1262,16 @@ def test_task_retry_after_partial_produce_only_duplicates(spark, kafka_bootstrap
 
 
 @pytest.mark.parametrize("with_log", [True, False], ids=["sink-log", "progress-headers"])
-def test_crash_after_write_before_commit_restart(spark, kafka_bootstrap, topic_factory, tmp_path, with_log):
+def test_crash_after_write_before_commit_restart(
+    spark, kafka_bootstrap, topic_factory, tmp_path, with_log
+):
     topic = topic_factory(1)
     stream = FileStream(tmp_path)
     for rows in BATCHES[:2]:
         stream.add(rows)
-    sink = CdcSink(kafka_bootstrap, topic, checkpoint_location=stream.checkpoint if with_log else None)
+    sink = CdcSink(
+        kafka_bootstrap, topic, checkpoint_location=stream.checkpoint if with_log else None
+    )
     crashed = []
     results = []
 
@@ -984,11 +1284,17 @@ def test_crash_after_write_before_commit_restart(spark, kafka_bootstrap, topic_f
     with pytest.raises(Exception, match="simulated driver crash"):
         stream.run(spark, crash_once)
     stream.add(BATCHES[2])
-    sink2 = CdcSink(kafka_bootstrap, topic, checkpoint_location=stream.checkpoint if with_log else None)
+    sink2 = CdcSink(
+        kafka_bootstrap, topic, checkpoint_location=stream.checkpoint if with_log else None
+    )
     sink = sink2  # a new sink object, as after a driver restart
     stream.run(spark, crash_once)
     assert [(r.batch_id, r.lower, r.upper, r.reused) for r in results] == [
-        (0, 0, 1, False), (1, 1, 2, False), (1, 1, 2, True), (2, 2, 3, False)]
+        (0, 0, 1, False),
+        (1, 1, 2, False),
+        (1, 1, 2, True),
+        (2, 2, 3, False),
+    ]
     reader = check(kafka_bootstrap, topic, kv_codec(spark), expected_kv(BATCHES, [0, 1, 2]), (3,))
     # batch 1's first attempt is complete in the topic (its statement, with the digest of its
     # updates, is there) and the re-run brings the same data: nothing is written twice
@@ -997,10 +1303,14 @@ def test_crash_after_write_before_commit_restart(spark, kafka_bootstrap, topic_f
 
 
 TKV = "k long, v string, t long, diff long"
-TKV_ARROW = pa.schema([("k", pa.int64()), ("v", pa.string()), ("t", pa.int64()), ("diff", pa.int64())])
+TKV_ARROW = pa.schema(
+    [("k", pa.int64()), ("v", pa.string()), ("t", pa.int64()), ("diff", pa.int64())]
+)
 
 
-def test_column_mode_restart_reemits_recorded_interval(spark, kafka_bootstrap, topic_factory, tmp_path):
+def test_column_mode_restart_reemits_recorded_interval(
+    spark, kafka_bootstrap, topic_factory, tmp_path
+):
     topic = topic_factory(1)
     stream = FileStream(tmp_path, TKV_ARROW)
     b0 = [(1, "a", 0, 1), (2, "b", 3, 1), (2, "b", 3, 1), (3, "c", 2, 1), (3, "c", 2, -1)]
@@ -1023,15 +1333,25 @@ def test_column_mode_restart_reemits_recorded_interval(spark, kafka_bootstrap, t
     sink = CdcSink(kafka_bootstrap, topic, checkpoint_location=stream.checkpoint, time_column="t")
     stream.run(spark, crash_once, ddl=TKV)
     assert [(r.batch_id, r.lower, r.upper, r.reused) for r in results] == [
-        (0, 0, 4, False), (1, 4, 8, False), (1, 4, 8, True), (2, 8, 10, False)]
+        (0, 0, 4, False),
+        (1, 4, 8, False),
+        (1, 4, 8, True),
+        (2, 8, 10, False),
+    ]
     expected = [((k, v), t, d) for k, v, t, d in b0 + b1 + b2]
-    check(kafka_bootstrap, topic, codec_for(spark.createDataFrame([], TKV), drop=("diff", "t")),
-          expected, (10,))
+    check(
+        kafka_bootstrap,
+        topic,
+        codec_for(spark.createDataFrame([], TKV), drop=("diff", "t")),
+        expected,
+        (10,),
+    )
 
 
 @pytest.mark.parametrize("with_log", [True, False], ids=["sink-log", "progress-headers"])
 def test_a_batch_counting_more_times_than_a_statement_holds_writes_several_that_tile_it(
-        spark, kafka_bootstrap, topic_factory, tmp_path, with_log):
+    spark, kafka_bootstrap, topic_factory, tmp_path, with_log
+):
     """Column mode with many distinct times: the progress statement is written as several
     (each fits a message), and a re-run of the batch finds it complete from the last one."""
     from cdc_emitter.kafka import io as kafka_io
@@ -1045,7 +1365,13 @@ def test_a_batch_counting_more_times_than_a_statement_holds_writes_several_that_
     stream.add(b1)
     checkpoint = stream.checkpoint if with_log else None
     # (1524 - 1024) // 20 = 25 times per statement
-    sink = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint, time_column="t", max_message_bytes=1524)
+    sink = CdcSink(
+        kafka_bootstrap,
+        topic,
+        checkpoint_location=checkpoint,
+        time_column="t",
+        max_message_bytes=1524,
+    )
     crashed, results = [], []
 
     def crash_once(df, batch_id):
@@ -1056,36 +1382,65 @@ def test_a_batch_counting_more_times_than_a_statement_holds_writes_several_that_
 
     with pytest.raises(Exception, match="simulated crash"):
         stream.run(spark, crash_once, ddl=TKV)
-    sink = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint, time_column="t", max_message_bytes=1524)
+    sink = CdcSink(
+        kafka_bootstrap,
+        topic,
+        checkpoint_location=checkpoint,
+        time_column="t",
+        max_message_bytes=1524,
+    )
     stream.run(spark, crash_once, ddl=TKV)
     assert [(r.batch_id, r.lower, r.upper, r.reused) for r in results] == [
-        (0, 0, 310, False), (0, 0, 310, True), (1, 310, 600, False)]
+        (0, 0, 310, False),
+        (0, 0, 310, True),
+        (1, 310, 600, False),
+    ]
     assert results[1].messages == 0  # the last of batch 0's statements carries its digest
     codec = codec_for(spark.createDataFrame([], TKV), drop=("diff", "t"))
     check(kafka_bootstrap, topic, codec, [((k, v), t, d) for k, v, t, d in b0 + b1], (600,))
-    statements = [Codec.decode(codec, r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)
-                  if dict(r.headers or []).get("cdc-emitter-kind") == b"progress"]
+    statements = [
+        Codec.decode(codec, r.value)
+        for r in kafka_io.read_topic(kafka_bootstrap, topic)
+        if dict(r.headers or []).get("cdc-emitter-kind") == b"progress"
+    ]
     assert len(statements) == 12 + 8  # 300 times / 25, then 200 times / 25
     assert max(len(s.counts) for s in statements) == 25
 
 
-def test_a_running_sinks_later_batches_check_and_advance_late_times(spark, kafka_bootstrap, topic_factory):
+def test_a_running_sinks_later_batches_check_and_advance_late_times(
+    spark, kafka_bootstrap, topic_factory
+):
     """Each batch of a running sink moves, or refuses, late times against its own frontier."""
     topic = topic_factory(1)
     codec = codec_for(spark.createDataFrame([], TKV), drop=("diff", "t"))
     moving = CdcSink(kafka_bootstrap, topic, time_column="t", late="advance", small_batch_rows=0)
-    results = [moving.write(spark.createDataFrame(rows, TKV)) for rows in (
-        [(1, "a", 0, 1), (2, "b", 3, 1)], [(3, "c", 2, 1), (4, "d", 6, 1)], [(5, "e", 5, 1)])]
-    assert [(r.lower, r.upper, r.counts) for r in results] == [(0, 4, {0: 1, 3: 1}), (4, 7, {4: 1, 6: 1}),
-                                                               (7, 8, {7: 1})]
+    results = [
+        moving.write(spark.createDataFrame(rows, TKV))
+        for rows in (
+            [(1, "a", 0, 1), (2, "b", 3, 1)],
+            [(3, "c", 2, 1), (4, "d", 6, 1)],
+            [(5, "e", 5, 1)],
+        )
+    ]
+    assert [(r.lower, r.upper, r.counts) for r in results] == [
+        (0, 4, {0: 1, 3: 1}),
+        (4, 7, {4: 1, 6: 1}),
+        (7, 8, {7: 1}),
+    ]
     strict = CdcSink(kafka_bootstrap, topic, time_column="t", small_batch_rows=0)
     assert strict.write(spark.createDataFrame([(6, "f", 9, 1)], TKV)).counts == {9: 1}
     before = count_messages(kafka_bootstrap, topic)
     with pytest.raises(LateUpdateError, match=r"time 3 .*frontier 10"):
         strict.write(spark.createDataFrame([(7, "g", 3, 1), (8, "h", 12, 1)], TKV))
     assert count_messages(kafka_bootstrap, topic) == before  # nothing written
-    expected = [((1, "a"), 0, 1), ((2, "b"), 3, 1), ((3, "c"), 4, 1), ((4, "d"), 6, 1), ((5, "e"), 7, 1),
-                ((6, "f"), 9, 1)]
+    expected = [
+        ((1, "a"), 0, 1),
+        ((2, "b"), 3, 1),
+        ((3, "c"), 4, 1),
+        ((4, "d"), 6, 1),
+        ((5, "e"), 7, 1),
+        ((6, "f"), 9, 1),
+    ]
     check(kafka_bootstrap, topic, codec, expected, (10,))
 
 
@@ -1104,7 +1459,8 @@ def test_late_updates_error_and_advance(spark, kafka_bootstrap, topic_factory):
     # advance: (3, c) moves from 2 to 4 and cancels with a -1 at 4; (5, e) stays at 4
     late_adv = late + [(3, "c", 4, -1)]
     result = CdcSink(kafka_bootstrap, topic, time_column="t", late="advance").write(
-        spark.createDataFrame(late_adv, TKV))
+        spark.createDataFrame(late_adv, TKV)
+    )
     assert (result.lower, result.upper, result.counts) == (4, 7, {4: 1, 6: 1})
     expected = [((1, "a"), 0, 1), ((2, "b"), 3, 1), ((4, "d"), 6, 1), ((5, "e"), 4, 1)]
     check(kafka_bootstrap, topic, codec, expected, (7,))
@@ -1130,8 +1486,11 @@ def test_broker_restart_during_streaming_query(spark, kafka_local, tmp_path):
     sink = CdcSink(bootstrap, topic, checkpoint_location=stream.checkpoint)
     done = []
     stream.add(BATCHES[0])
-    query = stream.start(spark, lambda df, b: done.append(sink(df, b)),
-                         trigger={"processingTime": "500 milliseconds"})
+    query = stream.start(
+        spark,
+        lambda df, b: done.append(sink(df, b)),
+        trigger={"processingTime": "500 milliseconds"},
+    )
     try:
         deadline = time.monotonic() + 60
         while not done and time.monotonic() < deadline:
@@ -1167,63 +1526,128 @@ def test_spark_types_round_trip(spark, kafka_bootstrap, topic_factory, encoder):
         assert has_spark_avro(spark), "the test session loads spark-avro (see conftest)"
 
     topic = topic_factory(3)
-    schema = T.StructType([
-        T.StructField("id", T.LongType(), False),
-        T.StructField("i", T.IntegerType()),
-        T.StructField("sh", T.ShortType()),
-        T.StructField("by", T.ByteType()),
-        T.StructField("d", T.DoubleType()),
-        T.StructField("f", T.FloatType()),
-        T.StructField("b", T.BooleanType()),
-        T.StructField("s", T.StringType()),
-        T.StructField("bin", T.BinaryType()),
-        T.StructField("dec", T.DecimalType(20, 4)),
-        T.StructField("dt", T.DateType()),
-        T.StructField("ts", T.TimestampType()),
-        T.StructField("ntz", T.TimestampNTZType()),
-        T.StructField("arr", T.ArrayType(T.LongType(), True)),
-        T.StructField("m", T.MapType(T.StringType(), T.StringType(), True)),
-        T.StructField("st", T.StructType([
-            T.StructField("x", T.LongType()),
-            T.StructField("tags", T.ArrayType(T.StringType(), False)),
-            T.StructField("inner", T.StructType([T.StructField("y", T.DoubleType())])),
-        ])),
-        T.StructField("diff", T.LongType(), False),
-    ])
+    schema = T.StructType(
+        [
+            T.StructField("id", T.LongType(), False),
+            T.StructField("i", T.IntegerType()),
+            T.StructField("sh", T.ShortType()),
+            T.StructField("by", T.ByteType()),
+            T.StructField("d", T.DoubleType()),
+            T.StructField("f", T.FloatType()),
+            T.StructField("b", T.BooleanType()),
+            T.StructField("s", T.StringType()),
+            T.StructField("bin", T.BinaryType()),
+            T.StructField("dec", T.DecimalType(20, 4)),
+            T.StructField("dt", T.DateType()),
+            T.StructField("ts", T.TimestampType()),
+            T.StructField("ntz", T.TimestampNTZType()),
+            T.StructField("arr", T.ArrayType(T.LongType(), True)),
+            T.StructField("m", T.MapType(T.StringType(), T.StringType(), True)),
+            T.StructField(
+                "st",
+                T.StructType(
+                    [
+                        T.StructField("x", T.LongType()),
+                        T.StructField("tags", T.ArrayType(T.StringType(), False)),
+                        T.StructField("inner", T.StructType([T.StructField("y", T.DoubleType())])),
+                    ]
+                ),
+            ),
+            T.StructField("diff", T.LongType(), False),
+        ]
+    )
     utc = datetime.timezone.utc
-    full = (1, 2, 3, 4, 1.5, 0.25, True, "ünïcode", b"\x00\xff",
-            decimal.Decimal("12345.6789"), datetime.date(2024, 2, 29),
-            datetime.datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=utc),
-            datetime.datetime(2024, 1, 2, 3, 4, 5, 6),
-            [1, None, 3], {"a": "x", "b": None}, (7, ["p", "q"], (2.5,)))
+    full = (
+        1,
+        2,
+        3,
+        4,
+        1.5,
+        0.25,
+        True,
+        "ünïcode",
+        b"\x00\xff",
+        decimal.Decimal("12345.6789"),
+        datetime.date(2024, 2, 29),
+        datetime.datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=utc),
+        datetime.datetime(2024, 1, 2, 3, 4, 5, 6),
+        [1, None, 3],
+        {"a": "x", "b": None},
+        (7, ["p", "q"], (2.5,)),
+    )
     empty = (2,) + (None,) * 15
     map_order = full[:14] + ({"b": None, "a": "x"},) + full[15:]  # same map, other order
     rows = [full + (1,), empty + (1,), map_order + (1,), (3,) + full[1:] + (-1,)]
     df = spark.createDataFrame(rows, schema)
-    result = CdcSink(kafka_bootstrap, topic, encoder=encoder, max_message_bytes=400).write(df, time=2)
+    result = CdcSink(kafka_bootstrap, topic, encoder=encoder, max_message_bytes=400).write(
+        df, time=2
+    )
     assert result.counts == {2: 3}
-    decoded = (1, 2, 3, 4, 1.5, 0.25, True, "ünïcode", b"\x00\xff",
-               decimal.Decimal("12345.6789"), datetime.date(2024, 2, 29),
-               datetime.datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=utc),
-               datetime.datetime(2024, 1, 2, 3, 4, 5, 6),
-               (1, None, 3), (("a", "x"), ("b", None)), (7, ("p", "q"), (2.5,)))
+    decoded = (
+        1,
+        2,
+        3,
+        4,
+        1.5,
+        0.25,
+        True,
+        "ünïcode",
+        b"\x00\xff",
+        decimal.Decimal("12345.6789"),
+        datetime.date(2024, 2, 29),
+        datetime.datetime(2024, 1, 2, 3, 4, 5, 678901, tzinfo=utc),
+        datetime.datetime(2024, 1, 2, 3, 4, 5, 6),
+        (1, None, 3),
+        (("a", "x"), ("b", None)),
+        (7, ("p", "q"), (2.5,)),
+    )
     expected = [(decoded, 2, 2), (empty, 2, 1), ((3,) + decoded[1:], 2, -1)]
     check(kafka_bootstrap, topic, codec_for(df), expected, (3,))
 
 
 BAD = {
-    "null-time": ("k long, t long", [(1, 0), (2, None)], {"time_column": "t"},
-                  BadInputError, r"null time in column 't'"),
-    "negative-time": ("k long, t long", [(1, 0), (2, -5)], {"time_column": "t"},
-                      BadInputError, r"negative time -5 in column 't'"),
-    "diff-overflow": ("k long, diff long", [(1, 2**62), (1, 2**62), (2, 1)], {},
-                      BadInputError, r'row \{"k":1\}.*overflows'),
-    "null-diff": ("k long, diff long", [(1, 1), (2, None)], {},
-                  BadInputError, r"""null diff in column 'diff' \(e.g. row \{"k":2\}\)"""),
-    "unsupported-type": ("k long, span interval day to second", None, {},
-                         SchemaError, r"column 'span' has type interval day"),
-    "oversized-row": ("k long, v string", [(1, "x"), (2, "y" * 5000)], {"max_message_bytes": 2000},
-                      BadInputError, r"over the message limit of 2000"),
+    "null-time": (
+        "k long, t long",
+        [(1, 0), (2, None)],
+        {"time_column": "t"},
+        BadInputError,
+        r"null time in column 't'",
+    ),
+    "negative-time": (
+        "k long, t long",
+        [(1, 0), (2, -5)],
+        {"time_column": "t"},
+        BadInputError,
+        r"negative time -5 in column 't'",
+    ),
+    "diff-overflow": (
+        "k long, diff long",
+        [(1, 2**62), (1, 2**62), (2, 1)],
+        {},
+        BadInputError,
+        r'row \{"k":1\}.*overflows',
+    ),
+    "null-diff": (
+        "k long, diff long",
+        [(1, 1), (2, None)],
+        {},
+        BadInputError,
+        r"""null diff in column 'diff' \(e.g. row \{"k":2\}\)""",
+    ),
+    "unsupported-type": (
+        "k long, span interval day to second",
+        None,
+        {},
+        SchemaError,
+        r"column 'span' has type interval day",
+    ),
+    "oversized-row": (
+        "k long, v string",
+        [(1, "x"), (2, "y" * 5000)],
+        {"max_message_bytes": 2000},
+        BadInputError,
+        r"over the message limit of 2000",
+    ),
 }
 
 
@@ -1248,7 +1672,9 @@ def test_missing_topic_is_a_clear_error_unless_created(spark, kafka_bootstrap):
     with pytest.raises(BrokerError, match="does not exist"):
         CdcSink(kafka_bootstrap, topic).write(df)
     config = {"client.id": "cdc-sink-test"}
-    sink = CdcSink(kafka_bootstrap, topic, create_topic=True, topic_partitions=2, producer_config=config)
+    sink = CdcSink(
+        kafka_bootstrap, topic, create_topic=True, topic_partitions=2, producer_config=config
+    )
     sink.write(df, time=0, close=True)
     assert config == {"client.id": "cdc-sink-test"}
     check(kafka_bootstrap, topic, kv_codec(spark), [((1, "a"), 0, 1)], ())
@@ -1256,10 +1682,16 @@ def test_missing_topic_is_a_clear_error_unless_created(spark, kafka_bootstrap):
 
 def test_frontier_found_behind_many_update_messages(kafka_bootstrap, topic_factory):
     """The tail is read backwards in growing chunks; foreign (header-less) progress decodes too."""
-    from cdc_emitter.protocol.core import Progress
+    from cdc_emitter.kafka.frontier import (
+        HEADER_BATCH,
+        HEADER_KIND,
+        HEADER_LOWER,
+        HEADER_UPPER,
+        HEADER_WRITER,
+        topic_frontier,
+    )
     from cdc_emitter.kafka.io import CdcProducer
-    from cdc_emitter.kafka.frontier import HEADER_BATCH, HEADER_KIND, HEADER_LOWER, HEADER_UPPER, HEADER_WRITER
-    from cdc_emitter.kafka.frontier import topic_frontier
+    from cdc_emitter.protocol.core import Progress
 
     codec = CdcCodec({"type": "record", "name": "data", "fields": [{"name": "k", "type": "long"}]})
     topic = topic_factory(2)
@@ -1267,11 +1699,18 @@ def test_frontier_found_behind_many_update_messages(kafka_bootstrap, topic_facto
         producer.produce(codec.encode_progress(Progress((0,), (3,), ())), partition=0)  # no headers
     assert topic_frontier(kafka_bootstrap, topic, decode=codec.decode).frontier == 3
     assert topic_frontier(kafka_bootstrap, topic).frontier == 0  # not recognisable without decode
-    ours = [(HEADER_KIND, b"progress"), (HEADER_WRITER, b"w"), (HEADER_BATCH, b"7"),
-            (HEADER_LOWER, b"3"), (HEADER_UPPER, b"9")]
+    ours = [
+        (HEADER_KIND, b"progress"),
+        (HEADER_WRITER, b"w"),
+        (HEADER_BATCH, b"7"),
+        (HEADER_LOWER, b"3"),
+        (HEADER_UPPER, b"9"),
+    ]
     update = codec.encode_updates([((1,), 3, 1)])[0]
     with CdcProducer(kafka_bootstrap, topic) as producer:
-        producer.produce(codec.encode_progress(Progress((3,), (9,), ((3, 1),))), headers=ours, partition=0)
+        producer.produce(
+            codec.encode_progress(Progress((3,), (9,), ((3, 1),))), headers=ours, partition=0
+        )
         for i in range(700):
             producer.produce(update, headers=[(HEADER_KIND, b"updates")], partition=i % 2)
     state = topic_frontier(kafka_bootstrap, topic, decode=codec.decode)
@@ -1303,21 +1742,32 @@ def test_bucket_labels_go_each_to_a_task_of_their_own(spark):
     from cdc_emitter.spark.columns import bucket_of, partition_labels, spark_hash_long
 
     values = [0, 1, -1, 7, 2**40 + 7, -(2**63), 2**63 - 1, 123456789]
-    hashed = spark.createDataFrame([(v,) for v in values], "v long").select(F.hash("v").alias("h")).collect()
+    hashed = (
+        spark.createDataFrame([(v,) for v in values], "v long")
+        .select(F.hash("v").alias("h"))
+        .collect()
+    )
     assert [r.h for r in hashed] == [spark_hash_long(v) for v in values]
     for count in (1, 3, 4, 8, 200):
         labels = partition_labels(count)
         hashes = spark.range(-3 * count, 3 * count).select(F.col("id").alias("order"))
-        placed = (hashes.withColumn("b", bucket_of(F.col("order"), count)).repartition(count, "b")
-                  .select("b", F.spark_partition_id().alias("p")).distinct().collect())
+        placed = (
+            hashes.withColumn("b", bucket_of(F.col("order"), count))
+            .repartition(count, "b")
+            .select("b", F.spark_partition_id().alias("p"))
+            .distinct()
+            .collect()
+        )
         assert sorted((r.p, r.b) for r in placed) == list(enumerate(labels))
 
 
-def test_message_plans_are_shared_by_sinks_of_one_layout(spark, kafka_bootstrap, topic_factory, monkeypatch):
+def test_message_plans_are_shared_by_sinks_of_one_layout(
+    spark, kafka_bootstrap, topic_factory, monkeypatch
+):
     """A new sink of a layout already planned reuses its plan (building one is some 1,500
     round trips to the JVM); another layout gets its own; the least recently used go first."""
-    from cdc_emitter.sink import plan as sink_jvm
     from cdc_emitter.protocol.codec import union_schema
+    from cdc_emitter.sink import plan as sink_jvm
     from cdc_emitter.spark.schema import data_schema
 
     built = []
@@ -1331,12 +1781,20 @@ def test_message_plans_are_shared_by_sinks_of_one_layout(spark, kafka_bootstrap,
     monkeypatch.setattr(sink_jvm, "_shared", {})
     df = spark.createDataFrame([(i, f"v{i}") for i in range(20)], "k long, v string")
     for _ in range(2):  # two sinks, one layout: one plan
-        CdcSink(kafka_bootstrap, topic_factory(1), encoder="jvm", small_batch_rows=0).write(df, time=1)
+        CdcSink(kafka_bootstrap, topic_factory(1), encoder="jvm", small_batch_rows=0).write(
+            df, time=1
+        )
     assert len(built) == 1
 
     schema = df.schema
-    layout = dict(schema=schema, data_cols=["k", "v"], frame=b"\0\0\0\0\1", max_message_bytes=1000,
-                  update_schema=union_schema(data_schema(schema))[0]["items"], partitions=None)
+    layout = dict(
+        schema=schema,
+        data_cols=["k", "v"],
+        frame=b"\0\0\0\0\1",
+        max_message_bytes=1000,
+        update_schema=union_schema(data_schema(schema))[0]["items"],
+        partitions=None,
+    )
     first = sink_jvm.MessagePlan.shared(type(spark), buckets=2, **layout)
     assert sink_jvm.MessagePlan.shared(type(spark), buckets=2, **layout) is first
     assert sink_jvm.MessagePlan.shared(type(spark), buckets=3, **layout) is not first

@@ -4,15 +4,14 @@ correctly fails before its first message, and says why and what to do instead.""
 from __future__ import annotations
 
 import pytest
+from helpers import as_history, count_messages, read_history
 
 from cdc_emitter import CdcSink
-from cdc_emitter.protocol.codec import CdcCodec
-from cdc_emitter.protocol.core import MAX_LONG, Update
 from cdc_emitter.errors import ConfigError, SchemaError
 from cdc_emitter.kafka.io import CdcProducer
+from cdc_emitter.protocol.codec import CdcCodec
+from cdc_emitter.protocol.core import MAX_LONG, Update
 from cdc_emitter.spark.schema import data_schema
-
-from helpers import as_history, count_messages, read_history
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
@@ -21,23 +20,36 @@ def _df(spark, rows, ddl, *, not_null=()):
     from pyspark.sql import types as T
 
     struct = spark.createDataFrame([], ddl).schema  # StructType.fromDDL is PySpark 4 only
-    struct = T.StructType([T.StructField(f.name, f.dataType, f.name not in not_null)
-                           for f in struct.fields])
+    struct = T.StructType(
+        [T.StructField(f.name, f.dataType, f.name not in not_null) for f in struct.fields]
+    )
     return spark.createDataFrame(rows, struct)
 
 
-@pytest.mark.parametrize("second, message", [
-    (("id long, price int", (), (2, 20)),  # only the nullability of id (a streaming source)
-     r"column id is long in the topic, long\? in this batch"),
-    (("id long, price int, name string", ("id",), (2, 20, None)),
-     r"column name \(string\?\) is new in this batch"),
-    (("id long, price string", ("id",), (2, "x")),
-     r"column price is int\? in the topic, string\? in this batch"),
-    (("price int, id long", ("id",), (20, 2)),
-     r"the columns are in another order: id, price in the topic, price, id in this batch"),
-])
-def test_a_batch_with_another_data_schema_writes_nothing(spark, kafka_bootstrap, topic_factory,
-                                                          second, message):
+@pytest.mark.parametrize(
+    "second, message",
+    [
+        (
+            ("id long, price int", (), (2, 20)),  # only the nullability of id (a streaming source)
+            r"column id is long in the topic, long\? in this batch",
+        ),
+        (
+            ("id long, price int, name string", ("id",), (2, 20, None)),
+            r"column name \(string\?\) is new in this batch",
+        ),
+        (
+            ("id long, price string", ("id",), (2, "x")),
+            r"column price is int\? in the topic, string\? in this batch",
+        ),
+        (
+            ("price int, id long", ("id",), (20, 2)),
+            r"the columns are in another order: id, price in the topic, price, id in this batch",
+        ),
+    ],
+)
+def test_a_batch_with_another_data_schema_writes_nothing(
+    spark, kafka_bootstrap, topic_factory, second, message
+):
     topic = topic_factory()
     first = _df(spark, [(1, 10)], "id long, price int", not_null=("id",))
     CdcSink(kafka_bootstrap, topic).write(first, time=0)
@@ -56,22 +68,32 @@ def test_a_batch_with_another_data_schema_writes_nothing(spark, kafka_bootstrap,
     assert history == as_history([((1, 10), 0, 1), ((3, 30), 1, 1)])
 
 
-def test_a_topic_written_by_another_tool_is_checked_by_decoding(spark, kafka_bootstrap, topic_factory):
+def test_a_topic_written_by_another_tool_is_checked_by_decoding(
+    spark, kafka_bootstrap, topic_factory
+):
     topic = topic_factory()
-    other = CdcCodec({"type": "record", "name": "data", "fields": [{"name": "x", "type": "double"}]})
+    other = CdcCodec(
+        {"type": "record", "name": "data", "fields": [{"name": "x", "type": "double"}]}
+    )
     with CdcProducer(kafka_bootstrap, topic) as producer:  # no headers of ours, no progress
         for value in other.encode_updates([Update((0.5,), 0, 1)]):
             producer.produce(value)
-    with pytest.raises(SchemaError, match=r"holds update messages that do not decode with this "
-                                          r"batch's data schema \(k long\?, v string\?\)"):
+    with pytest.raises(
+        SchemaError,
+        match=r"holds update messages that do not decode with this "
+        r"batch's data schema \(k long\?, v string\?\)",
+    ):
         CdcSink(kafka_bootstrap, topic).write(spark.createDataFrame([(1, "a")], "k long, v string"))
     assert count_messages(kafka_bootstrap, topic) == 1
 
 
-def test_diffs_that_overflow_on_the_way_but_not_in_total_consolidate(spark, kafka_bootstrap, topic_factory):
+def test_diffs_that_overflow_on_the_way_but_not_in_total_consolidate(
+    spark, kafka_bootstrap, topic_factory
+):
     topic = topic_factory()
-    df = spark.createDataFrame([(1, "a", MAX_LONG), (1, "a", 1), (1, "a", -1), (2, "b", 1)],
-                               "k long, v string, diff long")
+    df = spark.createDataFrame(
+        [(1, "a", MAX_LONG), (1, "a", 1), (1, "a", -1), (2, "b", 1)], "k long, v string, diff long"
+    )
     result = CdcSink(kafka_bootstrap, topic).write(df, time=0)
     assert result.updates == 2
     codec = CdcCodec(data_schema(df.drop("diff").schema))
@@ -80,12 +102,17 @@ def test_diffs_that_overflow_on_the_way_but_not_in_total_consolidate(spark, kafk
     assert history == as_history([((1, "a"), 0, MAX_LONG), ((2, "b"), 0, 1)])
 
 
-def test_the_topics_max_message_bytes_is_checked_before_writing(spark, kafka_bootstrap, topic_factory):
+def test_the_topics_max_message_bytes_is_checked_before_writing(
+    spark, kafka_bootstrap, topic_factory
+):
     topic = topic_factory(config={"max.message.bytes": "200000"})
     df = spark.createDataFrame([(k, "v" * 100) for k in range(5000)], "k long, v string")
-    with pytest.raises(ConfigError, match=r"topic '.*' accepts messages of at most 200000 bytes "
-                                          r"\(its max.message.bytes\), but this sink makes messages "
-                                          r"of up to 900000 bytes .*pass max_message_bytes=198976"):
+    with pytest.raises(
+        ConfigError,
+        match=r"topic '.*' accepts messages of at most 200000 bytes "
+        r"\(its max.message.bytes\), but this sink makes messages "
+        r"of up to 900000 bytes .*pass max_message_bytes=198976",
+    ):
         CdcSink(kafka_bootstrap, topic).write(df, time=0)
     assert count_messages(kafka_bootstrap, topic) == 0
     result = CdcSink(kafka_bootstrap, topic, max_message_bytes=198_976).write(df, time=0)
@@ -96,7 +123,8 @@ def test_the_topics_max_message_bytes_is_checked_before_writing(spark, kafka_boo
 
 
 def test_a_rerun_batch_is_compared_with_what_its_first_attempt_wrote(
-        spark, kafka_bootstrap, topic_factory, tmp_path):
+    spark, kafka_bootstrap, topic_factory, tmp_path
+):
     from cdc_emitter.errors import ReplayError
 
     topic = topic_factory(2)
@@ -110,16 +138,28 @@ def test_a_rerun_batch_is_compared_with_what_its_first_attempt_wrote(
     # the driver crashed after the write, before Spark committed batch 0: the query restarts
     same = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint)
     again = same(spark.createDataFrame(list(reversed(rows)), ddl).repartition(3), 0)
-    assert (again.lower, again.upper, again.reused, again.messages, again.counts) == (0, 1, True, 0, {0: 3})
+    assert (again.lower, again.upper, again.reused, again.messages, again.counts) == (
+        0,
+        1,
+        True,
+        0,
+        {0: 3},
+    )
     assert count_messages(kafka_bootstrap, topic) == written  # complete already: nothing rewritten
 
     other = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint)
-    with pytest.raises(ReplayError, match=r"batch 0: the source replayed different data for batch 0 "
-                                          r"than its first attempt wrote \(the same number of "
-                                          r"updates but other rows\)\. Nothing was written"):
+    with pytest.raises(
+        ReplayError,
+        match=r"batch 0: the source replayed different data for batch 0 "
+        r"than its first attempt wrote \(the same number of "
+        r"updates but other rows\)\. Nothing was written",
+    ):
         other(spark.createDataFrame([(1, "a"), (2, "b"), (4, "d")], ddl), 0)
-    with pytest.raises(ReplayError, match=r"\(3 updates \(3 at time 0\) then, 1 updates \(1 at time "
-                                          r"0\) now\)"):
+    with pytest.raises(
+        ReplayError,
+        match=r"\(3 updates \(3 at time 0\) then, 1 updates \(1 at time "
+        r"0\) now\)",
+    ):
         other(spark.createDataFrame([(1, "a")], ddl), 0)
     assert count_messages(kafka_bootstrap, topic) == written
     codec = CdcCodec(data_schema(spark.createDataFrame([], ddl).schema))
@@ -133,14 +173,15 @@ def test_a_rerun_batch_is_compared_with_what_its_first_attempt_wrote(
 
 @pytest.mark.parametrize("encoder", ["python", "jvm", "jvm-joined"])
 def test_a_broker_down_while_producing_fails_the_batch_with_the_delivery_error_first(
-        spark, kafka_local, monkeypatch, encoder):
+    spark, kafka_local, monkeypatch, encoder
+):
     """python: our tasks' producers; jvm: Spark's Kafka writer (small_batch_rows=0: every message
     from the executors); jvm-joined: the first batch's small messages joined and produced by the
     sink's driver producer."""
-    from cdc_emitter.kafka import io as kafka_io
     import uuid
 
     from cdc_emitter.errors import DeliveryError
+    from cdc_emitter.kafka import io as kafka_io
     from cdc_emitter.kafka.io import ensure_topic
 
     bootstrap = kafka_local.bootstrap_servers
@@ -148,8 +189,13 @@ def test_a_broker_down_while_producing_fails_the_batch_with_the_delivery_error_f
     ensure_topic(bootstrap, topic, create=True)
     df = spark.createDataFrame([(k, "v") for k in range(100)], "k long, v string")
     options = {"small_batch_rows": 0} if encoder == "jvm" else {}
-    sink = CdcSink(bootstrap, topic, producer_config={"message.timeout.ms": 2000}, encoder=encoder.split("-")[0],
-                   **options)
+    sink = CdcSink(
+        bootstrap,
+        topic,
+        producer_config={"message.timeout.ms": 2000},
+        encoder=encoder.split("-")[0],
+        **options,
+    )
     checked = kafka_io.TopicOffsets.end
 
     def check_then_outage(*args, **kwargs):  # the broker goes down once the interval is checked
@@ -167,15 +213,22 @@ def test_a_broker_down_while_producing_fails_the_batch_with_the_delivery_error_f
     first = str(info.value).splitlines()[0]
     assert first.startswith(f"delivery to topic '{topic}' ")
     if encoder == "python":
-        assert ("[_MSG_TIMED_OUT]: not acknowledged within message.timeout.ms=2000 ms (is the "
-                "broker down?)") in first
+        assert (
+            "[_MSG_TIMED_OUT]: not acknowledged within message.timeout.ms=2000 ms (is the "
+            "broker down?)"
+        ) in first
         assert first.endswith("(raised in a Spark task, which failed every attempt)")
     elif encoder == "jvm-joined":  # the driver producer's
-        assert first.endswith("[_MSG_TIMED_OUT]: not acknowledged within message.timeout.ms=2000 ms (is the "
-                              "broker down?)")
+        assert first.endswith(
+            "[_MSG_TIMED_OUT]: not acknowledged within message.timeout.ms=2000 ms (is the "
+            "broker down?)"
+        )
         assert sink.last_result is None
     else:  # the Java producer's own error, from Spark's Kafka writer
-        assert "(delivery.timeout.ms=2000 per attempt): org.apache.kafka.common.errors.TimeoutException" in first
+        assert (
+            "(delivery.timeout.ms=2000 per attempt): org.apache.kafka.common.errors.TimeoutException"
+            in first
+        )
     codec = CdcCodec(data_schema(df.schema))
     history, frontier, violations, _ = read_history(bootstrap, topic, codec)
     assert frontier == (0,) and violations == []  # no progress statement: nothing claimed
@@ -216,10 +269,13 @@ def test_a_second_writer_is_caught_before_it_writes(spark, kafka_bootstrap, topi
     a.write(spark.createDataFrame([(2, "b")], ddl))  # a takes [1, 2) while b prepares its batch
     written = count_messages(kafka_bootstrap, topic)
     _racing(b, stale)
-    with pytest.raises(ConcurrentWriterError, match=r"another writer wrote a progress statement for "
-                                                    r"\[1, 2\) by writer .* while this batch was being "
-                                                    r"prepared \(it decided \[1, 2\) from frontier 1\)\. "
-                                                    r"Nothing was written\."):
+    with pytest.raises(
+        ConcurrentWriterError,
+        match=r"another writer wrote a progress statement for "
+        r"\[1, 2\) by writer .* while this batch was being "
+        r"prepared \(it decided \[1, 2\) from frontier 1\)\. "
+        r"Nothing was written\.",
+    ):
         b.write(spark.createDataFrame([(3, "c")], ddl))
     assert count_messages(kafka_bootstrap, topic) == written
     assert b.write(spark.createDataFrame([(3, "c")], ddl)).lower == 2  # retried: after a's batch
@@ -229,8 +285,9 @@ def test_a_second_writer_is_caught_before_it_writes(spark, kafka_bootstrap, topi
     assert history == as_history([((1, "a"), 0, 1), ((2, "b"), 1, 1), ((3, "c"), 2, 1)])
 
 
-def test_a_query_carries_its_frontier_and_continues_after_a_foreign_writer(spark, kafka_bootstrap,
-                                                                         topic_factory):
+def test_a_query_carries_its_frontier_and_continues_after_a_foreign_writer(
+    spark, kafka_bootstrap, topic_factory
+):
     """A running query learns the topic's tail once and carries its frontier forward; another
     writer's batch between two of its batches moves partition 0, and the query then reads the tail
     again and continues after that batch (it decides each interval before writing it, so continuing
@@ -243,18 +300,31 @@ def test_a_query_carries_its_frontier_and_continues_after_a_foreign_writer(spark
     first = ours(spark.createDataFrame([(1, "a")], ddl), 0)
     second = ours(spark.createDataFrame([(2, "b")], ddl), 1)
     assert len(tail_reads) == 1  # nobody else wrote: one offset request instead of a tail read
-    foreign = CdcSink(kafka_bootstrap, topic, writer_id="theirs")(spark.createDataFrame([(3, "c")], ddl), 0)
+    foreign = CdcSink(kafka_bootstrap, topic, writer_id="theirs")(
+        spark.createDataFrame([(3, "c")], ddl), 0
+    )
     third = ours(spark.createDataFrame([(4, "d")], ddl), 2)
     assert len(tail_reads) == 2
-    assert [(r.lower, r.upper) for r in (first, second, foreign, third)] == [(0, 1), (1, 2), (2, 3), (3, 4)]
-    assert ours(spark.createDataFrame([(4, "d")], ddl), 2).reused  # a re-run finds its carried interval
+    assert [(r.lower, r.upper) for r in (first, second, foreign, third)] == [
+        (0, 1),
+        (1, 2),
+        (2, 3),
+        (3, 4),
+    ]
+    assert ours(
+        spark.createDataFrame([(4, "d")], ddl), 2
+    ).reused  # a re-run finds its carried interval
     codec = CdcCodec(data_schema(spark.createDataFrame([], ddl).schema))
     history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
     assert (violations, frontier) == ([], (4,))
-    assert history == as_history([((1, "a"), 0, 1), ((2, "b"), 1, 1), ((3, "c"), 2, 1), ((4, "d"), 3, 1)])
+    assert history == as_history(
+        [((1, "a"), 0, 1), ((2, "b"), 1, 1), ((3, "c"), 2, 1), ((4, "d"), 3, 1)]
+    )
 
 
-def test_a_second_writer_during_the_write_keeps_the_statement_back(spark, kafka_bootstrap, topic_factory):
+def test_a_second_writer_during_the_write_keeps_the_statement_back(
+    spark, kafka_bootstrap, topic_factory
+):
     from cdc_emitter.errors import ConcurrentWriterError
 
     topic = topic_factory()
@@ -263,9 +333,12 @@ def test_a_second_writer_during_the_write_keeps_the_statement_back(spark, kafka_
     a, b = CdcSink(kafka_bootstrap, topic), CdcSink(kafka_bootstrap, topic)
     stale = b.frontier()
     _racing(b, stale, then=lambda: a.write(spark.createDataFrame([(2, "b")], ddl)), fresh_after=2)
-    with pytest.raises(ConcurrentWriterError, match=r"while this batch was being written .* This "
-                                                    r"batch's 1 updates at \[1, 2\) are in the topic "
-                                                    r"without their progress statement"):
+    with pytest.raises(
+        ConcurrentWriterError,
+        match=r"while this batch was being written .* This "
+        r"batch's 1 updates at \[1, 2\) are in the topic "
+        r"without their progress statement",
+    ):
         b.write(spark.createDataFrame([(3, "c")], ddl))
     codec = CdcCodec(data_schema(spark.createDataFrame([], ddl).schema))
     history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
@@ -280,9 +353,14 @@ def test_an_unreachable_broker_fails_the_batch_within_broker_timeout(spark):
 
     sink = CdcSink("127.0.0.1:1", "t", broker_timeout=2)
     began = time.monotonic()
-    with pytest.raises(BrokerError, match=r"^cannot reach Kafka at 127\.0\.0\.1:1 \(asking for topic 't', "
-                                          r"waited 2s\)"):
+    with pytest.raises(
+        BrokerError,
+        match=r"^cannot reach Kafka at 127\.0\.0\.1:1 \(asking for topic 't', "
+        r"waited 2s\)",
+    ):
         sink.write(spark.createDataFrame([(1,)], "k long"))
     assert time.monotonic() - began < 10
-    with pytest.raises(ConfigError, match=r"broker_timeout must be a positive number of seconds, not 0"):
+    with pytest.raises(
+        ConfigError, match=r"broker_timeout must be a positive number of seconds, not 0"
+    ):
         CdcSink("127.0.0.1:1", "t", broker_timeout=0)

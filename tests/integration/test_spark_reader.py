@@ -3,21 +3,29 @@
 from __future__ import annotations
 
 import pytest
+from helpers import as_history, read_history
 
 from cdc_emitter import CdcSink, read_cdc
-from cdc_emitter.protocol.codec import CdcCodec
-from cdc_emitter.protocol.core import CdcReader, Progress, Update
 from cdc_emitter.errors import BrokerError, CdcError, DecodeError
 from cdc_emitter.kafka.io import CdcProducer, read_topic
+from cdc_emitter.protocol.codec import CdcCodec
+from cdc_emitter.protocol.core import CdcReader, Progress, Update
 from cdc_emitter.spark.schema import data_schema
-
-from helpers import as_history, read_history
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 
 DDL = "k long, v string, m map<string,long>, diff long"
 BATCHES = [  # (time, rows): retractions, a map column, nulls, a row that cancels within a batch
-    (0, [(1, "a", {"x": 1}, 1), (2, None, None, 2), (3, "c", {}, 1), (9, "z", None, 1), (9, "z", None, -1)]),
+    (
+        0,
+        [
+            (1, "a", {"x": 1}, 1),
+            (2, None, None, 2),
+            (3, "c", {}, 1),
+            (9, "z", None, 1),
+            (9, "z", None, -1),
+        ],
+    ),
     (2, [(1, "a", {"x": 1}, -1), (4, "d", {"y": 2, "x": 1}, 1)]),
     (3, [(2, None, None, -2), (5, "e", None, 3), (4, "d", {"x": 1, "y": 2}, 1)]),
 ]
@@ -25,7 +33,9 @@ BATCHES = [  # (time, rows): retractions, a map column, nulls, a row that cancel
 
 def _plain(rows) -> list[tuple]:
     """Spark rows as comparable tuples (maps as sorted item tuples)."""
-    return sorted(tuple(tuple(sorted(v.items())) if isinstance(v, dict) else v for v in row) for row in rows)
+    return sorted(
+        tuple(tuple(sorted(v.items())) if isinstance(v, dict) else v for v in row) for row in rows
+    )
 
 
 def _schema(spark) -> dict:
@@ -45,12 +55,19 @@ def test_round_trip_collection_and_history_equal_the_input(spark, kafka_bootstra
 
     result = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=_schema(spark))
 
-    triples = [((k, v, tuple(sorted(m.items())) if m is not None else None), t, d)
-               for t, rows in BATCHES for k, v, m, d in rows]
+    triples = [
+        ((k, v, tuple(sorted(m.items())) if m is not None else None), t, d)
+        for t, rows in BATCHES
+        for k, v, m, d in rows
+    ]
     expected = as_history(triples)
     assert (result.frontier, result.verdict, result.violations) == ((4,), "verified", [])
     # every update arrived twice: received twice, dropped once as a duplicate
-    assert (result.statements, result.updates, result.duplicates) == (3, 2 * len(expected), len(expected))
+    assert (result.statements, result.updates, result.duplicates) == (
+        3,
+        2 * len(expected),
+        len(expected),
+    )
     history = _plain(result.history.collect())
     assert history == sorted((*u.data, u.time, u.diff) for u in expected)
     totals: dict = {}
@@ -67,10 +84,14 @@ def test_as_of_a_time_below_the_frontier_and_not_beyond_it(spark, kafka_bootstra
     sink = CdcSink(kafka_bootstrap, topic)
     for time, rows in BATCHES:
         sink.write(spark.createDataFrame(rows, DDL), time=time)
-    first = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=_schema(spark), until=1)
+    first = read_cdc(
+        spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=_schema(spark), until=1
+    )
     assert _plain(first.collection.select("k", "count").collect()) == [(1, 1), (2, 2), (3, 1)]
     with pytest.raises(CdcError, match=r"proven complete only up to frontier 4, not up to 5"):
-        read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=_schema(spark), until=5)
+        read_cdc(
+            spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=_schema(spark), until=5
+        )
 
 
 @pytest.mark.parametrize("strict", [None, "exact"])
@@ -83,18 +104,26 @@ def test_violations_are_the_local_readers(spark, kafka_bootstrap, topic_factory,
         (0, codec.encode_updates([Update((1,), 0, 5), Update((1,), 0, 5)])[0]),  # conflicting twice
         (1, codec.encode_updates([Update((1,), 0, 6), Update((4,), -1, 1), Update((4,), 3, 0)])[0]),
         (0, codec.encode_progress(Progress((0,), (2,), ((0, 2), (1, 1))))),  # time 1 never arrives
-        (0, codec.encode_updates([Update((7,), 0, 1), Update((1,), 0, 2)])[0]),  # late: strict sees it
+        (
+            0,
+            codec.encode_updates([Update((7,), 0, 1), Update((1,), 0, 2)])[0],
+        ),  # late: strict sees it
         (1, codec.encode_progress(Progress((0,), (1,), ((0, 3),)))),  # count mismatch at 0
         (1, codec.encode_progress(Progress((2,), (3,), ((7, 1),)))),  # count outside the interval
         (0, b"\x00\x00\x00\x00\x00\x07garbage"),  # undecodable
-        (0, codec.encode_updates([Update((3,), 5, 1)])[0] + b"\x01"),  # a byte to spare: undecodable
+        (
+            0,
+            codec.encode_updates([Update((3,), 5, 1)])[0] + b"\x01",
+        ),  # a byte to spare: undecodable
         (1, codec.encode_updates([Update((3,), 5, 1)])[0]),  # held beyond the frontier
     ]
     with CdcProducer(kafka_bootstrap, topic) as producer:
         for partition, value in messages:
             producer.produce(value, partition=partition)
 
-    result = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=schema, strict=strict)
+    result = read_cdc(
+        spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=schema, strict=strict
+    )
     # the local reader, reading the partitions one after another, decides exactly the same
     local = CdcReader(strict=strict)
     for record in sorted(read_topic(kafka_bootstrap, topic), key=lambda r: (r.partition, r.offset)):
@@ -102,16 +131,35 @@ def test_violations_are_the_local_readers(spark, kafka_bootstrap, topic_factory,
             local.push(codec.decode(record.value), partition=record.partition, offset=record.offset)
         except DecodeError as exc:
             local.messages += 1
-            local.violate("undecodable", None, f"partition {record.partition} offset {record.offset}: {exc}",
-                          record.partition, record.offset)
+            local.violate(
+                "undecodable",
+                None,
+                f"partition {record.partition} offset {record.offset}: {exc}",
+                record.partition,
+                record.offset,
+            )
     assert result.violations == local.violations
     kinds = {v.kind for v in local.violations}
-    assert kinds >= {"conflicting_diff", "count_mismatch", "count_outside_interval", "undecodable",
-                     "negative_time", "zero_diff"}
-    assert ("over_count" in kinds) == (strict is not None)  # row 7 arrives after time 0 was reported
-    assert (result.frontier, result.pending) == (local.frontier, local.pending()) and result.frontier == (1,)
+    assert kinds >= {
+        "conflicting_diff",
+        "count_mismatch",
+        "count_outside_interval",
+        "undecodable",
+        "negative_time",
+        "zero_diff",
+    }
+    assert ("over_count" in kinds) == (
+        strict is not None
+    )  # row 7 arrives after time 0 was reported
+    assert (result.frontier, result.pending) == (
+        local.frontier,
+        local.pending(),
+    ) and result.frontier == (1,)
     assert (result.messages, result.updates, result.duplicates) == (
-        local.messages, local.updates_received, local.duplicates)
+        local.messages,
+        local.updates_received,
+        local.duplicates,
+    )
     assert result.verdict == "violations" and result.held == 1
     hints = [codec.diagnose(value) for _p, value in messages]  # what verify says, once each
     assert result.hints == list(dict.fromkeys(h for h in hints if h is not None)) and result.hints
@@ -119,8 +167,12 @@ def test_violations_are_the_local_readers(spark, kafka_bootstrap, topic_factory,
 
 def test_missing_topic_is_a_broker_error_before_spark_reads(spark, kafka_bootstrap):
     with pytest.raises(BrokerError, match=r"topic 'no-such-topic-for-read-cdc' does not exist"):
-        read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic="no-such-topic-for-read-cdc",
-                 schema={"type": "record", "name": "row", "fields": [{"name": "k", "type": "long"}]})
+        read_cdc(
+            spark,
+            bootstrap_servers=kafka_bootstrap,
+            topic="no-such-topic-for-read-cdc",
+            schema={"type": "record", "name": "row", "fields": [{"name": "k", "type": "long"}]},
+        )
 
 
 def _many_types(n: int) -> tuple:
@@ -132,21 +184,38 @@ def _many_types(n: int) -> tuple:
 
     from pyspark.sql import types as T
 
-    ddl = T.StructType([
-        T.StructField("id", T.LongType(), False),
-        T.StructField("amount", T.DecimalType(10, 2), True),
-        T.StructField("day", T.DateType(), False),
-        T.StructField("ts", T.TimestampType(), True),
-        T.StructField("tags", T.ArrayType(T.StringType(), True), False),
-        T.StructField("attrs", T.StructType([T.StructField("a", T.IntegerType(), False),
-                                             T.StructField("b", T.BinaryType(), True)]), True),
-        T.StructField("m", T.MapType(T.StringType(), T.DoubleType(), False), False),
-    ])
-    rows = [(k, decimal.Decimal(k) / 4 if k % 3 else None, datetime.date(2026, 1, 1 + k % 28),
-             datetime.datetime(2026, 1, 1, k % 24) if k % 4 else None,
-             [None if (k + i) % 4 == 0 else f"t{i}" for i in range(k % 4)],
-             (k % 7, bytes([k % 256]) if k % 2 else None) if k % 5 else None,
-             {f"x{i}": k / 3 for i in range(k % 3)}) for k in range(n)]
+    ddl = T.StructType(
+        [
+            T.StructField("id", T.LongType(), False),
+            T.StructField("amount", T.DecimalType(10, 2), True),
+            T.StructField("day", T.DateType(), False),
+            T.StructField("ts", T.TimestampType(), True),
+            T.StructField("tags", T.ArrayType(T.StringType(), True), False),
+            T.StructField(
+                "attrs",
+                T.StructType(
+                    [
+                        T.StructField("a", T.IntegerType(), False),
+                        T.StructField("b", T.BinaryType(), True),
+                    ]
+                ),
+                True,
+            ),
+            T.StructField("m", T.MapType(T.StringType(), T.DoubleType(), False), False),
+        ]
+    )
+    rows = [
+        (
+            k,
+            decimal.Decimal(k) / 4 if k % 3 else None,
+            datetime.date(2026, 1, 1 + k % 28),
+            datetime.datetime(2026, 1, 1, k % 24) if k % 4 else None,
+            [None if (k + i) % 4 == 0 else f"t{i}" for i in range(k % 4)],
+            (k % 7, bytes([k % 256]) if k % 2 else None) if k % 5 else None,
+            {f"x{i}": k / 3 for i in range(k % 3)},
+        )
+        for k in range(n)
+    ]
     return ddl, rows
 
 
@@ -158,10 +227,9 @@ def test_a_read_logs_no_warning_of_sparks_avro_serializer(spark, kafka_bootstrap
     is a record with null value") — nine to fourteen lines a read at Spark's default level. The
     reader says which fields are not null, through records, arrays and maps, the violations'
     paths included, and reads the same."""
+    from helpers import JvmLog
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import to_avro
-
-    from helpers import JvmLog
 
     ddl, rows = _many_types(200)
     topic = topic_factory(2)
@@ -179,12 +247,20 @@ def test_a_read_logs_no_warning_of_sparks_avro_serializer(spark, kafka_bootstrap
         assert (read.verdict, read.frontier, read.collection.count()) == ("verified", (2,), 150)
         # violations name their rows' data, which the reader encodes again: a zero diff, a
         # conflicting one
-        first = next(codec.decode(r.value) for r in read_topic(kafka_bootstrap, topic) if r.value[5:6] == b"\x00")
+        first = next(
+            codec.decode(r.value)
+            for r in read_topic(kafka_bootstrap, topic)
+            if r.value[5:6] == b"\x00"
+        )
         data, time = first[0].data, first[0].time
         with CdcProducer(kafka_bootstrap, topic) as producer:
             producer.produce(codec.encode_updates([Update(data, time, 0)])[0], partition=0)
-            producer.produce(codec.encode_updates([Update(data, time, first[0].diff + 1)])[0], partition=0)
-        read = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=schema, strict="exact")
+            producer.produce(
+                codec.encode_updates([Update(data, time, first[0].diff + 1)])[0], partition=0
+            )
+        read = read_cdc(
+            spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=schema, strict="exact"
+        )
         assert {v.kind for v in read.violations} == {"zero_diff", "conflicting_diff"}
         assert log.text() == ""
 
@@ -199,21 +275,38 @@ def test_values_said_not_null_encode_to_the_same_bytes(spark):
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro, to_avro
 
-    from cdc_emitter.spark.columns import declared_as_avro
     from cdc_emitter.read.spark_reader import _lengths_as_written
+    from cdc_emitter.spark.columns import declared_as_avro
 
     ddl, rows = _many_types(300)
     record = data_schema(ddl)
     codec = CdcCodec(record)
     updates = json.dumps(codec.union[0])
     df = spark.createDataFrame(rows, ddl)
-    written = df.select(to_avro(F.array(F.struct(F.struct(*df.columns).alias("data"), F.lit(3).cast("long").alias("time"),
-                                                 (F.col("id") - 150).alias("diff"))), updates).alias("body"))
+    written = df.select(
+        to_avro(
+            F.array(
+                F.struct(
+                    F.struct(*df.columns).alias("data"),
+                    F.lit(3).cast("long").alias("time"),
+                    (F.col("id") - 150).alias("diff"),
+                )
+            ),
+            updates,
+        ).alias("body")
+    )
     decoded = written.select("body", from_avro("body", updates, {"mode": "PERMISSIVE"}).alias("u"))
     u_type = decoded.schema["u"].dataType
     assert u_type.containsNull and u_type.elementType["diff"].nullable  # PERMISSIVE: all nullable
     again = decoded.select(
-        "body", to_avro(declared_as_avro(F.col("u"), u_type, codec.union[0]), updates).alias("again"),
-        _lengths_as_written(decoded, F.col("body"), [(F.col("u"), codec.union[0])]).alias("length"))
-    assert again.where((F.col("again") != F.col("body")) | (F.col("length") != F.octet_length("body"))).count() == 0
+        "body",
+        to_avro(declared_as_avro(F.col("u"), u_type, codec.union[0]), updates).alias("again"),
+        _lengths_as_written(decoded, F.col("body"), [(F.col("u"), codec.union[0])]).alias("length"),
+    )
+    assert (
+        again.where(
+            (F.col("again") != F.col("body")) | (F.col("length") != F.octet_length("body"))
+        ).count()
+        == 0
+    )
     assert again.count() == 300

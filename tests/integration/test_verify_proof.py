@@ -11,21 +11,33 @@ import pytest
 from click.testing import CliRunner
 
 from cdc_emitter.cli import main
+from cdc_emitter.kafka.io import CdcProducer
 from cdc_emitter.protocol.codec import CdcCodec, union_schema
 from cdc_emitter.protocol.core import Progress, Update
-from cdc_emitter.kafka.io import CdcProducer
 from cdc_emitter.read.verify import verify_topic
 
 pytestmark = pytest.mark.kafka
 
-KV = {"type": "record", "name": "data",
-      "fields": [{"name": "k", "type": "long"}, {"name": "v", "type": "string"}]}
-WIDE = {"type": "record", "name": "data", "fields": [
-    {"name": "k", "type": "long"},
-    {"name": "x", "type": ["null", "double"]},
-    {"name": "d", "type": ["null", {"type": "bytes", "logicalType": "decimal", "precision": 20,
-                                    "scale": 10}]},
-]}
+KV = {
+    "type": "record",
+    "name": "data",
+    "fields": [{"name": "k", "type": "long"}, {"name": "v", "type": "string"}],
+}
+WIDE = {
+    "type": "record",
+    "name": "data",
+    "fields": [
+        {"name": "k", "type": "long"},
+        {"name": "x", "type": ["null", "double"]},
+        {
+            "name": "d",
+            "type": [
+                "null",
+                {"type": "bytes", "logicalType": "decimal", "precision": 20, "scale": 10},
+            ],
+        },
+    ],
+}
 
 
 def schema_path(tmp_path, data, name="s.avsc"):
@@ -37,8 +49,11 @@ def schema_path(tmp_path, data, name="s.avsc"):
 def write(bootstrap, topic, codec, messages, partitions=1):
     with CdcProducer(bootstrap, topic) as producer:
         for i, message in enumerate(messages):
-            values = ([codec.encode_progress(message)] if isinstance(message, Progress)
-                      else codec.encode_updates(message))
+            values = (
+                [codec.encode_progress(message)]
+                if isinstance(message, Progress)
+                else codec.encode_updates(message)
+            )
             for value in values:
                 producer.produce(value, partition=i % partitions)
 
@@ -51,38 +66,67 @@ def cli(*args):
 
 
 def verify(bootstrap, topic, schema, *extra, engine="local"):
-    return cli("verify", "--bootstrap-servers", bootstrap, "--topic", topic, "--schema", schema,
-               "--engine", engine, *extra)
+    return cli(
+        "verify",
+        "--bootstrap-servers",
+        bootstrap,
+        "--topic",
+        topic,
+        "--schema",
+        schema,
+        "--engine",
+        engine,
+        *extra,
+    )
 
 
 # --- every statement against every other -------------------------------------------------------
 
 
-def test_a_disagreeing_statement_after_the_report_fails_verify(engine, kafka_bootstrap, topic_factory, tmp_path):
+def test_a_disagreeing_statement_after_the_report_fails_verify(
+    engine, kafka_bootstrap, topic_factory, tmp_path
+):
     topic = topic_factory()
     codec = CdcCodec(KV)
-    write(kafka_bootstrap, topic, codec, [
-        [Update((1, "a"), 1, 1)], Progress((0,), (2,), ((1, 1),)),
-        [Update((1, "a"), 1, 1), Update((2, "b"), 1, 1)], Progress((0,), (2,), ((1, 2),)),
-    ])
+    write(
+        kafka_bootstrap,
+        topic,
+        codec,
+        [
+            [Update((1, "a"), 1, 1)],
+            Progress((0,), (2,), ((1, 1),)),
+            [Update((1, "a"), 1, 1), Update((2, "b"), 1, 1)],
+            Progress((0,), (2,), ((1, 2),)),
+        ],
+    )
     result = verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), "--json", engine=engine)
     assert result.exit_code == 1
     summary = json.loads(result.stdout)
     assert [(v["kind"], v["time"], v["partition"], v["offset"]) for v in summary["violations"]] == [
-        ("count_mismatch", 1, 0, 3)]
+        ("count_mismatch", 1, 0, 3)
+    ]
     assert summary["verdict"] == "violations"
 
 
 # --- "verified" means proven ---------------------------------------------------------------------
 
 
-def test_a_count_the_topic_does_not_hold_is_incomplete(engine, kafka_bootstrap, topic_factory, tmp_path):
+def test_a_count_the_topic_does_not_hold_is_incomplete(
+    engine, kafka_bootstrap, topic_factory, tmp_path
+):
     topic = topic_factory()
     codec = CdcCodec(KV)
-    write(kafka_bootstrap, topic, codec, [
-        [Update((1, "a"), 0, 1)], Progress((0,), (1,), ((0, 1),)),
-        [Update((2, "b"), 1, 1), Update((3, "c"), 1, 1)], Progress((1,), (3,), ((1, 3),)),
-    ])
+    write(
+        kafka_bootstrap,
+        topic,
+        codec,
+        [
+            [Update((1, "a"), 0, 1)],
+            Progress((0,), (1,), ((0, 1),)),
+            [Update((2, "b"), 1, 1), Update((3, "c"), 1, 1)],
+            Progress((1,), (3,), ((1, 3),)),
+        ],
+    )
     result = verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), engine=engine)
     assert result.exit_code == 3
     assert result.stdout == (
@@ -92,14 +136,23 @@ def test_a_count_the_topic_does_not_hold_is_incomplete(engine, kafka_bootstrap, 
         "pending: 2 updates held at times 1, beyond frontier [1]\n"
         "NOT VERIFIED: the topic ends before it proves what it holds beyond frontier [1]\n"
     )
-    summary = json.loads(verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), "--json", engine=engine).stdout)
+    summary = json.loads(
+        verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), "--json", engine=engine).stdout
+    )
     assert summary["verdict"] == "incomplete"
-    assert summary["pending"] == {"updates": 2, "times": [1], "progress": [3], "gap": None,
-                                  "statements": 2,
-                                  "stalled": [{"time": 1, "count": 3, "received": 2}]}
+    assert summary["pending"] == {
+        "updates": 2,
+        "times": [1],
+        "progress": [3],
+        "gap": None,
+        "statements": 2,
+        "stalled": [{"time": 1, "count": 3, "received": 2}],
+    }
 
 
-def test_updates_without_any_progress_and_a_gap_are_incomplete(engine, kafka_bootstrap, topic_factory, tmp_path):
+def test_updates_without_any_progress_and_a_gap_are_incomplete(
+    engine, kafka_bootstrap, topic_factory, tmp_path
+):
     topic = topic_factory()
     codec = CdcCodec(KV)
     write(kafka_bootstrap, topic, codec, [[Update((k, "x"), k % 3, 1) for k in range(30)]])
@@ -113,7 +166,9 @@ def test_updates_without_any_progress_and_a_gap_are_incomplete(engine, kafka_boo
     write(kafka_bootstrap, gap, codec, [Progress((0,), (2,), ()), Progress((5,), (9,), ())])
     result = verify(kafka_bootstrap, gap, schema_path(tmp_path, KV), engine=engine)
     assert result.exit_code == 3
-    assert "pending: no progress statement covers [2, 5); statements beyond it wait" in result.stdout
+    assert (
+        "pending: no progress statement covers [2, 5); statements beyond it wait" in result.stdout
+    )
 
 
 def test_held_updates_beyond_a_still_frontier_warn(kafka_bootstrap, topic_factory):
@@ -121,34 +176,60 @@ def test_held_updates_beyond_a_still_frontier_warn(kafka_bootstrap, topic_factor
     codec = CdcCodec(KV)
     write(kafka_bootstrap, topic, codec, [[Update((k, "x"), 4, 1) for k in range(250)]] * 2)
     warnings = []
-    result = verify_topic(kafka_bootstrap, topic, codec, warn_held=100, on_warning=warnings.append,
-                          workers=0)
+    result = verify_topic(
+        kafka_bootstrap, topic, codec, warn_held=100, on_warning=warnings.append, workers=0
+    )
     assert result.verdict == "incomplete"
-    assert warnings == result.warnings == [
-        "250 updates are held beyond frontier [0] (at times 4): no progress statement proves "
-        "them complete yet, and memory grows with them until one does"
-    ]
+    assert (
+        warnings
+        == result.warnings
+        == [
+            "250 updates are held beyond frontier [0] (at times 4): no progress statement proves "
+            "them complete yet, and memory grows with them until one does"
+        ]
+    )
 
 
 # --- values ---------------------------------------------------------------------------------------
 
 
-def test_nan_rows_cancel_and_output_is_strict_json(engine, kafka_bootstrap, topic_factory, tmp_path):
+def test_nan_rows_cancel_and_output_is_strict_json(
+    engine, kafka_bootstrap, topic_factory, tmp_path
+):
     import decimal
 
     topic = topic_factory()
     codec = CdcCodec(WIDE)
     nan, zero = float("nan"), decimal.Decimal("0E-10")
-    write(kafka_bootstrap, topic, codec, [
-        [Update((1, nan, zero), 0, 1), Update((2, math.inf, None), 0, 1),
-         Update((3, -math.inf, decimal.Decimal("12.5")), 0, 1), Update((4, -0.0, None), 0, 1)],
-        [Update((1, float("nan"), zero), 0, 1)],  # a duplicate of the NaN row: not an over-count
-        Progress((0,), (1,), ((0, 4),)),
-        [Update((1, float("nan"), zero), 1, -1), Update((4, 0.0, None), 1, -1)],  # retractions
-        Progress((1,), (2,), ((1, 2),)),
-    ])
+    write(
+        kafka_bootstrap,
+        topic,
+        codec,
+        [
+            [
+                Update((1, nan, zero), 0, 1),
+                Update((2, math.inf, None), 0, 1),
+                Update((3, -math.inf, decimal.Decimal("12.5")), 0, 1),
+                Update((4, -0.0, None), 0, 1),
+            ],
+            [
+                Update((1, float("nan"), zero), 0, 1)
+            ],  # a duplicate of the NaN row: not an over-count
+            Progress((0,), (1,), ((0, 4),)),
+            [Update((1, float("nan"), zero), 1, -1), Update((4, 0.0, None), 1, -1)],  # retractions
+            Progress((1,), (2,), ((1, 2),)),
+        ],
+    )
     out = tmp_path / "out.jsonl"
-    result = verify(kafka_bootstrap, topic, schema_path(tmp_path, WIDE), "--json", "--output", str(out), engine=engine)
+    result = verify(
+        kafka_bootstrap,
+        topic,
+        schema_path(tmp_path, WIDE),
+        "--json",
+        "--output",
+        str(out),
+        engine=engine,
+    )
     assert result.exit_code == 0, result.stdout
     summary = json.loads(result.stdout)
     assert (summary["duplicates"], summary["violations"], summary["frontier"]) == (1, [], [2])
@@ -160,7 +241,9 @@ def test_nan_rows_cancel_and_output_is_strict_json(engine, kafka_bootstrap, topi
     for line in lines:
         json.loads(line, parse_constant=lambda c: pytest.fail(f"bare {c} in --output"))
     hist = tmp_path / "hist.jsonl"
-    verify(kafka_bootstrap, topic, schema_path(tmp_path, WIDE), "--history", str(hist), engine=engine)
+    verify(
+        kafka_bootstrap, topic, schema_path(tmp_path, WIDE), "--history", str(hist), engine=engine
+    )
     assert hist.read_text().splitlines() == [
         '{"data":{"k":1,"x":"NaN","d":"0.0000000000"},"time":0,"diff":1}',
         '{"data":{"k":2,"x":"Infinity","d":null},"time":0,"diff":1}',
@@ -176,15 +259,21 @@ def test_nan_rows_cancel_and_output_is_strict_json(engine, kafka_bootstrap, topi
 
 def test_a_wrong_data_schema_is_named_once(engine, kafka_bootstrap, topic_factory, tmp_path):
     topic = topic_factory()
-    write(kafka_bootstrap, topic, CdcCodec(WIDE), [
-        [Update((k, 0.5, None), t, 1)] for t in range(30) for k in range(2)
-    ] + [Progress((0,), (30,), tuple((t, 2) for t in range(30)))])
+    write(
+        kafka_bootstrap,
+        topic,
+        CdcCodec(WIDE),
+        [[Update((k, 0.5, None), t, 1)] for t in range(30) for k in range(2)]
+        + [Progress((0,), (30,), tuple((t, 2) for t in range(30)))],
+    )
     result = verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), engine=engine)
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
     assert lines[2] == "60 violations:"
-    assert lines[3] == ("  undecodable (partition 0, offset 0): partition 0 offset 0: the update "
-                        "array decodes with the schema but leaves 8 of 21 bytes unread")
+    assert lines[3] == (
+        "  undecodable (partition 0, offset 0): partition 0 offset 0: the update "
+        "array decodes with the schema but leaves 8 of 21 bytes unread"
+    )
     assert lines[23] == "  ... and 40 more undecodable (--json lists them all)"
     assert [line for line in lines if line.startswith("hint: ")] == [
         "hint: update arrays do not decode with the data schema (k long, v string): the topic "
@@ -194,26 +283,39 @@ def test_a_wrong_data_schema_is_named_once(engine, kafka_bootstrap, topic_factor
     assert lines[-1] == "FAILED: protocol violations"
 
 
-def test_raw_messages_read_as_confluent_name_the_framing(engine, kafka_bootstrap, topic_factory, tmp_path):
+def test_raw_messages_read_as_confluent_name_the_framing(
+    engine, kafka_bootstrap, topic_factory, tmp_path
+):
     topic = topic_factory()
-    write(kafka_bootstrap, topic, CdcCodec(KV, framing="raw"),
-          [[Update((1, "a"), 0, 1)], Progress((0,), (1,), ((0, 1),))])
-    summary = json.loads(verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), "--json", engine=engine).stdout)
+    write(
+        kafka_bootstrap,
+        topic,
+        CdcCodec(KV, framing="raw"),
+        [[Update((1, "a"), 0, 1)], Progress((0,), (1,), ((0, 1),))],
+    )
+    summary = json.loads(
+        verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), "--json", engine=engine).stdout
+    )
     assert [v["kind"] for v in summary["violations"]] == ["undecodable", "undecodable"]
     assert summary["hints"] == [
-        "the messages carry no Confluent header: read them with framing 'raw' (--framing raw)"]
+        "the messages carry no Confluent header: read them with framing 'raw' (--framing raw)"
+    ]
 
 
 # --- the parallel decode path ---------------------------------------------------------------------
 
 
-def test_decode_workers_give_exactly_what_one_process_gives(kafka_bootstrap, topic_factory, tmp_path):
+def test_decode_workers_give_exactly_what_one_process_gives(
+    kafka_bootstrap, topic_factory, tmp_path
+):
     topic = topic_factory(1)  # one partition: the same message order in both reads
     codec = CdcCodec(WIDE)
     messages = []
     for t in range(6):
-        rows = [Update((k, float("nan") if k % 7 == 0 else k / 3, None), t, 1 + k % 2)
-                for k in range(t * 50, t * 50 + 400)]
+        rows = [
+            Update((k, float("nan") if k % 7 == 0 else k / 3, None), t, 1 + k % 2)
+            for k in range(t * 50, t * 50 + 400)
+        ]
         messages += [rows[:200], rows[150:], rows[:10]]  # overlaps are duplicates
         messages.append(Progress((t,), (t + 1,), ((t, 400),)))
     messages.append([Update((100, 100 / 3, None), 2, 5)])  # a conflicting diff at a reported time
@@ -232,7 +334,8 @@ def test_decode_workers_give_exactly_what_one_process_gives(kafka_bootstrap, top
 
 @pytest.mark.spark
 def test_strict_catches_a_second_writer_with_other_rows_of_the_same_count(
-        engine, spark, kafka_bootstrap, topic_factory, tmp_path):
+    engine, spark, kafka_bootstrap, topic_factory, tmp_path
+):
     from cdc_emitter import CdcSink
     from cdc_emitter.spark.schema import data_schema
 
@@ -244,7 +347,9 @@ def test_strict_catches_a_second_writer_with_other_rows_of_the_same_count(
     CdcSink(kafka_bootstrap, topic).write(first, time=0)
     a, b = CdcSink(kafka_bootstrap, topic), CdcSink(kafka_bootstrap, topic)
     stale = b.frontier()  # both writers learn the frontier [1] before either writes: a race
-    b.frontier = lambda: stale  # ... that b's own checks, before writing and before its statement, miss
+    b.frontier = lambda: (
+        stale
+    )  # ... that b's own checks, before writing and before its statement, miss
     assert a.write(spark.createDataFrame([(4, "d")], ddl)).lower == 1
     assert (b.write(spark.createDataFrame([(5, "e")], ddl)).lower, stale.frontier) == (1, 1)
     schema = schema_path(tmp_path, data_schema(first.schema))
@@ -257,7 +362,9 @@ def test_strict_catches_a_second_writer_with_other_rows_of_the_same_count(
         summary = json.loads(strict.stdout)
         assert [(v["kind"], v["time"]) for v in summary["violations"]] == [("over_count", 1)]
         assert "(5, 'e')" in summary["violations"][0]["detail"]
-    assert verify(kafka_bootstrap, topic, schema, "--strict", engine=engine).exit_code == 1  # --strict alone: exact
+    assert (
+        verify(kafka_bootstrap, topic, schema, "--strict", engine=engine).exit_code == 1
+    )  # --strict alone: exact
 
     # a racing writer with another number of rows leaves a statement that disagrees
     c = CdcSink(kafka_bootstrap, topic)

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cdc_emitter.errors import BadInputError, ConfigError, DecodeError, SchemaError
 from cdc_emitter.protocol.codec import (
     CdcCodec,
     data_schema_from_text,
@@ -21,7 +22,6 @@ from cdc_emitter.protocol.codec import (
     union_schema,
 )
 from cdc_emitter.protocol.core import Progress, Update
-from cdc_emitter.errors import BadInputError, ConfigError, DecodeError, SchemaError
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 EXAMPLE = {
@@ -43,7 +43,10 @@ REFERENCE_LINES = [
     '{"array":[{"data":{"id":5,"price":{"int":10}},"time":6,"diff":-1}]}',
 ]
 REFERENCE_PROGRESS = [
-    (Progress((0,), (3,), ()), '{"com.materialize.cdc.progress":{"lower":[0],"upper":[3],"counts":[]}}'),
+    (
+        Progress((0,), (3,), ()),
+        '{"com.materialize.cdc.progress":{"lower":[0],"upper":[3],"counts":[]}}',
+    ),
     (
         Progress((3,), (10,), ((4, 1), (5, 2), (6, 1))),
         '{"com.materialize.cdc.progress":{"lower":[3],"upper":[10],"counts":'
@@ -73,7 +76,9 @@ def test_example_schema_file_is_the_union_of_its_data_record():
 
 
 def test_union_schema_renames_the_record_and_keeps_fields():
-    union = union_schema({"type": "record", "name": "row", "namespace": "x.y", "fields": EXAMPLE["fields"]})
+    union = union_schema(
+        {"type": "record", "name": "row", "namespace": "x.y", "fields": EXAMPLE["fields"]}
+    )
     data = union[0]["items"]["fields"][0]["type"]
     assert data == EXAMPLE
     assert [f["name"] for f in union[0]["items"]["fields"]] == ["data", "time", "diff"]
@@ -107,8 +112,18 @@ def test_data_schema_from_text_both_forms():
         "not json",
         "[1, 2]",
         json.dumps([{"type": "array", "items": "long"}]),
-        json.dumps([{"type": "array", "items": {"type": "record", "name": "update",
-                                                "fields": [{"name": "data", "type": "long"}]}}]),
+        json.dumps(
+            [
+                {
+                    "type": "array",
+                    "items": {
+                        "type": "record",
+                        "name": "update",
+                        "fields": [{"name": "data", "type": "long"}],
+                    },
+                }
+            ]
+        ),
         json.dumps(union_schema(EXAMPLE)[::-1]),
         json.dumps(union_schema(EXAMPLE)[1]),
         '"long"',
@@ -126,12 +141,19 @@ def test_data_schema_from_text_rejects_junk(text):
 def test_golden_bytes_match_fastavro_union_encoding(framing, schema_id):
     codec = CdcCodec(EXAMPLE, framing=framing, schema_id=schema_id)
     union = union_schema(EXAMPLE)
-    records = [{"data": {"id": u.data[0], "price": u.data[1]}, "time": u.time, "diff": u.diff}
-               for u in REFERENCE_UPDATES]
-    assert codec.encode_updates(REFERENCE_UPDATES) == [frame(framing, schema_id) + fastavro_bytes(union, records)]
+    records = [
+        {"data": {"id": u.data[0], "price": u.data[1]}, "time": u.time, "diff": u.diff}
+        for u in REFERENCE_UPDATES
+    ]
+    assert codec.encode_updates(REFERENCE_UPDATES) == [
+        frame(framing, schema_id) + fastavro_bytes(union, records)
+    ]
     for p, _ in REFERENCE_PROGRESS:
-        datum = {"lower": list(p.lower), "upper": list(p.upper),
-                 "counts": [{"time": t, "count": c} for t, c in p.counts]}
+        datum = {
+            "lower": list(p.lower),
+            "upper": list(p.upper),
+            "counts": [{"time": t, "count": c} for t, c in p.counts],
+        }
         assert codec.encode_progress(p) == frame(framing, schema_id) + fastavro_bytes(union, datum)
     assert codec.encode_updates([Update((1, None), 2, 3)])[0] == frame(framing, schema_id) + bytes(
         [0, 2, 2, 0, 4, 6, 0]
@@ -166,12 +188,22 @@ def test_data_as_dict_or_tuple_and_zigzag():
 
 
 def test_avro_json_of_bytes_nested_and_logical_types():
-    schema = {"type": "record", "name": "r", "fields": [
-        {"name": "b", "type": ["null", "bytes"]},
-        {"name": "n", "type": ["null", {"type": "record", "name": "inner", "fields": [{"name": "a", "type": "long"}]}]},
-        {"name": "d", "type": {"type": "int", "logicalType": "date"}},
-        {"name": "m", "type": {"type": "map", "values": "string"}},
-    ]}
+    schema = {
+        "type": "record",
+        "name": "r",
+        "fields": [
+            {"name": "b", "type": ["null", "bytes"]},
+            {
+                "name": "n",
+                "type": [
+                    "null",
+                    {"type": "record", "name": "inner", "fields": [{"name": "a", "type": "long"}]},
+                ],
+            },
+            {"name": "d", "type": {"type": "int", "logicalType": "date"}},
+            {"name": "m", "type": {"type": "map", "values": "string"}},
+        ],
+    }
     codec = CdcCodec(schema, framing="raw")
     data = (b"\x00\xff", (7,), datetime.date(1970, 1, 3), (("k", "v"),))
     (message,) = codec.encode_updates([Update(data, 1, 1)])
@@ -180,25 +212,52 @@ def test_avro_json_of_bytes_nested_and_logical_types():
         '{"array":[{"data":{"b":{"bytes":"\\u0000ÿ"},"n":{"com.materialize.cdc.inner":{"a":7}},'
         '"d":2,"m":{"k":"v"}},"time":1,"diff":1}]}'
     )
-    assert codec.data_to_json(data) == {"b": "AP8=", "n": {"a": 7}, "d": "1970-01-03", "m": {"k": "v"}}
+    assert codec.data_to_json(data) == {
+        "b": "AP8=",
+        "n": {"a": 7},
+        "d": "1970-01-03",
+        "m": {"k": "v"},
+    }
 
 
 # -- round trips --------------------------------------------------------------------------
 
-RICH = {"type": "record", "name": "row", "fields": [
-    {"name": "k", "type": "long"},
-    {"name": "s", "type": ["null", "string"]},
-    {"name": "b", "type": "bytes"},
-    {"name": "f", "type": ["null", "double"]},
-    {"name": "t", "type": "boolean"},
-    {"name": "nested", "type": ["null", {"type": "record", "name": "inner", "fields": [
-        {"name": "x", "type": "int"}, {"name": "tags", "type": {"type": "array", "items": "string"}}]}]},
-    {"name": "arr", "type": {"type": "array", "items": ["null", "long"]}},
-    {"name": "m", "type": {"type": "map", "values": "long"}},
-    {"name": "dec", "type": ["null", {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2}]},
-    {"name": "day", "type": {"type": "int", "logicalType": "date"}},
-    {"name": "ts", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}]},
-]}
+RICH = {
+    "type": "record",
+    "name": "row",
+    "fields": [
+        {"name": "k", "type": "long"},
+        {"name": "s", "type": ["null", "string"]},
+        {"name": "b", "type": "bytes"},
+        {"name": "f", "type": ["null", "double"]},
+        {"name": "t", "type": "boolean"},
+        {
+            "name": "nested",
+            "type": [
+                "null",
+                {
+                    "type": "record",
+                    "name": "inner",
+                    "fields": [
+                        {"name": "x", "type": "int"},
+                        {"name": "tags", "type": {"type": "array", "items": "string"}},
+                    ],
+                },
+            ],
+        },
+        {"name": "arr", "type": {"type": "array", "items": ["null", "long"]}},
+        {"name": "m", "type": {"type": "map", "values": "long"}},
+        {
+            "name": "dec",
+            "type": [
+                "null",
+                {"type": "bytes", "logicalType": "decimal", "precision": 12, "scale": 2},
+            ],
+        },
+        {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        {"name": "ts", "type": ["null", {"type": "long", "logicalType": "timestamp-micros"}]},
+    ],
+}
 RICH_CODEC = CdcCodec(RICH)
 
 longs = st.integers(-(2**63), 2**63 - 1)
@@ -208,15 +267,22 @@ rich_data = st.tuples(
     st.binary(max_size=8),
     st.none() | st.floats(allow_nan=False, allow_infinity=False),
     st.booleans(),
-    st.none() | st.tuples(st.integers(-(2**31), 2**31 - 1), st.lists(st.text(max_size=3), max_size=3).map(tuple)),
+    st.none()
+    | st.tuples(
+        st.integers(-(2**31), 2**31 - 1), st.lists(st.text(max_size=3), max_size=3).map(tuple)
+    ),
     st.lists(st.none() | longs, max_size=3).map(tuple),
     st.dictionaries(st.text(max_size=3), longs, max_size=3).map(lambda d: tuple(sorted(d.items()))),
     st.none() | st.integers(-(10**11), 10**11).map(lambda n: decimal.Decimal(n).scaleb(-2)),
     st.dates(),
-    st.none() | st.datetimes(datetime.datetime(1900, 1, 1), datetime.datetime(2200, 1, 1)).map(
-        lambda d: d.replace(tzinfo=datetime.timezone.utc)),
+    st.none()
+    | st.datetimes(datetime.datetime(1900, 1, 1), datetime.datetime(2200, 1, 1)).map(
+        lambda d: d.replace(tzinfo=datetime.timezone.utc)
+    ),
 )
-updates = st.lists(st.builds(Update, rich_data, st.integers(0, 2**63 - 1), longs.filter(bool)), max_size=20)
+updates = st.lists(
+    st.builds(Update, rich_data, st.integers(0, 2**63 - 1), longs.filter(bool)), max_size=20
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -233,24 +299,33 @@ def test_round_trip_rich_data(batch):
 
 
 def progress_datum(p: Progress) -> dict:
-    return {"lower": list(p.lower), "upper": list(p.upper), "counts": [{"time": t, "count": c} for t, c in p.counts]}
+    return {
+        "lower": list(p.lower),
+        "upper": list(p.upper),
+        "counts": [{"time": t, "count": c} for t, c in p.counts],
+    }
 
 
-@given(st.lists(st.integers(0, 2**63 - 1), max_size=1), st.lists(st.integers(0, 2**63 - 1), max_size=1),
-       st.lists(st.tuples(longs, longs), max_size=40))
+@given(
+    st.lists(st.integers(0, 2**63 - 1), max_size=1),
+    st.lists(st.integers(0, 2**63 - 1), max_size=1),
+    st.lists(st.tuples(longs, longs), max_size=40),
+)
 def test_progress_bytes_are_fastavros(lower, upper, counts):
     # written by hand (vectorised): every varint length, negative longs included
     codec = CdcCodec(EXAMPLE)
     progress = Progress(tuple(lower), tuple(upper), tuple(counts))
     assert codec.encode_progress(progress) == frame("confluent", 0) + b"\x02" + fastavro_bytes(
-        union_schema(EXAMPLE)[1], progress_datum(progress))
+        union_schema(EXAMPLE)[1], progress_datum(progress)
+    )
 
 
 def test_a_statement_of_a_million_times_is_fastavros_bytes():
     codec = CdcCodec(EXAMPLE, framing="raw")
     progress = Progress((5,), (2**62,), tuple((5 + 3 * t, 1 + t % 1000) for t in range(1_000_000)))
-    assert codec.encode_progress(progress) == b"\x02" + fastavro_bytes(union_schema(EXAMPLE)[1],
-                                                                       progress_datum(progress))
+    assert codec.encode_progress(progress) == b"\x02" + fastavro_bytes(
+        union_schema(EXAMPLE)[1], progress_datum(progress)
+    )
 
 
 @pytest.mark.parametrize("counts", [((1, 2**63),), ((-1 - 2**63, 1),), ((1, "2"),)])
@@ -260,8 +335,13 @@ def test_a_progress_value_that_is_not_a_long_is_refused(counts):
         CdcCodec(EXAMPLE).encode_progress(Progress((0,), (9,), counts))
 
 
-@given(st.tuples(st.lists(st.integers(0, 2**63 - 1), max_size=1), st.lists(st.integers(0, 2**63 - 1), max_size=1),
-                 st.lists(st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1)), max_size=5)))
+@given(
+    st.tuples(
+        st.lists(st.integers(0, 2**63 - 1), max_size=1),
+        st.lists(st.integers(0, 2**63 - 1), max_size=1),
+        st.lists(st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1)), max_size=5),
+    )
+)
 def test_round_trip_progress(parts):
     progress = Progress(tuple(parts[0]), tuple(parts[1]), tuple(parts[2]))
     assert RICH_CODEC.decode(RICH_CODEC.encode_progress(progress)) == progress
@@ -276,12 +356,18 @@ def test_sort_key_is_total():
 
 # -- size splitting -----------------------------------------------------------------------
 
-SPLIT = {"type": "record", "name": "r", "fields": [{"name": "k", "type": "long"}, {"name": "v", "type": "string"}]}
+SPLIT = {
+    "type": "record",
+    "name": "r",
+    "fields": [{"name": "k", "type": "long"}, {"name": "v", "type": "string"}],
+}
 
 
 @settings(max_examples=100, deadline=None)
 @given(
-    st.lists(st.tuples(longs, st.text(st.characters(max_codepoint=127), max_size=40)), max_size=200),
+    st.lists(
+        st.tuples(longs, st.text(st.characters(max_codepoint=127), max_size=40)), max_size=200
+    ),
     st.integers(70, 3000),  # an item is at most 10 + 41 + 10 + 1 bytes
     st.sampled_from(["confluent", "raw"]),
 )
@@ -296,7 +382,9 @@ def test_splitting_keeps_every_update_once_within_the_limit(rows, limit, framing
     items = []
     for u in batch:
         buf = io.BytesIO()
-        fastavro.schemaless_writer(buf, item, {"data": dict(zip(("k", "v"), u.data)), "time": u.time, "diff": u.diff})
+        fastavro.schemaless_writer(
+            buf, item, {"data": dict(zip(("k", "v"), u.data)), "time": u.time, "diff": u.diff}
+        )
         items.append(buf.getvalue())
     packed = list(codec.pack_items(items))
     assert all(len(m) <= limit for m in packed)
@@ -325,16 +413,28 @@ def test_pack_items_fills_messages_greedily():
 
 
 @given(
-    st.lists(st.lists(st.tuples(longs, st.text(st.characters(max_codepoint=127), max_size=30)), min_size=1,
-                      max_size=20), max_size=40),
+    st.lists(
+        st.lists(
+            st.tuples(longs, st.text(st.characters(max_codepoint=127), max_size=30)),
+            min_size=1,
+            max_size=20,
+        ),
+        max_size=40,
+    ),
     st.integers(300, 4000),  # a small array (at most 20 items of at most 52 bytes) fits whole
     st.sampled_from(["confluent", "raw"]),
 )
 def test_merge_arrays_keeps_every_update_in_order_within_the_limit(arrays, limit, framing):
     codec = CdcCodec(SPLIT, framing=framing, max_message_bytes=limit)
-    given_ = [m for rows in arrays for m in codec.encode_updates([Update(r, i, 1) for i, r in enumerate(rows)])]
+    given_ = [
+        m
+        for rows in arrays
+        for m in codec.encode_updates([Update(r, i, 1) for i, r in enumerate(rows)])
+    ]
     merged = codec.merge_arrays(given_)
-    assert [u for m in merged for u in codec.decode(m)] == [u for m in given_ for u in codec.decode(m)]
+    assert [u for m in merged for u in codec.decode(m)] == [
+        u for m in given_ for u in codec.decode(m)
+    ]
     assert all(len(m) <= limit for m in merged)
     assert len(merged) <= len(given_)
     # greedy: no two neighbours would have fitted in one message
@@ -404,12 +504,28 @@ def test_config_errors():
 
 
 def test_nullable_array_map_and_recursive_record():
-    schema = {"type": "record", "name": "r", "fields": [
-        {"name": "a", "type": ["null", {"type": "array", "items": "long"}]},
-        {"name": "node", "type": ["null", {"type": "record", "name": "node", "fields": [
-            {"name": "v", "type": "long"}, {"name": "next", "type": ["null", "node"]}]}]},
-        {"name": "m", "type": ["null", {"type": "map", "values": "long"}]},
-    ]}
+    schema = {
+        "type": "record",
+        "name": "r",
+        "fields": [
+            {"name": "a", "type": ["null", {"type": "array", "items": "long"}]},
+            {
+                "name": "node",
+                "type": [
+                    "null",
+                    {
+                        "type": "record",
+                        "name": "node",
+                        "fields": [
+                            {"name": "v", "type": "long"},
+                            {"name": "next", "type": ["null", "node"]},
+                        ],
+                    },
+                ],
+            },
+            {"name": "m", "type": ["null", {"type": "map", "values": "long"}]},
+        ],
+    }
     codec = CdcCodec(schema, framing="raw")
     data = ((1, 2), (1, (2, None)), (("a", 1),))
     (message,) = codec.encode_updates([Update(data, 1, 1)])
@@ -418,4 +534,8 @@ def test_nullable_array_map_and_recursive_record():
         '{"array":[{"data":{"a":{"array":[1,2]},"node":{"com.materialize.cdc.node":{"v":1,'
         '"next":{"com.materialize.cdc.node":{"v":2,"next":null}}}},"m":{"map":{"a":1}}},"time":1,"diff":1}]}'
     )
-    assert codec.data_to_json(data) == {"a": [1, 2], "node": {"v": 1, "next": {"v": 2, "next": None}}, "m": {"a": 1}}
+    assert codec.data_to_json(data) == {
+        "a": [1, 2],
+        "node": {"v": 1, "next": {"v": 2, "next": None}},
+        "m": {"a": 1},
+    }

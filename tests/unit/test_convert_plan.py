@@ -40,10 +40,15 @@ def test_an_empty_batch_keeps_what_was_held():
 
 
 def test_a_version_before_a_held_one_or_more_rows_than_the_table_has_is_an_error():
-    with pytest.raises(CdcError, match="delivered version 3 after version 6, which an earlier batch held open"):
+    with pytest.raises(
+        CdcError, match="delivered version 3 after version 6, which an earlier batch held open"
+    ):
         plan_versions({3: 1, 6: 1}, OpenVersion(6, 2), count, where="delta table t")
-    with pytest.raises(CdcError, match=r"^delta table t: version 4 has 1 change rows in the table but the "
-                                       r"stream delivered 2; .*VACUUM"):
+    with pytest.raises(
+        CdcError,
+        match=r"^delta table t: version 4 has 1 change rows in the table but the "
+        r"stream delivered 2; .*VACUUM",
+    ):
         plan_versions({4: 2}, None, count, where="delta table t")
 
 
@@ -91,9 +96,12 @@ def test_a_plan_record_round_trips_and_a_bad_one_is_named():
 
     record = PlanRecord(7, VersionPlan((3, 4), 2, OpenVersion(6, 2)))
     assert PlanRecord.from_lines(record.to_json().splitlines(), "x") == record
-    assert PlanRecord.from_lines(PlanRecord(0, VersionPlan((), None, None)).to_json().splitlines(), "x") \
-        == PlanRecord(0, VersionPlan((), None, None))
-    with pytest.raises(CdcError, match="converter log record ckpt/cdc-emitter-convert/7 is unreadable"):
+    assert PlanRecord.from_lines(
+        PlanRecord(0, VersionPlan((), None, None)).to_json().splitlines(), "x"
+    ) == PlanRecord(0, VersionPlan((), None, None))
+    with pytest.raises(
+        CdcError, match="converter log record ckpt/cdc-emitter-convert/7 is unreadable"
+    ):
         PlanRecord.from_lines(['{"batch_id": 7}'], "ckpt/cdc-emitter-convert/7")
 
 
@@ -101,7 +109,9 @@ def test_the_watermark_is_the_smallest_resolved_time_over_every_partition():
     from cdc_emitter.convert.plan import watermark_window
 
     # partition 1 has no resolved message yet: nothing is complete
-    resolved, lower, upper, start, end = watermark_window(None, [0, 1], {0: 0, 1: 0}, {0: 5, 1: 3}, {0: 40})
+    resolved, lower, upper, start, end = watermark_window(
+        None, [0, 1], {0: 0, 1: 0}, {0: 5, 1: 3}, {0: 40}
+    )
     assert (resolved, lower, upper, start, end) == ({0: 40}, 0, 0, {0: 0, 1: 0}, {0: 5, 1: 3})
 
 
@@ -109,15 +119,20 @@ def test_the_next_window_starts_at_the_pending_offsets_and_never_moves_the_water
     from cdc_emitter.convert.plan import WatermarkRecord, watermark_window
 
     previous = WatermarkRecord(4, {0: 40, 1: 30}, 10, 30, {0: 0, 1: 0}, {0: 5, 1: 3}, {0: 2, 1: 3})
-    resolved, lower, upper, start, end = watermark_window(previous, [0, 1, 2], {1: 3, 2: 0}, {1: 9, 2: 4},
-                                                          {1: 50, 2: 45})
+    resolved, lower, upper, start, end = watermark_window(
+        previous, [0, 1, 2], {1: 3, 2: 0}, {1: 9, 2: 4}, {1: 50, 2: 45}
+    )
     assert resolved == {0: 40, 1: 50, 2: 45}
     assert (lower, upper) == (30, 40)
     assert start == {0: 2, 1: 3, 2: 0}  # pending offsets; a partition seen first: its first offset
     assert end == {0: 5, 1: 9, 2: 4}
     # an older resolved message (a replay) keeps the newer one
     again = WatermarkRecord(5, resolved, lower, upper, start, end, start)
-    assert watermark_window(again, [0, 1, 2], {0: 5}, {0: 6}, {0: 12})[0:3] == ({0: 40, 1: 50, 2: 45}, 40, 40)
+    assert watermark_window(again, [0, 1, 2], {0: 5}, {0: 6}, {0: 12})[0:3] == (
+        {0: 40, 1: 50, 2: 45},
+        40,
+        40,
+    )
 
 
 def test_a_watermark_record_round_trips_and_a_bad_one_is_named():
@@ -125,5 +140,7 @@ def test_a_watermark_record_round_trips_and_a_bad_one_is_named():
 
     record = WatermarkRecord(3, {0: 40, 1: 30}, 10, 30, {0: 0, 1: 0}, {0: 5, 1: 3}, {0: 2, 1: 3})
     assert WatermarkRecord.from_lines(record.to_json().splitlines(), "x") == record
-    with pytest.raises(CdcError, match="converter log record ck/cdc-emitter-convert/3 is unreadable"):
+    with pytest.raises(
+        CdcError, match="converter log record ck/cdc-emitter-convert/3 is unreadable"
+    ):
         WatermarkRecord.from_lines(['{"batch_id": 3, "resolved": []}'], "ck/cdc-emitter-convert/3")

@@ -46,7 +46,13 @@ def collection_at(updates, time):
 
 
 def test_consolidate_sums_drops_zero_and_sorts_by_time():
-    updates = [Update("a", 2, 1), Update("b", 1, 1), Update("a", 2, 2), Update("b", 1, -1), Update("c", 0, 1)]
+    updates = [
+        Update("a", 2, 1),
+        Update("b", 1, 1),
+        Update("a", 2, 2),
+        Update("b", 1, -1),
+        Update("c", 0, 1),
+    ]
     assert consolidate(updates) == [Update("c", 0, 1), Update("a", 2, 3)]
 
 
@@ -69,7 +75,9 @@ def test_consolidate_rejects_bad_times_and_diffs(bad, message):
 
 
 def test_consolidate_rejects_64_bit_overflow_naming_the_time():
-    with pytest.raises(BadInputError, match="at time 7: consolidated diff 9223372036854775808 overflows"):
+    with pytest.raises(
+        BadInputError, match="at time 7: consolidated diff 9223372036854775808 overflows"
+    ):
         consolidate([Update("a", 7, 2**62), Update("a", 7, 2**62)])
     # Intermediate sums beyond 64 bits are fine when the final diff fits.
     assert consolidate([Update("a", 7, 2**63 - 1), Update("a", 7, 1), Update("a", 7, -1)]) == [
@@ -93,20 +101,26 @@ def test_progress_for_empty_and_closing_intervals():
 
 
 def test_progress_refuses_counts_outside_the_interval():
-    with pytest.raises(BadInputError, match=r"time 10 lies outside the progress interval \[3, 10\)"):
+    with pytest.raises(
+        BadInputError, match=r"time 10 lies outside the progress interval \[3, 10\)"
+    ):
         progress_for([Update("a", 10, 1)], 3, 10)
     with pytest.raises(BadInputError, match="inverted"):
         progress_from_counts(5, 4, {})
     with pytest.raises(BadInputError, match=r"time 2 lies outside the progress interval \[3, 10\)"):
         progress_from_counts(3, 10, {4: 1, 2: 1, 11: 1})
-    with pytest.raises(BadInputError, match=r"time 10 lies outside the progress interval \[3, 10\)"):
+    with pytest.raises(
+        BadInputError, match=r"time 10 lies outside the progress interval \[3, 10\)"
+    ):
         progress_from_counts(3, 10, {12: 1, 4: 1, 10: 2, 11: 1})
     with pytest.raises(BadInputError, match="count for time 4 is negative: -1"):
         progress_from_counts(3, 10, {5: 1, 4: -1})
 
 
 def test_progress_lists_the_counts_in_time_order_without_zeros():
-    assert progress_from_counts(3, None, {9: 2, 4: 0, 3: 1, 100: 7}) == Progress((3,), (), ((3, 1), (9, 2), (100, 7)))
+    assert progress_from_counts(3, None, {9: 2, 4: 0, 3: 1, 100: 7}) == Progress(
+        (3,), (), ((3, 1), (9, 2), (100, 7))
+    )
     assert progress_from_counts(3, 4, {4: 0}) == Progress((3,), (4,), ())
 
 
@@ -120,7 +134,12 @@ def test_reference_example():
     assert reader.violations == []
     history = [u for updates, _ in finished for u in updates]
     assert sorted(history) == sorted(
-        [Update((5, 12), 4, 1), Update((5, 10), 5, 1), Update((5, 12), 5, -1), Update((5, 10), 6, -1)]
+        [
+            Update((5, 12), 4, 1),
+            Update((5, 10), 5, 1),
+            Update((5, 12), 5, -1),
+            Update((5, 10), 6, -1),
+        ]
     )
     assert collection_at(history, 4) == {(5, 12): 1}
     assert collection_at(history, 5) == {(5, 10): 1}
@@ -201,12 +220,30 @@ def test_over_count_is_reported_and_the_time_still_finishes():
 def test_over_count_reports_each_extra_update_across_interleaved_times():
     reader = CdcReader()
     reader.push(Progress((0,), (3,), ((1, 1), (2, 2))))
-    out = reader.push([Update("a", 1, 1), Update("x", 2, 1), Update("b", 1, 1), Update("c", 1, 1),
-                       Update("y", 2, 1), Update("a", 1, 1)])
+    out = reader.push(
+        [
+            Update("a", 1, 1),
+            Update("x", 2, 1),
+            Update("b", 1, 1),
+            Update("c", 1, 1),
+            Update("y", 2, 1),
+            Update("a", 1, 1),
+        ]
+    )
     assert kinds(reader) == ["over_count", "over_count"]  # b and c; the repeated a is a duplicate
     assert {v.time for v in reader.violations} == {1}
-    assert out == [([Update("a", 1, 1), Update("b", 1, 1), Update("c", 1, 1),
-                     Update("x", 2, 1), Update("y", 2, 1)], (3,))]
+    assert out == [
+        (
+            [
+                Update("a", 1, 1),
+                Update("b", 1, 1),
+                Update("c", 1, 1),
+                Update("x", 2, 1),
+                Update("y", 2, 1),
+            ],
+            (3,),
+        )
+    ]
     assert reader.duplicates == 1
 
 
@@ -269,7 +306,13 @@ def test_count_outside_interval_negative_count_and_time():
     reader = CdcReader()
     reader.push(Progress((0,), (5,), ((7, 1), (2, -1), (-1, 1))))
     reader.push([Update("a", -3, 1), Update("z", 1, 0)])
-    assert kinds(reader) == ["count_outside_interval", "negative_count", "negative_time", "negative_time", "zero_diff"]
+    assert kinds(reader) == [
+        "count_outside_interval",
+        "negative_count",
+        "negative_time",
+        "negative_time",
+        "zero_diff",
+    ]
     assert reader.frontier == (5,)  # the valid rest of the statement still counts
 
 
@@ -294,7 +337,7 @@ def test_memory_stays_bounded_over_a_million_updates():
         batch = [Update(i, t, 1) for i in range(per_time)]
         # the updates arrive before their progress statement, and a duplicate after it
         reader.push(batch[: per_time // 2])
-        reader.push(batch[per_time // 2:])
+        reader.push(batch[per_time // 2 :])
         peak = max(peak, reader.retained())
         for updates, _ in reader.push(Progress((t,), (t + 1,), ((t, per_time),))):
             reported += len(updates)
@@ -365,8 +408,12 @@ def test_statements_that_graft_together_graft_in_their_order_of_arrival():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.integers(-50, 50), st.integers(1, 9)), max_size=80, unique_by=lambda tc: tc[0]),
-       st.lists(st.tuples(st.integers(-60, 60), st.integers(-60, 60)), max_size=10))
+@given(
+    st.lists(
+        st.tuples(st.integers(-50, 50), st.integers(1, 9)), max_size=80, unique_by=lambda tc: tc[0]
+    ),
+    st.lists(st.tuples(st.integers(-60, 60), st.integers(-60, 60)), max_size=10),
+)
 def test_sorted_counts_keeps_times_in_order_whatever_order_they_come_in(items, ranges):
     from cdc_emitter.protocol.core import SortedCounts
 
@@ -379,7 +426,9 @@ def test_sorted_counts_keeps_times_in_order_whatever_order_they_come_in(items, r
         assert counts.get(time) == expected.get(time)
     assert counts.between(-100, 100) == sorted(expected.items())
     for lower, end in ranges:
-        assert counts.between(lower, end) == sorted((t, c) for t, c in expected.items() if lower <= t < end)
+        assert counts.between(lower, end) == sorted(
+            (t, c) for t, c in expected.items() if lower <= t < end
+        )
 
 
 def test_statement_ledger_merges_intervals_and_keeps_the_first_count():
@@ -404,7 +453,10 @@ def test_strict_sees_late_updates_that_are_no_duplicates(strict):
     reader = CdcReader(strict=strict)
     run(reader, [Progress((0,), (2,), ((1, 1),)), [Update("a", 1, 1)]])
     reader.push([Update("a", 1, 1), Update("b", 1, 1), Update("a", 1, -1), Update("b", 1, 1)])
-    assert [(v.kind, v.time) for v in reader.violations] == [("over_count", 1), ("conflicting_diff", 1)]
+    assert [(v.kind, v.time) for v in reader.violations] == [
+        ("over_count", 1),
+        ("conflicting_diff", 1),
+    ]
     assert reader.duplicates == 2  # the exact duplicate, and the second copy of the bad update
 
 
@@ -450,7 +502,10 @@ def test_pending_names_stalled_counts_gaps_and_held_updates():
 def test_canonical_nan_makes_nan_rows_equal():
     from cdc_emitter.protocol.core import NAN, canonical_nan
 
-    a, b = canonical_nan((1, float("nan"), (float("nan"),))), canonical_nan((1, float("nan"), (float("nan"),)))
+    a, b = (
+        canonical_nan((1, float("nan"), (float("nan"),))),
+        canonical_nan((1, float("nan"), (float("nan"),))),
+    )
     assert a == b and hash(a) == hash(b) and a[1] is NAN
     reader = CdcReader()
     run(reader, [[Update(a, 0, 1)], [Update(b, 0, 1)], [Update(b, 0, -1)]])
@@ -462,8 +517,11 @@ def test_split_progress_tiles_the_interval_with_statements_of_at_most_n_times():
 
     whole = progress_from_counts(0, 20, {4: 1, 6: 2, 9: 1, 12: 5, 15: 1})
     parts = split_progress(whole, 2)
-    assert parts == [Progress((0,), (9,), ((4, 1), (6, 2))), Progress((9,), (15,), ((9, 1), (12, 5))),
-                     Progress((15,), (20,), ((15, 1),))]
+    assert parts == [
+        Progress((0,), (9,), ((4, 1), (6, 2))),
+        Progress((9,), (15,), ((9, 1), (12, 5))),
+        Progress((15,), (20,), ((15, 1),)),
+    ]
     assert split_progress(whole, 5) == [whole]
     closed = split_progress(progress_from_counts(0, None, {1: 1, 2: 1}), 1)
     assert closed == [Progress((0,), (2,), ((1, 1),)), Progress((2,), (), ((2, 1),))]
@@ -471,8 +529,12 @@ def test_split_progress_tiles_the_interval_with_statements_of_at_most_n_times():
     reader = CdcReader()
     for part in parts:
         list(reader.push(part))
-    list(reader.push([Update("a", t, 1) for t, n in whole.counts] +
-                     [Update(("b", i), t, 1) for t, n in whole.counts for i in range(n - 1)]))
+    list(
+        reader.push(
+            [Update("a", t, 1) for t, n in whole.counts]
+            + [Update(("b", i), t, 1) for t, n in whole.counts for i in range(n - 1)]
+        )
+    )
     assert reader.frontier == (20,) and reader.violations == []
     with pytest.raises(ValueError, match="max_times must be at least 1, not 0"):
         split_progress(whole, 0)

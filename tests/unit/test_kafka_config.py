@@ -90,10 +90,15 @@ def test_bad_client_config_raises_config_error_without_secrets():
 def test_spark_kafka_source_options_keep_security_settings_and_name_their_reader_on_a_bad_key():
     from cdc_emitter.spark.kafka import kafka_read_options
 
-    options = kafka_read_options("b:9092", {"security.protocol": "SSL", "linger.ms": "5"}, user="convert")
+    options = kafka_read_options(
+        "b:9092", {"security.protocol": "SSL", "linger.ms": "5"}, user="convert"
+    )
     assert options == {"kafka.bootstrap.servers": "b:9092", "kafka.security.protocol": "SSL"}
-    with pytest.raises(ConfigError, match="kafka_options key 'fetch.wait.max.ms' has no equivalent in "
-                                          "Spark's Kafka source, which convert uses: leave it out"):
+    with pytest.raises(
+        ConfigError,
+        match="kafka_options key 'fetch.wait.max.ms' has no equivalent in "
+        "Spark's Kafka source, which convert uses: leave it out",
+    ):
         kafka_read_options("b:9092", {"fetch.wait.max.ms": "5"}, user="convert")
 
 
@@ -118,7 +123,9 @@ def test_offsets_are_asked_again_while_a_partition_has_no_leader():
 
 def test_a_partition_still_leaderless_after_the_timeout_names_topic_partition_and_servers():
     consumer = _LeaderlessFor(10**6, KafkaError.LEADER_NOT_AVAILABLE)
-    with pytest.raises(BrokerError, match=r"cannot read the offsets of topic 't' partition 0 on 127.0.0.1:9092"):
+    with pytest.raises(
+        BrokerError, match=r"cannot read the offsets of topic 't' partition 0 on 127.0.0.1:9092"
+    ):
         _watermarks(consumer, "127.0.0.1:9092", "t", [0], timeout=0.5)
 
 
@@ -133,10 +140,17 @@ def test_spark_kafka_writer_options_batch_several_arrays_per_request_unless_told
     from cdc_emitter.spark.kafka import kafka_write_options
 
     options = kafka_write_options("b:9092", "t", {})
-    assert (options["kafka.acks"], options["kafka.batch.size"], options["topic"]) == ("all", "1000000", "t")
+    assert (options["kafka.acks"], options["kafka.batch.size"], options["topic"]) == (
+        "all",
+        "1000000",
+        "t",
+    )
     assert kafka_write_options("b:9092", "t", {"batch.size": 65536})["kafka.batch.size"] == "65536"
     # lz4 unless told otherwise, as the sink's librdkafka producers
     assert options["kafka.compression.type"] == "lz4"
-    assert kafka_write_options("b:9092", "t", {"compression.codec": "zstd"})["kafka.compression.type"] == "zstd"
+    assert (
+        kafka_write_options("b:9092", "t", {"compression.codec": "zstd"})["kafka.compression.type"]
+        == "zstd"
+    )
     with pytest.raises(ConfigError, match="acks='1': the sink needs acks=all"):
         kafka_write_options("b:9092", "t", {"acks": 1})

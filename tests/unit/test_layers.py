@@ -24,8 +24,14 @@ ALLOWED = {
     "cli": {"protocol", "kafka", "spark", "sink", "read", "convert"},
 }
 #: modules outside ``protocol`` that stay pure all the same (no Kafka, no Spark)
-PURE_ELSEWHERE = ["sink/interval.py", "sink/batch.py", "sink/digest.py", "sink/small_batch.py",
-                  "sink/result.py", "convert/plan.py"]
+PURE_ELSEWHERE = [
+    "sink/interval.py",
+    "sink/batch.py",
+    "sink/digest.py",
+    "sink/small_batch.py",
+    "sink/result.py",
+    "convert/plan.py",
+]
 NO_SPARK = ["read/verify.py", "read/decode_pool.py", "read/decode_worker.py"]
 
 
@@ -36,7 +42,9 @@ def imports(path: Path) -> list[str]:
         if isinstance(node, ast.Import):
             names.extend(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0, f"{path.relative_to(PACKAGE)}: relative import; use cdc_emitter.*"
+            assert node.level == 0, (
+                f"{path.relative_to(PACKAGE)}: relative import; use cdc_emitter.*"
+            )
             if node.module == "cdc_emitter":
                 names.extend(f"cdc_emitter.{alias.name}" for alias in node.names)
             elif node.module:
@@ -60,12 +68,16 @@ def modules(package: str) -> list[Path]:
 @pytest.mark.parametrize("package", sorted(ALLOWED))
 def test_each_package_imports_only_the_layers_below(package):
     base = {package, "errors", "__version__", "_moved"}
-    bad = {str(p.relative_to(PACKAGE)): sorted(ours(imports(p)) - base - ALLOWED[package])
-           for p in modules(package)}
+    bad = {
+        str(p.relative_to(PACKAGE)): sorted(ours(imports(p)) - base - ALLOWED[package])
+        for p in modules(package)
+    }
     assert {k: v for k, v in bad.items() if v} == {}
 
 
-@pytest.mark.parametrize("module", [str(p.relative_to(PACKAGE)) for p in modules("protocol")] + PURE_ELSEWHERE)
+@pytest.mark.parametrize(
+    "module", [str(p.relative_to(PACKAGE)) for p in modules("protocol")] + PURE_ELSEWHERE
+)
 def test_pure_modules_import_neither_kafka_nor_spark(module):
     assert top(imports(PACKAGE / module)) & {"confluent_kafka", "pyspark"} == set()
 
@@ -76,8 +88,11 @@ def test_local_reading_imports_no_spark(module):
 
 
 def test_only_the_kafka_package_imports_confluent_kafka():
-    users = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
-                   if "confluent_kafka" in top(imports(p)))
+    users = sorted(
+        str(p.relative_to(PACKAGE))
+        for p in PACKAGE.rglob("*.py")
+        if "confluent_kafka" in top(imports(p))
+    )
     assert users and all(u.startswith("kafka/") for u in users), users
 
 
@@ -91,7 +106,11 @@ def test_no_module_imports_another_modules_private_names():
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cdc_emitter"):
                 own = path.name == "__init__.py" and node.module == ".".join(
-                    ("cdc_emitter", *path.parent.relative_to(PACKAGE).parts))  # a package's own
-                found += [f"{path.relative_to(PACKAGE)}: {node.module}.{a.name}" for a in node.names
-                          if a.name.startswith("_") and a.name != "__version__" and not own]
+                    ("cdc_emitter", *path.parent.relative_to(PACKAGE).parts)
+                )  # a package's own
+                found += [
+                    f"{path.relative_to(PACKAGE)}: {node.module}.{a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and a.name != "__version__" and not own
+                ]
     assert found == []

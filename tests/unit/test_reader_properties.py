@@ -27,7 +27,11 @@ def mangled_history(draw):
     closed = draw(st.booleans())
 
     def chain():
-        inner = sorted(draw(st.sets(st.integers(1, horizon - 1), max_size=horizon))) if horizon > 1 else []
+        inner = (
+            sorted(draw(st.sets(st.integers(1, horizon - 1), max_size=horizon)))
+            if horizon > 1
+            else []
+        )
         bounds = [0, *inner, horizon]
         statements = [
             progress_for([u for u in history if lo <= u.time < hi], lo, hi)
@@ -144,7 +148,7 @@ def history_with_late_non_duplicates(draw):
     for _ in range(draw(st.integers(1, 4))):
         time = draw(st.integers(0, horizon - 1))
         data = draw(st.one_of(st.sampled_from([d for d, t in known if t == time] or [99]), rows))
-        diff = draw(st.integers(-3, 3).filter(lambda d: d and d != known.get((data, time))))
+        diff = draw(st.integers(-3, 3).filter(lambda d, k=(data, time): d and d != known.get(k)))
         late.append(Update(data, time, diff))
     return messages, late, known
 
@@ -204,9 +208,17 @@ def counted(messages):
                 duplicates += 1
             else:
                 groups[time][1].append((data, first[key], diff))
-        per_message.append(([item if isinstance(item, Update) else
-                             TimeCounts(item, groups[item][0], tuple(groups[item][1])) for item in items],
-                            len(message)))
+        per_message.append(
+            (
+                [
+                    item
+                    if isinstance(item, Update)
+                    else TimeCounts(item, groups[item][0], tuple(groups[item][1]))
+                    for item in items
+                ],
+                len(message),
+            )
+        )
     return per_message, duplicates, firsts
 
 
@@ -218,8 +230,15 @@ def noisy_history(draw):
     """A mangled history with anything a wrong writer adds: conflicting diffs, new rows at
     reported times, malformed updates, disagreeing statements; messages with several times."""
     _history, messages, _final = draw(mangled_history())
-    extra = draw(st.lists(st.one_of(st.lists(noisy_update, min_size=1, max_size=5), garbage_progress
-                                    .filter(lambda p: len(p.lower) == 1)), max_size=6))
+    extra = draw(
+        st.lists(
+            st.one_of(
+                st.lists(noisy_update, min_size=1, max_size=5),
+                garbage_progress.filter(lambda p: len(p.lower) == 1),
+            ),
+            max_size=6,
+        )
+    )
     mixed = list(messages)
     for message in extra:
         mixed.insert(draw(st.integers(0, len(mixed))), message)
@@ -227,8 +246,10 @@ def noisy_history(draw):
 
 
 @settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.one_of(mangled_history().map(lambda case: case[1]), noisy_history()),
-       st.sampled_from([None, "exact"]))
+@given(
+    st.one_of(mangled_history().map(lambda case: case[1]), noisy_history()),
+    st.sampled_from([None, "exact"]),
+)
 def test_counting_reader_decides_as_the_reader_does(messages, strict):
     reader, counting = CdcReader(strict=strict), CountingReader(strict=strict)
     per_message, duplicates, firsts = counted(messages)
@@ -246,9 +267,13 @@ def test_counting_reader_decides_as_the_reader_does(messages, strict):
     for (_p, offset, time), (at, n) in zip(counting.late, counting.late_violations):
         for i, u in enumerate(firsts[(offset, time)][:n]):
             counting.violations[at + i] = counting.violations[at + i]._replace(
-                detail=counting.late_detail(u.data, u.time, u.diff))
+                detail=counting.late_detail(u.data, u.time, u.diff)
+            )
     assert Counter(counting.violations) == Counter(reader.violations)
     assert (counting.messages, counting.updates_received, counting.duplicates) == (
-        reader.messages, reader.updates_received, reader.duplicates)
+        reader.messages,
+        reader.updates_received,
+        reader.duplicates,
+    )
     assert counting.pending() == reader.pending()
     assert counting.held == reader.held

@@ -20,9 +20,9 @@ class FakeClock:
 
 def test_phase_clock_measures_each_phase_from_the_previous_mark_and_orders_them():
     clock = PhaseClock(FakeClock(10.0, 10.5, 12.0, 12.25, 13.0))
-    clock.mark("plan")      # 0.5
-    clock.mark("check")     # 1.5
-    clock.mark("commit")    # 0.25
+    clock.mark("plan")  # 0.5
+    clock.mark("check")  # 1.5
+    clock.mark("commit")  # 0.25
     assert clock.seconds() == {"plan": 0.5, "check": 1.5, "commit": 0.25, "total": 3.0}
 
 
@@ -36,17 +36,39 @@ def test_phase_clock_adds_a_phase_marked_twice_and_refuses_an_unknown_one():
 
 
 def test_batch_result_as_dict_is_plain_json_and_the_log_text_names_every_figure():
-    result = BatchResult(7, 12, 15, 5, 3, {14: 2, 12: 3}, False, bytes=4817,
-                         seconds={"plan": 0.0041, "check": 0.1123, "commit": 0.006, "total": 0.2},
-                         topic="orders", encoder="jvm", finished_on="driver", consolidated_on="executors")
+    result = BatchResult(
+        7,
+        12,
+        15,
+        5,
+        3,
+        {14: 2, 12: 3},
+        False,
+        bytes=4817,
+        seconds={"plan": 0.0041, "check": 0.1123, "commit": 0.006, "total": 0.2},
+        topic="orders",
+        encoder="jvm",
+        finished_on="driver",
+        consolidated_on="executors",
+    )
     assert json.loads(json.dumps(result.as_dict())) == {
-        "topic": "orders", "batch_id": 7, "lower": 12, "upper": 15, "updates": 5, "messages": 3,
-        "bytes": 4817, "counts": {"12": 3, "14": 2}, "reused": False, "encoder": "jvm",
-        "finished_on": "driver", "consolidated_on": "executors",
+        "topic": "orders",
+        "batch_id": 7,
+        "lower": 12,
+        "upper": 15,
+        "updates": 5,
+        "messages": 3,
+        "bytes": 4817,
+        "counts": {"12": 3, "14": 2},
+        "reused": False,
+        "encoder": "jvm",
+        "finished_on": "driver",
+        "consolidated_on": "executors",
         "seconds": {"plan": 0.0041, "check": 0.1123, "commit": 0.006, "total": 0.2},
     }
-    assert result.log_text() == ("updates=5 messages=3 bytes=4817 seconds: plan=0.004 check=0.112 "
-                                 "commit=0.006 total=0.200")
+    assert result.log_text() == (
+        "updates=5 messages=3 bytes=4817 seconds: plan=0.004 check=0.112 commit=0.006 total=0.200"
+    )
 
 
 def test_a_closed_batch_has_no_upper_and_a_result_without_timings_says_no_seconds():

@@ -8,7 +8,12 @@ from hypothesis import strategies as st
 
 from cdc_emitter.sink.distributed import BUCKET_BYTES, FANOUT_ARRAYS, spread
 from cdc_emitter.sink.plan import large_diff, packed_groups
-from cdc_emitter.spark.settings import FALLBACK_THRESHOLD, V1_SOURCES, GroupsInMemory, KafkaWriteObserved
+from cdc_emitter.spark.settings import (
+    FALLBACK_THRESHOLD,
+    V1_SOURCES,
+    GroupsInMemory,
+    KafkaWriteObserved,
+)
 
 LIMIT = 900_000
 
@@ -31,7 +36,9 @@ def test_the_arrays_hold_four_times_the_bytes(n_bytes, limit, partitions):
     buckets, fanout = spread(n_bytes, limit, partitions)
     assert 1 <= fanout <= FANOUT_ARRAYS and buckets >= 1
     assert buckets * fanout * limit >= 4 * n_bytes
-    assert (buckets - 1) * FANOUT_ARRAYS * limit < 4 * n_bytes or buckets <= partitions or buckets == 1
+    assert (
+        (buckets - 1) * FANOUT_ARRAYS * limit < 4 * n_bytes or buckets <= partitions or buckets == 1
+    )
 
 
 class FakeConf:
@@ -151,8 +158,12 @@ def test_a_session_that_refuses_or_ignores_the_setting_gets_the_two_jobs():
 
 def test_a_large_diff_is_told_from_a_bad_row():
     def failure(kind: str) -> Exception:
-        return RuntimeError(f"[USER_RAISED_EXCEPTION] [cdc-emitter:{kind}] @cdc-emitter-batch@: some text "
-                            "SQLSTATE: P0001\n\tat org.apache.spark...")
+        return RuntimeError(
+            f"[USER_RAISED_EXCEPTION] [cdc-emitter:{kind}] @cdc-emitter-batch@: some text "
+            "SQLSTATE: P0001\n\tat org.apache.spark..."
+        )
 
     assert large_diff(failure("LargeDiff"))
-    assert not large_diff(failure("BadInputError")) and not large_diff(RuntimeError("a lost executor"))
+    assert not large_diff(failure("BadInputError")) and not large_diff(
+        RuntimeError("a lost executor")
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pyspark
 import pytest
+
 from cdc_emitter import configure_spark
 from cdc_emitter.spark.setup import scala_version, sink_packages
 
@@ -15,8 +16,10 @@ def _no_override(monkeypatch):
 
 def test_packages_follow_the_installed_pyspark():
     scala, version = scala_version(), pyspark.__version__
-    assert sink_packages() == [f"org.apache.spark:spark-avro_{scala}:{version}",
-                               f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version}"]
+    assert sink_packages() == [
+        f"org.apache.spark:spark-avro_{scala}:{version}",
+        f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version}",
+    ]
 
 
 def test_an_explicit_version_wins_over_the_environment_which_wins_over_pyspark(monkeypatch):
@@ -32,12 +35,17 @@ class _Builder:
     def __init__(self, options: dict):
         self._options = dict(options)
 
-    def config(self, key: str, value: str) -> "_Builder":
+    def config(self, key: str, value: str) -> _Builder:
         return _Builder({**self._options, key: value})
 
 
 def test_configure_spark_keeps_packages_already_set_and_adds_each_once():
     builder = _Builder({"spark.jars.packages": "io.delta:delta-spark_2.13:4.0.0"})
-    configured = configure_spark(builder, extra_packages=[sink_packages()[0], "org.example:extra:1"])
+    configured = configure_spark(
+        builder, extra_packages=[sink_packages()[0], "org.example:extra:1"]
+    )
     assert configured._options["spark.jars.packages"].split(",") == [
-        "io.delta:delta-spark_2.13:4.0.0", *sink_packages(), "org.example:extra:1"]
+        "io.delta:delta-spark_2.13:4.0.0",
+        *sink_packages(),
+        "org.example:extra:1",
+    ]

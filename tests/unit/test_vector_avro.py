@@ -11,9 +11,14 @@ import pyarrow as pa
 from cdc_emitter.protocol.arrow_avro import encode_records, supported
 
 FIELDS = [
-    ("l", pa.int64(), "long", True), ("i", pa.int32(), "int", False), ("s", pa.string(), "string", True),
-    ("b", pa.binary(), "bytes", False), ("d", pa.float64(), "double", True), ("f", pa.float32(), "float", False),
-    ("o", pa.bool_(), "boolean", True), ("sh", pa.int16(), "int", True),
+    ("l", pa.int64(), "long", True),
+    ("i", pa.int32(), "int", False),
+    ("s", pa.string(), "string", True),
+    ("b", pa.binary(), "bytes", False),
+    ("d", pa.float64(), "double", True),
+    ("f", pa.float32(), "float", False),
+    ("o", pa.bool_(), "boolean", True),
+    ("sh", pa.int16(), "int", True),
 ]
 
 
@@ -21,7 +26,9 @@ def value(rng, avro, nullable):
     if nullable and rng.random() < 0.2:
         return None
     if avro == "long":
-        return rng.choice([0, -1, 1, 63, 64, -64, -65, 2**63 - 1, -(2**63), rng.randint(-(2**40), 2**40)])
+        return rng.choice(
+            [0, -1, 1, 63, 64, -64, -65, 2**63 - 1, -(2**63), rng.randint(-(2**40), 2**40)]
+        )
     if avro == "int":
         return rng.choice([0, -1, 127, -128, rng.randint(-(2**15), 2**15 - 1)])
     if avro == "string":
@@ -42,24 +49,47 @@ def test_matches_fastavro():
     columns = [pa.array([r[j] for r in rows], t) for j, (_, t, _, _) in enumerate(FIELDS)]
     columns[0] = columns[0].slice(0)  # plain
     assert all(supported(c.type) for c in columns)
-    buf, ends = encode_records(columns + [pa.array(times, pa.int64()), pa.array(diffs, pa.int64())],
-                               [nb for *_, nb in FIELDS] + [False, False])
-    schema = fastavro.parse_schema({"type": "record", "name": "update", "fields": [
-        {"name": "data", "type": {"type": "record", "name": "data", "fields": [
-            {"name": name, "type": ["null", avro] if nb else avro} for name, _, avro, nb in FIELDS]}},
-        {"name": "time", "type": "long"}, {"name": "diff", "type": "long"}]})
+    buf, ends = encode_records(
+        columns + [pa.array(times, pa.int64()), pa.array(diffs, pa.int64())],
+        [nb for *_, nb in FIELDS] + [False, False],
+    )
+    schema = fastavro.parse_schema(
+        {
+            "type": "record",
+            "name": "update",
+            "fields": [
+                {
+                    "name": "data",
+                    "type": {
+                        "type": "record",
+                        "name": "data",
+                        "fields": [
+                            {"name": name, "type": ["null", avro] if nb else avro}
+                            for name, _, avro, nb in FIELDS
+                        ],
+                    },
+                },
+                {"name": "time", "type": "long"},
+                {"name": "diff", "type": "long"},
+            ],
+        }
+    )
     start = 0
     for row, t, d, end in zip(rows, times, diffs, ends):
         out = io.BytesIO()
-        fastavro.schemaless_writer(out, schema, {"data": dict(zip([f[0] for f in FIELDS], row)), "time": t, "diff": d})
+        fastavro.schemaless_writer(
+            out, schema, {"data": dict(zip([f[0] for f in FIELDS], row)), "time": t, "diff": d}
+        )
         assert bytes(buf[start:end]) == out.getvalue(), row
         start = end
 
 
 def test_sliced_arrays_and_empty():
     col = pa.array(["a", None, "bcd", "", "e"]).slice(1, 3)
-    buf, ends = encode_records([col, pa.array([1, 2, 3], pa.int64()), pa.array([1, 1, 1], pa.int64())],
-                               [True, False, False])
+    buf, ends = encode_records(
+        [col, pa.array([1, 2, 3], pa.int64()), pa.array([1, 1, 1], pa.int64())],
+        [True, False, False],
+    )
     assert bytes(buf) == b"\x00\x02\x02" + b"\x02\x06bcd\x04\x02" + b"\x02\x00\x06\x02"
     buf, ends = encode_records([pa.array([], pa.int64())] * 3, [False] * 3)
     assert len(buf) == 0 and len(ends) == 0

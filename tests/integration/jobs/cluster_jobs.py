@@ -50,8 +50,15 @@ def one_job_rows(time: int) -> list[dict]:
 
 def rows(part: int, n: int) -> list[dict]:
     """File ``part``'s rows: times 10*part .. 10*part+2, keys overlapping the previous part's."""
-    return [{"k": (i * 7 + part) % (n // 2), "v": f"v{i % 13}", "t": 10 * part + i % 3,
-             "diff": 1 if i % 5 else -1} for i in range(n)]
+    return [
+        {
+            "k": (i * 7 + part) % (n // 2),
+            "v": f"v{i % 13}",
+            "t": 10 * part + i % 3,
+            "diff": 1 if i % 5 else -1,
+        }
+        for i in range(n)
+    ]
 
 
 def add_file(directory: Path, part: int, n: int) -> None:
@@ -62,9 +69,15 @@ def add_file(directory: Path, part: int, n: int) -> None:
 
 
 def run_query(spark, source: Path, checkpoint: Path, function) -> None:
-    query = (spark.readStream.schema(DDL).option("maxFilesPerTrigger", 1).json(str(source))
-             .writeStream.option("checkpointLocation", str(checkpoint)).foreachBatch(function)
-             .trigger(availableNow=True).start())
+    query = (
+        spark.readStream.schema(DDL)
+        .option("maxFilesPerTrigger", 1)
+        .json(str(source))
+        .writeStream.option("checkpointLocation", str(checkpoint))
+        .foreachBatch(function)
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
 
 
@@ -78,25 +91,37 @@ def standalone(master: str, bootstrap: str, topic: str, workdir: str, spark_loca
     from cdc_emitter import CdcSink, configure_spark
     from cdc_emitter.spark import kafka as spark_kafka
 
-    spark = (configure_spark(SparkSession.builder.master(master).appName("cdc-emitter-standalone"))
-             .config("spark.pyspark.python", "/nonexistent/executor-python")
-             .config("spark.executor.memory", "1g").config("spark.cores.max", "1")
-             .config("spark.ui.enabled", "false")
-             .config("spark.sql.shuffle.partitions", "4").config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
+    spark = (
+        configure_spark(SparkSession.builder.master(master).appName("cdc-emitter-standalone"))
+        .config("spark.pyspark.python", "/nonexistent/executor-python")
+        .config("spark.executor.memory", "1g")
+        .config("spark.cores.max", "1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .getOrCreate()
+    )
     source, checkpoint = Path(workdir) / "in", Path(workdir) / "checkpoint"
     for part, n in PARTS:
         add_file(source, part, n)
-    sink = CdcSink(bootstrap, topic, checkpoint_location=str(checkpoint), time_column="t",
-                   small_batch_rows=50_000)
+    sink = CdcSink(
+        bootstrap,
+        topic,
+        checkpoint_location=str(checkpoint),
+        time_column="t",
+        small_batch_rows=50_000,
+    )
     finished_on = []
     write = spark_kafka.write_messages
     killed = []
 
     def write_then_kill(*args, **kwargs):
         if not killed:  # the executors die while the first tasks write
-            killed.append(threading.Timer(0.3, subprocess.run, [f"{spark_local} kill-executors"],
-                                          {"shell": True}))
+            killed.append(
+                threading.Timer(
+                    0.3, subprocess.run, [f"{spark_local} kill-executors"], {"shell": True}
+                )
+            )
             killed[0].start()
         return write(*args, **kwargs)
 
@@ -126,8 +151,8 @@ def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
     from pyspark.sql import SparkSession
 
     from cdc_emitter import CdcSink
-    from cdc_emitter.sink import plan_stats as sink_figures
     from cdc_emitter.sink import plan as sink_jvm
+    from cdc_emitter.sink import plan_stats as sink_figures
     from cdc_emitter.spark.settings import FALLBACK_THRESHOLD, V1_SOURCES, GroupsInMemory
 
     spark = SparkSession.builder.remote(url).getOrCreate()
@@ -168,12 +193,16 @@ def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
     # Observation), Kafka's V2 writer set and put back
     observed = []
     write_observed = sink_figures.write_observed
-    sink_figures.write_observed = lambda *a, **kw: observed.append(write_observed(*a, **kw)) or observed[-1]
+    sink_figures.write_observed = lambda *a, **kw: (
+        observed.append(write_observed(*a, **kw)) or observed[-1]
+    )
     one_job = CdcSink(bootstrap, topic + ONE_JOB, create_topic=True, small_batch_rows=0)
     finished_on = []
     for time_ in ONE_JOB_TIMES:
         batch = spark.createDataFrame(one_job_rows(time_), DDL).drop("t")
-        if time_ == ONE_JOB_REPEATED:  # as the batch of a layout that repeated rows: consolidated straight away
+        if (
+            time_ == ONE_JOB_REPEATED
+        ):  # as the batch of a layout that repeated rows: consolidated straight away
             sink_jvm.note_repeats(batch.schema, ["k", "v"], True)
         written = one_job.write(batch, time=time_)
         assert written.updates == ONE_JOB_ROWS, written
@@ -181,8 +210,10 @@ def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
     if SPARK_4:
         assert finished_on == ["executors"] * 3, finished_on
         assert [(o.updates, o.rows, o.left_out) for o in observed] == [
-            (ONE_JOB_ROWS, ONE_JOB_ROWS, ()), (ONE_JOB_ROWS, ONE_JOB_ROWS, ()),
-            (ONE_JOB_ROWS, 2 * ONE_JOB_ROWS, ())], observed
+            (ONE_JOB_ROWS, ONE_JOB_ROWS, ()),
+            (ONE_JOB_ROWS, ONE_JOB_ROWS, ()),
+            (ONE_JOB_ROWS, 2 * ONE_JOB_ROWS, ()),
+        ], observed
     else:  # Connect 3.5 DataFrames take no Observation: two jobs each
         assert observed == [], observed
     assert spark.conf.get(V1_SOURCES, None) is None
