@@ -1,22 +1,30 @@
 """Encode/decode rates of the CDC codec next to plain fastavro on the same data.
 
-    python scripts/bench_codec.py [--updates 500000] [--batch 1000] [--repeat 3]
+    python benchmarks/bench_codec.py [--updates 500000] [--batch 1000] [--repeat 3] [--json FILE]
 
 Data: updates of (k long, v string, n nullable int), time 5, diff 1, in messages of --batch
 updates. Peers: fastavro's schemaless_writer/reader with the full union schema per message, and
-fastavro writing the array branch directly (index byte + array schema). Best of --repeat runs.
+fastavro writing the array branch directly (index byte + array schema). --repeat rounds, each
+timing every contender once, interleaved; prints the best of the rounds, and ``--json FILE``
+writes each round's seconds and the ratios to fastavro's full union round by round.
 """
 
 from __future__ import annotations
 
 import argparse
 import io
+import sys
 import time
+from pathlib import Path
 
 import fastavro
 
-from cdc_emitter.protocol.codec import CdcCodec, union_schema
-from cdc_emitter.protocol.core import Update
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchkit import ratio, write_json  # noqa: E402
+
+from cdc_emitter.protocol import Update  # noqa: E402
+from cdc_emitter.protocol.codec import CdcCodec, union_schema  # noqa: E402
 
 DATA = {
     "type": "record",
@@ -29,13 +37,10 @@ DATA = {
 }
 
 
-def best(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times)
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def main() -> None:
@@ -43,6 +48,7 @@ def main() -> None:
     ap.add_argument("--updates", type=int, default=500_000)
     ap.add_argument("--batch", type=int, default=1000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--json", metavar="FILE", default=None, help="also write the results to FILE")
     args = ap.parse_args()
     n, b = args.updates, args.batch
 
@@ -96,26 +102,22 @@ def main() -> None:
             buf.seek(1)
             fastavro.schemaless_reader(buf, array, None)
 
-    rates = {
-        "encode: fastavro, full union per message (dict rows)": best(fa_union_encode, args.repeat),
-        "encode: fastavro, branch written directly (dict rows)": best(
-            fa_direct_encode, args.repeat
-        ),
-        "encode: CdcCodec.encode_updates (tuple rows)": best(
-            lambda: [codec.encode_updates(x) for x in tuple_batches], args.repeat
-        ),
-        "encode: CdcCodec.encode_updates (dict rows)": best(
-            lambda: [codec.encode_updates(x) for x in dict_updates], args.repeat
-        ),
-        "pack:   CdcCodec.pack_items (pre-encoded items)": best(
-            lambda: list(big.pack_items(items)), args.repeat
-        ),
-        "decode: fastavro, full union per message (dicts)": best(fa_union_decode, args.repeat),
-        "decode: fastavro, branch read directly (dicts)": best(fa_direct_decode, args.repeat),
-        "decode: CdcCodec.decode (Update tuples)": best(
-            lambda: [codec.decode(m) for m in messages], args.repeat
-        ),
+    contenders = {
+        "encode: fastavro, full union per message (dict rows)": fa_union_encode,
+        "encode: fastavro, branch written directly (dict rows)": fa_direct_encode,
+        "encode: CdcCodec.encode_updates (tuple rows)": lambda: [
+            codec.encode_updates(x) for x in tuple_batches
+        ],
+        "encode: CdcCodec.encode_updates (dict rows)": lambda: [
+            codec.encode_updates(x) for x in dict_updates
+        ],
+        "pack:   CdcCodec.pack_items (pre-encoded items)": lambda: list(big.pack_items(items)),
+        "decode: fastavro, full union per message (dicts)": fa_union_decode,
+        "decode: fastavro, branch read directly (dicts)": fa_direct_decode,
+        "decode: CdcCodec.decode (Update tuples)": lambda: [codec.decode(m) for m in messages],
     }
+    rounds = [{name: timed(fn) for name, fn in contenders.items()} for _ in range(args.repeat)]
+    rates = {name: min(r[name] for r in rounds) for name in contenders}  # the best round
     print(
         f"{n} updates of (k long, v string, n nullable int), {b} per message "
         f"(~{len(messages[0])} bytes), best of {args.repeat}"
@@ -123,8 +125,39 @@ def main() -> None:
     enc = rates["encode: fastavro, full union per message (dict rows)"]
     dec = rates["decode: fastavro, full union per message (dicts)"]
     for name, secs in rates.items():
-        ratio = (dec if name.startswith("decode") else enc) / secs
-        print(f"  {name:<52} {n / secs:>12,.0f} updates/s   {ratio:5.2f}x fastavro union")
+        speed = (dec if name.startswith("decode") else enc) / secs
+        print(f"  {name:<52} {n / secs:>12,.0f} updates/s   {speed:5.2f}x fastavro union")
+    union_encode = "encode: fastavro, full union per message (dict rows)"
+    union_decode = "decode: fastavro, full union per message (dicts)"
+    ratios = [
+        ratio(
+            short,
+            name,
+            peer,
+            [r[peer] / r[name] for r in rounds],
+            meaning="speed: updates/s of ours over fastavro's with the full union, same round",
+        )
+        for short, name, peer in (
+            (
+                "encode (tuples)/fastavro",
+                "encode: CdcCodec.encode_updates (tuple rows)",
+                union_encode,
+            ),
+            (
+                "encode (dicts)/fastavro",
+                "encode: CdcCodec.encode_updates (dict rows)",
+                union_encode,
+            ),
+            ("decode/fastavro", "decode: CdcCodec.decode (Update tuples)", union_decode),
+        )
+    ]
+    write_json(
+        args.json,
+        "codec",
+        {"updates": n, "batch": b, "rounds": args.repeat, "message_bytes": len(messages[0])},
+        rounds,
+        ratios,
+    )
 
 
 if __name__ == "__main__":

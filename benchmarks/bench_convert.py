@@ -62,12 +62,12 @@ def main() -> None:
 
     from cdc_emitter import CdcSink
     from cdc_emitter.convert.delta import DIFF, VERSION, convert_delta, delta_changes, read_changes
-    from cdc_emitter.spark.sources import delta_package, spark_session
+    from cdc_emitter.spark.session import delta_package, spark_session
 
     package = delta_package(pyspark.__version__)
     if package is None:
         sys.exit(
-            f"Delta Lake has no build for Spark {pyspark.__version__} (cdc_emitter.spark.sources.DELTA_PACKAGES)"
+            f"Delta Lake has no build for Spark {pyspark.__version__} (cdc_emitter.spark.session.DELTA_PACKAGES)"
         )
     spark = spark_session(
         "bench-convert",
@@ -144,7 +144,7 @@ def compare(bootstrap: str, args, rows: int, unit: str, sink, convert) -> None:
     """``--runs`` interleaved runs of ``sink(topic, run)`` and ``convert(topic, run)`` (each returns
     its batches' results) into new topics: seconds, ``unit`` per second, the Kafka messages
     written, the ratio per run, and min / median / max."""
-    from cdc_emitter.kafka.io import ensure_topic
+    from cdc_emitter.kafka import ensure_topic
 
     figures: dict[str, list[float]] = {"sink": [], "convert": []}
     for run in range(1, args.runs + 1):
@@ -238,8 +238,8 @@ def bench_changefeed(args) -> None:
 
     from cdc_emitter import CdcSink
     from cdc_emitter.convert.changefeed import DIFF, TIME, await_conversion, convert_kafka
-    from cdc_emitter.kafka.io import ensure_topic
-    from cdc_emitter.spark.sources import spark_session
+    from cdc_emitter.kafka import ensure_topic
+    from cdc_emitter.spark.session import spark_session
 
     columns = "id long not null, name string, price int"
     spark = spark_session(

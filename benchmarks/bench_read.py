@@ -83,7 +83,7 @@ def main() -> int:
     from pyspark.sql import functions as F
 
     from cdc_emitter import CdcSink, configure_spark
-    from cdc_emitter.kafka.io import ensure_topic
+    from cdc_emitter.kafka import ensure_topic
 
     with kafka() as bootstrap:
         topic = f"bench-read-{uuid.uuid4().hex[:8]}"

@@ -15,14 +15,15 @@
    It prints each rate in updates/s and the ratios to plain, per run and as min / median / max
    (goals: verify >= 1.0x, verify --output >= 0.8x).
 2. Memory: the reader's peak traced memory (tracemalloc) for ``--memory`` update totals pushed
-   directly to :class:`~cdc_emitter.protocol.core.CdcReader` with an advancing frontier (goal: flat),
+   directly to :class:`~cdc_emitter.protocol.reader.CdcReader` with an advancing frontier (goal: flat),
    and what strict mode keeps per million updates (exact: traced; bloom: the filters' bytes).
 
 Kafka: ``KAFKA_BOOTSTRAP_SERVERS``, or a broker started here with ``scripts/kafka-local`` (its
-own state dir, stopped at the end). ``--profile`` prints where verify spends its time.
+own state dir, stopped at the end). ``--profile`` prints where verify spends its time; ``--json
+FILE`` writes the parameters, each run's rates and the ratios run by run to FILE.
 
-    .venv/bin/python scripts/bench_verify.py                  # 2M updates by CdcSink, 3 runs
-    .venv/bin/python scripts/bench_verify.py --updates 500000 --runs 1 --memory 1000000 --profile
+    .venv/bin/python benchmarks/bench_verify.py                  # 2M updates by CdcSink, 3 runs
+    .venv/bin/python benchmarks/bench_verify.py --updates 500000 --runs 1 --memory 1000000 --profile
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ import argparse
 import gc
 import io
 import os
+import statistics
 import sys
 import time
 import tracemalloc
@@ -40,11 +42,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchkit import kafka  # noqa: E402
+from benchkit import kafka, ratio, write_json  # noqa: E402
 
-from cdc_emitter.kafka.io import CdcProducer, end_offsets, ensure_topic  # noqa: E402
+from cdc_emitter.kafka import CdcProducer, end_offsets, ensure_topic  # noqa: E402
+from cdc_emitter.protocol import CdcReader, Progress, Update  # noqa: E402
 from cdc_emitter.protocol.codec import CdcCodec  # noqa: E402
-from cdc_emitter.protocol.core import CdcReader, Progress, Update  # noqa: E402
 from cdc_emitter.read.verify import verify_topic  # noqa: E402
 
 DATA = {
@@ -260,7 +262,17 @@ def main() -> int:
     )
     ap.add_argument("--profile", action="store_true", help="cProfile one verify run")
     ap.add_argument("--skip-kafka", action="store_true", help="only the memory measurements")
+    ap.add_argument(
+        "--json",
+        metavar="FILE",
+        default=None,
+        help="also write the results (each run's rates, the ratios run by run, the memory "
+        "figures) to FILE",
+    )
     args = ap.parse_args()
+    runs: list[dict] = []
+    ratios: dict[str, list[float]] = {"verify": [], "verify --output": []}
+    memory: dict = {}
 
     if not args.skip_kafka:
         with kafka() as bootstrap:
@@ -282,7 +294,6 @@ def main() -> int:
                     args.partitions,
                 )
             plain_loop(bootstrap, topic, codec)  # warm the broker's page cache
-            ratios: dict[str, list[float]] = {"verify": [], "verify --output": []}
             for run in range(1, args.runs + 1):
                 n, plain_s = plain_loop(bootstrap, topic, codec)
                 assert n == args.updates, n
@@ -296,6 +307,14 @@ def main() -> int:
                 v_rate, vc_rate = res.updates / verify_s, args.updates / verify_c_s
                 ratios["verify"].append(v_rate / plain_rate)
                 ratios["verify --output"].append(vc_rate / plain_rate)
+                runs.append(
+                    {
+                        "plain_updates_per_second": plain_rate,
+                        "verify_updates_per_second": v_rate,
+                        "verify_output_updates_per_second": vc_rate,
+                        "verify_workers": res.workers,
+                    }
+                )
                 print(
                     f"run {run}: plain consume+decode {plain_rate:12,.0f} updates/s ({plain_s:.2f}s)"
                     f" | verify {v_rate:12,.0f} ({verify_s:.2f}s, {res.workers} workers) "
@@ -304,10 +323,9 @@ def main() -> int:
                     flush=True,
                 )
             for name, values in ratios.items():
-                values.sort()
                 print(
-                    f"{name:>16} / plain: min {values[0]:.2f}x  median "
-                    f"{values[len(values) // 2]:.2f}x  max {values[-1]:.2f}x  ({len(values)} runs)"
+                    f"{name:>16} / plain: min {min(values):.2f}x  median "
+                    f"{statistics.median(values):.2f}x  max {max(values):.2f}x  ({len(values)} runs)"
                 )
             if args.profile:
                 import cProfile
@@ -321,6 +339,7 @@ def main() -> int:
 
     for total in args.memory:
         peak, retained, seconds = reader_memory(total)
+        memory[f"reader_peak_mib_{total}"] = peak / 2**20
         print(
             f"CdcReader, {total:>11,} updates, advancing frontier: peak {peak / 2**20:7.1f} MiB"
             f" traced, {retained} items retained at the end ({seconds:.1f}s under tracemalloc)",
@@ -329,11 +348,47 @@ def main() -> int:
     if args.strict_memory:
         for mode in ("exact", "bloom"):
             per = strict_memory(args.strict_memory, mode)
+            memory[f"strict_{mode}_mib_per_million"] = per * 1e6 / 2**20
             print(
                 f"strict={mode}: {per * 1e6 / 2**20:7.1f} MiB per million reported updates "
                 f"(measured over {args.strict_memory:,})",
                 flush=True,
             )
+    plain = "plain consume + fastavro decode loop (one process, no dedup, no checks)"
+    write_json(
+        args.json,
+        "verify",
+        {
+            "updates": args.updates,
+            "writer": args.writer,
+            "batches": args.batches,
+            "partitions": args.partitions,
+            "rounds": len(runs),
+            "workers": args.workers,
+        },
+        runs,
+        [
+            ratio(
+                "verify/plain",
+                "verify (dedup, every statement checked, counts)",
+                plain,
+                ratios["verify"],
+                target=1.0,
+                meaning="speed: updates/s of ours over the plain loop's, in the same run",
+            ),
+            ratio(
+                "verify --output/plain",
+                "verify --output (also keeps the collection at the frontier)",
+                plain,
+                ratios["verify --output"],
+                target=0.8,
+                meaning="speed: updates/s of ours over the plain loop's, in the same run",
+            ),
+        ]
+        if runs
+        else [],
+        memory=memory,
+    )
     return 0
 
 

@@ -13,7 +13,9 @@ every contender, interleaved, in one local[2] Spark session:
 * ``peer``: ``to_avro`` per row + ``df.write.format("kafka")`` — what a user would otherwise
   write (no consolidation, no progress statements, no guards).
 
-Prints the median, min and max seconds per batch of each and the median ratios to the peer.
+Prints the median, min and max seconds per batch of each and the median ratios to the peer;
+``--json FILE`` also writes each round's seconds and each ratio round by round (a contender's
+time over the peer's in the same round; target: at most 1.5× for ``jvm`` and ``jvm-stream``).
 
 The rows: ``--shape`` kv ``(k long, v string)`` or wide (six columns of other types, as
 ``bench_sink.py``'s); ``--times T``: each also carries a time column (the sink in column mode,
@@ -23,7 +25,7 @@ source's micro-batch is, instead of cached.
 Kafka: ``KAFKA_BOOTSTRAP_SERVERS``, or a broker started here with ``scripts/kafka-local`` (its
 own state dir, stopped at the end).
 
-    .venv/bin/python scripts/bench_small_batches.py --rows 200 --batches 15
+    .venv/bin/python benchmarks/bench_small_batches.py --rows 200 --batches 15
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchkit import SHAPES, kafka, shape_columns  # noqa: E402
+from benchkit import SHAPES, kafka, ratio, shape_columns, write_json  # noqa: E402
+
+CONTENDERS = ("jvm", "jvm-stream", "jvm-executors", "python", "peer")
 
 
 def main() -> int:
@@ -68,12 +72,27 @@ def main() -> int:
         action="store_true",
         help="recompute the input every batch, as a source's micro-batch is, instead of caching it",
     )
+    ap.add_argument(
+        "--only",
+        default=None,
+        help="comma list of contenders besides the peer: jvm,jvm-stream,jvm-executors,python "
+        "(default: all)",
+    )
+    ap.add_argument(
+        "--json",
+        metavar="FILE",
+        default=None,
+        help="also write the results (each round's seconds, the ratios round by round) to FILE",
+    )
     args = ap.parse_args()
+    only = set(args.only.split(",")) | {"peer"} if args.only else None
+    if only and only - set(CONTENDERS):
+        ap.error(f"--only: unknown contenders {sorted(only - set(CONTENDERS))}")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
 
     from cdc_emitter import CdcSink, configure_spark
-    from cdc_emitter.kafka.io import ensure_topic
+    from cdc_emitter.kafka import ensure_topic
 
     spark = (
         configure_spark(SparkSession.builder.master("local[2]").appName("bench-small-batches"))
@@ -159,6 +178,8 @@ def main() -> int:
                 "python": write("python"),
                 "peer": peer,
             }
+            if only:
+                contenders = {k: v for k, v in contenders.items() if k in only}
             seconds: dict = {name: [] for name in contenders}
             for i in range(args.warmup + args.batches):
                 for name, run in contenders.items():
@@ -187,8 +208,45 @@ def main() -> int:
             f"max {max(values):.3f}"
         )
     peer_median = statistics.median(seconds["peer"])
+    labels = {
+        "jvm": "CdcSink.write, JVM data path",
+        "jvm-stream": "CdcSink as a foreachBatch function (with its sink log)",
+        "jvm-executors": "CdcSink.write, every batch on the executors (small_batch_rows=0)",
+        "python": "CdcSink.write, pure-Python encoder",
+        "peer": "to_avro + Spark's Kafka sink",
+    }
+    ratios = []
     for name in ("jvm", "jvm-stream", "jvm-executors", "python"):
+        if name not in seconds:
+            continue
         print(f"  {name}/peer median ratio: {statistics.median(seconds[name]) / peer_median:.2f}x")
+        ratios.append(
+            ratio(
+                f"{name}/peer",
+                labels[name],
+                labels["peer"],
+                [ours / theirs for ours, theirs in zip(seconds[name], seconds["peer"])],
+                better="lower",
+                target=1.5 if name in ("jvm", "jvm-stream") else None,
+                meaning="time: seconds per batch of ours over the peer's, in the same round",
+                of_medians=statistics.median(seconds[name]) / peer_median,
+            )
+        )
+    write_json(
+        args.json,
+        "small",
+        {
+            "rows": args.rows,
+            "rounds": args.batches,
+            "warmup": args.warmup,
+            "shape": args.shape,
+            "times": args.times,
+            "uncached": args.uncached,
+            "contenders": list(seconds),
+        },
+        [{name: values[i] for name, values in seconds.items()} for i in range(args.batches)],
+        ratios,
+    )
     return 0
 
 

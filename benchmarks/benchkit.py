@@ -1,4 +1,5 @@
-"""What the benchmark scripts share: a Kafka broker for the length of a run.
+"""What the benchmark scripts share: a Kafka broker for the length of a run, the rows, and the
+shape of the results they write with ``--json FILE`` (read by ``benchmarks/run.py``).
 
 ``kafka()`` yields ``KAFKA_BOOTSTRAP_SERVERS`` when it is set; otherwise it starts a broker with
 ``scripts/kafka-local`` in a state dir of its own and stops it (removing its data) at the end.
@@ -7,13 +8,16 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import statistics
 import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-KAFKA_LOCAL = Path(__file__).resolve().parent / "kafka-local"
+ROOT = Path(__file__).resolve().parents[1]
+KAFKA_LOCAL = ROOT / "scripts" / "kafka-local"
 
 
 @contextlib.contextmanager
@@ -69,3 +73,54 @@ def shape_columns(key, shape: str) -> list:
         F.timestamp_seconds(F.lit(1_700_000_000) + key % 86_400).alias("ts"),
         (key % 3 == 0).alias("flag"),
     ]
+
+
+def ratio(
+    name: str,
+    ours: str,
+    peer: str,
+    per_round: list[float],
+    *,
+    better: str = "higher",
+    target: float | None = None,
+    meaning: str = "",
+    **extra,
+) -> dict:
+    """One ratio of a benchmark against its peer, round by round, as ``--json`` writes it.
+
+    ``better``: ``"higher"`` (a speed ratio: ours at least ``target``) or ``"lower"`` (a time
+    ratio: ours at most ``target``); ``target`` None: reported, not judged; ``extra``: other
+    figures of the ratio (such as the ratio of the fastest rounds)."""
+    values = [float(v) for v in per_round]
+    return {
+        "name": name,
+        "ours": ours,
+        "peer": peer,
+        "meaning": meaning,
+        "better": better,
+        "target": target,
+        "per_round": values,
+        "min": min(values) if values else None,
+        "median": statistics.median(values) if values else None,
+        "max": max(values) if values else None,
+        **extra,
+    }
+
+
+def write_json(
+    path: str | None, benchmark: str, parameters: dict, rounds: list, ratios: list, **extra
+) -> None:
+    """Write a benchmark's results to ``path`` (nothing when None): its parameters, each round's
+    figures and its ratios against its peer (see :func:`ratio`)."""
+    if not path:
+        return
+    data = {
+        "benchmark": benchmark,
+        "parameters": parameters,
+        "rounds": rounds,
+        "ratios": ratios,
+        **extra,
+    }
+    with open(path, "w", encoding="utf-8") as out:
+        json.dump(data, out, indent=2)
+        out.write("\n")

@@ -6,17 +6,15 @@ Pipelines, each writing to its own new topic on the same broker:
 0. ``cdc-sink (jvm)``: ``CdcSink.write`` on the JVM data path (Spark SQL + Spark's Kafka writer;
    the default when both packages are loaded).
 1. ``cdc-sink (python)``: ``CdcSink.write`` with the pure-Python encoder (Arrow → fastavro).
-2. ``cdc-sink (to_avro)``: ``CdcSink.write`` with Spark's ``to_avro`` per update, joined into
-   arrays in Python (needs spark-avro; skipped with ``--no-avro-encoder``).
-3. ``diy kafka sink``: the do-it-yourself pipeline — the same consolidation, then ``to_avro``
+2. ``diy kafka sink``: the do-it-yourself pipeline — the same consolidation, then ``to_avro``
    per update, framed as a one-update CDC array message (Confluent header + union branch 0 +
    count 1 + item + 0), one Kafka record per update through Spark's ``kafka`` sink, with the
    writer options the sink's JVM path uses (``acks=all``, lz4, 1 MB batches, not idempotent;
    ``--peer-writer lz4``: lz4, idempotent, Java's default batch, as earlier rounds measured). No progress statements
    (it could not write correct ones anyway).
-4. ``raw kafka sink``: Spark's ``kafka`` sink on the unconsolidated rows, ``to_avro`` per row
+3. ``raw kafka sink``: Spark's ``kafka`` sink on the unconsolidated rows, ``to_avro`` per row
    (a ceiling for reference: no consolidation, no arrays, no progress).
-5. ``floor``: the same consolidation written to Spark's ``noop`` sink — what any correct sink pays
+4. ``floor``: the same consolidation written to Spark's ``noop`` sink — what any correct sink pays
    before it writes a byte (its "updates": the distinct pairs, counted by construction).
 
 Input: ``--rows`` narrow rows ``(k long, v string, diff long)`` (``--shape wide``: six columns of
@@ -31,7 +29,7 @@ major version below it (``--packages-version`` to choose).
 
 Usage::
 
-    KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 .venv/bin/python scripts/bench_sink.py --rows 4000000
+    KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092 .venv/bin/python benchmarks/bench_sink.py --rows 4000000
     # or without KAFKA_BOOTSTRAP_SERVERS: starts scripts/kafka-local
 
 ``--same-sink``: the cdc-sink pipelines write every round through one sink and topic, each round
@@ -42,12 +40,13 @@ shared plan, and whether its rows repeat: a first batch that does not know bets 
 ``--cold``: each round's sink as a new process's first (the layout forgotten; the JVM warm).
 
 Prints input rows/s for each pipeline (its fastest round) and the ratios of those; with ``--repeat``
-above 1, each ratio also round by round (min, median, max); ``--json`` prints one JSON object too.
+above 1, each ratio also round by round (min, median, max); ``--json FILE`` writes the parameters,
+each round's seconds and the ratios round by round to FILE (as ``benchmarks/run.py`` reads them).
 
 ``--small`` measures the other figure, the fixed cost of a small batch against Spark's Kafka sink
-(``scripts/bench_small_batches.py``; the arguments after ``--small`` go to it)::
+(``benchmarks/bench_small_batches.py``; the arguments after ``--small`` go to it)::
 
-    .venv/bin/python scripts/bench_sink.py --small --rows 200 --batches 12
+    .venv/bin/python benchmarks/bench_sink.py --small --rows 200 --batches 12
 """
 
 from __future__ import annotations
@@ -65,7 +64,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-from benchkit import SHAPES, shape_columns
+from benchkit import SHAPES, ratio, shape_columns, write_json
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -113,7 +112,7 @@ def broker() -> str:
 
 def main() -> int:
     if sys.argv[1:2] == ["--small"]:
-        small = [sys.executable, str(ROOT / "scripts" / "bench_small_batches.py"), *sys.argv[2:]]
+        small = [sys.executable, str(ROOT / "benchmarks" / "bench_small_batches.py"), *sys.argv[2:]]
         return subprocess.run(small).returncode
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0],
@@ -152,9 +151,14 @@ def main() -> int:
         help="spark.sql.shuffle.partitions (Spark's default is 200)",
     )
     ap.add_argument("--packages-version", default=None)
-    ap.add_argument("--no-avro-encoder", action="store_true")
-    ap.add_argument("--only", default=None, help="comma list: jvm,python,avro,diy,raw,floor")
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--only", default=None, help="comma list: jvm,python,diy,raw,floor")
+    ap.add_argument(
+        "--json",
+        metavar="FILE",
+        default=None,
+        help="also write the results (parameters, each round's seconds, the ratios round by "
+        "round) to FILE as JSON",
+    )
     ap.add_argument(
         "--peer-writer",
         choices=("sink", "lz4"),
@@ -194,7 +198,7 @@ def main() -> int:
     from pyspark.sql.avro.functions import to_avro
 
     from cdc_emitter import CdcSink
-    from cdc_emitter.kafka.io import end_offsets, ensure_topic
+    from cdc_emitter.kafka import end_offsets, ensure_topic
     from cdc_emitter.protocol.codec import union_schema
     from cdc_emitter.sink.plan import forget_layouts
     from cdc_emitter.spark.kafka import kafka_write_options
@@ -331,14 +335,14 @@ def main() -> int:
     plan = {
         "jvm": ("cdc-sink (jvm data path)", lambda d: run_sink("jvm", d)),
         "python": ("cdc-sink (python encoder)", lambda d: run_sink("python", d)),
-        "avro": ("cdc-sink (to_avro encoder)", lambda d: run_sink("avro", d)),
         "diy": ("diy: consolidate + to_avro + kafka sink", run_diy),
         "raw": ("raw kafka sink, unconsolidated", run_raw),
         "floor": ("floor: the consolidation to the noop sink", run_floor),
     }
     chosen = args.only.split(",") if args.only else list(plan)
-    if args.no_avro_encoder and "avro" in chosen:
-        chosen.remove("avro")
+    unknown = [c for c in chosen if c not in plan]
+    if unknown:
+        ap.error(f"--only: unknown pipelines {unknown} (choose among {','.join(plan)})")
     rates = {}
     print(
         f"rows={n} keys={keys} times={args.times or 'one batch time'} shape={args.shape} "
@@ -370,19 +374,58 @@ def main() -> int:
             f"{rates[key]:>12,.0f} rows/s",
             flush=True,
         )
-    for ours in ("jvm", "python", "avro"):
+    targets = {"diy": 1.5, "floor": 0.6}  # issue 11's targets for the JVM path; raw: reference
+    ratios = []
+    for ours in ("jvm", "python"):
         for peer in ("diy", "raw", "floor"):
             if ours in rates and peer in rates:
                 line = f"ratio {ours}/{peer}: {rates[ours] / rates[peer]:.2f}x"
-                if len(rounds) > 1:  # the same ratio within each round: how much the best hides
-                    within = sorted(r[peer][0] / r[ours][0] for r in rounds)
+                # the same ratio within each round: how much the best hides
+                within = [r[peer][0] / r[ours][0] for r in rounds]
+                if len(rounds) > 1:
                     line += (
-                        f" (round by round: min {within[0]:.2f}x, median "
-                        f"{statistics.median(within):.2f}x, max {within[-1]:.2f}x)"
+                        f" (round by round: min {min(within):.2f}x, median "
+                        f"{statistics.median(within):.2f}x, max {max(within):.2f}x)"
                     )
                 print(line)
-    if args.json:
-        print(json.dumps({"rows": n, "keys": keys, "rows_per_second": rates}))
+                ratios.append(
+                    ratio(
+                        f"{ours}/{peer}",
+                        plan[ours][0],
+                        plan[peer][0],
+                        within,
+                        target=targets.get(peer) if ours == "jvm" else None,
+                        meaning="speed: input rows/s of ours over the peer's, in the same round",
+                        best_round=rates[ours] / rates[peer],
+                    )
+                )
+    write_json(
+        args.json,
+        "sink",
+        {
+            "rows": n,
+            "keys": keys,
+            "times": args.times,
+            "shape": args.shape,
+            "topic_partitions": args.partitions,
+            "shuffle_partitions": args.shuffle_partitions,
+            "pipelines": chosen,
+            "rounds": len(rounds),
+            "same_sink": args.same_sink,
+            "cold": args.cold,
+            "peer_writer": args.peer_writer,
+            "spark_packages": version,
+        },
+        [
+            {
+                key: {"seconds": r[key][0], "updates": r[key][1], "messages": r[key][2]}
+                for key in chosen
+            }
+            for r in rounds
+        ],
+        ratios,
+        best_round_rows_per_second=rates,
+    )
     spark.stop()
     return 0
 

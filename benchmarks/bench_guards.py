@@ -31,10 +31,10 @@ sys.path.insert(0, str(ROOT))
 from benchkit import kafka  # noqa: E402
 
 from cdc_emitter import CdcSink  # noqa: E402
-from cdc_emitter.kafka.frontier import HEADER_KIND, HEADER_LOWER, HEADER_UPPER, HEADER_WRITER  # noqa: E402
-from cdc_emitter.kafka.io import CdcProducer, TopicOffsets, ensure_topic, partition_end  # noqa: E402
+from cdc_emitter.kafka import CdcProducer, TopicOffsets, ensure_topic, partition_end  # noqa: E402
+from cdc_emitter.protocol import Progress, Update  # noqa: E402
 from cdc_emitter.protocol.codec import CdcCodec  # noqa: E402
-from cdc_emitter.protocol.core import Progress, Update  # noqa: E402
+from cdc_emitter.protocol.headers import HEADER_KIND, HEADER_LOWER, HEADER_UPPER, HEADER_WRITER  # noqa: E402
 
 
 def main() -> int:
