@@ -28,8 +28,8 @@ from cdc_emitter.errors import (
     ReplayError,
     SchemaError,
 )
-from cdc_emitter.protocol.core import (
-    CdcReader,
+from cdc_emitter.protocol.reader import CdcReader
+from cdc_emitter.protocol.updates import (
     Progress,
     Update,
     Violation,

@@ -12,24 +12,25 @@ import importlib.abc
 import importlib.machinery
 import sys
 import warnings
+from collections.abc import Sequence
 from types import ModuleType
 
 #: old module name (under ``cdc_emitter.``) -> its new dotted path
 MOVED: dict[str, str] = {
-    "core": "protocol.core",
+    "core": "protocol",  # protocol/__init__ re-exports updates.py and reader.py
     "codec": "protocol.codec",
     "_vector_avro": "protocol.arrow_avro",
     "bloom": "protocol.bloom",
     "materialize": "protocol.materialize",
     "frontier": "kafka.frontier",
-    "kafka_io": "kafka.io",
+    "kafka_io": "kafka",  # kafka/__init__ re-exports config, producer, topics, reading
     "registry": "kafka.registry",
     "spark_schema": "spark.schema",
     "spark_columns": "spark.columns",
     "spark_kafka": "spark.kafka",
     "spark_settings": "spark.settings",
     "spark_setup": "spark.setup",
-    "sources": "spark.sources",
+    "sources": "spark",  # spark/__init__ finds session, tables and errors names
     "sink": "sink.sink",
     "sink_batch": "sink.batch",
     "sink_digest": "sink.digest",
@@ -67,7 +68,12 @@ class _Alias(importlib.abc.Loader):
 class MovedModules(importlib.abc.MetaPathFinder):
     """Finds ``cdc_emitter.<old>`` and hands back ``cdc_emitter.<new>``, warning once per name."""
 
-    def find_spec(self, fullname: str, path: object = None, target: object = None):  # type: ignore[override]
+    def find_spec(
+        self,
+        fullname: str,
+        path: Sequence[str] | None = None,
+        target: ModuleType | None = None,
+    ) -> importlib.machinery.ModuleSpec | None:
         package, _, name = fullname.partition(".")
         new = MOVED.get(name) if package == "cdc_emitter" else None
         if new is None:

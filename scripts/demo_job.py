@@ -76,7 +76,7 @@ def main() -> int:
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     import logging
 
-    logging.getLogger("cdc_emitter.kafka.io.librdkafka").setLevel(logging.ERROR)
+    logging.getLogger("cdc_emitter.kafka.librdkafka").setLevel(logging.ERROR)
     from pyspark.sql import SparkSession
     from pyspark.sql import types as T
 

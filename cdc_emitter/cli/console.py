@@ -18,7 +18,7 @@ import json
 import logging
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal
 
 import click
 
@@ -36,13 +36,9 @@ from cdc_emitter.cli.output import (
 from cdc_emitter.errors import CdcError, ConfigError, SchemaError
 from cdc_emitter.protocol.materialize import create_source_sql
 from cdc_emitter.protocol.materialize import source_name as default_source_name
-from cdc_emitter.spark.sources import (
-    FORMATS,
-    columns_struct,
-    read_table,
-    spark_error_text,
-    spark_session,
-)
+from cdc_emitter.spark.errors import spark_error_text
+from cdc_emitter.spark.session import spark_session
+from cdc_emitter.spark.tables import FORMATS, columns_struct, read_table
 
 ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
 
@@ -292,7 +288,7 @@ def load_data_schema(path: str) -> dict:
 
 def _topic_schema_id(servers: str, topic: str, settings: dict) -> int:
     """The schema id in the Confluent header of the newest message found in ``topic``."""
-    from cdc_emitter.kafka.io import last_messages
+    from cdc_emitter.kafka.reading import last_messages
 
     for record in last_messages(servers, topic, 1, config=settings):
         value = record.value or b""
@@ -306,7 +302,7 @@ def _topic_schema_id(servers: str, topic: str, settings: dict) -> int:
 
 def load_codec(
     path: str | None,
-    framing: str,
+    framing: Literal["confluent", "raw"],
     schema_id: int | None,
     registry: str | None = None,
     servers: str | None = None,
@@ -327,6 +323,7 @@ def load_codec(
         if schema_id is None:
             if framing != "confluent":
                 raise click.UsageError("--schema-registry with --framing raw needs --schema-id")
+            assert servers is not None and topic is not None  # given with a registry
             schema_id = _topic_schema_id(servers, topic, settings or {})
         source = SchemaRegistry(registry, registry_settings)
         # raw messages name no id: every one is read with the schema of --schema-id
@@ -336,6 +333,7 @@ def load_codec(
             schema_id=schema_id,
             writer_schemas=source.data_schema if framing == "confluent" else None,
         )
+    assert path is not None  # exactly one of path and registry
     return CdcCodec(load_data_schema(path), framing=framing, schema_id=schema_id or 0)
 
 
@@ -355,7 +353,7 @@ def main() -> None:
     """
     # librdkafka's transient complaints (retries, coordinator loading) are not the user's
     # concern: lasting problems surface as `error: ...` with the servers named.
-    logging.getLogger("cdc_emitter.kafka.io.librdkafka").setLevel(logging.ERROR)
+    logging.getLogger("cdc_emitter.kafka.librdkafka").setLevel(logging.ERROR)
 
 
 # --- verify ---------------------------------------------------------------------------------------
@@ -689,7 +687,7 @@ def tail(
       {"com.materialize.cdc.progress":{"lower":[0],"upper":[3],"counts":[]}}
     """
     from cdc_emitter.errors import DecodeError
-    from cdc_emitter.kafka.io import read_topic
+    from cdc_emitter.kafka.reading import read_topic
 
     servers = require_servers(bootstrap_servers)
     codec = load_codec(

@@ -4,7 +4,8 @@ Structured Streaming job through ``CdcSink``; see :mod:`cdc_emitter.convert.delt
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
@@ -20,7 +21,15 @@ from cdc_emitter.cli.console import (
 )
 from cdc_emitter.cli.output import StatusLine, dumps, frontier_text
 from cdc_emitter.errors import CdcError
-from cdc_emitter.spark.sources import delta_package, spark_session
+from cdc_emitter.spark.session import delta_package, spark_session
+
+if TYPE_CHECKING:  # Spark is imported when a command runs: --help stays fast
+    from pyspark.sql.streaming import StreamingQuery
+
+    from cdc_emitter.sink.result import BatchResult
+
+#: The formats whose SOURCE is a Kafka topic of a changefeed in JSON.
+KAFKA_SOURCES = ("cockroachdb", "ydb")
 
 
 @main.command()
@@ -93,29 +102,29 @@ from cdc_emitter.spark.sources import delta_package, spark_session
 @spark_options
 @handle_errors
 def convert(
-    fmt,
-    source,
-    bootstrap_servers,
-    kafka_settings,
-    broker_timeout,
-    topic,
-    checkpoint,
-    once,
-    create_topic,
-    starting_version,
-    max_files_per_trigger,
-    columns,
-    key_columns,
-    source_bootstrap_servers,
-    max_offsets_per_trigger,
-    trigger_interval,
-    schema_registry,
-    registry_settings,
-    as_json,
-    spark_packages,
-    spark_conf,
-    spark_remote,
-):
+    fmt: str,
+    source: str,
+    bootstrap_servers: str | None,
+    kafka_settings: dict,
+    broker_timeout: float,
+    topic: str,
+    checkpoint: str,
+    once: bool,
+    create_topic: bool,
+    starting_version: int,
+    max_files_per_trigger: int | None,
+    columns: str | None,
+    key_columns: str | None,
+    source_bootstrap_servers: str | None,
+    max_offsets_per_trigger: int | None,
+    trigger_interval: str | None,
+    schema_registry: str | None,
+    registry_settings: dict,
+    as_json: bool,
+    spark_packages: tuple[str, ...],
+    spark_conf: dict[str, str],
+    spark_remote: str | None,
+) -> None:
     """Convert the changefeed of SOURCE into a CDCv2 topic, continuously or --once.
 
     \b
@@ -144,7 +153,129 @@ def convert(
       cdc-emitter convert delta /data/products --topic products --checkpoint /ckpt/products \\
           --once --create-topic
     """
-    kafka_source = fmt in ("cockroachdb", "ydb")
+    kafka_source = fmt in KAFKA_SOURCES
+    _check_format_options(
+        fmt,
+        starting_version=starting_version,
+        max_files_per_trigger=max_files_per_trigger,
+        columns=columns,
+        key_columns=key_columns,
+        source_bootstrap_servers=source_bootstrap_servers,
+        max_offsets_per_trigger=max_offsets_per_trigger,
+    )
+    check_registry_options(schema_registry, registry_settings, "confluent", None)
+    servers = require_servers(bootstrap_servers)
+    status = StatusLine()
+    results: list[BatchResult] = []
+
+    def shown(result: BatchResult) -> None:
+        results.append(result)
+        status.show(
+            f"batch {result.batch_id}: times [{result.lower}, "
+            f"{'∞' if result.upper is None else result.upper}) written, {result.updates} updates "
+            f"({sum(r.updates for r in results)} in all)"
+        )
+
+    status.show(f"starting Spark to read {source}")
+    try:
+        spark = spark_session(
+            "cdc-emitter convert",
+            _packages(kafka_source, spark_packages, spark_remote),
+            spark_conf,
+            None if kafka_source else "delta",
+            spark_remote,
+        )
+        sink_options = dict(
+            create_topic=create_topic,
+            producer_config=kafka_settings or None,
+            broker_timeout=broker_timeout,
+            on_batch=shown,
+            schema_registry_url=schema_registry,
+            schema_registry_config=registry_settings or None,
+        )
+        if kafka_source:
+            from cdc_emitter.convert.changefeed import convert_kafka
+
+            key = [k.strip() for k in (key_columns or "").split(",") if k.strip()]
+
+            def start() -> StreamingQuery:
+                return convert_kafka(
+                    spark,
+                    fmt,
+                    source,
+                    columns=cast(str, columns),  # required for these formats
+                    key=key,
+                    bootstrap_servers=servers,
+                    topic=topic,
+                    checkpoint_location=checkpoint,
+                    source_bootstrap_servers=source_bootstrap_servers,
+                    source_config=kafka_settings,
+                    once=once,
+                    trigger_interval=trigger_interval,
+                    max_offsets_per_trigger=max_offsets_per_trigger,
+                    **sink_options,
+                )
+        else:
+            from cdc_emitter.convert.delta import convert_delta
+
+            def start() -> StreamingQuery:
+                return convert_delta(
+                    spark,
+                    source,
+                    bootstrap_servers=servers,
+                    topic=topic,
+                    checkpoint_location=checkpoint,
+                    once=once,
+                    starting_version=starting_version,
+                    max_files_per_trigger=max_files_per_trigger,
+                    trigger_interval=trigger_interval,
+                    **sink_options,
+                )
+
+        status.show(f"converting {source} to topic {topic}")
+        # on Spark Connect the sink runs in the server's Python: on_batch is never seen here,
+        # so what the run did is read from the topic itself
+        before = (
+            _topic_frontier(servers, topic, kafka_settings, broker_timeout, before=True)
+            if spark_remote
+            else None
+        )
+        _run(start, source, topic)
+    finally:
+        status.done()
+    if spark_remote:
+        after = _topic_frontier(servers, topic, kafka_settings, broker_timeout)
+        frontier = None if after == before else after
+    else:
+        # the last batch's upper is the topic's frontier (None: no batch wrote anything this run)
+        frontier = (
+            None if not results else () if results[-1].upper is None else (results[-1].upper,)
+        )
+    summary = {
+        "source": source,
+        "format": fmt,
+        "topic": topic,
+        "batches": None if spark_remote else len(results),
+        "updates": None if spark_remote else sum(r.updates for r in results),
+        "messages": None if spark_remote else sum(r.messages for r in results),
+        "frontier": None if frontier is None else list(frontier),
+    }
+    _echo_summary(summary, frontier, as_json=as_json, remote=bool(spark_remote))
+    sys.exit(EXIT_OK)
+
+
+def _check_format_options(
+    fmt: str,
+    *,
+    starting_version: int,
+    max_files_per_trigger: int | None,
+    columns: str | None,
+    key_columns: str | None,
+    source_bootstrap_servers: str | None,
+    max_offsets_per_trigger: int | None,
+) -> None:
+    """Refuse the options that are not for ``fmt``, and require those it needs."""
+    kafka_source = fmt in KAFKA_SOURCES
     only = [
         (name, value)
         for name, value, applies in (
@@ -167,148 +298,61 @@ def convert(
         raise click.UsageError(
             "ydb needs --key: the primary-key columns, in the order of the messages' 'key'"
         )
-    check_registry_options(schema_registry, registry_settings, "confluent", None)
-    servers = require_servers(bootstrap_servers)
-    status = StatusLine()
-    results: list[Any] = []
 
-    def shown(result: Any) -> None:
-        results.append(result)
-        status.show(
-            f"batch {result.batch_id}: times [{result.lower}, "
-            f"{'∞' if result.upper is None else result.upper}) written, {result.updates} updates "
-            f"({sum(r.updates for r in results)} in all)"
-        )
 
-    status.show(f"starting Spark to read {source}")
-    table = "topic" if kafka_source else "table"
+def _packages(
+    kafka_source: bool, spark_packages: tuple[str, ...], spark_remote: str | None
+) -> list[str]:
+    """The Spark packages to load: ``--packages``, and for a Delta table the Delta build for
+    this Spark unless one is named (a Connect server loads its own)."""
     packages = list(spark_packages)
     if (
         not kafka_source
         and not spark_remote
         and not any(c.startswith("io.delta:") for c in packages)
     ):
-        import pyspark  # the Delta build for this Spark (a Connect server loads its own)
+        import pyspark
 
         package = delta_package(pyspark.__version__)
         packages += [package] if package else []
+    return packages
+
+
+def _run(start: Callable[[], StreamingQuery], source: str, topic: str) -> None:
+    """Run the conversion (restarted as :func:`~cdc_emitter.convert.changefeed.await_conversion`
+    does); a failure that is not ours becomes a :class:`CdcError` naming the source and topic."""
+    from cdc_emitter.convert.changefeed import await_conversion, conversion_error
+
     try:
-        spark = spark_session(
-            "cdc-emitter convert",
-            packages,
-            spark_conf,
-            None if kafka_source else "delta",
-            spark_remote,
-        )
-        sink_options = dict(
-            create_topic=create_topic,
-            producer_config=kafka_settings or None,
-            broker_timeout=broker_timeout,
-            on_batch=shown,
-            schema_registry_url=schema_registry,
-            schema_registry_config=registry_settings or None,
-        )
-        if kafka_source:
-            from cdc_emitter.convert.changefeed import convert_kafka
+        await_conversion(start)
+    except CdcError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the query's failure, ours or Spark's
+        raise CdcError(
+            f"converting {source} to topic {topic} failed: {conversion_error(exc)}"
+        ) from None
 
-            key = [k.strip() for k in (key_columns or "").split(",") if k.strip()]
 
-            def start():
-                return convert_kafka(
-                    spark,
-                    fmt,
-                    source,
-                    columns=columns,
-                    key=key,
-                    bootstrap_servers=servers,
-                    topic=topic,
-                    checkpoint_location=checkpoint,
-                    source_bootstrap_servers=source_bootstrap_servers,
-                    source_config=kafka_settings,
-                    once=once,
-                    trigger_interval=trigger_interval,
-                    max_offsets_per_trigger=max_offsets_per_trigger,
-                    **sink_options,
-                )
-        else:
-            from cdc_emitter.convert.delta import convert_delta
-
-            def start():
-                return convert_delta(
-                    spark,
-                    source,
-                    bootstrap_servers=servers,
-                    topic=topic,
-                    checkpoint_location=checkpoint,
-                    once=once,
-                    starting_version=starting_version,
-                    max_files_per_trigger=max_files_per_trigger,
-                    trigger_interval=trigger_interval,
-                    **sink_options,
-                )
-
-        status.show(f"converting {source} to topic {topic}")
-        from cdc_emitter.convert.changefeed import await_conversion, conversion_error
-
-        # on Spark Connect the sink runs in the server's Python: on_batch is never seen here,
-        # so what the run did is read from the topic itself
-        before = (
-            _topic_frontier(servers, topic, kafka_settings, broker_timeout, before=True)
-            if spark_remote
-            else None
-        )
-
-        try:
-            await_conversion(start)
-        except CdcError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - the query's failure, ours or Spark's
-            raise CdcError(
-                f"converting {source} to topic {topic} failed: {conversion_error(exc)}"
-            ) from None
-    finally:
-        status.done()
-    if spark_remote:
-        after = _topic_frontier(servers, topic, kafka_settings, broker_timeout)
-        frontier = None if after == before else after
-        summary = {
-            "source": source,
-            "format": fmt,
-            "topic": topic,
-            "batches": None,
-            "updates": None,
-            "messages": None,
-            "frontier": None if frontier is None else list(frontier),
-        }
-    else:
-        # the last batch's upper is the topic's frontier (None: no batch wrote anything this run)
-        frontier = (
-            None if not results else () if results[-1].upper is None else (results[-1].upper,)
-        )
-        summary = {
-            "source": source,
-            "format": fmt,
-            "topic": topic,
-            "batches": len(results),
-            "updates": sum(r.updates for r in results),
-            "messages": sum(r.messages for r in results),
-            "frontier": None if frontier is None else list(frontier),
-        }
+def _echo_summary(
+    summary: dict[str, Any], frontier: tuple | None, *, as_json: bool, remote: bool
+) -> None:
+    """Print what the run did: the summary as JSON, or a line."""
+    fmt, source, topic = summary["format"], summary["source"], summary["topic"]
+    table = "topic" if fmt in KAFKA_SOURCES else "table"
     if as_json:
         click.echo(dumps(summary))
     elif frontier is None:
         click.echo(f"converted {fmt} {table} {source} to topic {topic}: no new changes")
-    elif spark_remote:
+    elif remote:
         click.echo(
             f"converted {fmt} {table} {source} to topic {topic}: frontier {frontier_text(frontier)} "
-            "(each batch's figures are in the Spark Connect server's log)"
+            "(each batch's stats are in the Spark Connect server's log)"
         )
     else:
         click.echo(
             f"converted {fmt} {table} {source} to topic {topic}: {summary['updates']} updates in "
             f"{summary['batches']} batches, frontier {frontier_text(frontier)}"
         )
-    sys.exit(EXIT_OK)
 
 
 def _topic_frontier(

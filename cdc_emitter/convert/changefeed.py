@@ -31,6 +31,11 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from pyspark.sql import SparkSession, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.streaming import StreamingQuery
+
 from cdc_emitter.convert.plan import WatermarkRecord, watermark_window
 from cdc_emitter.errors import CdcError, ConfigError, SchemaError
 from cdc_emitter.sink.result import BatchResult
@@ -62,8 +67,6 @@ _KIND, _T, _TICK, _KEY, _STAMP, _BEFORE, _AFTER, _ERROR = (
 
 
 def _where(topic: str) -> Any:
-    from pyspark.sql import functions as F
-
     return F.concat(
         F.lit(f"topic {topic!r} partition "),
         F.col("partition").cast("string"),
@@ -78,9 +81,6 @@ def _image(
 ) -> tuple[Any, Any]:
     """``(struct or null, error or null)`` of a JSON object text: a column whose value does not
     fit its type is an error naming it (from_json would make it null)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
     fields = [f for f in struct.fields if f.name not in exclude]
     parsed = F.from_json(text, T.StructType(fields))
     # every value as its JSON text, in one more parse (not one get_json_object per column)
@@ -101,14 +101,10 @@ def _image(
 
 
 def _first(*errors: Any) -> Any:
-    from pyspark.sql import functions as F
-
     return F.coalesce(*errors) if errors else F.lit(None).cast("string")
 
 
 def _cockroachdb(raw: Any, struct: Any, key: Sequence[str]) -> Any:
-    from pyspark.sql import functions as F
-
     text = F.col("value").cast("string")
     fields = "after string, before string, updated string, resolved string"
     msg = F.from_json(text, fields)
@@ -172,8 +168,6 @@ def _cockroachdb(raw: Any, struct: Any, key: Sequence[str]) -> Any:
 
 
 def _ydb(raw: Any, struct: Any, key: Sequence[str]) -> Any:
-    from pyspark.sql import functions as F
-
     text = F.col("value").cast("string")
     msg = F.from_json(
         text,
@@ -278,8 +272,6 @@ def changefeed_rows(
     tick, key, timestamp text, before- and after-image (structs of ``columns``, a Spark
     ``StructType``). A message that does not parse fails the job with an error naming the topic,
     partition and offset and what was expected."""
-    from pyspark.sql import functions as F
-
     if fmt not in PARSERS:
         raise ConfigError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     names = columns.fieldNames()
@@ -309,9 +301,6 @@ def _required(value: Any, column: Any, topic: str) -> Any:
     schema says so too. Types without such a literal stay nullable in the schema."""
     import datetime
     import decimal
-
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
     checked = F.when(
         value.isNull(),
@@ -352,9 +341,6 @@ def _required(value: Any, column: Any, topic: str) -> Any:
 def _updates(parsed: Any, columns: Any, lower: int, upper: int, topic: str) -> Any:
     """The updates of ``[lower, upper)``: duplicates (same key and timestamp) once, a key's
     timestamps in offset order never going back, before-images −1, after-images +1."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
     rows = parsed.filter((F.col(_KIND) == "row") & F.isnull(F.col(_ERROR)))
     first = Window.partitionBy(_KEY, _STAMP).orderBy("partition", "offset")
     rows = rows.withColumn("_n", F.row_number().over(first)).filter(F.col("_n") == 1).drop("_n")
@@ -454,8 +440,6 @@ class KafkaChangefeed:
     ) -> WatermarkRecord:
         """The record of a new batch: its resolved times, interval and offsets (Spark jobs: one
         over the batch, and when times resolved, one over the offsets read again)."""
-        from pyspark.sql import functions as F
-
         spark = batch_df.sparkSession
         parsed = changefeed_rows(
             batch_df, self.fmt, self.columns, key=self.key, topic=self.source_topic
@@ -527,11 +511,11 @@ class KafkaChangefeed:
 
 
 def convert_kafka(
-    spark: Any,
+    spark: SparkSession,
     fmt: str,
     source_topic: str,
     *,
-    columns: str | Any,
+    columns: str | T.StructType,
     bootstrap_servers: str,
     topic: str,
     checkpoint_location: str,
@@ -542,19 +526,38 @@ def convert_kafka(
     trigger_interval: str | None = None,
     max_offsets_per_trigger: int | None = None,
     **sink_options: Any,
-) -> Any:
-    """Start the stream converting the ``fmt`` changefeed in ``source_topic`` into ``topic``;
-    returns the ``StreamingQuery`` (``once``: what is there now, then stop).
+) -> StreamingQuery:
+    """Start the stream converting a CockroachDB or YDB changefeed (JSON) into a CDCv2 topic.
 
-    ``columns``: a DDL column list (``"id long not null, name string"``) or a ``StructType``: the
-    table's columns in the topic's order; ``key``: YDB's primary-key columns, in the order of its
-    messages' ``key``. ``source_bootstrap_servers`` (default: ``bootstrap_servers``) and
-    ``source_config`` (librdkafka-style security settings) reach the source topic.
+    Args:
+        spark: the session (with spark-sql-kafka-0-10).
+        fmt: ``"cockroachdb"`` or ``"ydb"``.
+        source_topic: the Kafka topic of the changefeed.
+        columns: a DDL column list (``"id long not null, name string"``) or a ``StructType``:
+            the table's columns in the topic's order.
+        bootstrap_servers: the Kafka cluster of ``topic``.
+        topic: the CDC topic to write.
+        checkpoint_location: the streaming query's checkpoint (any Hadoop path).
+        key: YDB's primary-key columns, in the order of its messages' ``key``.
+        source_bootstrap_servers: the Kafka cluster of ``source_topic`` (default:
+            ``bootstrap_servers``).
+        source_config: librdkafka-style security settings for the source topic.
+        once: convert what is there now, then stop.
+        trigger_interval: start a micro-batch at most this often, e.g. ``"10 seconds"``.
+        max_offsets_per_trigger: at most this many source messages per micro-batch.
+        **sink_options: go to :class:`~cdc_emitter.sink.sink.CdcSink`.
+
+    Returns:
+        The running streaming query.
+
+    Raises:
+        ConfigError: an unknown ``fmt``, or options that do not fit it.
+        SchemaError: ``columns`` that cannot be parsed or written.
     """
-    from cdc_emitter.kafka.io import end_offsets
+    from cdc_emitter.kafka.reading import end_offsets
     from cdc_emitter.sink.sink import CdcSink
     from cdc_emitter.spark.kafka import kafka_read_options
-    from cdc_emitter.spark.sources import columns_struct
+    from cdc_emitter.spark.tables import columns_struct
 
     if fmt not in FORMATS:
         raise ConfigError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
@@ -617,7 +620,7 @@ def conversion_error(exc: BaseException) -> str:
     """The message of a converter query's failure: our error raised in the batch function, or a
     bad message found by a Spark job (``cdc-emitter convert: topic ... offset ...: ...``), without
     Spark's and Py4J's wrapping; else Spark's own first line."""
-    from cdc_emitter.spark.sources import spark_error_text
+    from cdc_emitter.spark.errors import spark_error_text
 
     text = str(exc)
     for pattern in (_BAD_MESSAGE, _OUR_ERROR):

@@ -19,6 +19,10 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
+
 from cdc_emitter.convert.plan import PlanRecord, plan_versions
 from cdc_emitter.errors import CdcError, ConfigError, SchemaError
 from cdc_emitter.sink.result import BatchResult
@@ -45,8 +49,6 @@ def identifier(source: str) -> str:
 def delta_changes(changes: Any) -> Any:
     """Change rows (a batch or streaming DataFrame read with ``readChangeFeed``) as the sink's
     input: the table's columns, ``_commit_version`` (the time) and ``_cdc_diff`` (+1 / −1)."""
-    from pyspark.sql import functions as F
-
     missing = [c for c in (CHANGE_TYPE, VERSION) if c not in changes.columns]
     if missing:
         raise SchemaError(
@@ -96,7 +98,7 @@ def read_changes(
 
 def check_change_data_feed(spark: Any, source: str) -> None:
     """Refuse a table that is not Delta or has no change data feed, saying how to enable it."""
-    from cdc_emitter.spark.sources import spark_error_text
+    from cdc_emitter.spark.errors import spark_error_text
 
     ident = identifier(source)
     try:
@@ -140,8 +142,6 @@ class DeltaChangefeed:
         return count
 
     def __call__(self, batch_df: Any, batch_id: int) -> BatchResult | None:
-        from pyspark.sql import functions as F
-
         from cdc_emitter.sink.log import converter_records
 
         spark = batch_df.sparkSession
@@ -180,7 +180,7 @@ class DeltaChangefeed:
 
 
 def convert_delta(
-    spark: Any,
+    spark: SparkSession,
     source: str,
     *,
     bootstrap_servers: str,
@@ -191,13 +191,30 @@ def convert_delta(
     max_files_per_trigger: int | None = None,
     trigger_interval: str | None = None,
     **sink_options: Any,
-) -> Any:
-    """Start the stream converting ``source``'s change data feed into ``topic``; returns the
-    ``StreamingQuery`` (``once``: Spark's ``availableNow`` trigger — what is there, then stop).
+) -> StreamingQuery:
+    """Start the stream converting a Delta table's change data feed into a CDCv2 topic.
 
-    ``sink_options`` go to :class:`~cdc_emitter.sink.sink.CdcSink` (``create_topic``,
-    ``producer_config``, ``on_batch``, ``broker_timeout``, ...). Raises :class:`CdcError` before
-    anything starts when the table is not Delta or has no change data feed.
+    Args:
+        spark: the session (with Delta Lake's package).
+        source: the Delta table: a path (with a ``/``) or a table name.
+        bootstrap_servers: the Kafka cluster of ``topic``.
+        topic: the CDC topic to write.
+        checkpoint_location: the streaming query's checkpoint (any Hadoop path); a second run
+            continues from it.
+        once: Spark's ``availableNow`` trigger: convert what is there, then stop.
+        starting_version: the first table version to convert.
+        max_files_per_trigger: at most about this many files per micro-batch.
+        trigger_interval: start a micro-batch at most this often, e.g. ``"10 seconds"``.
+        **sink_options: go to :class:`~cdc_emitter.sink.sink.CdcSink` (``create_topic``,
+            ``producer_config``, ``on_batch``, ``broker_timeout``, ...).
+
+    Returns:
+        The running streaming query.
+
+    Raises:
+        ConfigError: ``starting_version`` is not a non-negative integer.
+        CdcError: before anything starts, when the table is not Delta or has no change data
+            feed.
     """
     from cdc_emitter.sink.sink import CdcSink
 

@@ -3,4 +3,60 @@ frontier and the schema registry.
 
 The only package that imports ``confluent_kafka``. Moves bytes and headers; may import
 ``protocol`` and ``errors``, never Spark.
+
+- :mod:`~cdc_emitter.kafka.config`: client settings, redaction, making clients;
+- :mod:`~cdc_emitter.kafka.producer`: :class:`CdcProducer`;
+- :mod:`~cdc_emitter.kafka.topics`: :func:`ensure_topic`, :func:`topic_settings`;
+- :mod:`~cdc_emitter.kafka.reading`: :func:`read_topic`, :class:`TopicScan`, end offsets and
+  the last messages of each partition;
+- :mod:`~cdc_emitter.kafka.frontier`: the topic's frontier, read from its tail;
+- :mod:`~cdc_emitter.kafka.registry`: the schema registry.
+
+The names below are also the module ``cdc_emitter.kafka_io`` of release 0.1.
 """
+
+from cdc_emitter.kafka.config import (
+    BROKER_TIMEOUT,
+    PRODUCER_DEFAULTS,
+    consumer_config,
+    librdkafka_log,
+    producer_config,
+    redact_config,
+    redact_text,
+)
+from cdc_emitter.kafka.producer import CdcProducer
+from cdc_emitter.kafka.reading import (
+    KafkaRecord,
+    TopicOffsets,
+    TopicScan,
+    end_offsets,
+    last_messages,
+    partition_end,
+    partition_tails,
+    read_topic,
+)
+from cdc_emitter.kafka.topics import ensure_topic, topic_settings
+
+#: the name of :func:`partition_tails` in release 0.1
+tail = partition_tails
+
+__all__ = [
+    "BROKER_TIMEOUT",
+    "PRODUCER_DEFAULTS",
+    "CdcProducer",
+    "KafkaRecord",
+    "TopicOffsets",
+    "TopicScan",
+    "consumer_config",
+    "end_offsets",
+    "ensure_topic",
+    "last_messages",
+    "librdkafka_log",
+    "partition_end",
+    "partition_tails",
+    "producer_config",
+    "read_topic",
+    "redact_config",
+    "redact_text",
+    "topic_settings",
+]

@@ -1,4 +1,4 @@
-"""Our message headers, and the topic's frontier read from the tail of its partitions.
+"""The topic's frontier, read from the tail of its partitions.
 
 A sink must learn where the topic's history stands before it writes (the lower bound of a new
 batch's interval) and whether a batch it is about to write was written before (a re-run): both
@@ -12,49 +12,33 @@ partition 0 (where the sink writes every statement); a message it cannot decode 
 
 from __future__ import annotations
 
+import functools
 import logging
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdc_emitter.protocol.core import Progress
+from cdc_emitter.errors import BrokerError, RefusedError
+from cdc_emitter.kafka.reading import KafkaRecord, TopicOffsets, partition_tails
+from cdc_emitter.protocol.headers import (
+    HEADER_BATCH,
+    HEADER_BATCH_LOWER,
+    HEADER_BATCH_UPPER,
+    HEADER_DIGEST,
+    HEADER_KIND,
+    HEADER_LOWER,
+    HEADER_SCHEMA,
+    HEADER_SHAPE,
+    HEADER_UPPER,
+    HEADER_WRITER,
+)
+from cdc_emitter.protocol.updates import Progress
 
-__all__ = [
-    "TopicFrontier",
-    "topic_frontier",
-    "retrying",
-    "HEADER_KIND",
-    "HEADER_WRITER",
-    "HEADER_BATCH",
-    "HEADER_LOWER",
-    "HEADER_UPPER",
-    "HEADER_SCHEMA",
-    "HEADER_DIGEST",
-    "HEADER_BATCH_LOWER",
-    "HEADER_BATCH_UPPER",
-    "HEADER_SHAPE",
-]
+__all__ = ["TopicFrontier", "retrying", "topic_frontier"]
 
 log = logging.getLogger(__name__)
-
-HEADER_KIND = "cdc-emitter-kind"  # b"updates" or b"progress", on every message
-HEADER_WRITER = "cdc-emitter-writer"  # the writer (streaming query) id
-HEADER_BATCH = "cdc-emitter-batch"  # the batch id (absent for one-off writes)
-HEADER_LOWER = "cdc-emitter-lower"  # progress messages: the interval
-HEADER_UPPER = "cdc-emitter-upper"  # empty value: the history is closed
-HEADER_SCHEMA = "cdc-emitter-schema"  # progress messages: the data record schema (compact JSON)
-HEADER_DIGEST = "cdc-emitter-digest"  # progress messages: {"xor": hex, "counts": [[t, n]...]}
-# progress messages: the batch's {"rows": input rows, "groups": their distinct data and times,
-# "bytes": of its update messages} — what a new sink's first batch is sized by (a hint only)
-HEADER_SHAPE = "cdc-emitter-shape"
-# a batch whose counts do not fit one message writes several statements tiling its interval:
-# each carries the batch's interval here (its own in HEADER_LOWER/UPPER); the digest is on the last
-HEADER_BATCH_LOWER = "cdc-emitter-batch-lower"
-HEADER_BATCH_UPPER = "cdc-emitter-batch-upper"
-
-
-# --- reading the topic's frontier ---------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -128,10 +112,6 @@ def retrying(fn: Callable[[], Any], window: float = RETRY_WINDOW) -> Any:
     """``fn()``, retried on BrokerError with back-off for at most ``window`` seconds in all: a
     just-created topic (or a restarted broker) briefly answers "not leader for partition". A
     lasting problem is raised with how long and how often it was tried."""
-    import time
-
-    from cdc_emitter.errors import BrokerError, RefusedError
-
     began = time.monotonic()
     attempt = 0
     while True:
@@ -151,6 +131,20 @@ def retrying(fn: Callable[[], Any], window: float = RETRY_WINDOW) -> Any:
             time.sleep(pause)
 
 
+def _tails(
+    bootstrap_servers: str,
+    topic: str,
+    n: int,
+    config: Mapping[str, Any] | None,
+    offsets: TopicOffsets | None,
+    broker_timeout: float,
+) -> tuple[list[KafkaRecord], dict[int, int]]:
+    """The last ``n`` messages of every partition, through ``offsets`` when given."""
+    if offsets is None:
+        return partition_tails(bootstrap_servers, topic, n, config=config, timeout=broker_timeout)
+    return offsets.partition_tails(n, broker_timeout)
+
+
 def topic_frontier(
     bootstrap_servers: str,
     topic: str,
@@ -158,7 +152,7 @@ def topic_frontier(
     config: Mapping[str, Any] | None = None,
     decode: Callable[[bytes], Any] | None = None,
     first_chunk: int = 64,
-    offsets: Any = None,
+    offsets: TopicOffsets | None = None,
     broker_timeout: float = RETRY_WINDOW,
 ) -> TopicFrontier:
     """The frontier of ``topic`` from the tail of its partitions, read backwards in chunks.
@@ -168,11 +162,9 @@ def topic_frontier(
     has been read entirely; the frontier is the largest upper among the statements seen. Our
     progress messages are recognised by their headers; others by decoding their value with
     ``decode`` (a codec's ``decode``), when given. ``offsets``: a
-    :class:`~cdc_emitter.kafka.io.TopicOffsets` to read with (else a client for this call).
+    :class:`~cdc_emitter.kafka.reading.TopicOffsets` to read with (else a client for this call).
     A broker that does not answer is retried for at most ``broker_timeout`` seconds in all.
     """
-    from cdc_emitter.kafka import io as kafka_io
-
     n = first_chunk
     while True:
         best: tuple[int, int | None, dict] | None = None
@@ -182,15 +174,10 @@ def topic_frontier(
         shape: bytes | None = None
         sample: tuple[int, bytes] | None = None  # (timestamp, value) of the newest update message
         found_p0 = False
-        if offsets is None:
-            tail, ends = retrying(
-                lambda n=n: kafka_io.tail(
-                    bootstrap_servers, topic, n, config=config, timeout=broker_timeout
-                ),
-                broker_timeout,
-            )
-        else:
-            tail, ends = retrying(lambda n=n: offsets.tail(n, broker_timeout), broker_timeout)
+        tail, ends = retrying(
+            functools.partial(_tails, bootstrap_servers, topic, n, config, offsets, broker_timeout),
+            broker_timeout,
+        )
         per_partition: Counter = Counter(r.partition for r in tail)
         for record in tail:  # by partition, then offset: a later one is newer within a partition
             p = _progress_of(record, decode)

@@ -2,4 +2,62 @@
 
 Imports nothing of Kafka or Spark, and nothing of this package outside ``protocol`` and
 ``errors``. Everything else builds on it.
+
+- :mod:`~cdc_emitter.protocol.updates`: :class:`Update`, :class:`Progress`, :func:`consolidate`
+  and the functions that build progress statements;
+- :mod:`~cdc_emitter.protocol.reader`: :class:`CdcReader` and its counting variant;
+- :mod:`~cdc_emitter.protocol.codec`: the Avro wire format;
+- :mod:`~cdc_emitter.protocol.headers`: our message headers.
+
+The names below are also the module ``cdc_emitter.core`` of release 0.1.
 """
+
+from cdc_emitter.protocol.reader import (
+    STRICT_MODES,
+    VIOLATION_KINDS,
+    CdcReader,
+    CountingReader,
+    ExactMemory,
+    Pending,
+    SortedCounts,
+    StatementLedger,
+    Strict,
+    TimeCounts,
+)
+from cdc_emitter.protocol.updates import (
+    MAX_LONG,
+    MIN_LONG,
+    NAN,
+    Progress,
+    Update,
+    Violation,
+    canonical_nan,
+    consolidate,
+    progress_for,
+    progress_from_counts,
+    split_progress,
+)
+
+__all__ = [
+    "MAX_LONG",
+    "MIN_LONG",
+    "NAN",
+    "STRICT_MODES",
+    "VIOLATION_KINDS",
+    "CdcReader",
+    "CountingReader",
+    "ExactMemory",
+    "Pending",
+    "Progress",
+    "SortedCounts",
+    "StatementLedger",
+    "Strict",
+    "TimeCounts",
+    "Update",
+    "Violation",
+    "canonical_nan",
+    "consolidate",
+    "progress_for",
+    "progress_from_counts",
+    "split_progress",
+]

@@ -15,7 +15,7 @@ Guarantees:
     update that cannot fit alone raises :class:`BadInputError` before any message is returned;
   * :meth:`CdcCodec.decode` returns hashable data (tuples in field order) and raises only
     :class:`DecodeError` on bad input; every NaN in a float or double field is the one
-    :data:`~cdc_emitter.protocol.core.NAN` object and -0.0 is 0.0, so equal values are equal data (as in
+    :data:`~cdc_emitter.protocol.updates.NAN` object and -0.0 is 0.0, so equal values are equal data (as in
     Spark's grouping); :meth:`CdcCodec.diagnose` names the likely cause of a failure (framing,
     data schema) once, for a caller that sees many.
 """
@@ -33,15 +33,17 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from itertools import accumulate
 from operator import itemgetter
-from typing import Any
+from typing import Any, Literal
 
 import fastavro
 
 from cdc_emitter.errors import BadInputError, ConfigError, DecodeError, SchemaError
-from cdc_emitter.protocol.core import NAN, Progress, Update
+from cdc_emitter.protocol.updates import NAN, Progress, Update
 
 NAMESPACE = "com.materialize.cdc"
-FRAMINGS = ("confluent", "raw")
+#: How a message's value starts: a Confluent header (magic byte, schema id) or nothing.
+Framing = Literal["confluent", "raw"]
+FRAMINGS: tuple[Framing, ...] = ("confluent", "raw")
 PRIMITIVES = frozenset(("null", "boolean", "int", "long", "float", "double", "bytes", "string"))
 _LONG_ARRAY = {"type": "array", "items": "long"}
 
@@ -343,7 +345,7 @@ class CdcCodec:
         self,
         data_schema: dict,
         *,
-        framing: str = "confluent",
+        framing: Framing = "confluent",
         schema_id: int = 0,
         max_message_bytes: int = 900_000,
         writer_schemas: Callable[[int], dict] | None = None,

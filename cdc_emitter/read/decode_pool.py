@@ -31,7 +31,7 @@ import threading
 from collections import deque
 from typing import Any
 
-from cdc_emitter.protocol.core import Progress
+from cdc_emitter.protocol.updates import Progress
 
 _LENGTH = struct.Struct("<Q")
 
@@ -217,7 +217,7 @@ class DecodePool:
     def _fix_nan(self, entries: list[tuple]) -> list[tuple]:
         if not self._codec.has_floats:
             return entries
-        from cdc_emitter.protocol.core import canonical_nan
+        from cdc_emitter.protocol.updates import canonical_nan
 
         return [
             (kind, p, off, [(canonical_nan(d), t, x) for d, t, x in payload])

@@ -4,7 +4,7 @@ Spark's Kafka source reads every partition up to the end offsets taken when the 
 snapshot, as ``verify`` without a target). Spark decodes (``from_avro`` per union branch:
 spark-avro cannot read a top-level union) and finds, for every ``(data, time)``, its first
 arrival in (partition, offset, position) order and every later arrival with another diff. The
-driver then replays the messages in that order through a :class:`~cdc_emitter.protocol.core.CountingReader`,
+driver then replays the messages in that order through a :class:`~cdc_emitter.protocol.reader.CountingReader`,
 which takes per-message counts and makes every decision the local verifier's reader makes on the
 same messages in the same order. So the verdicts are the local engine's by construction:
 
@@ -34,10 +34,17 @@ import time as _time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.avro.functions import from_avro, to_avro
 
 from cdc_emitter.errors import CdcError, DecodeError, SchemaError
-from cdc_emitter.protocol.core import CountingReader, Progress, TimeCounts, Update
+from cdc_emitter.protocol.codec import CdcCodec, Framing
+from cdc_emitter.protocol.reader import CountingReader, Strict, TimeCounts
+from cdc_emitter.protocol.updates import Progress, Update
 from cdc_emitter.read.verify import UndecodableReport, VerifyResult, reached_target
 
 __all__ = ["read_cdc", "CdcRead"]
@@ -54,32 +61,41 @@ class CdcRead(VerifyResult):
     statements: int = 0  # well-formed progress statements read
     codec: Any = field(default=None, repr=False, compare=False)  # reads the rows back for output
 
+    @property
+    def collection_frame(self) -> DataFrame:
+        """``collection`` as the DataFrame it is here: the data columns + ``count``."""
+        return cast("DataFrame", self.collection)
+
+    @property
+    def history_frame(self) -> DataFrame:
+        """``history`` as the DataFrame it is here: the data columns + ``time`` + ``diff``."""
+        return cast("DataFrame", self.history)
+
     def collection_rows(self) -> Iterator[tuple[Any, int]]:
         """``(data, count)`` at the frontier in ``verify --output`` order (data as the local
         reader holds it, sorted as ``codec.sort_key`` sorts), streamed a partition at a time."""
-        order = _data_order(self.collection, self.codec)
-        rows = self.collection.orderBy(*order).select(
-            _data_avro(self.collection, self.codec), "count"
-        )
+        collection = self.collection_frame
+        order = _data_order(collection, self.codec)
+        rows = collection.orderBy(*order).select(_data_avro(collection, self.codec), "count")
         decode = self.codec.decode_data
         for row in rows.toLocalIterator():
             yield decode(bytes(row[0])), row[1]
 
-    def collection_as_of(self, time: int) -> Any:
+    def collection_as_of(self, time: int) -> DataFrame:
         """The collection as of ``time`` (every reported time below it): a DataFrame of the data
         columns + ``count``; ``time`` must not be beyond the frontier."""
-        from pyspark.sql import functions as F
 
         _cut(self.frontier, time)
         return _collection(
-            self.history.filter(F.col("time") < F.lit(time)), _data_fields(self.codec)
+            self.history_frame.filter(F.col("time") < F.lit(time)), _data_fields(self.codec)
         )
 
     def history_rows(self) -> Iterator[Update]:
         """The reported updates in ``verify --history`` order (by time, then data), streamed."""
-        order = _data_order(self.history, self.codec)
-        rows = self.history.orderBy("time", *order).select(
-            _data_avro(self.history, self.codec), "time", "diff"
+        history = self.history_frame
+        order = _data_order(history, self.codec)
+        rows = history.orderBy("time", *order).select(
+            _data_avro(history, self.codec), "time", "diff"
         )
         decode = self.codec.decode_data
         for row in rows.toLocalIterator():
@@ -95,7 +111,7 @@ def _data_fields(codec: Any) -> list[str]:
     return [f["name"] for f in codec.data_schema["fields"]]
 
 
-def _data_order(df: Any, codec: Any) -> list:
+def _data_order(df: DataFrame, codec: Any) -> list[Column]:
     """Sort expressions over the data columns that order rows as ``codec.sort_key`` orders the
     decoded data: nulls first, NaN after every number, strings by code point (UTF-8 bytes),
     records and arrays element by element, maps by their sorted entries."""
@@ -104,10 +120,8 @@ def _data_order(df: Any, codec: Any) -> list:
     return [canonical(df[c], df.schema[c].dataType).asc_nulls_first() for c in _data_fields(codec)]
 
 
-def _data_avro(df: Any, codec: Any, fields: list[str] | None = None) -> Any:
+def _data_avro(df: DataFrame, codec: Any, fields: list[str] | None = None) -> Column:
     """``df``'s data columns (``fields``, by default the codec's) as their Avro record."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
     fields = _data_fields(codec) if fields is None else fields
     record = T.StructType([df.schema[c] for c in fields])
@@ -131,15 +145,15 @@ def _data_schema(schema: Any) -> dict:
 
 
 def read_cdc(
-    spark: Any,
+    spark: SparkSession,
     *,
     bootstrap_servers: str,
     topic: str,
     schema: Any = None,
-    framing: str = "confluent",
+    framing: Framing = "confluent",
     kafka_options: Mapping[str, Any] | None = None,
     until: int | None = None,
-    strict: str | None = None,
+    strict: Strict | None = None,
     until_frontier: int | None = None,
     until_closed: bool = False,
     timeout: float | None = None,
@@ -166,7 +180,8 @@ def read_cdc(
     Raises :class:`~cdc_emitter.errors.BrokerError` for a missing topic or an unreachable
     broker, before Spark reads.
     """
-    from cdc_emitter.kafka.io import BROKER_TIMEOUT, end_offsets
+    from cdc_emitter.kafka.config import BROKER_TIMEOUT
+    from cdc_emitter.kafka.reading import end_offsets
     from cdc_emitter.protocol.codec import CdcCodec
 
     if framing not in ("confluent", "raw"):
@@ -181,7 +196,7 @@ def read_cdc(
     if schema_registry_url is None:
         codec = CdcCodec(_data_schema(schema), framing=framing)
     else:
-        from cdc_emitter.kafka.io import last_messages
+        from cdc_emitter.kafka.reading import last_messages
         from cdc_emitter.kafka.registry import SchemaRegistry
 
         if framing != "confluent":
@@ -227,17 +242,15 @@ def read_cdc(
 
 
 def _read_once(
-    spark: Any,
+    spark: SparkSession,
     servers: str,
     topic: str,
     codec: Any,
     config: dict,
     ends: dict,
     until: int | None,
-    strict: str | None,
+    strict: Strict | None,
 ) -> CdcRead:
-    from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import from_avro
 
     from cdc_emitter.spark.kafka import kafka_read_options
 
@@ -297,13 +310,11 @@ def _read_once(
         decoded.unpersist()
 
 
-def _reencoded(value: Any, dtype: Any, avro: Any) -> Any:
+def _reencoded(value: Column, dtype: T.DataType, avro: Any) -> Column:
     """``value`` (of Spark type ``dtype``, decoded by ``from_avro`` of ``avro``) encoded again
     by ``to_avro``; null where it is null. Said not null first where ``avro`` says so
     (:func:`~cdc_emitter.spark.columns.declared_as_avro`): else Spark's Avro serializer warns,
     in every task, of each nullable field PERMISSIVE decoding declares."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import to_avro
 
     from cdc_emitter.spark.columns import declared_as_avro
 
@@ -312,7 +323,7 @@ def _reencoded(value: Any, dtype: Any, avro: Any) -> Any:
     )
 
 
-def _lengths_as_written(df: Any, body: Any, decodings: list[tuple[Any, Any]]) -> Any:
+def _lengths_as_written(df: DataFrame, body: Column, decodings: list[tuple[Column, Any]]) -> Column:
     """The length of ``body`` as Avro encodes what ``from_avro`` of ``avro`` reads of it, for
     the first ``(decoded, avro)`` of ``decodings`` whose ``decoded`` (the body's PERMISSIVE
     decoding) is not null: a body with bytes to spare, which Spark's reader ignores, is longer.
@@ -321,8 +332,6 @@ def _lengths_as_written(df: Any, body: Any, decodings: list[tuple[Any, Any]]) ->
     decoding costs less than going through every update to say each is not null (1M updates
     of nested rows, ad hoc: 0.8-1.0 s more than the old check, against 2.4 s). One analysis
     of ``df`` gives the types of all the decodings."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import from_avro
 
     again = [
         from_avro(body, json.dumps(avro), {"mode": "FAILFAST"}) for _decoded, avro in decodings
@@ -337,20 +346,18 @@ def _lengths_as_written(df: Any, body: Any, decodings: list[tuple[Any, Any]]) ->
 
 
 def _resolved_ids(
-    raw: Any,
-    codec: Any,
-    body: Any,
-    is_array: Any,
-    is_progress: Any,
-    u: Any,
-    p: Any,
-    as_written: Any,
-) -> tuple[Any, Any, Any]:
+    raw: DataFrame,
+    codec: CdcCodec,
+    body: Column,
+    is_array: Column,
+    is_progress: Column,
+    u: Column,
+    p: Column,
+    as_written: Column,
+) -> tuple[Column, Column, Column]:
     """``u``, ``p`` and the body's length as its writer's schema encodes what it reads of it,
     with a branch for each schema id in the topic other than the reader's (one job finds the
     ids)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql.avro.functions import from_avro
 
     from cdc_emitter.protocol.codec import union_schema
 
@@ -391,8 +398,7 @@ def _resolved_ids(
     return u, p, as_written
 
 
-def _verify(decoded: Any, codec: Any, until: int | None, strict: str | None) -> CdcRead:
-    from pyspark.sql import functions as F
+def _verify(decoded: DataFrame, codec: Any, until: int | None, strict: Strict | None) -> CdcRead:
 
     from cdc_emitter.spark.columns import canonical
     from cdc_emitter.spark.schema import contains_map
@@ -571,9 +577,8 @@ def _verify(decoded: Any, codec: Any, until: int | None, strict: str | None) -> 
     )
 
 
-def _collection(history: Any, data_fields: list[str]) -> Any:
+def _collection(history: DataFrame, data_fields: list[str]) -> DataFrame:
     """The multiset ``history`` adds up to: data columns + ``count``, zero counts left out."""
-    from pyspark.sql import functions as F
 
     from cdc_emitter.spark.columns import canonical
     from cdc_emitter.spark.schema import contains_map
@@ -593,12 +598,11 @@ def _collection(history: Any, data_fields: list[str]) -> Any:
     )
 
 
-def _judge_singles(decoded: Any, codec: Any) -> tuple[list, list]:
+def _judge_singles(decoded: DataFrame, codec: Any) -> tuple[list, list]:
     """The messages the driver decodes itself, in (partition, offset) order: progress statements,
     and what Spark could not read or read with bytes to spare (the codec's verdict stands).
     Returns ``[((partition, offset), "progress" | "undecodable", payload)]`` and the undecodable
     messages' keys."""
-    from pyspark.sql import functions as F
 
     few = (
         decoded.filter(F.col("p").isNotNull() | F.col("suspect").isNotNull() | F.col("tombstone"))
@@ -698,11 +702,10 @@ def _items(firsts: list, others: list) -> list:
     return [item for _pos, item in placed]
 
 
-def _updates_in(decoded: Any, keys: list) -> int:
+def _updates_in(decoded: DataFrame, keys: list) -> int:
     """Updates Spark decoded in messages the codec refuses (they count as none, as locally)."""
     if not keys:
         return 0
-    from pyspark.sql import functions as F
 
     bad = decoded.sparkSession.createDataFrame(keys, "partition int, offset long")
     return (
@@ -712,19 +715,17 @@ def _updates_in(decoded: Any, keys: list) -> int:
     )
 
 
-def _updates_of(array: Any) -> Any:
+def _updates_of(array: Column) -> Column:
     """How many updates a message's decoded array holds, none for a progress statement's null:
     Spark 3 sizes a null array as -1 (``spark.sql.legacy.sizeOfNull``), Spark 4 as null."""
-    from pyspark.sql import functions as F
 
     return F.when(array.isNotNull(), F.size(array))
 
 
 def _fill_late_details(
-    counting: CountingReader, groups: Any, data_fields: list, codec: Any
+    counting: CountingReader, groups: DataFrame, data_fields: list, codec: Any
 ) -> None:
     """Strict mode: name the data of each first arrival at a reported time, as CdcReader does."""
-    from pyspark.sql import functions as F
 
     late = groups.sparkSession.createDataFrame(counting.late, "__lp int, __lo long, __lt long")
     rows = (

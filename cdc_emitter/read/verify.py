@@ -1,9 +1,9 @@
 """The verifying consumer: reads a CDCv2 topic back and proves it exact, or says what is wrong.
 
 :func:`verify_topic` reads every partition of a topic from its first offset (a
-:class:`~cdc_emitter.kafka.io.TopicScan`: no consumer group, no commits, no side effect on the
+:class:`~cdc_emitter.kafka.reading.TopicScan`: no consumer group, no commits, no side effect on the
 cluster), decodes each message with a :class:`~cdc_emitter.protocol.codec.CdcCodec`, and feeds a
-:class:`~cdc_emitter.protocol.core.CdcReader` with the message's partition and offset. The reader removes
+:class:`~cdc_emitter.protocol.reader.CdcReader` with the message's partition and offset. The reader removes
 duplicates, restores order, checks every progress statement against every other, and advances
 its frontier only over times the progress chain proves complete; everything it finds wrong is a
 violation in the result, never an exception. A message that cannot be decoded is a violation of
@@ -34,7 +34,7 @@ frontier (``keep_collection``) and the history (``keep_history``) when asked for
 ``strict`` remembers. Updates held beyond a frontier that does not move are reported through
 ``on_warning`` at ``warn_held`` updates and at every doubling after it.
 
-No Spark here, and no Kafka client either: this module reads through :mod:`cdc_emitter.kafka.io`.
+No Spark here, and no Kafka client either: this module reads through :mod:`cdc_emitter.kafka.reading`.
 """
 
 from __future__ import annotations
@@ -46,8 +46,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from cdc_emitter.kafka.io import BROKER_TIMEOUT, TopicScan
-from cdc_emitter.protocol.core import CdcReader, Pending, Progress, Update, Violation
+from cdc_emitter.kafka.config import BROKER_TIMEOUT
+from cdc_emitter.kafka.reading import TopicScan
+from cdc_emitter.protocol.reader import CdcReader, Pending, Strict
+from cdc_emitter.protocol.updates import Progress, Update, Violation
 from cdc_emitter.read.decode_pool import PROGRESS, ROWS, DecodePool, decode_chunk, default_workers
 
 __all__ = [
@@ -203,7 +205,7 @@ def verify_topic(
     keep_collection: bool = True,
     keep_history: bool = False,
     start: int = 0,
-    strict: str | None = None,
+    strict: Strict | None = None,
     bloom_error_rate: float = 0.001,
     workers: int | None = None,
     warn_held: int = WARN_HELD,
@@ -211,7 +213,7 @@ def verify_topic(
 ) -> VerifyResult:
     """Read ``topic`` from the beginning of every partition and verify it (see the module doc).
 
-    ``strict``: ``"exact"`` or ``"bloom"`` (see :class:`~cdc_emitter.protocol.core.CdcReader`).
+    ``strict``: ``"exact"`` or ``"bloom"`` (see :class:`~cdc_emitter.protocol.reader.CdcReader`).
     ``workers``: decode processes (None: one per core once the topic proves large; 0: none;
     N: N from the start). ``broker_timeout``: seconds to wait for a broker that does not answer
     (metadata, offsets, or no progress while reading) before raising.

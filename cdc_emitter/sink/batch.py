@@ -1,21 +1,22 @@
-"""The seam between :class:`~cdc_emitter.sink.sink.CdcSink` and its ways of writing a batch (pure).
+"""The seam between :class:`~cdc_emitter.sink.sink.CdcSink` and the paths that write a batch (pure).
 
-The sink decides a batch's interval and names it (:class:`Batch`); a way of writing —
+The sink decides a batch's interval and names it (:class:`Batch`); a path —
 :mod:`~cdc_emitter.sink.distributed` (Spark's Kafka writer), :mod:`~cdc_emitter.sink.driver`
 (finished on the driver), :mod:`~cdc_emitter.sink.python_path` (our encoders on the executors) —
 checks every row of it and returns a :class:`Checked` batch, of which nothing is written yet.
 The sink then compares a re-run's digest, checks for another writer, records the interval, and
 only then calls :meth:`Checked.write`, and after it writes the progress statement.
 
-Guarantees a way gives: :meth:`Checked.write` is the only step that writes to Kafka, and it
+Guarantees a path gives: :meth:`Checked.write` is the only step that writes to Kafka, and it
 returns only once every message it wrote is acknowledged; a bad row, an overflowing diff sum or
-an oversized update raises before a way returns its :class:`Checked` batch (the Python
-encoders' way, and a JVM batch checked and written by one job: before :meth:`Checked.write`
+an oversized update raises before a path returns its :class:`Checked` batch (the Python
+path, and a JVM batch checked and written by one job: before :meth:`Checked.write`
 writes its first message).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -57,8 +58,8 @@ class Checked:
 
     ``max_time``: the largest time among its rows, cancelled updates included (None: no rows);
     ``rows``, ``groups`` and ``bytes``: its input rows, their distinct data and times, and the
-    bytes of its messages, as far as the way knows them before writing (0 where it does not) —
-    what the next batch's way follows."""
+    bytes of its messages, as far as the path knows them before writing (0 where it does not) —
+    what the next batch's path follows."""
 
     max_time: int | None = None
     rows: int = 0
@@ -96,8 +97,8 @@ class Known(Checked):
         groups: int,
         messages: int,
         n_bytes: int,
-        write: Any,
-        release: Any = None,
+        write: Callable[[], None],
+        release: Callable[[], None] | None = None,
         produced_on_driver: bool = False,
     ) -> None:
         self.counts, self._xor, self.max_time = counts, digest, max_time

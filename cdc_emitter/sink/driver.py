@@ -1,4 +1,4 @@
-"""The JVM data path's driver way: a batch finished on the driver, for batches whose rows (or
+"""The JVM data path's driver path: a batch finished on the driver, for batches whose rows (or
 updates) are few enough that a Spark job and its shuffle would cost more than the driver's work.
 
 Two forms:
@@ -13,22 +13,36 @@ Two forms:
 
 Either way the driver packs the update arrays and produces them through the sink's own producer.
 
-Guarantees: the same checks, error messages, messages and digest as the distributed way (a
-re-run compares across ways); nothing is produced before every row passed; a batch the driver
+Guarantees: the same checks, error messages, messages and digest as the distributed path (a
+re-run compares across paths); nothing is produced before every row passed; a batch the driver
 cannot take (``spark.driver.maxResultSize``, or more updates than ``small_batch_rows``) is left
-to the distributed way, with nothing written.
+to the distributed path, with nothing written.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
+import fastavro
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql import DataFrame, SparkSession
+
+from cdc_emitter.sink import small_batch
 from cdc_emitter.sink.batch import Batch, Known
+from cdc_emitter.sink.plan import ENVELOPE, Check, task_error
+from cdc_emitter.spark.columns import EncodedRows, arrow_table
 
-__all__ = ["DriverWay", "produce_messages", "too_big_for_driver"]
+if TYPE_CHECKING:
+    from cdc_emitter.kafka.producer import CdcProducer
+    from cdc_emitter.sink.plan import MessagePlan
+
+__all__ = ["DriverPath", "produce_messages", "too_big_for_driver"]
 
 log = logging.getLogger("cdc_emitter.sink")
 
@@ -36,21 +50,17 @@ log = logging.getLogger("cdc_emitter.sink")
 class _RowText:
     """Row ``i`` of a small batch as JSON, decoded from its encoded data record (for messages)."""
 
-    def __init__(self, data: Any, data_record: dict) -> None:
+    def __init__(self, data: pa.Array, data_record: dict) -> None:
         self.data, self.data_record = data, data_record
 
     def __call__(self, i: int) -> str:
-        import io
-
-        import fastavro
-
         record = fastavro.schemaless_reader(
             io.BytesIO(self.data[i].as_py()), fastavro.parse_schema(self.data_record)
         )
         return json.dumps(record, default=str, separators=(",", ":"), ensure_ascii=False)
 
 
-class DriverWay:
+class DriverPath:
     """Finishes a sink's batches on the driver (see the module docstring)."""
 
     def __init__(
@@ -62,9 +72,9 @@ class DriverWay:
         diff_column: str,
         late: str,
         flush_timeout: float | None,
-        producer: Callable[[], Any],
-        plan: Callable[[Any, Batch], Any],
-        row_checks: Callable[[Batch], list],
+        producer: Callable[[], CdcProducer],
+        plan: Callable[[SparkSession, Batch], MessagePlan],
+        row_checks: Callable[[Batch], list[Check]],
     ) -> None:
         self.small_batch_rows, self.max_message_bytes = small_batch_rows, max_message_bytes
         self.time_column, self.diff_column, self.late = time_column, diff_column, late
@@ -72,27 +82,24 @@ class DriverWay:
         self.producer = producer  # the sink's driver producer (made on first use)
         self.plan = plan  # (spark, batch) -> the batch layout's MessagePlan
         self.row_checks = row_checks
-        self._encoded_rows: Any = None  # (key, EncodedRows) of the last layout
+        self._encoded_rows: tuple[tuple, EncodedRows] | None = None  # of the last layout
 
     def check(
-        self, df: Any, prepared: Any, spark: Any, batch: Batch, *, consolidated: bool
+        self,
+        df: DataFrame,
+        prepared: DataFrame,
+        spark: SparkSession,
+        batch: Batch,
+        *,
+        consolidated: bool,
     ) -> Known | None:
         """The batch checked and consolidated on the driver, ready to produce; None when the
-        driver cannot take it (then nothing was written, and the caller writes it the
-        distributed way).
+        driver cannot take it (then nothing was written, and the caller writes it by the
+        distributed path).
 
         ``df``: the input as given; ``prepared``: its data columns, time and diff.
         ``consolidated``: the Spark job checks ``prepared`` and consolidates it first, and only
         the updates come to the driver; a bad row fails that job."""
-        import numpy as np
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        from cdc_emitter.sink import plan as sink_jvm
-        from cdc_emitter.sink import small_batch
-        from cdc_emitter.sink.plan import ENVELOPE
-        from cdc_emitter.spark.columns import EncodedRows, arrow_table
-
         try:
             if consolidated:  # at most one update over the limit comes back: then too many
                 plan = self.plan(spark, batch)
@@ -114,7 +121,7 @@ class DriverWay:
                 table = self._encoded_rows[1].collect(df)
         except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or too big for the driver
             if not too_big_for_driver(exc):
-                ours = sink_jvm.task_error(exc, batch.what, batch.time) if consolidated else None
+                ours = task_error(exc, batch.what, batch.time) if consolidated else None
                 if ours is None:
                     raise
                 raise ours from None
@@ -187,7 +194,7 @@ def too_big_for_driver(exc: BaseException) -> bool:
 
 
 def produce_messages(
-    producer: Any, messages: list[bytes], batch: Batch, flush_timeout: float | None
+    producer: CdcProducer, messages: list[bytes], batch: Batch, flush_timeout: float | None
 ) -> None:
     """Produce a batch's update messages through the sink's driver ``producer``, in turn to each
     of its update partitions; return once every one is acknowledged (a failed delivery raises

@@ -24,7 +24,7 @@ import uuid
 from typing import Any, NamedTuple
 
 from cdc_emitter.errors import CdcError
-from cdc_emitter.spark.sources import spark_error_text
+from cdc_emitter.spark.errors import spark_error_text
 
 __all__ = [
     "SinkLog",

@@ -39,7 +39,7 @@ there also encoded and packed when bet unconsolidated, partly summed when consol
 messages written by the tasks after the (last) shuffle, which start only
 once every task before passed; the arrays found repeated (unconsolidated) or too big are left
 out of that write and written after it, consolidated (a sink's first batch also brings its tiny
-arrays back, for the driver to join); the figures are observed in the job (``Dataset.observe``)
+arrays back, for the driver to join); the stats are observed in the job (``Dataset.observe``)
 — no cache, no second read of the messages. A diff beyond ``LARGE_DIFF`` sends the batch to the
 two jobs (a sum over 64 bits must be found before anything is written).
 
@@ -58,8 +58,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pyspark.sql import Column, Window
+from pyspark.sql import functions as F
+from pyspark.sql.avro.functions import from_avro, to_avro
+
 from cdc_emitter.errors import BadInputError, CdcError, LateUpdateError
-from cdc_emitter.protocol.core import MAX_LONG, MIN_LONG
+from cdc_emitter.protocol.updates import MAX_LONG, MIN_LONG
 from cdc_emitter.spark.columns import (
     DIFF,
     HASH,
@@ -129,8 +133,6 @@ def row_checks(
     """The per-row checks of a batch whose interval starts at ``lower`` (built per batch: they
     hold its frontier): in column mode a null, negative or late time; a null diff; and for a
     re-run whose first attempt recorded ``recorded_upper``, a time at or beyond it."""
-    from pyspark.sql import functions as F
-
     t, d = F.col(TIME), F.col(DIFF)
     checks = []
     if time_column is not None:
@@ -194,8 +196,6 @@ def row_checks(
 
 
 def _fail(kind: str, *parts: Any) -> Any:
-    from pyspark.sql import functions as F
-
     return F.raise_error(F.concat(F.lit(_MARK.format(kind=kind)), *parts))
 
 
@@ -207,10 +207,6 @@ class _Exprs:
     about 0.4 s of a 4M-row batch); a binary literal is passed to the same code as an object."""
 
     def __init__(self, plan: MessagePlan, one_time: bool) -> None:
-        from pyspark.sql import Window
-        from pyspark.sql import functions as F
-        from pyspark.sql.avro.functions import to_avro
-
         t, d = F.col(TIME), F.col(DIFF)
         if one_time:
             self.time: list = []  # what the rows carry of their time: nothing, it is the batch's
@@ -400,9 +396,6 @@ class MessagePlan:
         buckets: int,
         partitions: Sequence[int] | None,
     ) -> None:
-        from pyspark.sql import functions as F
-        from pyspark.sql.avro.functions import from_avro
-
         d = F.col(DIFF)
         self.row_json = F.to_json(F.struct(*[F.col(c) for c in data_cols]))  # before the shuffle
         # 1. before the shuffle: each row's hash of data and time (its bucket, its order in
@@ -417,7 +410,8 @@ class MessagePlan:
         self.by_bytes = not any(contains_map(schema[c].dataType) for c in data_cols)
         if self.by_bytes:
             self._data_bytes = encoded_data(schema, data_cols, self._record)
-            self._keys, self._firsts, self._data = [F.col(DATA)], [], [F.col(DATA)]
+            self._firsts: list[Column] = []
+            self._keys, self._data = [F.col(DATA)], [F.col(DATA)]
             self._columns = [F.col(c) for c in data_cols]  # what a combined batch groups on
             self._after_json = F.to_json(
                 from_avro(F.col(DATA), json.dumps(self._record))
@@ -476,15 +470,11 @@ class MessagePlan:
         """A row's hash of its data and ``time`` (a long column, or a one-time batch's
         :data:`TIME_KEY`, which hashes as the long): its bucket, its order in packing and the
         seed of its digest share."""
-        from pyspark.sql import functions as F
-
         return F.xxhash64(*self._hashed, time)
 
     def _total(self, time_text: Any) -> Any:
         """An update's diff from its halves, exact: the fast sum where it fits, else the decimal
         one, which fails the job with the row's text when the total does not fit 64 bits."""
-        from pyspark.sql import functions as F
-
         slow = F.when(
             (self._exact > F.lit(MAX_LONG)) | (self._exact < F.lit(MIN_LONG)),
             _fail(
@@ -615,13 +605,13 @@ class MessagePlan:
         rows = self._checked(
             prepared, checks, into=DIFF if one_time else TIME, added=_time_columns(time, TIME_KEY)
         )
-        if arrays is None and self.by_bytes:
+        if arrays is None and ex.rows_ordered is not None:  # grouped as bytes
             rows = rows.select(*ex.rows_ordered)
         else:
             rows = rows.withColumn(ORDER, ex.order)
             if arrays is not None:
                 rows = rows.where(self._of_arrays(fanout, arrays))
-            rows = rows.select(*ex.rows) if self.by_bytes else rows.drop(TIME_KEY)
+            rows = rows.select(*ex.rows) if ex.rows is not None else rows.drop(TIME_KEY)
         if self._packs_in_input_tasks(consolidate, exact, arrays):  # see groups_per_packing_task
             # the shares are joined in at most a task per bucket, as packing was: else in the
             # session's shuffle partitions (200 by default), when adaptive execution is off
@@ -679,8 +669,6 @@ class MessagePlan:
         value only for rows that take it); the checked column is what the shuffle hashes, groups
         on or sums, so the check cannot be pruned or moved past the shuffle. ``added``: columns
         added in the same step, by name."""
-        from pyspark.sql import functions as F
-
         last = self._last_checked.get(into)
         if (
             last is not None and last[0] is checks
@@ -715,8 +703,6 @@ class MessagePlan:
 
         ``one_time``: every row has the batch's time, which the driver knows: the rows are
         grouped on their data alone, the checks ride on the diff, and there is no ``t``."""
-        from pyspark.sql import functions as F
-
         if not self.by_bytes:
             raise ValueError(
                 "a batch is consolidated for the driver only when its data is grouped as bytes"
@@ -765,8 +751,6 @@ class MessagePlan:
 
     def _fanned(self, fanout: int) -> Any:
         """The array index among ``fanout`` per bucket (:func:`_array_index`), built once each."""
-        from pyspark.sql import functions as F
-
         fanout = max(1, fanout)
         chunk = self._chunks.get(fanout)
         if chunk is None:
@@ -776,8 +760,6 @@ class MessagePlan:
     def _of_arrays(self, fanout: int, arrays: Sequence[tuple[int, int]]) -> Any:
         """Whether a row (with its :data:`ORDER`) falls in one of ``arrays``, ``(bucket, array)``
         pairs among ``fanout`` arrays per bucket."""
-        from pyspark.sql import functions as F
-
         fanout = max(1, fanout)
         return (self._bucket * F.lit(fanout) + _hash_array(F.lit(fanout))).isin(
             sorted({bucket * fanout + array for bucket, array in arrays})
@@ -832,8 +814,6 @@ def _time_columns(time: int | None, name: str) -> dict[str, Any]:
     if time is None:
         return {}
     import struct
-
-    from pyspark.sql import functions as F
 
     from cdc_emitter.protocol.codec import encode_zigzag_long
 
@@ -901,8 +881,6 @@ def small_diffs() -> Check:
     such a batch could hold rows of one data and time whose sum overflows 64 bits, which is only
     found when their arrays are consolidated, after the others were written. The batch is then
     written by two jobs, which find it before writing (:func:`large_diff` tells this failure)."""
-    from pyspark.sql import functions as F
-
     d = F.col(DIFF)
     return Check(
         (d > F.lit(LARGE_DIFF)) | (d < F.lit(-LARGE_DIFF)),
@@ -922,24 +900,18 @@ def _array_index(arrays: Any) -> Any:
     spread: from the hash's high half. The bucket is the hash modulo the
     buckets, and an index from the same bits would leave arrays empty whenever the two counts
     share a factor (4 buckets, 10 arrays: only 5 used, each twice as big)."""
-    from pyspark.sql import functions as F
-
     return F.when(F.col("__cdc_item").isNull(), F.lit(None)).otherwise(_hash_array(arrays))
 
 
 def _hash_array(arrays: Any) -> Any:
     """The array among ``arrays`` that a row's hash chooses, whether or not it is an update
     (see :func:`_array_index`): where its rows are, before they are consolidated."""
-    from pyspark.sql import functions as F
-
     return F.pmod(F.shiftright(F.col(ORDER), 32), arrays)
 
 
 def _long_bytes(c: Any) -> Any:
     """A long column's Avro encoding (a zig-zag varint), with the common diffs +1 and -1 as
     constants instead of a ``to_avro`` call each."""
-    from pyspark.sql import functions as F
-
     return (
         F.when(c == F.lit(1), F.lit(b"\x02"))
         .when(c == F.lit(-1), F.lit(b"\x01"))
@@ -951,8 +923,6 @@ def _avro_long(c: Any) -> Any:
     """``to_avro`` of a long column that is never null where it is evaluated (an update's time
     and diff are encoded only for a non-zero diff, an array's count only when not zero): see
     :func:`~cdc_emitter.spark.columns.not_null_long`."""
-    from pyspark.sql.avro.functions import to_avro
-
     return to_avro(not_null_long(c), '"long"')
 
 
@@ -960,8 +930,6 @@ def _concat_all(item: Any) -> Any:
     """The aggregate that joins a group's non-null binary values into one: ``listagg`` where
     Spark has it (4.0+: about 40% less time than collecting a list and joining it, measured on
     4M updates), else the list joined as strings (the bytes pass through unchanged)."""
-    from pyspark.sql import functions as F
-
     if hasattr(F, "listagg"):
         return F.listagg(item)
     return F.array_join(F.collect_list(item.cast("string")), "").cast("binary")

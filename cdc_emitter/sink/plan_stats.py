@@ -1,4 +1,4 @@
-"""A batch's figures from the JVM data path's messages (:meth:`MessagePlan.messages
+"""A batch's stats from the JVM data path's messages (:meth:`MessagePlan.messages
 <cdc_emitter.sink.plan.MessagePlan.messages>`), taken two ways:
 
 - :func:`batch_stats`: from the cached messages, before anything is written (a bad row fails
@@ -6,7 +6,7 @@
 - :func:`write_observed`: in the one job that computes and writes them (``Dataset.observe``),
   for a batch of one time — no cache, no second read of the messages.
 
-Either way the figures are those of the messages written (by :func:`batch_stats`, about to be):
+Either way the stats are those of the messages written (by :func:`batch_stats`, about to be):
 the updates per time, the digest, the largest message, the input rows and groups behind them,
 and the arrays to make again (repeated, or too big).
 """
@@ -14,11 +14,15 @@ and the arrays to make again (repeated, or too big).
 from __future__ import annotations
 
 import base64
+import builtins
 import json
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from pyspark.sql import Observation
+from pyspark.sql import functions as F
 
 from cdc_emitter.spark import kafka as spark_kafka
 from cdc_emitter.spark.columns import arrow_table
@@ -51,7 +55,7 @@ class ObservedWrite:
     repeated: int = 0
     too_big: bool = False
     #: the values of the arrays under its ``small_below`` bytes (and without a repeat), not written
-    small_values: tuple[bytes, ...] = ()
+    small_values: tuple[builtins.bytes, ...] = ()
 
 
 def _observed_columns(
@@ -69,8 +73,6 @@ def _observed_columns(
 def _build_observed(
     max_message_bytes: int, small_below: int, consolidated: bool
 ) -> tuple[Any, tuple]:
-    from pyspark.sql import functions as F
-
     size = F.octet_length("value")
     too_big = F.coalesce(size > F.lit(max_message_bytes), F.lit(False))
     # a message as it is: written, or brought back if small; consolidated, ``repeated`` only
@@ -114,7 +116,7 @@ def write_observed(
     job that computes them, all but those over ``max_message_bytes`` and, unconsolidated, those
     with ``repeated``, which are left out for the caller to write again (consolidated, or packed
     exactly), and those under ``small_below`` bytes, whose values come back instead (for the
-    caller to join into fewer); and take the figures of what was written from the same job
+    caller to join into fewer); and take the stats of what was written from the same job
     (``Dataset.observe``). The session must write Kafka by its V2 writer
     (:class:`~cdc_emitter.spark.settings.KafkaWriteObserved`).
 
@@ -123,10 +125,8 @@ def write_observed(
     a bad row fails the job before its first message. Consolidated, the messages must be those
     of a plan that sums the diffs before the shuffle that its writing tasks follow
     (:meth:`~cdc_emitter.sink.plan.MessagePlan.messages` of a whole batch grouped as bytes). A
-    retried write task writes its arrays again (duplicates, which readers discard); the figures
+    retried write task writes its arrays again (duplicates, which readers discard); the stats
     count each array once (those of a failed attempt are dropped)."""
-    from pyspark.sql import Observation
-
     written, columns = _observed_columns(
         type(messages), max_message_bytes, small_below, consolidated
     )
@@ -167,7 +167,7 @@ class BatchStats:
     repeated_arrays: tuple = ()
     #: every message's value, when each was at most the ``values_up_to`` bytes asked for;
     #: else None
-    values: tuple[bytes, ...] | None = None
+    values: tuple[builtins.bytes, ...] | None = None
 
     @property
     def repeated(self) -> bool:
@@ -186,8 +186,6 @@ def batch_stats(messages: Any, *, time: int | None = None, values_up_to: int = 0
     job — the caller joins a small batch's messages on the driver without a job of its own to
     gather them; :attr:`BatchStats.values` holds them when every message came.
     """
-    from pyspark.sql import functions as F
-
     one_time = time is not None
     columns = _stats_columns(type(messages), one_time)
     if values_up_to > 0:
@@ -199,6 +197,7 @@ def batch_stats(messages: Any, *, time: int | None = None, values_up_to: int = 0
     largest = max((int(r["b"] or 0) for r in rows), default=0)
     repeated = tuple((r["bucket"], r["array"]) for r in rows if r["r"])
     updates = sum(int(r["n"]) for r in rows)
+    counts: dict[Any, int]
     if one_time:
         counts = {time: updates} if updates else {}
         max_time = time if rows else None
@@ -239,7 +238,6 @@ def counts_per_time(messages: Any, updates: int) -> dict[int, int]:
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
-    from pyspark.sql import functions as F
 
     if updates <= DRIVER_COUNTED_UPDATES and hasattr(messages, "toArrow"):  # pyspark >= 4.0
         times = pc.list_flatten(messages.select("times").toArrow().column("times"))
@@ -280,8 +278,6 @@ def _stats_columns(kind: type, one_time: bool) -> Any:
     """The Columns :func:`batch_stats` selects, built once per DataFrame kind (:func:`_built_once`)."""
 
     def build() -> tuple:
-        from pyspark.sql import functions as F
-
         return (
             F.col("n"),
             F.col("xor").alias("x"),

@@ -1,6 +1,6 @@
-"""The Python encoders' way (``encoder="python"`` or ``"avro"``): a validation scan of the input,
-then one Spark job that consolidates the rows and encodes and produces each partition's updates
-on the executors (:mod:`cdc_emitter.sink.python_tasks`), which need cdc-emitter installed.
+"""The Python data path (``encoder="python"``): a validation scan of the input, then one Spark
+job that consolidates the rows and encodes and produces each partition's updates on the
+executors (:mod:`cdc_emitter.sink.python_tasks`), which need cdc-emitter installed.
 
 Guarantees: every row is checked by the validation scan (null, negative and late times, null
 diffs, a diff sum that could overflow 64 bits, a row too big for one message) before the job that
@@ -10,19 +10,23 @@ task writes the same updates (duplicates at most).
 
 from __future__ import annotations
 
-import json
 import re
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from functools import partial
+from typing import Any, Literal
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from cdc_emitter.errors import BadInputError, CdcError, LateUpdateError
-from cdc_emitter.protocol.core import MAX_LONG, MIN_LONG
+from cdc_emitter.protocol.updates import MAX_LONG, MIN_LONG
 from cdc_emitter.sink.batch import Batch, Checked, Written
 from cdc_emitter.sink.python_tasks import TaskSpec, check_sizes, produce_partition
 from cdc_emitter.spark.columns import DIFF, HASH, TIME, digest_share, group_keys, hash_columns
 
-__all__ = ["PythonWay", "task_error"]
+__all__ = ["PythonPath", "task_error"]
 
 _TASK_ERROR = re.compile(r"cdc_emitter\.errors\.(\w+): ([^\n]+)")
 
@@ -42,7 +46,7 @@ def task_error(exc: BaseException) -> CdcError | None:
     return kind(f"{message.strip()} (raised in a Spark task, which failed every attempt)")
 
 
-def size_estimate(struct: Any) -> Any:
+def size_estimate(struct: T.StructType) -> Column:
     """A cheap JVM-side bound related to a row's Avro size, to find rows that might not fit.
 
     Strings and binaries count their bytes (Avro adds a length varint); fixed-size values count
@@ -50,9 +54,6 @@ def size_estimate(struct: Any) -> Any:
     text, which can be up to ~2x smaller than Avro (arrays of doubles) — so rows estimated above
     a quarter of the message limit are encoded exactly to check them.
     """
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
     parts = []
     fixed = 32  # time, diff, array overhead
     for column in struct.fields:
@@ -71,27 +72,25 @@ def size_estimate(struct: Any) -> Any:
     return total
 
 
-class PythonWay:
+class PythonPath:
     """Checks a batch with a validation scan; its :class:`Checked` batch consolidates, encodes
     and produces on the executors. ``producer_factory``: the executors' producer (None: a
-    :class:`~cdc_emitter.kafka.io.CdcProducer`), the seam where tests put one that fails on cue."""
+    :class:`~cdc_emitter.kafka.producer.CdcProducer`), the seam where tests put one that fails on cue."""
 
     def __init__(
         self,
         *,
-        encoder: str,
         bootstrap_servers: str,
         topic: str,
         producer_config: dict,
-        framing: str,
+        framing: Literal["confluent", "raw"],
         schema_id: int,
         max_message_bytes: int,
         flush_timeout: float | None,
         time_column: str | None,
         diff_column: str,
-        producer_factory: Callable[[Any], Any] | None = None,
+        producer_factory: Callable[[TaskSpec], Any] | None = None,
     ) -> None:
-        self.encoder = encoder
         self.bootstrap_servers, self.topic, self.producer_config = (
             bootstrap_servers,
             topic,
@@ -105,7 +104,8 @@ class PythonWay:
         )
         self.producer_factory = producer_factory
 
-    def spec(self, batch: Batch, data_types: list, encoder: str) -> TaskSpec:
+    def spec(self, batch: Batch, data_types: list) -> TaskSpec:
+        """What the executors' tasks need to encode and produce ``batch``."""
         return TaskSpec(
             self.bootstrap_servers,
             self.topic,
@@ -117,17 +117,13 @@ class PythonWay:
             batch.headers,
             data_types,
             self.flush_timeout,
-            encoder,
             batch.update_partitions,
             self.producer_factory,
         )
 
-    def check(self, prepared: Any, batch: Batch) -> _Validated:
+    def check(self, prepared: DataFrame, batch: Batch) -> _Validated:
         """One narrow scan of the input (no shuffle): every row checked, the few that might be
         too big encoded to check them, an exact consolidation only if a diff sum might overflow."""
-        from pyspark.sql import functions as F
-        from pyspark.sql import types as T
-
         data_cols, what = batch.data_cols, batch.what
         data_struct = T.StructType([batch.schema[c] for c in data_cols])
         data_json = F.to_json(F.struct(*[F.col(c) for c in data_cols]))
@@ -145,7 +141,7 @@ class PythonWay:
             F.max(estimate).alias("max_estimate"),
         ).collect()[0]
 
-        def example(condition: Any) -> str:  # a second, short job only when something is wrong
+        def example(condition: Column) -> str:  # a second, short job only when something is wrong
             rows = prepared.filter(condition).select(data_json.alias("row")).limit(1).collect()
             return rows[0]["row"] if rows else "?"
 
@@ -197,7 +193,7 @@ class PythonWay:
         threshold = self.max_message_bytes // 4
         data_types = [f.dataType for f in data_struct.fields]
         if (st["max_estimate"] or 0) > threshold:
-            spec = self.spec(batch, data_types, "python")
+            spec = self.spec(batch, data_types)
             big = (
                 prepared.filter(estimate > threshold)
                 .select(
@@ -207,7 +203,7 @@ class PythonWay:
                     data_json.alias("__cdc_json"),
                 )  # the longest diff: a bound
                 .mapInArrow(
-                    lambda it, spec=spec: check_sizes(spec, it),
+                    partial(check_sizes, spec),
                     "size long, time long, example string",
                 )
                 .limit(1)
@@ -242,21 +238,19 @@ class _Validated(Checked):
 
     def __init__(
         self,
-        way: PythonWay,
+        path: PythonPath,
         batch: Batch,
-        out: Any,
+        out: DataFrame,
         data_types: list,
         *,
         rows: int,
         max_time: int | None,
     ) -> None:
-        self.way, self.batch, self.out, self.data_types = way, batch, out, data_types
+        self.path, self.batch, self.out, self.data_types = path, batch, out, data_types
         self.rows, self.max_time = rows, max_time
 
     def digest(self) -> tuple[int, tuple]:
         """Of the consolidated updates, in one Spark job."""
-        from pyspark.sql import functions as F
-
         if not self.rows:
             return 0, ()
         rows = (
@@ -270,32 +264,12 @@ class _Validated(Checked):
         return xor, tuple(sorted((row[TIME], row["n"]) for row in rows))
 
     def write(self) -> Written:
-        from pyspark.sql import functions as F
-
         if not self.rows:
             return Written({}, 0, 0, 0)
-        batch, out, way = self.batch, self.out, self.way
-        spec = way.spec(batch, self.data_types, way.encoder)
-        t = F.col(TIME)
-        if way.encoder == "avro":
-            from pyspark.sql.avro.functions import to_avro
-
-            from cdc_emitter.protocol.codec import union_schema
-
-            update_schema = union_schema(batch.avro_data)[0]["items"]
-            item = to_avro(
-                F.struct(
-                    F.struct(*[F.col(c) for c in batch.data_cols]).alias("data"),
-                    t.alias("time"),
-                    F.col(DIFF).alias("diff"),
-                ),
-                json.dumps(update_schema),
-            )
-            out = out.select(t, F.col(DIFF), item.alias("__cdc_item"), F.col(HASH))
-            spec.data_types = []  # the task sees only (time, diff, item, hash)
+        spec = self.path.spec(self.batch, self.data_types)
         try:
-            produced = out.mapInArrow(
-                lambda it, spec=spec: produce_partition(spec, it),
+            produced = self.out.mapInArrow(
+                partial(produce_partition, spec),
                 "time long, n long, messages long, bytes long, digest long",
             ).collect()
         except Exception as exc:  # noqa: BLE001 - Spark wraps the task's error

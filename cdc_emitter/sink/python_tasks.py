@@ -14,10 +14,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
+
+from pyspark import TaskContext
+from pyspark.sql import types as T
 
 from cdc_emitter.errors import BadInputError
-from cdc_emitter.protocol.core import Update
+from cdc_emitter.protocol.updates import Update
 
 __all__ = ["TaskSpec", "produce_partition", "check_sizes"]
 
@@ -30,17 +33,16 @@ class TaskSpec:
     topic: str
     producer_config: dict
     avro_data: dict
-    framing: str
+    framing: Literal["confluent", "raw"]
     schema_id: int
     max_message_bytes: int
     headers: list
     data_types: list  # Spark DataTypes of the data columns
     flush_timeout: float | None
-    encoder: str  # "python" or "avro"
     #: the partitions update messages go to: all but partition 0 when there are several, so
     #: progress statements have partition 0 to themselves (None: the producer's choice)
     partitions: list | None = None
-    #: makes the task's producer from the spec (None: a :class:`~cdc_emitter.kafka.io.CdcProducer`);
+    #: makes the task's producer from the spec (None: a :class:`~cdc_emitter.kafka.producer.CdcProducer`);
     #: the seam where tests put a producer that fails on cue
     producer_factory: Callable[[Any], Any] | None = None
 
@@ -49,7 +51,7 @@ def _producer(spec: TaskSpec) -> Any:
     """The task's producer: ``produce``, ``flush`` (raises on a failed delivery) and ``settle``."""
     if spec.producer_factory is not None:
         return spec.producer_factory(spec)
-    from cdc_emitter.kafka.io import CdcProducer
+    from cdc_emitter.kafka.producer import CdcProducer
 
     return CdcProducer(spec.bootstrap_servers, spec.topic, spec.producer_config)
 
@@ -67,21 +69,21 @@ def _codec(spec: TaskSpec) -> Any:
 
 def _map_fixer(dtype: Any) -> Callable[[Any], Any] | None:
     """A function turning Arrow's ``to_pylist`` value into fastavro's (maps: pairs → dict), or None."""
-    from pyspark.sql import types as T
-
     if isinstance(dtype, T.MapType):
-        inner = _map_fixer(dtype.valueType)
-        if inner is None:
+        value_fix = _map_fixer(dtype.valueType)
+        if value_fix is None:
             return lambda v: None if v is None else dict(v)
-        return lambda v: None if v is None else {k: None if x is None else inner(x) for k, x in v}
+        return lambda v: (
+            None if v is None else {k: None if x is None else value_fix(x) for k, x in v}
+        )
     if isinstance(dtype, T.ArrayType):
-        inner = _map_fixer(dtype.elementType)
-        if inner is None:
+        element_fix = _map_fixer(dtype.elementType)
+        if element_fix is None:
             return None
-        return lambda v: None if v is None else [None if x is None else inner(x) for x in v]
+        return lambda v: None if v is None else [None if x is None else element_fix(x) for x in v]
     if isinstance(dtype, T.StructType):
-        fixes = [(f.name, _map_fixer(f.dataType)) for f in dtype.fields]
-        fixes = [(name, fn) for name, fn in fixes if fn is not None]
+        found = [(f.name, _map_fixer(f.dataType)) for f in dtype.fields]
+        fixes = [(name, fn) for name, fn in found if fn is not None]
         if not fixes:
             return None
 
@@ -98,8 +100,6 @@ def _map_fixer(dtype: Any) -> Callable[[Any], Any] | None:
 
 
 def _flat(dtype: Any) -> bool:
-    from pyspark.sql import types as T
-
     return isinstance(
         dtype,
         (
@@ -209,14 +209,12 @@ class _ArrayEncoder:
 def produce_partition(spec: TaskSpec, batches: Iterator[Any]) -> Iterator[Any]:
     """mapInArrow body: encode the partition's updates as arrays, produce, flush, return counts.
 
-    Columns: the data columns, time, diff (or, with the avro encoder: time, diff, item), and
-    last the update's 64-bit hash, XOR-ed into the batch digest.
+    Columns: the data columns, time, diff, and last the update's 64-bit hash, XOR-ed into the
+    batch digest.
     """
     import pyarrow as pa
-    from pyspark import TaskContext
 
-    codec = _codec(spec)
-    arrays = _ArrayEncoder(spec) if spec.encoder == "python" else None
+    arrays = _ArrayEncoder(spec)
     ncols = len(spec.data_types)
     import numpy as np
 
@@ -233,11 +231,7 @@ def produce_partition(spec: TaskSpec, batches: Iterator[Any]) -> Iterator[Any]:
             times = batch.column(ncols).to_pylist()
             counts.update(times)
             digest ^= int(np.bitwise_xor.reduce(batch.column(batch.num_columns - 1).to_numpy()))
-            if spec.encoder == "avro":
-                encoded = codec.pack_items(batch.column(ncols + 2).to_pylist())
-            else:
-                encoded = arrays.encode(batch)
-            for message in encoded:
+            for message in arrays.encode(batch):
                 target = (
                     None
                     if not spec.partitions

@@ -11,9 +11,9 @@ The phases, in order (``seconds`` holds those a batch went through, and ``total`
     sink log, the data schema against the topic's.
 ``check``
     one Spark job validates every row and consolidates: counts, digest, largest message
-    (``encoder="jvm"``); the validation scan (other encoders).
+    (``encoder="jvm"``); the validation scan (``encoder="python"``).
 ``write``
-    update messages are produced and acknowledged (``jvm``: Spark's Kafka writer; other encoders:
+    update messages are produced and acknowledged (``jvm``: Spark's Kafka writer; ``python``:
     consolidation and production on the executors, one job).
 ``commit``
     the progress statement is written and acknowledged, after the check that no other writer
@@ -34,12 +34,27 @@ PHASES = ("plan", "check", "write", "commit")
 
 @dataclass(frozen=True)
 class BatchResult:
-    """What one batch wrote: its interval (``upper`` None = closed) and how much.
+    """What one batch wrote: its interval and how much.
 
-    ``updates`` are the consolidated updates written (per time in ``counts``); ``messages`` and
-    ``bytes`` count the Kafka messages (update arrays and the progress statement) and their values'
-    bytes. ``reused`` is True for a re-run batch that found its interval recorded; a re-run whose
-    first attempt was complete writes nothing (``messages == 0``).
+    A re-run whose first attempt was complete in the topic writes nothing (``messages == 0``).
+
+    Attributes:
+        batch_id: the streaming micro-batch's id (None: a batch written by ``CdcSink.write``).
+        lower: the interval's lower bound.
+        upper: the interval's upper bound (None: the batch closed the history).
+        updates: the consolidated updates written.
+        messages: the Kafka messages written: update arrays and the progress statement.
+        counts: the updates per time.
+        reused: True for a re-run batch that found its interval recorded.
+        bytes: the bytes of the messages' values.
+        seconds: seconds per phase (see :data:`PHASES`), and ``total``.
+        topic: the topic written.
+        encoder: the data path that wrote it (``"jvm"`` or ``"python"``).
+        finished_on: where its messages were produced: ``"driver"`` (a small batch, one that
+            consolidated to few updates, or a first batch whose many small messages the driver
+            joined) or ``"executors"`` (Spark's Kafka writer, or the Python path's tasks).
+        consolidated_on: where its rows were consolidated: ``"driver"`` (a small batch, one
+            narrow Spark job) or ``"executors"`` (a Spark job with a shuffle).
     """
 
     batch_id: int | None
@@ -80,7 +95,7 @@ class BatchResult:
         }
 
     def log_text(self) -> str:
-        """The figures of the INFO log line, e.g. ``updates=200 messages=2 bytes=4817 seconds:
+        """The stats of the INFO log line, e.g. ``updates=200 messages=2 bytes=4817 seconds:
         plan=0.004 check=0.112 write=0.083 commit=0.006 total=0.205``."""
         phases = " ".join(f"{k}={v:.3f}" for k, v in self.seconds.items())
         return f"updates={self.updates} messages={self.messages} bytes={self.bytes}" + (

@@ -13,10 +13,10 @@ Attach it to a streaming query with ``writeStream.foreachBatch(CdcSink(...))``, 
    where every progress statement goes, has not moved past this sink's last statement (one
    offset request, through a client kept for the sink's life). Default time mode: ``t = max(time_offset + batch_id, F)`` and
    the interval is ``[F, t + 1)``. Column mode: ``[F, max_time + 1)``; a time below ``F`` is late.
-3. **Every row checked before the first message**, by the way of writing the batch — null,
+3. **Every row checked before the first message**, by the path that writes the batch — null,
    negative and late times, null diffs, a consolidated diff over 64 bits, an update too big
    for one message: each a :class:`~cdc_emitter.errors.BadInputError` naming the column, time
-   and an example row. The ways (their seam: :mod:`cdc_emitter.sink.batch`):
+   and an example row. The paths (their seam: :mod:`cdc_emitter.sink.batch`):
 
    - :mod:`~cdc_emitter.sink.distributed` (``encoder="jvm"``, the default when Spark has
      spark-avro and spark-sql-kafka-0-10): one Spark job validates, consolidates, encodes and
@@ -25,8 +25,9 @@ Attach it to a streaming query with ``writeStream.foreachBatch(CdcSink(...))``, 
    - :mod:`~cdc_emitter.sink.driver` (``encoder="jvm"``, after a small batch, or one whose rows
      consolidated to few updates): the rows, or their updates, come to the driver, which packs
      them and produces them through its own producer;
-   - :mod:`~cdc_emitter.sink.python_path` (``encoder="python"`` or ``"avro"``): a validation scan,
-     then one job that consolidates and produces on the executors (:mod:`cdc_emitter.sink.python_tasks`).
+   - :mod:`~cdc_emitter.sink.python_path` (``encoder="python"``): a validation scan, then one
+     job that consolidates and produces on the executors
+     (:mod:`cdc_emitter.sink.python_tasks`).
 
    A re-run whose first attempt is complete in the topic compares its digest
    (:mod:`cdc_emitter.sink.digest`) here, and writes nothing.
@@ -48,18 +49,31 @@ import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal, NamedTuple
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.avro.functions import to_avro
 
 from cdc_emitter.errors import (
     BadInputError,
     CdcError,
     ConcurrentWriterError,
     ConfigError,
+    DecodeError,
     LateUpdateError,
     ReplayError,
     SchemaError,
 )
-from cdc_emitter.kafka.frontier import (
+from cdc_emitter.kafka.config import PRODUCER_DEFAULTS
+from cdc_emitter.kafka.frontier import TopicFrontier, retrying, topic_frontier
+from cdc_emitter.kafka.producer import CdcProducer
+from cdc_emitter.kafka.reading import TopicOffsets
+from cdc_emitter.kafka.registry import SchemaRegistry, schema_text_of, subject_for
+from cdc_emitter.kafka.topics import ensure_topic, topic_settings
+from cdc_emitter.protocol.codec import CdcCodec, schema_differences, type_text
+from cdc_emitter.protocol.headers import (
     HEADER_BATCH,
     HEADER_BATCH_LOWER,
     HEADER_BATCH_UPPER,
@@ -70,17 +84,29 @@ from cdc_emitter.kafka.frontier import (
     HEADER_SHAPE,
     HEADER_UPPER,
     HEADER_WRITER,
-    TopicFrontier,
-    topic_frontier,
 )
-from cdc_emitter.protocol.core import MAX_LONG, progress_from_counts, split_progress
+from cdc_emitter.protocol.updates import MAX_LONG, progress_from_counts, split_progress
 from cdc_emitter.sink.batch import Batch, Checked, Written
 from cdc_emitter.sink.digest import digest_form, format_digest, parse_digest, replay_message
+from cdc_emitter.sink.distributed import DistributedPath
+from cdc_emitter.sink.driver import DriverPath
 from cdc_emitter.sink.interval import Recorded, batch_upper, recorded_from_statement
 from cdc_emitter.sink.interval import batch_time as decide_batch_time
+from cdc_emitter.sink.log import (
+    DataFrameSinkLog,
+    SinkLog,
+    SinkLogEntry,
+    is_connect,
+    open_sink_log,
+    query_id_from_checkpoint,
+)
+from cdc_emitter.sink.plan import BATCH, Check, row_checks
+from cdc_emitter.sink.python_path import PythonPath
+from cdc_emitter.sink.python_tasks import TaskSpec
 from cdc_emitter.sink.result import BatchResult, PhaseClock
-from cdc_emitter.spark.columns import DIFF, TIME  # one name per column, every way
-from cdc_emitter.spark.schema import data_schema, without_collation
+from cdc_emitter.spark.columns import DIFF, TIME  # one name per column, every path
+from cdc_emitter.spark.kafka import kafka_write_options
+from cdc_emitter.spark.schema import contains_map, data_schema, without_collation
 
 __all__ = [
     "CdcSink",
@@ -97,8 +123,15 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_MESSAGE_BYTES = 900_000
-#: The data paths (see the ``encoder`` parameter of :class:`CdcSink`).
-ENCODERS = ("auto", "jvm", "python", "avro")
+#: The data paths (see the ``encoder`` argument of :class:`CdcSink`).
+Encoder = Literal["auto", "jvm", "python"]
+ENCODERS: tuple[Encoder, ...] = ("auto", "jvm", "python")
+#: What a column-mode update below the batch's lower bound does (see ``late``).
+Late = Literal["error", "advance"]
+#: How messages are framed (see ``framing``).
+Framing = Literal["confluent", "raw"]
+#: The paths a batch takes within the JVM data path (see :data:`DRIVER`).
+JvmPath = Literal["driver", "driver after executors", "executors"]
 #: Bytes a Kafka record batch adds around one message's value (headers included), kept free
 #: below the topic's max.message.bytes.
 RECORD_OVERHEAD = 1024
@@ -115,46 +148,87 @@ CARRIED_BATCHES = 64
 #: consolidate and the driver finishes.
 SMALL_BATCH_ROWS = 250_000
 SMALL_BATCH_BYTES = 16 * 2**20
-#: The ways a batch is written on the JVM data path (``BatchResult.finished_on``, then
+#: The paths of a batch within the JVM data path (``BatchResult.finished_on``, then
 #: ``consolidated_on``): the rows brought to the driver, which consolidates and produces them;
 #: the rows consolidated by a Spark job, the updates brought to the driver, which produces them;
 #: or everything on the executors, Spark's Kafka writer producing.
-DRIVER, DRIVER_AFTER_EXECUTORS, EXECUTORS = "driver", "driver after executors", "executors"
+DRIVER: JvmPath = "driver"
+DRIVER_AFTER_EXECUTORS: JvmPath = "driver after executors"
+EXECUTORS: JvmPath = "executors"
 _INTEGRAL = ("bigint", "int", "smallint", "tinyint")
+
+
+class _Layout(NamedTuple):
+    """A batch's columns as the sink writes them."""
+
+    schema: T.StructType  # the input's schema, collations taken off
+    data_cols: list[str]
+    diff_col: str | None  # None: every row counts +1
+    avro_data: dict  # the Avro data record
+    schema_text: str  # ``avro_data`` as compact JSON
+
+
+class _Decided(NamedTuple):
+    """A batch's interval as decided before any Spark work."""
+
+    writer: str  # the batch's writer (a re-run's: as first recorded)
+    lower: int
+    recorded: Recorded | None  # a re-run's first decision
+    digest: tuple | None  # what a re-run's first attempt wrote, if complete in the topic
+    state: TopicFrontier  # the topic's frontier when the interval was decided
+
+
+def _without_collations(df: DataFrame) -> DataFrame:
+    """``df`` with collated strings cast to plain ones: written and compared by their bytes."""
+    plain = {f.name: without_collation(f.dataType) for f in df.schema.fields}
+    if not any(plain.values()):
+        return df
+    return df.select(
+        *[F.col(c).cast(t).alias(c) if t is not None else F.col(c) for c, t in plain.items()]
+    )
 
 
 class CdcSink:
     """A Spark sink writing CDCv2 changefeeds to a Kafka topic (see the module docstring).
 
-    Parameters:
-        bootstrap_servers, topic: the Kafka cluster and topic.
+    Use it as ``writeStream.foreachBatch(CdcSink(...))``, or call :meth:`write` for one batch
+    outside streaming. Every argument but the first two is keyword-only.
+
+    Args:
+        bootstrap_servers: the Kafka cluster, ``HOST:PORT[,...]``.
+        topic: the CDC topic to write.
         checkpoint_location: the streaming query's checkpoint; the sink log of batch intervals
             goes to ``<checkpoint_location>/cdc-emitter-sink`` (any Hadoop FileSystem path).
             Without it, re-run batches find their interval in the progress message headers.
         time_column: column of non-negative integer times (column mode); None: the default
             mode, ``time = time_offset + batch_id`` (never below the topic's frontier).
         diff_column: integer diff column (rows count +1 when the DataFrame has no such column).
-        late: ``"error"`` (LateUpdateError) or ``"advance"`` (move late updates to the lower
-            bound of the batch's interval, then consolidate) for column-mode times below it.
-        framing, schema_id, max_message_bytes: the message format (see ``CdcCodec``).
-        schema_registry_url, schema_registry_config: a Confluent-compatible schema registry and
-            its client settings (``basic.auth.user.info``, ``bearer.auth.*``, ``ssl.*``; never
-            printed). Before a batch's first message, the topic's union schema is registered
-            under ``<topic>-value`` and every message is framed with the id the registry gave;
-            the subject's compatibility rule is the registry's to apply, and a schema it refuses
-            fails the batch with the registry's reason. A data schema other than the topic's is
-            accepted only then, and only if the subject's compatibility is not ``NONE``.
+        time_offset: in the default mode, the time of batch 0.
+        late: ``"error"`` (:class:`~cdc_emitter.errors.LateUpdateError`) or ``"advance"``
+            (move late updates to the lower bound of the batch's interval, then consolidate)
+            for column-mode times below it.
+        framing: ``"confluent"`` (the 5-byte Confluent header) or ``"raw"`` (see ``CdcCodec``).
+        schema_id: the schema id in the Confluent header (without a schema registry).
+        schema_registry_url: a Confluent-compatible schema registry. Before a batch's first
+            message, the topic's union schema is registered under ``<topic>-value`` and every
+            message is framed with the id the registry gave; the subject's compatibility rule
+            is the registry's to apply, and a schema it refuses fails the batch with the
+            registry's reason. A data schema other than the topic's is accepted only then, and
+            only if the subject's compatibility is not ``NONE``.
+        schema_registry_config: the registry client's settings (``basic.auth.user.info``,
+            ``bearer.auth.*``, ``ssl.*``; never printed).
         producer_config: librdkafka settings on top of the safe defaults (never mutated).
-        create_topic, topic_partitions: create a missing topic instead of failing.
+        max_message_bytes: the largest message the sink makes.
+        create_topic: create a missing topic instead of failing.
+        topic_partitions: the partitions of a topic the sink creates.
         writer_id: identifies this writer in progress headers; default: the streaming query's
             id (stable across restarts from a checkpoint), else a random id per sink object.
-        encoder: the data path. ``"jvm"``: everything in Spark SQL and Spark's Kafka writer, nothing
-            of ours on the executors (:mod:`cdc_emitter.sink.plan`; needs spark-avro and
-            spark-sql-kafka-0-10, see :func:`cdc_emitter.configure_spark`). ``"python"`` (Arrow →
-            numpy / fastavro, produced with librdkafka on the executors: they need cdc-emitter
-            installed) and ``"avro"`` (``to_avro`` per update, joined and produced in Python).
-            ``"auto"``: ``jvm`` when both packages are loaded and ``producer_config`` has Java
-            equivalents, else ``avro`` when spark-avro is loaded, else ``python``.
+        encoder: the data path. ``"jvm"``: everything in Spark SQL and Spark's Kafka writer,
+            nothing of ours on the executors (:mod:`cdc_emitter.sink.plan`; needs spark-avro
+            and spark-sql-kafka-0-10, see :func:`cdc_emitter.configure_spark`). ``"python"``:
+            Arrow → numpy / fastavro, produced with librdkafka on the executors (they need
+            cdc-emitter installed). ``"auto"``: ``jvm`` when both packages are loaded and every
+            ``producer_config`` key has a Java equivalent, else ``python``.
         flush_timeout: seconds a task waits for acknowledgements (None: librdkafka's
             ``message.timeout.ms``).
         broker_timeout: seconds the driver waits for a broker that does not answer — the
@@ -162,17 +236,27 @@ class CdcSink:
             fails with a :class:`~cdc_emitter.errors.BrokerError` that says how long it waited.
             (Deliveries are bounded by ``message.timeout.ms`` in ``producer_config``.)
         on_batch: called with each batch's :class:`~cdc_emitter.sink.result.BatchResult` (its
-            interval, updates, messages, bytes and seconds per phase) once its progress statement
-            is acknowledged — to chart the sink. What it raises fails the batch *after* it was
-            written; Spark's re-run of the batch then writes nothing new and calls it again.
+            interval, updates, messages, bytes and seconds per phase) once its progress
+            statement is acknowledged — to chart the sink. What it raises fails the batch
+            *after* it was written; Spark's re-run of the batch then writes nothing new and
+            calls it again.
         small_batch_rows: with the JVM data path, a batch that follows one of at most this many
             rows (and 16 MiB of messages) is finished on the driver: one narrow Spark job brings
             its rows encoded by ``to_avro``, the driver consolidates them and produces them with
             the sink's own producer — no shuffle, no second job. Same checks, messages and
-            digest as the distributed way; a batch too big for ``spark.driver.maxResultSize``
-            goes the distributed way. A first batch (written the distributed way, its spread
-            sized before its size is known) whose messages are at most 16 MiB and over twice as
-            many as would hold them has them joined on the driver, which produces them. 0: never.
+            digest as the distributed path; a batch too big for ``spark.driver.maxResultSize``
+            goes the distributed path. A first batch (written by the distributed path, its
+            spread sized before its size is known) whose messages are at most 16 MiB and over
+            twice as many as would hold them has them joined on the driver, which produces
+            them. 0: never.
+
+    Raises:
+        ConfigError: an argument out of its range, conflicting arguments, or
+            ``encoder="avro"`` (removed in 0.2).
+
+    Attributes:
+        last_result: the last batch's :class:`~cdc_emitter.sink.result.BatchResult` (None
+            before the first batch is written).
     """
 
     def __init__(
@@ -184,8 +268,8 @@ class CdcSink:
         time_column: str | None = None,
         diff_column: str = "diff",
         time_offset: int = 0,
-        late: str = "error",
-        framing: str = "confluent",
+        late: Late = "error",
+        framing: Framing = "confluent",
         schema_id: int = 0,
         schema_registry_url: str | None = None,
         schema_registry_config: Mapping[str, Any] | None = None,
@@ -194,7 +278,7 @@ class CdcSink:
         create_topic: bool = False,
         topic_partitions: int = 1,
         writer_id: str | None = None,
-        encoder: str = "auto",
+        encoder: Encoder = "auto",
         flush_timeout: float | None = None,
         broker_timeout: float = 30.0,
         on_batch: Callable[[BatchResult], None] | None = None,
@@ -204,6 +288,11 @@ class CdcSink:
             raise ConfigError(f"late must be 'error' or 'advance', not {late!r}")
         if framing not in ("confluent", "raw"):
             raise ConfigError(f"framing must be 'confluent' or 'raw', not {framing!r}")
+        if str(encoder) == "avro":  # removed: say what replaces it
+            raise ConfigError(
+                "encoder='avro' was removed in 0.2: use 'jvm' (the default with "
+                "configure_spark) or 'python'"
+            )
         if encoder not in ENCODERS:
             raise ConfigError(
                 f"encoder must be one of {', '.join(map(repr, ENCODERS))}, not {encoder!r}"
@@ -235,8 +324,6 @@ class CdcSink:
         self.schema_id = schema_id
         self.registry = None
         if schema_registry_url is not None:
-            from cdc_emitter.kafka.registry import SchemaRegistry
-
             if framing != "confluent":
                 raise ConfigError(
                     "schema_registry_url needs framing='confluent': the registry's id "
@@ -253,7 +340,6 @@ class CdcSink:
         self._registered: dict[str, int] = {}  # schema text -> the registry's id for it
         self.producer_config = dict(producer_config or {})  # a copy: the caller's dict is theirs
         self.max_message_bytes = int(max_message_bytes)
-        from cdc_emitter.kafka.io import PRODUCER_DEFAULTS
 
         client_limit = int(
             self.producer_config.get("message.max.bytes", PRODUCER_DEFAULTS["message.max.bytes"])
@@ -283,35 +369,31 @@ class CdcSink:
                 f"small_batch_rows must be a non-negative integer, not {small_batch_rows!r}"
             )
         self.small_batch_rows = small_batch_rows
-        self._clock = PhaseClock()  # the current batch's phases (see sink_metrics)
+        self._clock = PhaseClock()  # the current batch's phases (see sink.result)
         self._upper_hint: int | None = None  # write_upto's upper, for the batch being written
         self._topic_checked = False
-        self._update_partitions: list | None = (
-            None  # where update messages go (see sink_batch.Batch)
-        )
+        self._update_partitions: list[int] | None = None  # where update messages go (see Batch)
         self._schema_checked: str | None = None  # the data schema found compatible with the topic
-        self._sinklog = None
+        self._sinklog: SinkLog | DataFrameSinkLog | None = None
         self._query_id: str | None = None  # Spark Connect: from the checkpoint (see _writer)
-        self._producer: Any = None  # progress statements' producer (see _driver_producer)
-        self._topic_offsets: Any = None  # the topic's end offsets and tail (see _offsets)
+        self._producer: CdcProducer | None = None  # progress statements' (see _driver_producer)
+        self._topic_offsets: TopicOffsets | None = None  # end offsets and tail (see _offsets)
         self._carried: TopicFrontier | None = None  # the frontier after our last statement
-        self._executors: Any = None  # JVM path: the distributed way (see _executors_way)
-        self._driver: Any = None  # JVM path: the driver's way (see _driver_way)
-        self._last_checks: tuple | None = (
-            None  # JVM path: (key, the last batch's row checks), see _row_checks
-        )
-        self._row_columns: tuple | None = (
-            None  # (layout, data Columns, diff Column) of the last batch
-        )
-        # how the next batch goes (DRIVER, ...): on the driver (see sink_driver) when the last was
-        # small, or consolidated to few updates; the first goes the distributed way, whatever its
-        # size — unless the topic's last batch of the same layout says it (_follow_topic)
-        self._next_way = EXECUTORS
-        self._followed = False  # whether the first batch's way was looked up in the topic
-        self._resolved_encoder: str | None = None
-        self._task_producer: Any = (
-            None  # the executors' producer_factory (see sink_tasks.TaskSpec): a test seam
-        )
+        self._distributed: DistributedPath | None = None  # JVM path (see _distributed_path)
+        self._driver: DriverPath | None = None  # JVM path (see _driver_path)
+        # JVM path: (key, the last batch's row checks), see _row_checks
+        self._last_checks: tuple[tuple, list[Check]] | None = None
+        # (layout, data Columns, diff Column) of the last batch, see _prepared
+        self._row_columns: tuple[tuple, list[Column], Column] | None = None
+        # how the next batch goes (DRIVER, ...): on the driver (see sink.driver) when the last was
+        # small, or consolidated to few updates; the first goes the distributed path, whatever
+        # its size — unless the topic's last batch of the same layout says it (_follow_topic)
+        self._next_path: JvmPath = EXECUTORS
+        self._followed = False  # whether the first batch's path was looked up in the topic
+        self._resolved_encoder: Encoder | None = None
+        # the executors' producer_factory (see python_tasks.TaskSpec): a test seam
+        self._task_producer: Callable[[TaskSpec], Any] | None = None
+        #: the last batch's result (None before the first batch is written)
         self.last_result: BatchResult | None = None
 
     def __repr__(self) -> str:
@@ -322,16 +404,51 @@ class CdcSink:
 
     # -- entry points -----------------------------------------------------------------------
 
-    def __call__(self, batch_df: Any, batch_id: int) -> BatchResult:
-        """``foreachBatch`` entry point: write micro-batch ``batch_id``."""
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> BatchResult:
+        """Write micro-batch ``batch_id``: the ``foreachBatch`` entry point.
+
+        Args:
+            batch_df: the micro-batch: the data columns, the diff column (optional) and, in
+                column mode, the time column.
+            batch_id: Spark's id of the micro-batch; a re-run of a batch id re-emits the
+                interval its first attempt decided.
+
+        Returns:
+            What the batch wrote.
+
+        Raises:
+            BadInputError: a bad row (null or negative time, null diff, a diff sum over 64
+                bits, an update too big for one message); nothing of the batch is written.
+            LateUpdateError: a column-mode time below the topic's frontier (``late="error"``).
+            SchemaError: a column of a type the sink cannot write, or a data schema other than
+                the topic's.
+            ReplayError: a re-run whose data differs from its first attempt's.
+            ConcurrentWriterError: another writer wrote a progress statement for the interval.
+            CdcError: any other of the sink's errors (broker, delivery, configuration).
+        """
         return self._write(batch_df, int(batch_id), fixed_time=None, close=False)
 
-    def write_upto(self, df: Any, batch_id: int, upper: int) -> BatchResult:
-        """Column mode, for a source that knows its watermark: write micro-batch ``batch_id``
-        and close every time below ``upper`` (not just below the largest time + 1) — e.g. a
-        converter whose source resolved times up to ``upper``, maybe with no rows in this batch.
-        An update at ``upper`` or later is a :class:`BadInputError`; a re-run keeps the recorded
-        interval."""
+    def write_upto(self, df: DataFrame, batch_id: int, upper: int) -> BatchResult:
+        """Write micro-batch ``batch_id`` and close every time below ``upper`` (column mode).
+
+        For a source that knows its watermark: every time below ``upper`` is closed, not just
+        those below the largest time + 1 — e.g. a converter whose source resolved times up to
+        ``upper``, maybe with no rows in this batch. A re-run keeps the recorded interval.
+
+        Args:
+            df: the micro-batch, with the time column.
+            batch_id: Spark's id of the micro-batch.
+            upper: the interval's upper bound: every time below it is complete.
+
+        Returns:
+            What the batch wrote.
+
+        Raises:
+            ConfigError: the sink is not in column mode, or ``upper`` is not a non-negative
+                integer.
+            BadInputError: an update at ``upper`` or later, or another bad row (as for
+                :meth:`__call__`, which lists the other errors).
+        """
         if self.time_column is None:
             raise ConfigError("write_upto needs column mode (time_column=...)")
         if isinstance(upper, bool) or not isinstance(upper, int) or upper < 0:
@@ -342,12 +459,24 @@ class CdcSink:
         finally:
             self._upper_hint = None
 
-    def write(self, df: Any, time: int | None = None, close: bool = False) -> BatchResult:
+    def write(self, df: DataFrame, time: int | None = None, close: bool = False) -> BatchResult:
         """Write one batch DataFrame outside streaming.
 
-        Default mode: every row at ``time`` (default: the topic's current frontier); the
-        interval is ``[frontier, time + 1)``, or ``[frontier, ∞)`` with ``close=True``, which
-        closes the history. Column mode (``time_column``): the rows' own times.
+        Args:
+            df: the batch: the data columns, the diff column (optional) and, in column mode,
+                the time column.
+            time: default mode: every row's time (None: the topic's current frontier); the
+                interval is ``[frontier, time + 1)``. Column mode (``time_column``) takes the
+                rows' own times, and no ``time``.
+            close: the interval is ``[frontier, ∞)``, which closes the history.
+
+        Returns:
+            What the batch wrote.
+
+        Raises:
+            BadInputError: ``time`` is not a non-negative integer, or a bad row (as for
+                :meth:`__call__`, which lists the other errors).
+            ConfigError: ``time`` given in column mode.
         """
         if time is not None and (isinstance(time, bool) or not isinstance(time, int) or time < 0):
             raise BadInputError(f"time must be a non-negative integer, got {time!r}")
@@ -355,11 +484,9 @@ class CdcSink:
 
     # -- helpers ----------------------------------------------------------------------------
 
-    def _writer(self, spark: Any, batch_id: int | None) -> str:
+    def _writer(self, spark: SparkSession, batch_id: int | None) -> str:
         """Who writes: ``writer_id``, else the streaming query's id (stable across restarts from
         its checkpoint, so a re-run batch is told from a new query's), else a random id."""
-        from cdc_emitter.sink.log import is_connect, query_id_from_checkpoint
-
         if self.writer_id:
             return self.writer_id
         if not is_connect(spark):
@@ -380,8 +507,6 @@ class CdcSink:
 
     def frontier(self) -> TopicFrontier:
         """The topic's current frontier (see :func:`topic_frontier`)."""
-        from cdc_emitter.protocol.codec import CdcCodec
-
         # progress statements decode the same whatever the data schema: use a one-column one
         codec = CdcCodec(
             {"type": "record", "name": "data", "fields": [{"name": "x", "type": "long"}]},
@@ -402,11 +527,9 @@ class CdcSink:
             broker_timeout=self.broker_timeout,
         )
 
-    def _offsets(self) -> Any:
+    def _offsets(self) -> TopicOffsets:
         """The topic's end offsets and tail, through one client for the sink's life."""
         if self._topic_offsets is None:
-            from cdc_emitter.kafka.io import TopicOffsets
-
             self._topic_offsets = TopicOffsets(
                 self.bootstrap_servers,
                 self.topic,
@@ -418,8 +541,6 @@ class CdcSink:
     def _partition0_end(self) -> int:
         """Partition 0's end offset, retried while the broker briefly cannot say (restarted,
         leader moving: the kept client's metadata is refreshed meanwhile)."""
-        from cdc_emitter.kafka.frontier import retrying
-
         return retrying(lambda: self._offsets().end(0), self.broker_timeout)
 
     def _learn_frontier(self) -> TopicFrontier:
@@ -471,8 +592,6 @@ class CdcSink:
 
     def _client_config(self) -> dict:
         """Client (security) settings for admin/consumer clients: producer-only keys dropped."""
-        from cdc_emitter.kafka.io import PRODUCER_DEFAULTS
-
         skip = set(PRODUCER_DEFAULTS) | {
             "linger.ms",
             "queue.buffering.max.ms",
@@ -496,7 +615,6 @@ class CdcSink:
         """The topic exists (or is created) and takes messages as large as this sink makes."""
         if self._topic_checked:
             return
-        from cdc_emitter.kafka.io import ensure_topic, topic_settings
 
         needed = self.max_message_bytes + RECORD_OVERHEAD
         created = (
@@ -531,9 +649,7 @@ class CdcSink:
             )
         self._topic_checked = True
 
-    def _codec(self, avro_data: dict) -> Any:
-        from cdc_emitter.protocol.codec import CdcCodec
-
+    def _codec(self, avro_data: dict) -> CdcCodec:
         return CdcCodec(
             avro_data,
             framing=self.framing,
@@ -549,34 +665,34 @@ class CdcSink:
         compatibility rule, which must then be one (not ``NONE``): readers resolve the older
         messages into the newer schema by their ids only if the registry vouches they can.
         """
-        from cdc_emitter.kafka.registry import schema_text_of, subject_for
-
+        registry = self.registry
+        assert registry is not None  # called only with a registry
         subject = subject_for(self.topic)
         if evolves:
-            level = self.registry.compatibility(subject)
+            level = registry.compatibility(subject)
             if level.upper() == "NONE":
                 raise SchemaError(
                     f"topic {self.topic!r} was written with another data schema than this batch's: "
-                    f"{'; '.join(evolves)}; the {self.registry.where} would accept any schema for "
+                    f"{'; '.join(evolves)}; the {registry.where} would accept any schema for "
                     f"subject {subject!r} (compatibility NONE), so it cannot vouch that readers "
                     "resolve the older messages. Nothing was written. Set the subject's "
                     "compatibility (BACKWARD, FULL, ...) or write this data to a new topic"
                 )
         try:
-            schema_id = self.registry.register(subject, schema_text_of(avro_data))
+            schema_id = registry.register(subject, schema_text_of(avro_data))
         except SchemaError as exc:
             raise SchemaError(f"topic {self.topic!r}: {exc}. Nothing was written") from None
         log.info(
             "cdc sink topic=%s: %s gave schema id %d for subject %s",
             self.topic,
-            self.registry.where,
+            registry.where,
             schema_id,
             subject,
         )
         self._registered[schema_text] = schema_id
         return schema_id
 
-    def _check_schema(self, state: TopicFrontier, avro_data: dict, codec: Any) -> list[str]:
+    def _check_schema(self, state: TopicFrontier, avro_data: dict, codec: CdcCodec) -> list[str]:
         """Refuse a batch whose data schema is not the one the topic was written with.
 
         Kafka is append-only: messages under two data schemas leave a topic no single schema
@@ -587,9 +703,6 @@ class CdcSink:
         schema is not refused here: its differences are returned for :meth:`_register` to put
         to the registry's compatibility rule.
         """
-        from cdc_emitter.errors import DecodeError
-        from cdc_emitter.protocol.codec import schema_differences, type_text
-
         way_out = (
             "Nothing was written. Write this data to a new topic, or give the batch exactly "
             "the topic's columns (names, order, types and nullability)"
@@ -623,27 +736,25 @@ class CdcSink:
                 ) from None
         return []
 
-    def _log(self, spark: Any) -> Any:
+    def _log(self, spark: SparkSession) -> SinkLog | DataFrameSinkLog | None:
         if self.checkpoint_location is None:
             return None
         if self._sinklog is None:
-            from cdc_emitter.sink.log import open_sink_log
-
             self._sinklog = open_sink_log(spark, self.checkpoint_location)
         return self._sinklog
 
-    def _encoder(self, spark: Any) -> str:
+    def _encoder(self, spark: SparkSession) -> Encoder:
+        """The data path: ``encoder``, or for ``"auto"`` ``"jvm"`` when the session can take it,
+        else ``"python"`` (decided once per sink)."""
         if self.encoder != "auto":
             return self.encoder
         if self._resolved_encoder is not None:
             return self._resolved_encoder
-        avro = self._probe_avro(spark)
-        chosen, why = "python", "spark-avro is not loaded"
-        if avro:
-            chosen, why = "avro", "spark-sql-kafka-0-10 is not loaded"
+        chosen: Encoder = "python"
+        why = "spark-avro is not loaded"
+        if self._probe_avro(spark):
+            why = "spark-sql-kafka-0-10 is not loaded"
             if self._probe_kafka(spark):
-                from cdc_emitter.spark.kafka import kafka_write_options
-
                 try:
                     kafka_write_options(self.bootstrap_servers, self.topic, self.producer_config)
                     chosen, why = "jvm", "spark-avro and spark-sql-kafka-0-10 are loaded"
@@ -654,11 +765,8 @@ class CdcSink:
         return chosen
 
     @staticmethod
-    def _probe_avro(spark: Any) -> bool:
+    def _probe_avro(spark: SparkSession) -> bool:
         try:
-            from pyspark.sql import functions as F
-            from pyspark.sql.avro.functions import to_avro
-
             # analysis fails without spark-avro
             _ = spark.range(1).select(to_avro(F.col("id"), '"long"')).schema
             return True
@@ -666,7 +774,7 @@ class CdcSink:
             return False
 
     @staticmethod
-    def _probe_kafka(spark: Any) -> bool:
+    def _probe_kafka(spark: SparkSession) -> bool:
         try:  # resolving the source needs the package; nothing connects before a scan
             _ = (
                 spark.read.format("kafka")
@@ -682,22 +790,52 @@ class CdcSink:
     # -- the batch ----------------------------------------------------------------------------
 
     def _write(
-        self, df: Any, batch_id: int | None, *, fixed_time: int | None, close: bool
+        self, df: DataFrame, batch_id: int | None, *, fixed_time: int | None, close: bool
     ) -> BatchResult:
-        from pyspark.sql import functions as F
-        from pyspark.sql import types as T
-
-        self._clock = clock = PhaseClock()
+        """Write one batch: its layout and topic checked, its interval decided once, its rows
+        checked, its updates written, then its progress statement (the module docstring's
+        steps)."""
+        self._clock = PhaseClock()
         spark = df.sparkSession
-        plain = {f.name: without_collation(f.dataType) for f in df.schema.fields}
-        if any(plain.values()):  # collated strings as written and compared: by their bytes
-            df = df.select(
-                *[
-                    F.col(c).cast(t).alias(c) if t is not None else F.col(c)
-                    for c, t in plain.items()
-                ]
-            )
-        schema = df.schema
+        df = _without_collations(df)
+        layout = self._layout(df.schema, fixed_time)
+        if self.registry is not None and layout.schema_text in self._registered:
+            self.schema_id = self._registered[layout.schema_text]
+        codec = self._codec(layout.avro_data)
+        self._ensure_topic()
+        writer = self._writer(spark, batch_id)
+        sinklog = self._log(spark) if batch_id is not None else None
+        state = None
+        if self._schema_checked != layout.schema_text:  # once per sink and schema: a tail read
+            state = self._learn_frontier()
+            codec = self._check_topic_schema(state, layout, codec)
+        # 1. the interval, decided once: recorded, or from the topic's frontier
+        decided = self._decide_interval(sinklog, batch_id, writer, state)
+        encoder = self._encoder(spark)
+        if not self._followed:
+            self._followed = True
+            if encoder == "jvm":
+                self._follow_topic(decided.state, spark, layout)
+        # opened now, so that its connection and idempotence handshake (~0.5 s on a new sink)
+        # overlap the Spark job instead of delaying the progress statement
+        self._driver_producer()
+        batch = self._batch(batch_id, layout, codec, decided, fixed_time)
+        # 2. the rows with their times and diffs (nothing is computed yet)
+        prepared = self._prepared(df, batch, encoder)
+        self._clock.mark("plan")
+        since = decided.state.partition0_end  # partition 0's end when the interval was decided
+        # 3. every row checked (a bad one raises: nothing written)
+        path, checked = self._check_rows(
+            df, prepared, spark, batch, encoder, compares_digest=decided.digest is not None
+        )
+        # 4. and 5. the updates written, then the progress statement
+        return self._write_checked(
+            batch, checked, encoder, path, sinklog, decided.digest, since=since, close=close
+        )
+
+    def _layout(self, schema: T.StructType, fixed_time: int | None) -> _Layout:
+        """The batch's columns: its data columns mapped to the Avro data record, and its diff
+        and time columns checked to be integers."""
         columns = schema.fieldNames()
         diff_col = self.diff_column if self.diff_column in columns else None
         if self.time_column is not None and self.time_column not in columns:
@@ -717,24 +855,31 @@ class CdcSink:
                     f"not {schema[name].dataType.simpleString()}"
                 )
         schema_text = json.dumps(avro_data, separators=(",", ":"))
-        if self.registry is not None and schema_text in self._registered:
-            self.schema_id = self._registered[schema_text]
-        codec = self._codec(avro_data)
-        self._ensure_topic()
-        writer = self._writer(spark, batch_id)
-        sinklog = self._log(spark) if batch_id is not None else None
-        state = None
-        if self._schema_checked != schema_text:  # once per sink and schema: a tail read
-            state = self._learn_frontier()
-            evolves = self._check_schema(state, avro_data, codec)
-            if self.registry is not None:  # registered before the first message, once per schema
-                self.schema_id = self._register(avro_data, schema_text, evolves)
-                codec = self._codec(avro_data)
-            self._schema_checked = schema_text
+        return _Layout(schema, data_cols, diff_col, avro_data, schema_text)
 
-        # 1. the interval, decided once: recorded, or from the topic's frontier
+    def _check_topic_schema(
+        self, state: TopicFrontier, layout: _Layout, codec: CdcCodec
+    ) -> CdcCodec:
+        """Check the batch's data schema against the topic's (:meth:`_check_schema`) and, with a
+        registry, register it before the first message; return the codec to frame with."""
+        evolves = self._check_schema(state, layout.avro_data, codec)
+        if self.registry is not None:  # registered before the first message, once per schema
+            self.schema_id = self._register(layout.avro_data, layout.schema_text, evolves)
+            codec = self._codec(layout.avro_data)
+        self._schema_checked = layout.schema_text
+        return codec
+
+    def _decide_interval(
+        self,
+        sinklog: SinkLog | DataFrameSinkLog | None,
+        batch_id: int | None,
+        writer: str,
+        state: TopicFrontier | None,
+    ) -> _Decided:
+        """The batch's lower bound: a re-run's recorded one (in the sink log, else in the
+        topic's statements), else the topic's frontier."""
         recorded = None
-        if sinklog is not None:
+        if sinklog is not None and batch_id is not None:
             entry = sinklog.get(batch_id)
             if entry is not None and entry.topic not in (None, self.topic):
                 log.warning(
@@ -752,69 +897,68 @@ class CdcSink:
             found = state.recorded(writer, batch_id) if batch_id is not None else None
             if found is not None:
                 recorded = recorded_from_statement(*found, column_mode=self.time_column is not None)
-        recorded_digest = None
         if recorded is not None:
-            lower = recorded[0]
             # what the first attempt wrote, if its progress statement made it to the topic
             state = state or self._learn_frontier()
-            recorded_digest = parse_digest(state.digests.get((writer, batch_id)))
-        else:
-            if state.frontier is None:
-                raise LateUpdateError(
-                    f"topic {self.topic!r} is closed (a progress statement with upper [] was written): "
-                    "nothing more can be written to it"
-                )
-            lower = state.frontier
+            digest = parse_digest(state.digests.get((writer, batch_id)))
+            return _Decided(writer, recorded[0], recorded, digest, state)
+        assert state is not None  # learnt above
+        if state.frontier is None:
+            raise LateUpdateError(
+                f"topic {self.topic!r} is closed (a progress statement with upper [] was written): "
+                "nothing more can be written to it"
+            )
+        return _Decided(writer, state.frontier, None, None, state)
 
+    def _batch(
+        self,
+        batch_id: int | None,
+        layout: _Layout,
+        codec: CdcCodec,
+        decided: _Decided,
+        fixed_time: int | None,
+    ) -> Batch:
+        """The batch as decided before any Spark work: its interval's lower bound, its time in
+        the default mode, the headers of its update messages."""
         batch_time = (
             None
             if self.time_column is not None
             else decide_batch_time(
                 topic=self.topic,
-                lower=lower,
-                recorded=recorded,
+                lower=decided.lower,
+                recorded=decided.recorded,
                 fixed_time=fixed_time,
                 batch_id=batch_id,
                 time_offset=self.time_offset,
                 late=self.late,
             )
         )
-        encoder = self._encoder(spark)
-        if not self._followed:
-            self._followed = True
-            if (
-                encoder == "jvm"
-                and state is not None
-                and state.shape
-                and state.schema == schema_text
-            ):
-                self._follow_topic(state.shape, spark, schema, data_cols)
-        # opened now, so that its connection and idempotence handshake (~0.5 s on a new sink)
-        # overlap the Spark job instead of delaying the progress statement
-        self._driver_producer()
-        headers = [(HEADER_KIND, b"updates"), (HEADER_WRITER, writer.encode())]
+        headers = [(HEADER_KIND, b"updates"), (HEADER_WRITER, decided.writer.encode())]
         if batch_id is not None:
             headers.append((HEADER_BATCH, str(batch_id).encode()))
-        batch = Batch(
+        return Batch(
             what=self._what(batch_id),
             batch_id=batch_id,
-            writer=writer,
-            schema=schema,
-            data_cols=data_cols,
-            diff_col=diff_col,
-            avro_data=avro_data,
+            writer=decided.writer,
+            schema=layout.schema,
+            data_cols=layout.data_cols,
+            diff_col=layout.diff_col,
+            avro_data=layout.avro_data,
             codec=codec,
-            lower=lower,
-            recorded=recorded,
+            lower=decided.lower,
+            recorded=decided.recorded,
             time=batch_time,
             headers=headers,
             update_partitions=self._update_partitions,
         )
-        # 2. the rows with their times and diffs (nothing is computed yet). The JVM path takes a
-        # batch's one time as binary literals, which Spark does not write into the code it
-        # generates (MessagePlan.messages), or does without it (MessagePlan.updates): no time
-        # column. The data and diff Columns are the last batch's when the layout is (each Column
-        # made is round trips to the JVM)
+
+    def _prepared(self, df: DataFrame, batch: Batch, encoder: Encoder) -> DataFrame:
+        """The rows as data columns, time and diff (nothing computed yet). The JVM path takes a
+        batch's one time as binary literals, which Spark does not write into the code it
+        generates (MessagePlan.messages), or does without it (MessagePlan.updates): no time
+        column. The data and diff Columns are the last batch's when the layout is (each Column
+        made is round trips to the JVM)."""
+        data_cols, diff_col = batch.data_cols, batch.diff_col
         if self._row_columns is None or self._row_columns[0] != (data_cols, diff_col):
             diff_expr = F.col(diff_col).cast("long") if diff_col else F.lit(1).cast("long")
             self._row_columns = (
@@ -823,48 +967,76 @@ class CdcSink:
                 diff_expr.alias(DIFF),
             )
         _, data_columns, diff_column = self._row_columns
-        if batch_time is not None:
-            time_columns = [] if encoder == "jvm" else [F.lit(batch_time).cast("long").alias(TIME)]
+        if batch.time is not None:
+            time_columns = [] if encoder == "jvm" else [F.lit(batch.time).cast("long").alias(TIME)]
         else:
+            assert self.time_column is not None  # column mode
             time_expr = F.col(self.time_column).cast("long")
             if self.late == "advance":
                 time_expr = F.when(
-                    (time_expr >= 0) & (time_expr < lower), F.lit(lower).cast("long")
+                    (time_expr >= 0) & (time_expr < batch.lower), F.lit(batch.lower).cast("long")
                 ).otherwise(time_expr)
             time_columns = [time_expr.alias(TIME)]
-        prepared = df.select(*data_columns, *time_columns, diff_column)
-        clock.mark("plan")
+        return df.select(*data_columns, *time_columns, diff_column)
 
-        since = None if state is None else state.partition0_end  # partition 0's end then
-
-        # 3. every row checked (a bad one raises: nothing written), in the way chosen by the last batch
-        way, checked = self._next_way, None
-        if encoder == "jvm" and way != EXECUTORS and self._small_layout(schema, data_cols):
-            checked = self._driver_way().check(
-                df, prepared, spark, batch, consolidated=way == DRIVER_AFTER_EXECUTORS
+    def _check_rows(
+        self,
+        df: DataFrame,
+        prepared: DataFrame,
+        spark: SparkSession,
+        batch: Batch,
+        encoder: Encoder,
+        *,
+        compares_digest: bool,
+    ) -> tuple[JvmPath, Checked]:
+        """Every row of the batch checked (a bad one raises: nothing written) by the path the
+        last batch chose — the driver path, or the distributed one for a batch too big for the
+        driver after all — or by the Python path; return the JVM path taken and the batch."""
+        path = self._next_path
+        checked: Checked | None = None
+        if encoder == "jvm" and path != EXECUTORS and self._small_layout(batch):
+            checked = self._driver_path().check(
+                df, prepared, spark, batch, consolidated=path == DRIVER_AFTER_EXECUTORS
             )
-        if checked is None:  # the executors' way, or too big for the driver after all
-            way = EXECUTORS
+        if checked is None:
+            path = EXECUTORS
             if encoder == "jvm":  # checked and written by one job, when no digest is compared first
-                checked = self._executors_way().check(
-                    prepared, spark, batch, write_while_packing=recorded_digest is None
+                checked = self._distributed_path().check(
+                    prepared, spark, batch, write_while_packing=not compares_digest
                 )
             else:
-                checked = self._python_way(encoder).check(prepared, batch)
-        # the next batch's way: by the rows the driver would take, and by what they consolidated
-        # to (known after the write, for a batch checked and written by one job)
+                checked = self._python_path().check(prepared, batch)
+        # the next batch's path: by the rows the driver would take, and by what they
+        # consolidated to (known after the write, for a batch checked and written by one job)
         if encoder == "jvm" and checked.known_before_write:
-            way = self._followed_by(checked, way)
+            path = self._followed_by(checked, path)
+        return path, checked
+
+    def _write_checked(
+        self,
+        batch: Batch,
+        checked: Checked,
+        encoder: Encoder,
+        path: JvmPath,
+        sinklog: SinkLog | DataFrameSinkLog | None,
+        recorded_digest: tuple | None,
+        *,
+        since: int | None,
+        close: bool,
+    ) -> BatchResult:
+        """The checked batch compared (a re-run whose first attempt completed) or written, after
+        a check for another writer and with its interval recorded; then its progress
+        statement."""
         try:
-            clock.mark("check")
+            self._clock.mark("check")
             upper = self._upper(batch, close, checked.max_time)
             if recorded_digest is not None:  # a re-run whose first attempt completed
                 return self._finish(
-                    self._replayed(batch, recorded_digest, checked.digest(), upper), encoder, way
+                    self._replayed(batch, recorded_digest, checked.digest(), upper), encoder, path
                 )
-            # 4. another writer may have written since the interval was decided: check before
+            # another writer may have written since the interval was decided: check before
             # writing; then record the interval (decided once) and write the updates
-            if recorded is None:
+            if batch.recorded is None:
                 self._check_no_other_writer(
                     batch, upper, "was being prepared", written=False, since=since
                 )
@@ -877,21 +1049,21 @@ class CdcSink:
         finally:
             checked.release()
         if encoder == "jvm" and not checked.known_before_write:
-            way = self._followed_by(checked, way)
-        clock.mark("write")
-        # 5. only after every update is acknowledged: the progress statement
+            path = self._followed_by(checked, path)
+        self._clock.mark("write")
+        # only after every update is acknowledged: the progress statement
         result = self._commit(batch, upper, written, since=since, checked=checked)
-        return self._finish(result, encoder, way)
+        return self._finish(result, encoder, path)
 
-    def _finish(self, result: BatchResult, encoder: str, way: str) -> BatchResult:
-        """The batch's result with its phases and ways, logged and given to ``on_batch``."""
+    def _finish(self, result: BatchResult, encoder: Encoder, path: JvmPath) -> BatchResult:
+        """The batch's result with its phases and paths, logged and given to ``on_batch``."""
         result = dataclasses.replace(
             result,
             seconds=self._clock.seconds(),
             topic=self.topic,
             encoder=encoder,
-            finished_on="executors" if way == EXECUTORS else "driver",
-            consolidated_on="driver" if way == DRIVER else "executors",
+            finished_on="executors" if path == EXECUTORS else "driver",
+            consolidated_on="driver" if path == DRIVER else "executors",
         )
         self.last_result = result
         log.info(
@@ -902,46 +1074,43 @@ class CdcSink:
             "∞" if result.upper is None else result.upper,
             result.log_text(),
             result.finished_on,
-            " (consolidated on the executors)" if way == DRIVER_AFTER_EXECUTORS else "",
+            " (consolidated on the executors)" if path == DRIVER_AFTER_EXECUTORS else "",
             " (re-run: recorded interval)" if result.reused else "",
         )
         if self.on_batch is not None:
             self.on_batch(result)
         return result
 
-    # -- the ways of writing a batch (see sink_batch) -------------------------------------------
+    # -- the paths that write a batch (see sink.batch) ------------------------------------------
 
-    def _row_checks(self, batch: Batch) -> list:
+    def _row_checks(self, batch: Batch) -> list[Check]:
         """The JVM path's per-row checks of ``batch`` (:func:`~cdc_emitter.sink.plan.row_checks`).
         A batch of one time has no time to check row by row: its interval was decided from it
         (:func:`~cdc_emitter.sink.interval.batch_upper` refuses a re-run's time beyond its record)."""
-        from cdc_emitter.sink.plan import BATCH, row_checks
-
         rerun = batch.recorded is not None and batch.time is None
-        # the checks name the batch as BATCH (sink_jvm.task_error puts its name back) and hold
+        # the checks name the batch as BATCH (plan.task_error puts its name back) and hold
         # the frontier only where a time column is checked against it: most batches share the
         # last one's, already built (each Column made is round trips to the JVM)
-        key = (batch.lower if self.time_column else None, batch.recorded.upper if rerun else None)
+        recorded_upper = batch.recorded.upper if rerun and batch.recorded is not None else None
+        key = (batch.lower if self.time_column else None, recorded_upper)
         if self._last_checks is None or self._last_checks[0] != key:
             self._last_checks = (
                 key,
                 row_checks(
                     what=BATCH,
                     lower=batch.lower,
-                    recorded_upper=key[1],
+                    recorded_upper=recorded_upper,
                     time_column=self.time_column,
                     diff_column=self.diff_column,
                 ),
             )
         return self._last_checks[1]
 
-    def _executors_way(self) -> Any:
-        """The JVM path's distributed way (:mod:`~cdc_emitter.sink.distributed`), one for the sink's
-        life: it sizes each batch's spread from the last."""
-        if self._executors is None:
-            from cdc_emitter.sink.distributed import ExecutorsWay
-
-            self._executors = ExecutorsWay(
+    def _distributed_path(self) -> DistributedPath:
+        """The JVM path's distributed path (:mod:`~cdc_emitter.sink.distributed`), one for the
+        sink's life: it sizes each batch's spread from the last."""
+        if self._distributed is None:
+            self._distributed = DistributedPath(
                 bootstrap_servers=self.bootstrap_servers,
                 topic=self.topic,
                 producer_config=self.producer_config,
@@ -951,14 +1120,12 @@ class CdcSink:
                 flush_timeout=self.flush_timeout,
                 join_bytes=SMALL_BATCH_BYTES if self.small_batch_rows else 0,
             )
-        return self._executors
+        return self._distributed
 
-    def _driver_way(self) -> Any:
-        """The JVM path's driver way (:mod:`~cdc_emitter.sink.driver`), one for the sink's life."""
+    def _driver_path(self) -> DriverPath:
+        """The JVM path's driver path (:mod:`~cdc_emitter.sink.driver`), one for the sink's life."""
         if self._driver is None:
-            from cdc_emitter.sink.driver import DriverWay
-
-            self._driver = DriverWay(
+            self._driver = DriverPath(
                 small_batch_rows=self.small_batch_rows,
                 max_message_bytes=self.max_message_bytes,
                 time_column=self.time_column,
@@ -966,17 +1133,14 @@ class CdcSink:
                 late=self.late,
                 flush_timeout=self.flush_timeout,
                 producer=self._driver_producer,
-                plan=lambda spark, batch: self._executors_way().plan(spark, batch)[0],
+                plan=lambda spark, batch: self._distributed_path().plan(spark, batch)[0],
                 row_checks=self._row_checks,
             )
         return self._driver
 
-    def _python_way(self, encoder: str) -> Any:
-        """The Python encoders' way (:mod:`~cdc_emitter.sink.python_path`)."""
-        from cdc_emitter.sink.python_path import PythonWay
-
-        return PythonWay(
-            encoder=encoder,
+    def _python_path(self) -> PythonPath:
+        """The Python data path (:mod:`~cdc_emitter.sink.python_path`)."""
+        return PythonPath(
             bootstrap_servers=self.bootstrap_servers,
             topic=self.topic,
             producer_config=self.producer_config,
@@ -989,14 +1153,14 @@ class CdcSink:
             producer_factory=self._task_producer,
         )
 
-    def _followed_by(self, checked: Any, way: str) -> str:
-        """Choose the next batch's way from ``checked``'s figures (:meth:`_way_after`); return
+    def _followed_by(self, checked: Checked, path: JvmPath) -> JvmPath:
+        """Choose the next batch's path from ``checked``'s stats (:meth:`_path_after`); return
         where its own messages were finished: the driver, after the executors, when a small
         batch's messages came back to be joined."""
-        self._next_way = self._way_after(checked.rows, checked.groups, checked.bytes)
-        return DRIVER_AFTER_EXECUTORS if way == EXECUTORS and checked.produced_on_driver else way
+        self._next_path = self._path_after(checked.rows, checked.groups, checked.bytes)
+        return DRIVER_AFTER_EXECUTORS if path == EXECUTORS and checked.produced_on_driver else path
 
-    def _way_after(self, rows: int, groups: int, n_bytes: int) -> str:
+    def _path_after(self, rows: int, groups: int, n_bytes: int) -> JvmPath:
         """How the batch after one of ``rows`` input rows, ``groups`` distinct data and times
         among them and ``n_bytes`` of messages is written (see :data:`DRIVER`)."""
         if not (0 < self.small_batch_rows and n_bytes <= SMALL_BATCH_BYTES):
@@ -1005,49 +1169,53 @@ class CdcSink:
             return DRIVER
         return DRIVER_AFTER_EXECUTORS if groups <= self.small_batch_rows else EXECUTORS
 
-    def _follow_topic(self, shape_text: str, spark: Any, schema: Any, data_cols: list[str]) -> None:
+    def _follow_topic(self, state: TopicFrontier, spark: SparkSession, layout: _Layout) -> None:
         """Size this sink's first batch like the topic's last one, of the same data layout, by
-        any sink (the shape header of its progress statement): its way (:meth:`_way_after`),
+        any sink (the shape header of its progress statement): its path (:meth:`_path_after`),
         its spread and whether its rows are consolidated straight away — as a running sink's
         next batch follows its last. A hint for speed only: a batch unlike it is written the
         same, as after a change of size in a running sink."""
+        if not state.shape or state.schema != layout.schema_text:
+            return
         try:
-            shape = json.loads(shape_text)
+            shape = json.loads(state.shape)
             rows, groups, n_bytes = int(shape["rows"]), int(shape["groups"]), int(shape["bytes"])
         except (ValueError, KeyError, TypeError):
             log.debug(
                 "topic %r: a progress statement's shape header %r is not ours: not followed",
                 self.topic,
-                shape_text[:200],
+                state.shape[:200],
             )
             return
         if rows <= 0 or n_bytes <= 0:
             return
-        self._next_way = self._way_after(rows, groups, n_bytes)
-        self._executors_way().follow(rows, groups, n_bytes, spark, schema, data_cols)
+        self._next_path = self._path_after(rows, groups, n_bytes)
+        self._distributed_path().follow(
+            rows, groups, n_bytes, spark, layout.schema, layout.data_cols
+        )
         log.debug(
             "topic %r: the last batch had %d rows, %d groups and %d bytes of messages: the "
-            "first batch goes the %s way",
+            "first batch goes the %s path",
             self.topic,
             rows,
             groups,
             n_bytes,
-            self._next_way,
+            self._next_path,
         )
 
-    def _small_layout(self, schema: Any, data_cols: list[str]) -> bool:
+    def _small_layout(self, batch: Batch) -> bool:
         """Whether the driver can finish this layout's batches: it consolidates on each row's
         encoded bytes, which equal rows share unless they hold maps (entries in any order)."""
-        from cdc_emitter.spark.schema import contains_map
-
-        return bool(data_cols) and not any(contains_map(schema[c].dataType) for c in data_cols)
+        return bool(batch.data_cols) and not any(
+            contains_map(batch.schema[c].dataType) for c in batch.data_cols
+        )
 
     def _what(self, batch_id: int | None) -> str:
         """How messages name this batch: the topic, and the batch id when there is one."""
         return f"topic {self.topic!r}" + ("" if batch_id is None else f" batch {batch_id}")
 
     def _replayed(
-        self, batch: Batch, recorded_digest: Any, now: tuple, upper: int | None
+        self, batch: Batch, recorded_digest: tuple, now: tuple, upper: int | None
     ) -> BatchResult:
         """A re-run of a batch whose first attempt is complete in the topic: the same data
         (digest and counts per time) writes nothing; other data raises :class:`ReplayError`."""
@@ -1077,11 +1245,12 @@ class CdcSink:
             upper_hint=self._upper_hint,
         )
 
-    def _record_interval(self, sinklog: Any, batch: Batch, upper: int | None) -> None:
+    def _record_interval(
+        self, sinklog: SinkLog | DataFrameSinkLog | None, batch: Batch, upper: int | None
+    ) -> None:
         """Record a new batch's interval in the sink log (the first decision for a batch id wins)."""
-        if sinklog is None or batch.recorded is not None:
+        if sinklog is None or batch.recorded is not None or batch.batch_id is None:
             return
-        from cdc_emitter.sink.log import SinkLogEntry
 
         kept = sinklog.put(
             SinkLogEntry(batch.batch_id, batch.lower, upper, batch.time, batch.writer, self.topic)
@@ -1180,12 +1349,10 @@ class CdcSink:
         longs (at most 20 bytes in Avro), and the message keeps 1 KiB for the rest."""
         return max(1, (self.max_message_bytes - 1024) // 20)
 
-    def _driver_producer(self) -> Any:
+    def _driver_producer(self) -> CdcProducer:
         """The producer of progress statements: one for the sink's life (a new one per batch
         would pay a connection and an idempotence handshake every time)."""
         if self._producer is None:
-            from cdc_emitter.kafka.io import CdcProducer
-
             self._producer = CdcProducer(self.bootstrap_servers, self.topic, self.producer_config)
         return self._producer
 

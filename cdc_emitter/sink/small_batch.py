@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 
 from cdc_emitter.errors import BadInputError, LateUpdateError
 from cdc_emitter.protocol.arrow_avro import varint_array
-from cdc_emitter.protocol.core import MAX_LONG, MIN_LONG
+from cdc_emitter.protocol.updates import MAX_LONG, MIN_LONG
 
 __all__ = ["SmallBatch", "check_rows", "consolidate", "spark_xxhash64_long"]
 

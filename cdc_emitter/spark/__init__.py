@@ -3,4 +3,40 @@ Columns every data path uses, Spark's Kafka options, session set-up and table re
 
 DataFrame API only, so everything here also runs on Spark Connect. May import ``protocol``,
 ``kafka`` and ``errors``; never the sink, the readers or the CLI.
+
+- :mod:`~cdc_emitter.spark.schema`: Spark types to Avro schemas, DDL column lists;
+- :mod:`~cdc_emitter.spark.columns`: the Columns every data path uses;
+- :mod:`~cdc_emitter.spark.kafka`: Spark's Kafka source and sink options;
+- :mod:`~cdc_emitter.spark.settings`: what the sink reads of a session's settings;
+- :mod:`~cdc_emitter.spark.setup`: :func:`~cdc_emitter.spark.setup.configure_spark`;
+- :mod:`~cdc_emitter.spark.session`: sessions for the CLI;
+- :mod:`~cdc_emitter.spark.tables`: reading tables for the CLI;
+- :mod:`~cdc_emitter.spark.errors`: the readable first line of a Spark error.
+
+The names of the module ``cdc_emitter.sources`` of release 0.1 are found here too, imported when
+first asked for (importing this package imports no Spark).
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: the names of ``cdc_emitter.sources`` (release 0.1) -> the module that has them now
+_SOURCES = {
+    "spark_error_text": "cdc_emitter.spark.errors",
+    "DELTA_PACKAGES": "cdc_emitter.spark.session",
+    "delta_package": "cdc_emitter.spark.session",
+    "reader_conf": "cdc_emitter.spark.session",
+    "spark_session": "cdc_emitter.spark.session",
+    "FORMATS": "cdc_emitter.spark.tables",
+    "columns_struct": "cdc_emitter.spark.tables",
+    "read_table": "cdc_emitter.spark.tables",
+    "spark_struct": "cdc_emitter.spark.tables",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SOURCES:
+        return getattr(importlib.import_module(_SOURCES[name]), name)
+    raise AttributeError(f"module 'cdc_emitter.spark' has no attribute {name!r}")

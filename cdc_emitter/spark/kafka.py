@@ -173,7 +173,7 @@ def kafka_write_options(
     # request of its own (all to the same partitions); librdkafka's default of 1,000,000 bytes
     # lets a request carry several (measured: a 315-message write of 70 MB, 0.34 s → 0.25 s)
     options.setdefault("kafka.batch.size", "1000000")
-    # lz4, as the sink's librdkafka producers (kafka_io.PRODUCER_DEFAULTS): every way of writing
+    # lz4, as the sink's librdkafka producers (kafka.config.PRODUCER_DEFAULTS): every way of writing
     # sends the broker the same compressed batches (4M wide rows, a new sink's batch, medians of
     # 4 interleaved: 6.67 s against 6.92 s uncompressed on one machine; more across a network)
     options.setdefault("kafka.compression.type", "lz4")

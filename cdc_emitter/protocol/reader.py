@@ -1,19 +1,14 @@
-"""The CDCv2 protocol core: updates, progress statements, consolidation and the reader.
+"""The CDCv2 reader: the exact, ordered history from duplicated, reordered, re-batched messages.
 
-Pure Python: no Kafka, no Spark, no Avro. Times are non-negative integers, so a frontier is
-either ``(t,)`` (every time ``< t`` is complete) or ``()`` (the history is closed).
+Pure Python: no Kafka, no Spark, no Avro.
 
 The reader follows differential dataflow's ``capture`` reader (see the CDCv2 write-up): it
-deduplicates updates, queues progress statements until they graft onto the progress frontier
-without a gap, and reports a time only once both the progress chain covers it and every update
-its count announces has arrived. Beyond that it *reports* protocol violations instead of raising
+deduplicates updates, queues progress statements until they join the progress frontier without
+a gap, and reports a time only once both the progress chain covers it and every update its
+count announces has arrived. Beyond that it *reports* protocol violations instead of raising
 or stalling: every progress statement is checked against every earlier one (a small ledger of
 what the statements said, which grows with the statements, never with the updates), and a strict
 mode remembers what it reported, so a late update that is not an exact duplicate is caught too.
-
-Data values compare with Python equality. NaN is the one value not equal to itself: decoders
-hand the reader :data:`NAN` (one shared object, equal to itself by identity) for every NaN, as
-Spark's grouping treats all NaNs as one value; :func:`canonical_nan` does it for other callers.
 """
 
 from __future__ import annotations
@@ -22,65 +17,24 @@ import heapq
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
-from cdc_emitter.errors import BadInputError
+from cdc_emitter.protocol.updates import Progress, Update, Violation
 
-MAX_LONG = 2**63 - 1
-MIN_LONG = -(2**63)
+__all__ = [
+    "STRICT_MODES",
+    "VIOLATION_KINDS",
+    "CdcReader",
+    "CountingReader",
+    "ExactMemory",
+    "Pending",
+    "SortedCounts",
+    "StatementLedger",
+    "Strict",
+    "TimeCounts",
+]
+
 _NEVER = 2**63  # an upper bound beyond every time: "the interval never ends"
-
-#: The one NaN object decoders put into data, so that NaN == NaN inside tuples (by identity).
-NAN = float("nan")
-
-
-def canonical_nan(value: Any) -> Any:
-    """``value`` with every NaN float (in tuples, lists, at any depth) replaced by :data:`NAN`."""
-    if value.__class__ is float:
-        return NAN if value != value else value
-    if isinstance(value, tuple):
-        return tuple(map(canonical_nan, value))
-    if isinstance(value, list):
-        return list(map(canonical_nan, value))
-    return value
-
-
-class Update(NamedTuple):
-    """One update statement: the multiplicity of ``data`` changes by ``diff`` at ``time``."""
-
-    data: Any
-    time: int
-    diff: int
-
-
-class Progress(NamedTuple):
-    """A progress statement about the half-open interval ``lower <= t < upper``.
-
-    ``counts`` lists ``(time, count)``: exactly ``count`` distinct ``(data, time)`` updates exist
-    at that time; every unlisted time in the interval has none. ``upper == ()`` never ends.
-    """
-
-    lower: tuple[int, ...] = (0,)
-    upper: tuple[int, ...] = ()
-    counts: tuple[tuple[int, int], ...] = ()
-
-
-class Violation(NamedTuple):
-    """A protocol violation the reader saw. ``kind`` is one of :data:`VIOLATION_KINDS`."""
-
-    kind: str
-    time: int | None
-    detail: str
-    partition: int | None = None
-    offset: int | None = None
-
-    def to_dict(self) -> dict:
-        out = {"kind": self.kind, "time": self.time, "detail": self.detail}
-        if self.partition is not None:
-            out["partition"] = self.partition
-        if self.offset is not None:
-            out["offset"] = self.offset
-        return out
 
 
 class Pending(NamedTuple):
@@ -287,104 +241,9 @@ class ExactMemory:
         self._extra.setdefault((data, time), set()).add(diff)
 
 
-STRICT_MODES = ("exact", "bloom")
-
-
-def _check_time(time: Any, what: str) -> int:
-    if time is None or isinstance(time, bool) or not isinstance(time, int):
-        raise BadInputError(f"{what}: time must be a non-negative integer, got {time!r}")
-    if time < 0 or time > MAX_LONG:
-        raise BadInputError(f"{what}: time {time} is outside 0..2^63-1")
-    return time
-
-
-def consolidate(updates: Iterable[Update | tuple]) -> list[Update]:
-    """Sum the diffs of each ``(data, time)`` and drop zero sums.
-
-    Guarantees: one update per ``(data, time)``, no zero diff, output sorted by time (stable for
-    data within a time: first-seen order). Raises :class:`BadInputError` on a null, negative or
-    non-integer time, a non-integer diff, or a sum outside the signed 64-bit range.
-    """
-    sums: dict[tuple[Any, int], int] = {}
-    for data, time, diff in updates:
-        _check_time(time, f"update {data!r}")
-        if diff is None or isinstance(diff, bool) or not isinstance(diff, int):
-            raise BadInputError(
-                f"update {data!r} at time {time}: diff must be an integer, got {diff!r}"
-            )
-        key = (data, time)
-        sums[key] = sums.get(key, 0) + diff
-    out = []
-    for (data, time), diff in sums.items():
-        if diff == 0:
-            continue
-        if not MIN_LONG <= diff <= MAX_LONG:
-            raise BadInputError(
-                f"update {data!r} at time {time}: consolidated diff {diff} overflows a 64-bit long"
-            )
-        out.append(Update(data, time, diff))
-    out.sort(key=lambda u: u.time)
-    return out
-
-
-def progress_from_counts(lower: int, upper: int | None, counts: Mapping[int, int]) -> Progress:
-    """The progress statement for ``[lower, upper)`` (``upper=None`` closes the history).
-
-    ``counts`` maps time to its number of distinct ``(data, time)`` updates; zero counts are
-    omitted. Raises :class:`BadInputError` if a counted time lies outside the interval or the
-    interval is inverted — a statement the topic could not satisfy is never built.
-    """
-    _check_time(lower, "progress lower")
-    if upper is not None:
-        _check_time(upper, "progress upper")
-        if upper < lower:
-            raise BadInputError(f"progress interval is inverted: lower {lower} > upper {upper}")
-    # checked as a whole, not count by count: a batch of event times can count a million times
-    listed = tuple(item for item in sorted(counts.items()) if item[1])
-    negative = next((item for item in listed if item[1] < 0), None)
-    if negative is not None:
-        raise BadInputError(f"progress count for time {negative[0]} is negative: {negative[1]}")
-    outside = None
-    if listed and listed[0][0] < lower:
-        outside = listed[0][0]
-    elif listed and upper is not None and listed[-1][0] >= upper:
-        outside = listed[bisect_left(listed, (upper,))][0]
-    if outside is not None:
-        raise BadInputError(
-            f"update at time {outside} lies outside the progress interval "
-            f"[{lower}, {'∞' if upper is None else upper})"
-        )
-    return Progress((lower,), () if upper is None else (upper,), listed)
-
-
-def split_progress(statement: Progress, max_times: int) -> list[Progress]:
-    """``statement`` as consecutive statements that tile its interval, each counting at most
-    ``max_times`` times (a statement must fit in one message): the first starts at its lower,
-    each next one at the first time it counts, the last ends at its upper. A reader grafts them
-    onto its frontier one after another; together they say exactly what ``statement`` says."""
-    if max_times < 1:
-        raise ValueError(f"max_times must be at least 1, not {max_times}")
-    counts = statement.counts
-    if len(counts) <= max_times:
-        return [statement]
-    groups = [counts[i : i + max_times] for i in range(0, len(counts), max_times)]
-    starts = [statement.lower] + [(group[0][0],) for group in groups[1:]]
-    ends = starts[1:] + [statement.upper]
-    return [Progress(lo, hi, group) for lo, hi, group in zip(starts, ends, groups)]
-
-
-def progress_for(updates: Iterable[Update], lower: int, upper: int | None) -> Progress:
-    """The progress statement for ``[lower, upper)`` covering consolidated ``updates``.
-
-    Counts are the distinct ``(data, time)`` pairs per time (a repeated pair counts once).
-    """
-    seen: set[tuple[Any, int]] = set()
-    counts: dict[int, int] = {}
-    for data, time, _diff in updates:
-        if (data, time) not in seen:
-            seen.add((data, time))
-            counts[time] = counts.get(time, 0) + 1
-    return progress_from_counts(lower, upper, counts)
+#: What a strict reader remembers of the updates it reported (see :class:`CdcReader`).
+Strict = Literal["exact", "bloom"]
+STRICT_MODES: tuple[Strict, ...] = ("exact", "bloom")
 
 
 def _single(bound: Any) -> int | None:
@@ -429,7 +288,7 @@ class CdcReader:
     """
 
     def __init__(
-        self, start: int = 0, *, strict: str | None = None, bloom_error_rate: float = 0.001
+        self, start: int = 0, *, strict: Strict | None = None, bloom_error_rate: float = 0.001
     ):
         if strict is not None and strict not in STRICT_MODES:
             raise ValueError(
@@ -440,7 +299,8 @@ class CdcReader:
         self._progress: int | None = start  # frontier of grafted progress; None: closed
         # time -> data -> the Update itself (times >= reported): reporting a time hands these
         # objects out as they are, with no per-update construction
-        self._pending: dict[int, dict[Any, Update]] = {}
+        # (a CountingReader holds the number of distinct updates instead of the dict)
+        self._pending: dict[int, Any] = {}
         self._held = 0  # distinct updates in _pending
         self._times: list[int] = []  # heap of every time that holds state in the dicts here
         self._outstanding: dict[int, int] = {}  # time -> announced count - distinct received
@@ -519,7 +379,18 @@ class CdcReader:
         self.violations.append(Violation(kind, time, detail, partition, offset))
 
     def push(self, message: Progress | Iterable[Update], *, partition=None, offset=None):
-        """Feed one message; returns the newly finished ``(updates, frontier)`` pairs."""
+        """Feed one message to the reader.
+
+        Args:
+            message: A list of updates, or a progress statement.
+            partition: Where the message was read, named in the violations it causes.
+            offset: The message's offset in ``partition``, named likewise.
+
+        Returns:
+            The ``(updates, frontier)`` pairs this message finished: every update at a time
+            below ``frontier``, consolidated, each once over the reader's life. Usually zero or
+            one pair.
+        """
         self.messages += 1
         where = {"partition": partition, "offset": offset}
         if isinstance(message, Progress):
@@ -536,8 +407,8 @@ class CdcReader:
         pending = self._pending
         memory, start = self._memory, self._start
         received = duplicates = 0
-        at_time: dict | None = None
-        at_time_of = None  # the time whose dict `at_time` is: batches are mostly one time
+        at_time: dict[Any, Update] = {}
+        at_time_of = -1  # the time whose dict `at_time` is (none yet): batches are mostly one time
         fresh = 0  # distinct new updates in the current run of `at_time_of`, settled per run
         new = tuple.__new__
         for update in updates:
@@ -555,11 +426,11 @@ class CdcReader:
                 if fresh:
                     self._settle(at_time_of, fresh, where)
                     fresh = 0
-                at_time = pending.get(time)
-                if at_time is None:
+                found = pending.get(time)
+                if found is None:
                     self._track(time)
-                    at_time = pending[time] = {}
-                at_time_of = time
+                    found = pending[time] = {}
+                at_time, at_time_of = found, time
             known = at_time.get(data)
             if known is not None:
                 if known[2] == diff:
@@ -822,7 +693,7 @@ class CountingReader(CdcReader):
     as they arrive: the same violations, in another order only for a message that mixes them.
     """
 
-    def __init__(self, start: int = 0, *, strict: str | None = None):
+    def __init__(self, start: int = 0, *, strict: Strict | None = None):
         if strict is not None and strict not in STRICT_MODES:
             raise ValueError(
                 f"strict must be None or one of {', '.join(STRICT_MODES)}, got {strict!r}"
@@ -866,8 +737,8 @@ class CountingReader(CdcReader):
         where = {"partition": partition, "offset": offset}
         reported, start = self._reported, self._start
         for item in items:
-            if item.__class__ is not TimeCounts:
-                self._bad_update(*item, where)
+            if not isinstance(item, TimeCounts):
+                self._bad_update(item[0], item[1], item[2], where)
                 continue
             time, fresh, conflicts = item
             if reported is None or time < reported or time < start:

@@ -1,10 +1,11 @@
-"""Spark sessions and table reading for the CLI's Spark-backed commands (``export``, ``schema``).
+"""Spark sessions for the CLI's Spark-backed commands (``export``, ``schema``, ``convert``).
 
 Guarantees:
-  * a session or a read that fails raises :class:`~cdc_emitter.errors.ConfigError` whose first
-    line is Spark's own cause (the Java exception behind a Py4J error), plus the package to add
-    when a reader is missing (Delta at the running Spark version, a JDBC driver);
+  * a session that fails to start raises :class:`~cdc_emitter.errors.ConfigError` whose first
+    line is Spark's own cause (the Java exception behind a Py4J error);
   * the session's executors run the interpreter this process runs (the sink encodes there).
+
+Imports PySpark only when a session is made: the CLI's commands that need no Spark start fast.
 """
 
 from __future__ import annotations
@@ -12,13 +13,16 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
-from cdc_emitter.errors import ConfigError, SchemaError
+from cdc_emitter.errors import ConfigError
+from cdc_emitter.spark.errors import spark_error_text
 
-#: The formats ``export`` and ``schema --from`` read.
-FORMATS = ["parquet", "csv", "json", "orc", "delta", "jdbc", "table", "avro", "text"]
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["DELTA_PACKAGES", "delta_package", "reader_conf", "spark_session"]
 
 #: The Delta Lake package built for each Spark major.minor version (the one --format delta needs).
 DELTA_PACKAGES = {
@@ -40,21 +44,14 @@ _DELTA_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 
-_SOURCE_HINTS = {
-    "delta": "Spark has no Delta Lake reader loaded: add --packages {delta}",
-    "jdbc": "Spark needs the database's JDBC driver: add --packages with the driver's Maven "
-    "coordinates (e.g. org.postgresql:postgresql:42.7.4), -O driver=CLASS (e.g. "
-    "org.postgresql.Driver) and -O url=jdbc:...",
-}
-
 
 def spark_session(
     app: str,
     packages: Sequence[str] = (),
-    conf: dict | None = None,
+    conf: Mapping[str, str] | None = None,
     fmt: str | None = None,
     remote: str | None = None,
-) -> Any:
+) -> SparkSession:
     """A Spark session loading the sink's packages and ``packages``, with ``conf`` and the
     settings reading ``fmt`` needs; with ``remote`` (``sc://host:port``, or ``SPARK_REMOTE``), a
     Spark Connect session instead, which loads nothing itself (its server does)."""
@@ -113,32 +110,9 @@ def _jvm_output_to_stderr() -> Iterator[None]:
         os.close(saved)
 
 
-def spark_struct(spark: Any, columns: str) -> Any:
-    """Spark's StructType of the DDL column list ``columns``, parsed by the JVM of ``spark`` (a
-    running classic session, which both parsers need): ``StructType.fromDDL`` from PySpark 4;
-    before, the parser PySpark 3.5's ``createDataFrame`` uses for a DDL schema (an empty
-    DataFrame of those columns would refuse ``varchar``)."""
-    from pyspark.sql import types
-
-    if hasattr(types.StructType, "fromDDL"):
-        return types.StructType.fromDDL(columns)
-    return types._parse_datatype_string(columns)
-
-
-def spark_error_text(exc: BaseException) -> str:
-    """The first line of what Spark says: the Java exception behind a Py4J error, if any."""
-    java = getattr(exc, "java_exception", None)
-    text = ""
-    if java is not None:
-        try:
-            text = str(java.toString())
-        except Exception:  # noqa: BLE001 - the JVM may be gone
-            text = ""
-    text = (text or str(exc)).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def reader_conf(fmt: str | None, packages: Sequence[str], conf: dict | None) -> dict:
+def reader_conf(
+    fmt: str | None, packages: Sequence[str], conf: Mapping[str, str] | None
+) -> dict[str, str]:
     """Spark settings for reading ``fmt``: Delta's extension and catalog when its package is
     loaded (Delta refuses to read without them); the user's --conf wins."""
     out = dict(conf or {})
@@ -146,48 +120,3 @@ def reader_conf(fmt: str | None, packages: Sequence[str], conf: dict | None) -> 
         for key, value in _DELTA_CONF.items():
             out.setdefault(key, value)
     return out
-
-
-def read_table(spark: Any, source: str, fmt: str, options: dict) -> Any:
-    """A DataFrame for SOURCE; errors reading it become ConfigError (exit 2, no traceback)."""
-    try:
-        if fmt == "table":
-            return spark.read.options(**options).table(source)
-        if fmt == "jdbc":
-            opts = dict(options)
-            opts.setdefault("dbtable", source)
-            return spark.read.format("jdbc").options(**opts).load()
-        return spark.read.format(fmt).options(**options).load(source)
-    except Exception as exc:  # noqa: BLE001 - Spark raises many types; all mean "cannot read"
-        text = spark_error_text(exc)
-        missing = ("DATA_SOURCE_NOT_FOUND", "No suitable driver", "ClassNotFoundException")
-        hint = _SOURCE_HINTS.get(fmt) if any(m in text for m in missing) else None
-        if hint is not None:
-            hint = hint.format(
-                delta=delta_package(spark.version)
-                or f"with the Delta Lake package built for Spark {spark.version}"
-            )
-        raise ConfigError(
-            f"cannot read {fmt} source {source!r}: {text}" + (f"\n{hint}" if hint else "")
-        ) from exc
-
-
-def columns_struct(columns: str) -> Any:
-    """The StructType of a DDL column list: the pure parser, else Spark's parser."""
-    from cdc_emitter.spark.schema import DdlUnknown, parse_ddl_columns
-
-    try:
-        return parse_ddl_columns(columns)
-    except (DdlUnknown, ValueError):
-        pass
-    spark = spark_session("cdc-emitter schema")
-    from pyspark.sql.types import StructType
-
-    try:
-        struct = spark_struct(spark, columns)
-    except Exception as exc:  # noqa: BLE001 - Spark's parse errors
-        first = str(exc).strip().splitlines()[0]
-        raise SchemaError(f"cannot parse --columns {columns!r}: {first}") from exc
-    if not isinstance(struct, StructType):
-        raise SchemaError(f"--columns {columns!r} is not a list of columns")
-    return struct

@@ -1,0 +1,269 @@
+"""Kafka client configuration: the defaults, producer and reader settings, redaction of secrets,
+and making a client whose log lines and errors we keep.
+
+Guarantees:
+
+* :func:`producer_config` gives an idempotent, ``acks=all`` producer configuration; the caller's
+  overrides are applied to a copy and never mutated.
+* Configuration shown in any message goes through :func:`redact_config` (or
+  :func:`redact_text`): only well-known public settings are shown.
+* A client made by :func:`make_client` logs through :data:`librdkafka_log`, repeats folded, and
+  remembers the errors it reported, so :func:`refused_error` can tell a refusal from silence.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException
+
+from cdc_emitter.errors import ConfigError, RefusedError
+
+__all__ = [
+    "BROKER_TIMEOUT",
+    "PRODUCER_DEFAULTS",
+    "REFUSALS",
+    "check_bootstrap",
+    "client_config",
+    "consumer_config",
+    "librdkafka_log",
+    "make_client",
+    "producer_config",
+    "redact_config",
+    "redact_text",
+    "refused_error",
+]
+
+#: The default of every reader's ``broker_timeout``: seconds it waits for a broker that does not
+#: answer — for metadata and offsets, or with no progress while reading — before it gives up.
+BROKER_TIMEOUT = 30.0
+
+PRODUCER_DEFAULTS: Mapping[str, Any] = {
+    "enable.idempotence": True,  # no duplicates or reordering from producer retries
+    "acks": "all",  # a delivery report means the message is on every in-sync replica
+    "max.in.flight.requests.per.connection": 5,  # the maximum idempotence allows
+    "compression.type": "lz4",
+    "linger.ms": 20,
+    "batch.size": 1_000_000,  # must not exceed message.max.bytes
+    "message.max.bytes": 1_000_000,  # client-side request limit (librdkafka default)
+    "allow.auto.create.topics": False,  # topics are created explicitly (ensure_topic)
+    # a message not acknowledged within 2 minutes fails its delivery (librdkafka's default is
+    # 5): a broker that is down fails the batch in bounded time, restarts are ridden out
+    "message.timeout.ms": 120_000,
+}
+
+_SECRET_MARKERS = (
+    "password",
+    "secret",
+    "sasl.oauthbearer",
+    "sasl.jaas",
+    "sasl.username",
+    "token",
+    "credential",
+    "ssl.key.pem",
+    "private",
+    "basic.auth.user.info",
+)
+_REDACTED = "***"
+
+#: Settings whose values are shown in messages; any other key's value is masked, so a misspelt
+#: secret (``sasl.pasword``) is never echoed.
+_PUBLIC_KEYS = frozenset(
+    (
+        "bootstrap.servers",
+        "security.protocol",
+        "sasl.mechanism",
+        "sasl.mechanisms",
+        "client.id",
+        "acks",
+        "enable.idempotence",
+        "compression.type",
+        "compression.codec",
+        "partitioner",
+        "allow.auto.create.topics",
+        "enable.auto.commit",
+        "auto.offset.reset",
+        "group.id",
+        "enable.partition.eof",
+        "isolation.level",
+        "ssl.endpoint.identification.algorithm",
+        "api.version.request",
+        "broker.address.family",
+        "debug",
+        "log_level",
+    )
+)
+_PUBLIC_SUFFIXES = (".ms", ".bytes", ".kbytes", ".messages", ".retries", ".connection", ".count")
+
+
+def _public(key: str) -> bool:
+    lowered = key.lower()
+    if any(marker in lowered for marker in _SECRET_MARKERS):
+        return False
+    return lowered in _PUBLIC_KEYS or lowered.endswith(_PUBLIC_SUFFIXES) or lowered == "retries"
+
+
+def redact_text(text: str, cfg: Mapping[str, Any] | None) -> str:
+    """``text`` with the value of every non-public setting of ``cfg`` masked wherever it appears."""
+    for key, value in (cfg or {}).items():
+        if isinstance(value, str) and len(value) >= 3 and not _public(str(key)):
+            text = text.replace(value, _REDACTED)
+    return text
+
+
+def redact_config(cfg: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A copy of a client configuration with secret values masked, fit for logs and errors.
+
+    Values are shown only for well-known public settings (servers, protocol and mechanism
+    names, timeouts and sizes); every other value is masked, a secret's (a key containing
+    password, secret, sasl.oauthbearer, sasl.jaas, sasl.username, token, credential,
+    ssl.key.pem, private or basic.auth.user.info) and a misspelt key's alike.
+    Callables (callbacks) are shown by name only.
+    """
+    out: dict[str, Any] = {}
+    for key, value in (cfg or {}).items():
+        if not callable(value) and not _public(str(key)):
+            out[key] = _REDACTED
+        elif callable(value):
+            out[key] = f"<{getattr(value, '__name__', type(value).__name__)}>"
+        else:
+            out[key] = value
+    return out
+
+
+def check_bootstrap(bootstrap_servers: str | None) -> str:
+    """The bootstrap servers, stripped; none given raises :class:`~cdc_emitter.errors.ConfigError`."""
+    if not bootstrap_servers or not str(bootstrap_servers).strip():
+        raise ConfigError(
+            "no Kafka bootstrap servers given: pass --bootstrap-servers HOST:PORT "
+            "or set KAFKA_BOOTSTRAP_SERVERS"
+        )
+    return str(bootstrap_servers).strip()
+
+
+def producer_config(
+    bootstrap_servers: str, overrides: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A new producer configuration: :data:`PRODUCER_DEFAULTS`, the servers, then ``overrides``.
+
+    ``overrides`` (librdkafka settings, e.g. from ``-X key=value``) win over the defaults; the
+    mapping passed in is never modified.
+    """
+    cfg = dict(PRODUCER_DEFAULTS)
+    cfg["bootstrap.servers"] = check_bootstrap(bootstrap_servers)
+    cfg.update(dict(overrides or {}))
+    return cfg
+
+
+def consumer_config(
+    bootstrap_servers: str, overrides: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """A reader configuration that commits nothing: throwaway group id, no auto commit, EOF events,
+    short long-polls."""
+    cfg: dict[str, Any] = {
+        "bootstrap.servers": check_bootstrap(bootstrap_servers),
+        "group.id": f"cdc-emitter-reader-{uuid.uuid4().hex}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+        "allow.auto.create.topics": False,
+        # One fetch is in flight per broker: a long poll on the partitions already read to their
+        # end (default 500 ms) holds back the partitions still behind them, and on a flaky path
+        # whose connections live less than that, it is cut every time and they never advance.
+        "fetch.wait.max.ms": 100,
+    }
+    cfg.update(dict(overrides or {}))
+    return cfg
+
+
+def client_config(bootstrap_servers: str, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
+    """An admin client's configuration: ``overrides`` with the servers, no topic auto-creation."""
+    cfg = dict(overrides or {})
+    cfg["bootstrap.servers"] = check_bootstrap(bootstrap_servers)
+    cfg.setdefault("allow.auto.create.topics", False)
+    return cfg
+
+
+class _FoldRepeats(logging.Filter):
+    """Lets the first of a kind of librdkafka line through, then one summary per ``every``
+    seconds: a broker that is down makes librdkafka say the same thing many times a second."""
+
+    def __init__(self, every: float = 30.0) -> None:
+        super().__init__()
+        self.every = every
+        self._seen: dict[
+            str, list
+        ] = {}  # kind -> [repeats held back, when one was last let through]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = re.sub(r"\d+", "#", record.getMessage())
+        now = time.monotonic()
+        seen = self._seen.get(kind)
+        if seen is None:
+            if len(self._seen) > 1000:
+                self._seen.clear()
+            self._seen[kind] = [0, now]
+            return True
+        if now - seen[1] < self.every:
+            seen[0] += 1
+            return False
+        if seen[0]:
+            record.msg = (
+                f"{record.getMessage()} (and {seen[0]} more like it in {now - seen[1]:.0f}s)"
+            )
+            record.args = ()
+        self._seen[kind] = [0, now]
+        return True
+
+
+#: librdkafka's own log lines go here instead of stderr (pass "logger" in a config to change it),
+#: repeats folded into one line per kind and 30 seconds.
+librdkafka_log = logging.getLogger("cdc_emitter.kafka.librdkafka")
+librdkafka_log.addFilter(_FoldRepeats())
+
+
+#: Errors a client reported through its error callback, by ``id(client)`` (see
+#: :func:`refused_error`).
+_CLIENT_ERRORS: dict[int, list] = {}
+#: Error codes that mean the broker answered and refused us: no point in waiting any longer.
+REFUSALS = {KafkaError._AUTHENTICATION: "authentication", KafkaError._SSL: "the TLS handshake"}
+
+
+def make_client(kind: type, cfg: dict[str, Any]) -> Any:
+    """A ``kind`` client (``Producer``, ``Consumer``, ``AdminClient``) made from ``cfg``.
+
+    Raises:
+        ConfigError: librdkafka refuses the configuration (shown redacted).
+    """
+    cfg = dict(cfg)
+    cfg.setdefault("logger", librdkafka_log)
+    seen: list = []
+    cfg.setdefault("error_cb", seen.append)
+    try:
+        client = kind(cfg)
+        if len(_CLIENT_ERRORS) > 256:  # clients are short-lived; forget the oldest
+            _CLIENT_ERRORS.pop(next(iter(_CLIENT_ERRORS)))
+        _CLIENT_ERRORS[id(client)] = seen
+        return client
+    except (KafkaException, ValueError, TypeError) as exc:
+        raise ConfigError(
+            f"invalid Kafka client configuration: {redact_text(str(exc), cfg)} "
+            f"(configuration: {redact_config(cfg)})"
+        ) from None  # the cause's text may hold a value
+
+
+def refused_error(client: Any, bootstrap_servers: str) -> RefusedError | None:
+    """A RefusedError when the client was refused (authentication, TLS), not merely unanswered."""
+    for err in _CLIENT_ERRORS.get(id(client), ()):
+        what = REFUSALS.get(err.code())
+        if what is None and "SSL handshake failed" in err.str():
+            what = "the TLS handshake"
+        if what is not None:
+            return RefusedError(f"{what} with Kafka at {bootstrap_servers} failed: {err.str()}")
+    return None
