@@ -7,14 +7,30 @@ asks for ``kafka_bootstrap``:
 2. A Docker engine answers: testcontainers' Kafka module.
 3. ``scripts/kafka-local``: a broker that already runs in its default state dir is shared (and
    left running); otherwise this session starts its own in a private state dir (or in
-   ``CDC_KAFKA_HOME`` if set) and stops it at the end.
+   ``CDC_KAFKA_HOME`` if set) and stops it at the end. Under pytest-xdist (``-n 2``) the workers
+   share that one broker: the controller makes its state dir, the first worker to need it starts
+   it, the controller stops it after the last.
 
 No broker at all is a test failure with an explanation, never a skip. Unit tests need none:
 nothing here touches Kafka until a fixture is requested.
+
+Tiers. Every test that needs a service — under ``tests/integration``, or asking for a broker,
+schema-registry or Spark fixture, or a ``verify --engine spark`` run — is marked ``integration``
+(and ``kafka`` / ``spark`` by what it asks for) at collection, so no test has to remember to.
+``pytest --quick`` (``scripts/test --quick``) is the fast tier: it does not collect
+``tests/integration``, deselects every ``integration`` and ``slow`` test, fails any test that
+would still start a broker or Spark, and runs each Hypothesis property at most
+``QUICK_MAX_EXAMPLES`` times (the same properties; the full run keeps each test's own
+``max_examples``). ``-m "not integration"`` selects the unit and CLI tests at full strength.
+
+Hypothesis runs under the ``cdc-emitter`` profile: no per-example deadline (on a shared 2-core
+machine a deadline fails a test for its timing, not its property; a test's own ``deadline``
+still applies). ``HYPOTHESIS_PROFILE`` picks another registered profile.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import socket
@@ -26,6 +42,10 @@ import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
+
+hypothesis_settings.register_profile("cdc-emitter", deadline=None)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "cdc-emitter"))
 
 ROOT = Path(__file__).resolve().parents[1]
 KAFKA_LOCAL = ROOT / "scripts" / "kafka-local"
@@ -34,12 +54,145 @@ MARKERS = {
     "kafka": "needs a real Kafka broker",
     "spark": "needs a local Spark session",
     "slow": "takes more than a few seconds",
+    "integration": "needs a service (broker, registry, Spark); not in the quick tier",
 }
+
+# Fixtures that start (or need) a service, by the marker they imply.
+KAFKA_FIXTURES = frozenset(
+    {
+        "_kafka_broker",
+        "kafka_bootstrap",
+        "kafka_local",
+        "secure_kafka",
+        "proxied_kafka",
+        "kafka_cluster",
+        "topic_factory",
+        "module_topic_factory",
+        "make_topic",
+    }
+)
+SPARK_FIXTURES = frozenset({"spark"})
+SERVICE_FIXTURES = KAFKA_FIXTURES | SPARK_FIXTURES | {"schema_registry"}
+SHARED_KAFKA_HOME = "CDC_TEST_XDIST_KAFKA_HOME"  # set by the xdist controller for its workers
+INTEGRATION_DIR = ROOT / "tests" / "integration"
+QUICK_MAX_EXAMPLES = 100  # Hypothesis's own default
+# How long a broker or registry may take to start (the scripts' default is 90 s): on a busy
+# shared 2-core machine a JVM service takes longer, and a fixture that gives up fails every test.
+SERVICE_START_TIMEOUT = "300"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("cdc-emitter").addoption(
+        "--quick",
+        action="store_true",
+        default=False,
+        help="the quick tier: no broker, no Spark (integration and slow tests deselected), "
+        f"Hypothesis properties at most {QUICK_MAX_EXAMPLES} examples each",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
+    if _xdist_controller(config):  # workers inherit the variable: one broker for all of them
+        os.environ[SHARED_KAFKA_HOME] = tempfile.mkdtemp(prefix="cdc-emitter-kafka-xdist-")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    home = os.environ.get(SHARED_KAFKA_HOME)
+    if _xdist_controller(config) and home:
+        if os.path.exists(os.path.join(home, "kafka.pid")):
+            KafkaLocal(home=home)._run("stop", check=False)
+        del os.environ[SHARED_KAFKA_HOME]
+
+
+def _xdist_controller(config: pytest.Config) -> bool:
+    """True in the process that hands tests to pytest-xdist workers (``-n 2``)."""
+    return (
+        not hasattr(config, "workerinput")
+        and bool(getattr(config.option, "numprocesses", None))
+        and getattr(config.option, "dist", "no") != "no"
+        and not config.getoption("collectonly", default=False)
+    )
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    """The worker a test must share with others (``--dist loadgroup``): every test of a module
+    with a module-scoped fixture (a broker, cluster or converted table started once for the
+    module), and the tests of a costly session-scoped service that is not shared across workers
+    (the schema registry, the restartable ``kafka_local`` broker) each on one worker, so each
+    starts once per run, not once per worker."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    for name in ("schema_registry", "kafka_local"):
+        if name in info.name2fixturedefs:
+            return name
+    for defs in info.name2fixturedefs.values():
+        if defs and defs[-1].scope in ("module", "package", "class"):
+            return item.nodeid.split("::")[0]
+    return None
+
+
+def _quick(config: pytest.Config) -> bool:
+    return bool(config.getoption("quick", default=False))
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The quick tier does not even import the integration modules."""
+    if _quick(config) and collection_path == INTEGRATION_DIR:
+        return True
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects, so it sees these markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        if names & KAFKA_FIXTURES:
+            item.add_marker(pytest.mark.kafka)
+        if names & SPARK_FIXTURES or (callspec and callspec.params.get("engine") == "spark"):
+            item.add_marker(pytest.mark.spark)
+        if (
+            names & SERVICE_FIXTURES
+            or INTEGRATION_DIR in item.path.parents
+            or item.get_closest_marker("kafka")
+            or item.get_closest_marker("spark")
+        ):
+            item.add_marker(pytest.mark.integration)
+        group = _xdist_group(item) if config.pluginmanager.hasplugin("xdist") else None
+        if group is not None and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(group))
+    if not _quick(config):
+        return
+
+    def out(item: pytest.Item) -> bool:
+        return bool(item.get_closest_marker("integration") or item.get_closest_marker("slow"))
+
+    dropped = [item for item in items if out(item)]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [item for item in items if not out(item)]
+    for item in items:
+        test = getattr(item, "obj", None)
+        if getattr(test, "is_hypothesis_test", False):
+            own = test._hypothesis_internal_use_settings  # what the test's @settings says
+            if own.max_examples > QUICK_MAX_EXAMPLES:
+                test._hypothesis_internal_use_settings = hypothesis_settings(
+                    own, max_examples=QUICK_MAX_EXAMPLES
+                )
+
+
+def refuse_in_quick_tier(request: pytest.FixtureRequest, what: str) -> None:
+    """A test in the quick tier that reaches a service fixture anyway (e.g. through
+    ``getfixturevalue``) fails, rather than starting ``what``."""
+    if _quick(request.config):
+        pytest.fail(
+            f"{request.node.nodeid} starts {what}, which the quick tier (--quick) never does: "
+            "it needs the integration marker (see tests/conftest.py)",
+            pytrace=False,
+        )
 
 
 # --- broker discovery ---------------------------------------------------------------------------
@@ -78,6 +231,7 @@ class KafkaLocal:
 
     def __init__(self, home: str | None = None) -> None:
         self.env = dict(os.environ)
+        self.env.setdefault("CDC_KAFKA_START_TIMEOUT", SERVICE_START_TIMEOUT)
         if home is not None:
             self.env["CDC_KAFKA_HOME"] = home
         self.bootstrap_servers: str | None = None
@@ -85,7 +239,7 @@ class KafkaLocal:
 
     def _run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
-            [str(KAFKA_LOCAL), *args], env=self.env, capture_output=True, text=True, timeout=300
+            [str(KAFKA_LOCAL), *args], env=self.env, capture_output=True, text=True, timeout=600
         )
         if check and proc.returncode != 0:
             raise RuntimeError(
@@ -127,7 +281,8 @@ class KafkaLocal:
 
 
 class _Broker:
-    def __init__(self) -> None:
+    def __init__(self, shared_home: str | None = None) -> None:
+        self.shared_home = shared_home  # an xdist worker's: the state dir all workers share
         self.bootstrap_servers: str | None = None
         self.source = ""
         self.local: KafkaLocal | None = None
@@ -168,11 +323,22 @@ class _Broker:
         # A kafka-local broker that already runs (e.g. started by hand) is shared and left running.
         # Otherwise this session starts its own in a private state dir (unless CDC_KAFKA_HOME
         # names one), so parallel sessions and broker-restart tests never disturb each other.
+        # Under pytest-xdist the workers share one broker in the state dir the controller made
+        # (started by the first worker to need it, stopped by the controller after the last).
         local = KafkaLocal()
         try:
             if not local.running() and not os.environ.get("CDC_KAFKA_HOME"):
-                local = KafkaLocal(home=tempfile.mkdtemp(prefix="cdc-emitter-kafka-"))
-            self.bootstrap_servers = local.start()
+                if self.shared_home:
+                    local = KafkaLocal(home=self.shared_home)
+                    with open(os.path.join(self.shared_home, "start.lock"), "w") as lock:
+                        fcntl.flock(lock, fcntl.LOCK_EX)  # one worker starts it, the other finds it
+                        self.bootstrap_servers = local.start()
+                    local.started_here = False  # the controller stops it
+                else:
+                    local = KafkaLocal(home=tempfile.mkdtemp(prefix="cdc-emitter-kafka-"))
+                    self.bootstrap_servers = local.start()
+            else:
+                self.bootstrap_servers = local.start()
             self.local, self.source = local, "scripts/kafka-local"
         except Exception as exc:  # noqa: BLE001
             notes.append(str(exc))
@@ -197,8 +363,10 @@ class _Broker:
 
 
 @pytest.fixture(scope="session")
-def _kafka_broker():
-    broker = _Broker()
+def _kafka_broker(request: pytest.FixtureRequest):
+    refuse_in_quick_tier(request, "a Kafka broker")
+    worker = hasattr(request.config, "workerinput")
+    broker = _Broker(os.environ.get(SHARED_KAFKA_HOME) if worker else None)
     yield broker
     broker.close()
 
@@ -240,11 +408,12 @@ def kafka_local(_kafka_broker: _Broker):
 
 
 @pytest.fixture(scope="module")
-def secure_kafka():
+def secure_kafka(request: pytest.FixtureRequest):
     """A second kafka-local broker speaking SASL/SCRAM-SHA-512 over TLS (its own CA), started
     once for the module that uses it (one module: once per session), stopped after it, so it
     does not idle through the rest of the session: ``(bootstrap_servers, client settings)`` — the settings a client needs
     (security.protocol, sasl.*, ssl.ca.location), read from the broker's client.properties."""
+    refuse_in_quick_tier(request, "a secure Kafka broker")
     home = tempfile.mkdtemp(prefix="cdc-emitter-kafka-secure-")
     local = KafkaLocal(home=home)
     try:
@@ -260,13 +429,15 @@ def secure_kafka():
 
 
 @pytest.fixture(scope="session")
-def schema_registry():
+def schema_registry(request: pytest.FixtureRequest):
     """A real schema registry (Apicurio Registry's Confluent-compatible API, behind basic
     credentials) from ``scripts/schema-registry-local``, started once per session:
     ``(url, client settings)`` — the settings hold ``basic.auth.user.info``."""
+    refuse_in_quick_tier(request, "a schema registry")
     home = tempfile.mkdtemp(prefix="cdc-emitter-registry-")
     script = str(ROOT / "scripts" / "schema-registry-local")
     env = {**os.environ, "CDC_REGISTRY_HOME": home}
+    env.setdefault("CDC_REGISTRY_START_TIMEOUT", SERVICE_START_TIMEOUT)
     proc = subprocess.run([script, "start"], env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
         pytest.fail(
@@ -282,10 +453,11 @@ def schema_registry():
 
 
 @pytest.fixture(scope="module")
-def proxied_kafka():
+def proxied_kafka(request: pytest.FixtureRequest):
     """A third kafka-local broker that advertises the port of a :class:`faultproxy.FaultProxy`
     in front of it, so every client connection goes through the proxy: ``(bootstrap, proxy)``.
     Started once for the module that uses it, like :func:`secure_kafka`."""
+    refuse_in_quick_tier(request, "a proxied Kafka broker")
     from faultproxy import FaultProxy, wait_port
 
     home = tempfile.mkdtemp(prefix="cdc-emitter-kafka-proxied-")
@@ -343,10 +515,11 @@ class KafkaCluster:
 
 
 @pytest.fixture(scope="module")
-def kafka_cluster():
+def kafka_cluster(request: pytest.FixtureRequest):
     """A 3-node KRaft cluster on loopback (replication 3, min.insync.replicas 2), started once
     for the module that uses it, like :func:`secure_kafka` (three idle brokers cost the rest of
     the session CPU: replica fetchers and controller heartbeats)."""
+    refuse_in_quick_tier(request, "a 3-node Kafka cluster")
     cluster = KafkaCluster()
     try:
         cluster.start()

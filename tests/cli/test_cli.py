@@ -651,9 +651,9 @@ def test_schema_registry_unreachable():
 def test_schema_registry_id_from_the_topic(kafka_bootstrap, topic_factory, schema_registry):
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-    from cdc_emitter.kafka.io import CdcProducer
+    from cdc_emitter.kafka.producer import CdcProducer
+    from cdc_emitter.protocol import Progress, Update
     from cdc_emitter.protocol.codec import CdcCodec
-    from cdc_emitter.protocol.core import Progress, Update
 
     url, settings = schema_registry
     topic = topic_factory()
@@ -701,9 +701,9 @@ def test_schema_registry_with_raw_framing_reads_by_schema_id(
 ):
     from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
 
-    from cdc_emitter.kafka.io import CdcProducer
+    from cdc_emitter.kafka.producer import CdcProducer
+    from cdc_emitter.protocol import Update
     from cdc_emitter.protocol.codec import CdcCodec
-    from cdc_emitter.protocol.core import Update
 
     url, settings = schema_registry
     topic = topic_factory()
@@ -733,7 +733,7 @@ def test_schema_registry_with_raw_framing_reads_by_schema_id(
 
 
 def test_the_delta_package_follows_sparks_release_and_is_none_where_delta_has_no_build():
-    from cdc_emitter.spark.sources import delta_package
+    from cdc_emitter.spark.session import delta_package
 
     assert delta_package("4.1.1") == "io.delta:delta-spark_4.1_2.13:4.4.0"
     assert delta_package("4.2.1") == "io.delta:delta-spark_4.2_2.13:4.4.0"
@@ -742,7 +742,7 @@ def test_the_delta_package_follows_sparks_release_and_is_none_where_delta_has_no
 
 
 def test_delta_session_settings_only_with_a_delta_package_and_user_conf_wins():
-    from cdc_emitter.spark.sources import reader_conf as _reader_conf
+    from cdc_emitter.spark.session import reader_conf as _reader_conf
 
     delta = ["io.delta:delta-spark_4.1_2.13:4.4.0"]
     assert _reader_conf("delta", delta, {}) == {

@@ -29,7 +29,9 @@ def spark_packages() -> str:
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory):
+def spark(request, tmp_path_factory):
+    if request.config.getoption("quick"):  # see tests/conftest.py
+        pytest.fail(f"{request.node.nodeid} starts Spark, which --quick never does", pytrace=False)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession

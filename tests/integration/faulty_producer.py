@@ -12,7 +12,7 @@ from typing import Any
 class FailAfterMessages:
     """A producer factory: attempt 0 of task 0 fails after ``messages`` acknowledged messages
     (flushed first, so they are really in the topic); every other task and attempt gets a plain
-    :class:`~cdc_emitter.kafka.io.CdcProducer`."""
+    :class:`~cdc_emitter.kafka.producer.CdcProducer`."""
 
     def __init__(self, messages: int) -> None:
         self.messages = messages
@@ -20,7 +20,7 @@ class FailAfterMessages:
     def __call__(self, spec: Any) -> Any:
         from pyspark import TaskContext
 
-        from cdc_emitter.kafka.io import CdcProducer
+        from cdc_emitter.kafka.producer import CdcProducer
 
         producer = CdcProducer(spec.bootstrap_servers, spec.topic, spec.producer_config)
         ctx = TaskContext.get()

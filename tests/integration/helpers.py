@@ -7,8 +7,8 @@ import uuid
 from typing import Any
 
 from cdc_emitter.errors import DecodeError
-from cdc_emitter.kafka.io import read_topic
-from cdc_emitter.protocol.core import CdcReader, Update, consolidate
+from cdc_emitter.kafka.reading import read_topic
+from cdc_emitter.protocol import CdcReader, Update, consolidate
 
 #: Spark settings for a test's Delta session: Delta rebuilds a table's state in 50 partitions by
 #: default, which for a table of a few rows on two cores is most of each command's time (the
@@ -27,12 +27,12 @@ def delta_package_or_skip() -> str:
     import pyspark
     import pytest
 
-    from cdc_emitter.spark.sources import delta_package
+    from cdc_emitter.spark.session import delta_package
 
     package = delta_package(pyspark.__version__)
     if package is None:
         pytest.skip(
-            f"Delta Lake has no build for Spark {pyspark.__version__} (cdc_emitter.spark.sources.DELTA_PACKAGES)"
+            f"Delta Lake has no build for Spark {pyspark.__version__} (cdc_emitter.spark.session.DELTA_PACKAGES)"
         )
     return package
 
@@ -69,7 +69,7 @@ def as_history(triples) -> list[Update]:
 
 def count_messages(bootstrap: str, topic: str) -> int:
     """How many messages the topic holds (sum of high - low watermarks)."""
-    from cdc_emitter.kafka.io import end_offsets
+    from cdc_emitter.kafka.reading import end_offsets
 
     return sum(high - low for low, high in end_offsets(bootstrap, topic).values())
 

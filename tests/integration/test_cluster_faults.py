@@ -11,7 +11,7 @@ from helpers import as_history, read_history
 
 from cdc_emitter import CdcSink
 from cdc_emitter.errors import CdcError
-from cdc_emitter.kafka.io import ensure_topic
+from cdc_emitter.kafka.topics import ensure_topic
 from cdc_emitter.protocol.codec import CdcCodec
 from cdc_emitter.spark.schema import data_schema
 
@@ -39,7 +39,7 @@ def _write(spark, sink, batch: int):
 
 
 def test_a_partition_leader_stopped_mid_batch(spark, kafka_cluster, tmp_path, monkeypatch):
-    from cdc_emitter.kafka import io as kafka_io
+    from cdc_emitter.kafka import reading as kafka_reading
 
     bootstrap = kafka_cluster.bootstrap_servers
     topic = f"cluster-leader-{uuid.uuid4().hex[:8]}"
@@ -47,7 +47,7 @@ def test_a_partition_leader_stopped_mid_batch(spark, kafka_cluster, tmp_path, mo
     checkpoint = str(tmp_path / "checkpoint")
     _write(spark, CdcSink(bootstrap, topic, checkpoint_location=checkpoint), 0)
     sink = CdcSink(bootstrap, topic, checkpoint_location=checkpoint)
-    checked, stopped = kafka_io.TopicOffsets.end, []
+    checked, stopped = kafka_reading.TopicOffsets.end, []
 
     def check_then_leader_down(
         *args, **kwargs
@@ -58,7 +58,7 @@ def test_a_partition_leader_stopped_mid_batch(spark, kafka_cluster, tmp_path, mo
             kafka_cluster.stop_node(stopped[0])
         return end
 
-    monkeypatch.setattr(kafka_io.TopicOffsets, "end", check_then_leader_down)
+    monkeypatch.setattr(kafka_reading.TopicOffsets, "end", check_then_leader_down)
     try:
         result, df = _write(spark, sink, 1)  # replicas take over: the batch goes through
     finally:
@@ -76,7 +76,7 @@ def test_a_partition_leader_stopped_mid_batch(spark, kafka_cluster, tmp_path, mo
 def test_two_nodes_down_fail_the_batch_and_a_rerun_after_recovery_is_exact(
     spark, kafka_cluster, tmp_path, monkeypatch
 ):
-    from cdc_emitter.kafka import io as kafka_io
+    from cdc_emitter.kafka import reading as kafka_reading
 
     bootstrap = kafka_cluster.bootstrap_servers
     topic = f"cluster-down-{uuid.uuid4().hex[:8]}"
@@ -84,7 +84,7 @@ def test_two_nodes_down_fail_the_batch_and_a_rerun_after_recovery_is_exact(
     checkpoint = str(tmp_path / "checkpoint")
     settings = {"message.timeout.ms": 6_000}  # the delivery error within seconds, not 2 minutes
     sink = CdcSink(bootstrap, topic, checkpoint_location=checkpoint, producer_config=settings)
-    checked, down = kafka_io.TopicOffsets.end, []
+    checked, down = kafka_reading.TopicOffsets.end, []
 
     def check_then_two_down(*args, **kwargs):  # two of three nodes die once the interval is checked
         end = checked(*args, **kwargs)
@@ -93,7 +93,7 @@ def test_two_nodes_down_fail_the_batch_and_a_rerun_after_recovery_is_exact(
             kafka_cluster.stop_node(2, 3)
         return end
 
-    monkeypatch.setattr(kafka_io.TopicOffsets, "end", check_then_two_down)
+    monkeypatch.setattr(kafka_reading.TopicOffsets, "end", check_then_two_down)
     began = time.monotonic()
     try:
         with pytest.raises(CdcError) as info:

@@ -28,7 +28,7 @@ COLUMNS = "id long, name string, price int"
 
 def codec() -> CdcCodec:
     from cdc_emitter.spark.schema import data_schema
-    from cdc_emitter.spark.sources import columns_struct
+    from cdc_emitter.spark.tables import columns_struct
 
     return CdcCodec(data_schema(columns_struct(COLUMNS)))
 

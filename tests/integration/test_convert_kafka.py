@@ -20,7 +20,7 @@ COLUMNS = "id long not null, name string, price int"
 
 def codec() -> CdcCodec:
     from cdc_emitter.spark.schema import data_schema
-    from cdc_emitter.spark.sources import columns_struct
+    from cdc_emitter.spark.tables import columns_struct
 
     return CdcCodec(data_schema(columns_struct(COLUMNS)))
 
@@ -199,9 +199,9 @@ def test_a_bad_cockroachdb_message_fails_the_batch_naming_where_and_writes_nothi
         tmp_path / "ck",
         rf"topic '{source}' partition 1 offset 1: {expected}",
     )
-    from cdc_emitter.kafka import io as kafka_io
+    from cdc_emitter.kafka import reading as kafka_reading
 
-    assert list(kafka_io.read_topic(kafka_bootstrap, out)) == []
+    assert list(kafka_reading.read_topic(kafka_bootstrap, out)) == []
 
 
 def test_a_ydb_erase_without_old_image_names_the_mode_to_enable(
@@ -259,9 +259,9 @@ def test_a_ydb_key_that_is_not_an_array_fails_the_batch_naming_it(
         r"message 1",
         key=["id"],
     )
-    from cdc_emitter.kafka import io as kafka_io
+    from cdc_emitter.kafka import reading as kafka_reading
 
-    assert list(kafka_io.read_topic(kafka_bootstrap, out)) == []
+    assert list(kafka_reading.read_topic(kafka_bootstrap, out)) == []
 
 
 def test_cli_converts_a_cockroachdb_topic_and_a_rerun_has_nothing_new(
@@ -345,9 +345,9 @@ def test_a_timestamp_going_back_for_a_key_fails_naming_it(
         rf"topic '{source}' partition 0 offset 2: the timestamp of key \[1\] goes back to "
         r"2000.0000000000 after 3000.0000000000",
     )
-    from cdc_emitter.kafka import io as kafka_io
+    from cdc_emitter.kafka import reading as kafka_reading
 
-    assert list(kafka_io.read_topic(kafka_bootstrap, out)) == []
+    assert list(kafka_reading.read_topic(kafka_bootstrap, out)) == []
 
 
 def test_a_batch_failing_after_its_write_is_rerun_from_its_record_and_the_topic_stays_exact(

@@ -12,14 +12,9 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from cdc_emitter.errors import BrokerError, ConfigError, DeliveryError
-from cdc_emitter.kafka.io import (
-    CdcProducer,
-    KafkaRecord,
-    end_offsets,
-    ensure_topic,
-    last_messages,
-    read_topic,
-)
+from cdc_emitter.kafka.producer import CdcProducer
+from cdc_emitter.kafka.reading import KafkaRecord, end_offsets, last_messages, read_topic
+from cdc_emitter.kafka.topics import ensure_topic
 
 pytestmark = pytest.mark.kafka
 

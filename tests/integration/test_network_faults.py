@@ -13,7 +13,7 @@ from helpers import as_history, read_history
 
 from cdc_emitter import CdcSink
 from cdc_emitter.errors import CdcError
-from cdc_emitter.kafka.io import ensure_topic
+from cdc_emitter.kafka.topics import ensure_topic
 from cdc_emitter.protocol.codec import CdcCodec
 from cdc_emitter.read.verify import verify_topic
 from cdc_emitter.spark.schema import data_schema

@@ -12,7 +12,7 @@ from helpers import count_messages
 from cdc_emitter import CdcSink
 from cdc_emitter.cli import main
 from cdc_emitter.errors import ConfigError, SchemaError
-from cdc_emitter.kafka.io import read_topic
+from cdc_emitter.kafka.reading import read_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
 

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from cdc_emitter import CdcSink
 from cdc_emitter.cli import main
 from cdc_emitter.errors import RefusedError
-from cdc_emitter.kafka.io import ensure_topic
+from cdc_emitter.kafka.topics import ensure_topic
 from cdc_emitter.protocol.codec import CdcCodec, union_schema
 from cdc_emitter.read.verify import verify_topic
 from cdc_emitter.spark.schema import data_schema

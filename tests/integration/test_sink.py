@@ -117,7 +117,9 @@ def test_streaming_query_exact_history_multi_partition(
     assert sink.last_result.counts == {12: 1}
     partitions = {
         r.partition
-        for r in __import__("cdc_emitter.kafka.io").kafka.io.read_topic(kafka_bootstrap, topic)
+        for r in __import__("cdc_emitter.kafka.reading").kafka.reading.read_topic(
+            kafka_bootstrap, topic
+        )
     }
     assert len(partitions) > 1
 
@@ -128,7 +130,7 @@ def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(
     """The JVM path spreads updates over arrays by hash; updates near half the limit make some
     array too big, spread again by the batch's size too, and the batch is then packed by running
     size before anything is written (by two jobs: rows that carry their times)."""
-    from cdc_emitter.kafka import io as kafka_io
+    from cdc_emitter.kafka import reading as kafka_reading
     from cdc_emitter.sink import plan as sink_jvm
 
     topic = topic_factory(2)
@@ -145,7 +147,7 @@ def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(
     ).write(spark.createDataFrame(rows, KV).selectExpr("*", "1L as t"))
     assert calls == [False, False, True]
     assert result.updates == 200
-    sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
+    sizes = [len(r.value) for r in kafka_reading.read_topic(kafka_bootstrap, topic)]
     assert max(sizes) <= 400 and len(sizes) == result.messages
     check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 1, d) for k, v, d in rows], (2,))
 
@@ -157,7 +159,7 @@ def test_a_batch_bigger_than_its_spread_is_spread_again_by_its_size(
     FANOUT_ARRAYS arrays. By two jobs (here: rows that carry their times), one that overflows
     them is spread again over as many as its bytes need (no sort), before anything is written;
     the next batch starts from that size."""
-    from cdc_emitter.kafka import io as kafka_io
+    from cdc_emitter.kafka import reading as kafka_reading
     from cdc_emitter.sink import plan as sink_jvm
     from cdc_emitter.sink.distributed import FANOUT_ARRAYS, FIRST_BUCKETS
 
@@ -191,7 +193,7 @@ def test_a_batch_bigger_than_its_spread_is_spread_again_by_its_size(
         and not buckets[1][2]
     )
     assert first.updates == 40_000
-    sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
+    sizes = [len(r.value) for r in kafka_reading.read_topic(kafka_bootstrap, topic)]
     assert max(sizes) <= limit and len(sizes) == first.messages
     respread = buckets[1][0]
     buckets.clear()
@@ -214,7 +216,7 @@ def test_a_first_batch_bigger_than_its_spread_in_one_job_packs_its_big_arrays_ex
     """A first batch of one time goes by one job on the spread guessed for it: the arrays that
     came out over the limit are left out of it and packed exactly after it — every message
     within the limit, every update once — and the next batch is spread for its bytes."""
-    from cdc_emitter.kafka import io as kafka_io
+    from cdc_emitter.kafka import reading as kafka_reading
     from cdc_emitter.sink import plan as sink_jvm
     from cdc_emitter.sink.distributed import FIRST_BUCKETS
 
@@ -231,13 +233,13 @@ def test_a_first_batch_bigger_than_its_spread_in_one_job_packs_its_big_arrays_ex
     first = sink.write(df, time=1)
     assert calls == ["unconsolidated", "exact"]
     assert (first.updates, first.finished_on) == (40_000, "executors")
-    sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
+    sizes = [len(r.value) for r in kafka_reading.read_topic(kafka_bootstrap, topic)]
     assert max(sizes) <= limit and len(sizes) == first.messages
     assert sink._executors.buckets > FIRST_BUCKETS  # sized from the first batch's bytes
     calls.clear()
     second = sink.write(df.selectExpr("k", "v", "-diff as diff"), time=2)
     assert calls == ["unconsolidated"] and second.updates == 40_000
-    sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
+    sizes = [len(r.value) for r in kafka_reading.read_topic(kafka_bootstrap, topic)]
     assert max(sizes) <= limit and len(sizes) == first.messages + second.messages
     check(
         kafka_bootstrap,
@@ -556,7 +558,7 @@ def test_arrays_left_out_of_the_one_job_are_written_after_it(
     and written after it, consolidated: those repeated by a second job like it (their rows
     alone), those too big packed exactly. Every message within the limit, the figures counting
     each update once."""
-    from cdc_emitter.kafka import io as kafka_io
+    from cdc_emitter.kafka import reading as kafka_reading
 
     limit = 2032
     sink, topic, observed = _running_sink(
@@ -580,7 +582,7 @@ def test_arrays_left_out_of_the_one_job_are_written_after_it(
     result = sink.write(_kv_rows(spark, 40_000, start=4_000), time=2)
     assert calls == ["unconsolidated", "exact"] and result.updates == 40_000
     assert observed[2][0].too_big and observed[2][0].left_out
-    sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
+    sizes = [len(r.value) for r in kafka_reading.read_topic(kafka_bootstrap, topic)]
     assert max(sizes) <= limit
     expected = (
         [((k, f"v{k}"), 0, 1) for k in range(2_000)]
@@ -600,7 +602,7 @@ def test_a_running_sinks_batch_of_repeated_rows_is_consolidated_and_written_by_o
     message within the limit, the figures those of the topic."""
     from pyspark.sql import functions as F
 
-    from cdc_emitter.kafka import io as kafka_io
+    from cdc_emitter.kafka import reading as kafka_reading
     from cdc_emitter.sink import plan as sink_jvm
 
     limit = 2032
@@ -641,7 +643,7 @@ def test_a_running_sinks_batch_of_repeated_rows_is_consolidated_and_written_by_o
     result = sink.write(big.unionByName(big.limit(100)), time=2)
     assert calls == ["consolidated", "exact"] and result.updates == 40_000
     assert observed[1][0].too_big and observed[1][0].left_out
-    sizes = [len(r.value) for r in kafka_io.read_topic(kafka_bootstrap, topic)]
+    sizes = [len(r.value) for r in kafka_reading.read_topic(kafka_bootstrap, topic)]
     assert max(sizes) <= limit and len(sizes) == count_messages(kafka_bootstrap, topic)
     expected = (
         [((k, f"v{k}"), 0, 1) for k in range(2_000)]
@@ -1054,7 +1056,7 @@ def test_jvm_path_spreads_over_every_array_when_buckets_and_arrays_share_a_facto
     (an array index taken from the bits that chose the bucket used only half the arrays).
     Every batch takes a fixed number of arrays per bucket (no window sizes them); with a time
     column, each array holds updates of several times, counted per time."""
-    from cdc_emitter.kafka import io as kafka_io
+    from cdc_emitter.kafka import reading as kafka_reading
     from cdc_emitter.sink import plan as sink_jvm
     from cdc_emitter.sink.distributed import FANOUT_ARRAYS
 
@@ -1083,7 +1085,7 @@ def test_jvm_path_spreads_over_every_array_when_buckets_and_arrays_share_a_facto
     assert calls == [(False, FANOUT_ARRAYS)]
     sizes = [
         len(r.value)
-        for r in kafka_io.read_topic(kafka_bootstrap, topic)
+        for r in kafka_reading.read_topic(kafka_bootstrap, topic)
         if ("cdc-emitter-kind", b"updates") in r.headers
     ]
     assert max(sizes) <= 2032 and len(sizes) >= 40 and len(sizes) == result.messages - 1
@@ -1104,7 +1106,7 @@ def test_each_batch_reports_its_figures_to_the_listener_and_the_log(
     and the INFO log line, and the counts are those of the messages in the topic."""
     import logging
 
-    from cdc_emitter.kafka import io as kafka_io
+    from cdc_emitter.kafka import reading as kafka_reading
 
     topic = topic_factory(2)
     stream = FileStream(tmp_path)
@@ -1127,7 +1129,7 @@ def test_each_batch_reports_its_figures_to_the_listener_and_the_log(
         3,
         1,
     ]  # consolidated: duplicates summed, cancels dropped
-    values = [r.value for r in kafka_io.read_topic(kafka_bootstrap, topic)]
+    values = [r.value for r in kafka_reading.read_topic(kafka_bootstrap, topic)]
     assert sum(r.messages for r in seen) == len(values)
     assert sum(r.bytes for r in seen) == sum(map(len, values))
     for result in seen:
@@ -1169,8 +1171,7 @@ def test_a_batch_logs_no_warning_of_sparks_avro_serializer(spark, kafka_bootstra
     non-null Avro type ("will throw runtime exception if there is a record with null value"): in
     a session at Spark's default level (WARN) that was a warning or more in every batch. Every
     long the sink encodes is known not null where encoded, and says so: batches of one time and
-    of many, diffs of 1 and others, a first batch and a running sink's, and each update encoded
-    alone (``encoder="avro"``). (Spark warns too of a data column the DataFrame says nullable and
+    of many, diffs of 1 and others, a first batch and a running sink's. (Spark warns too of a data column the DataFrame says nullable and
     its optimizer proves is not: the data's own declaration, which the topic's schema follows.)"""
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import to_avro
@@ -1194,15 +1195,6 @@ def test_a_batch_logs_no_warning_of_sparks_avro_serializer(spark, kafka_bootstra
         for t in (0, 1):
             assert one_time.write(rows, time=t).updates == 3_000
             assert many.write(rows.withColumn("t", F.col("k") % 3 + 3 * t)).updates == 3_000
-        # and the way that encodes each update by to_avro, then joins them in Python
-        by_update = CdcSink(
-            kafka_bootstrap,
-            topic_factory(1),
-            diff_column="diff",
-            encoder="avro",
-            small_batch_rows=0,
-        )
-        assert by_update.write(rows, time=0).updates == 3_000
         assert log.text() == ""
 
 
@@ -1240,17 +1232,27 @@ def test_on_batch_must_be_callable():
         CdcSink("localhost:9092", "t", on_batch="log")
 
 
-@pytest.mark.parametrize("encoder", ["python", "avro"])
-def test_task_retry_after_partial_produce_only_duplicates(
-    spark, kafka_bootstrap, topic_factory, encoder
-):
+def test_the_removed_avro_encoder_names_its_replacement():
+    from cdc_emitter.errors import ConfigError
+
+    with pytest.raises(
+        ConfigError,
+        match=r"encoder='avro' was removed in 0\.2: use 'jvm' \(the default with "
+        r"configure_spark\) or 'python'",
+    ):
+        CdcSink("localhost:9092", "t", encoder="avro")
+    with pytest.raises(ConfigError, match="encoder must be one of 'auto', 'jvm', 'python'"):
+        CdcSink("localhost:9092", "t", encoder="java")
+
+
+def test_task_retry_after_partial_produce_only_duplicates(spark, kafka_bootstrap, topic_factory):
     topic = topic_factory(2)
     rows = [(i % 300, f"v{i % 300}", 1) for i in range(900)] + [(7, "v7", -3)]
     df = spark.createDataFrame(rows, KV)
     from faulty_producer import FailAfterMessages, pickled_by_value
 
     pickled_by_value()
-    sink = CdcSink(kafka_bootstrap, topic, max_message_bytes=120, encoder=encoder)
+    sink = CdcSink(kafka_bootstrap, topic, max_message_bytes=120, encoder="python")
     sink._task_producer = FailAfterMessages(
         3
     )  # attempt 0 of partition 0 dies after 3 acknowledged messages
@@ -1354,7 +1356,7 @@ def test_a_batch_counting_more_times_than_a_statement_holds_writes_several_that_
 ):
     """Column mode with many distinct times: the progress statement is written as several
     (each fits a message), and a re-run of the batch finds it complete from the last one."""
-    from cdc_emitter.kafka import io as kafka_io
+    from cdc_emitter.kafka import reading as kafka_reading
     from cdc_emitter.protocol.codec import CdcCodec as Codec
 
     topic = topic_factory(2)
@@ -1400,7 +1402,7 @@ def test_a_batch_counting_more_times_than_a_statement_holds_writes_several_that_
     check(kafka_bootstrap, topic, codec, [((k, v), t, d) for k, v, t, d in b0 + b1], (600,))
     statements = [
         Codec.decode(codec, r.value)
-        for r in kafka_io.read_topic(kafka_bootstrap, topic)
+        for r in kafka_reading.read_topic(kafka_bootstrap, topic)
         if dict(r.headers or []).get("cdc-emitter-kind") == b"progress"
     ]
     assert len(statements) == 12 + 8  # 300 times / 25, then 200 times / 25
@@ -1477,7 +1479,7 @@ def test_late_updates_error_and_advance(spark, kafka_bootstrap, topic_factory):
 
 
 def test_broker_restart_during_streaming_query(spark, kafka_local, tmp_path):
-    from cdc_emitter.kafka.io import ensure_topic
+    from cdc_emitter.kafka.topics import ensure_topic
 
     bootstrap = kafka_local.bootstrap_servers
     topic = f"sink-broker-restart-{uuid.uuid4().hex[:8]}"
@@ -1512,18 +1514,9 @@ def test_broker_restart_during_streaming_query(spark, kafka_local, tmp_path):
     check(bootstrap, topic, kv_codec(spark), expected_kv(BATCHES, [0, 1, 2]), (3,))
 
 
-def has_spark_avro(spark) -> bool:
-    from cdc_emitter.sink.sink import CdcSink as Sink
-
-    return Sink._probe_avro(spark) is True
-
-
-@pytest.mark.parametrize("encoder", ["python", "avro", "jvm"])
+@pytest.mark.parametrize("encoder", ["python", "jvm"])
 def test_spark_types_round_trip(spark, kafka_bootstrap, topic_factory, encoder):
     from pyspark.sql import types as T
-
-    if encoder == "avro":
-        assert has_spark_avro(spark), "the test session loads spark-avro (see conftest)"
 
     topic = topic_factory(3)
     schema = T.StructType(
@@ -1682,16 +1675,16 @@ def test_missing_topic_is_a_clear_error_unless_created(spark, kafka_bootstrap):
 
 def test_frontier_found_behind_many_update_messages(kafka_bootstrap, topic_factory):
     """The tail is read backwards in growing chunks; foreign (header-less) progress decodes too."""
-    from cdc_emitter.kafka.frontier import (
+    from cdc_emitter.kafka.frontier import topic_frontier
+    from cdc_emitter.kafka.producer import CdcProducer
+    from cdc_emitter.protocol import Progress
+    from cdc_emitter.protocol.headers import (
         HEADER_BATCH,
         HEADER_KIND,
         HEADER_LOWER,
         HEADER_UPPER,
         HEADER_WRITER,
-        topic_frontier,
     )
-    from cdc_emitter.kafka.io import CdcProducer
-    from cdc_emitter.protocol.core import Progress
 
     codec = CdcCodec({"type": "record", "name": "data", "fields": [{"name": "k", "type": "long"}]})
     topic = topic_factory(2)

@@ -8,9 +8,9 @@ from helpers import as_history, count_messages, read_history
 
 from cdc_emitter import CdcSink
 from cdc_emitter.errors import ConfigError, SchemaError
-from cdc_emitter.kafka.io import CdcProducer
+from cdc_emitter.kafka.producer import CdcProducer
+from cdc_emitter.protocol import MAX_LONG, Update
 from cdc_emitter.protocol.codec import CdcCodec
-from cdc_emitter.protocol.core import MAX_LONG, Update
 from cdc_emitter.spark.schema import data_schema
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -181,8 +181,8 @@ def test_a_broker_down_while_producing_fails_the_batch_with_the_delivery_error_f
     import uuid
 
     from cdc_emitter.errors import DeliveryError
-    from cdc_emitter.kafka import io as kafka_io
-    from cdc_emitter.kafka.io import ensure_topic
+    from cdc_emitter.kafka import reading as kafka_reading
+    from cdc_emitter.kafka.topics import ensure_topic
 
     bootstrap = kafka_local.bootstrap_servers
     topic = f"sink-outage-{uuid.uuid4().hex[:8]}"
@@ -196,14 +196,14 @@ def test_a_broker_down_while_producing_fails_the_batch_with_the_delivery_error_f
         encoder=encoder.split("-")[0],
         **options,
     )
-    checked = kafka_io.TopicOffsets.end
+    checked = kafka_reading.TopicOffsets.end
 
     def check_then_outage(*args, **kwargs):  # the broker goes down once the interval is checked
         end = checked(*args, **kwargs)
         kafka_local.stop_broker()
         return end
 
-    monkeypatch.setattr(kafka_io.TopicOffsets, "end", check_then_outage)
+    monkeypatch.setattr(kafka_reading.TopicOffsets, "end", check_then_outage)
     try:
         with pytest.raises(DeliveryError) as info:
             sink.write(df, time=0)

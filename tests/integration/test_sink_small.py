@@ -16,9 +16,9 @@ from helpers import as_history, count_messages, read_history
 
 from cdc_emitter import CdcSink
 from cdc_emitter.errors import BadInputError, LateUpdateError, ReplayError
-from cdc_emitter.kafka.frontier import HEADER_DIGEST, HEADER_KIND, HEADER_SHAPE
-from cdc_emitter.kafka.io import end_offsets, read_topic
+from cdc_emitter.kafka.reading import end_offsets, read_topic
 from cdc_emitter.protocol.codec import CdcCodec
+from cdc_emitter.protocol.headers import HEADER_DIGEST, HEADER_KIND, HEADER_SHAPE
 from cdc_emitter.sink.sink import SMALL_BATCH_ROWS as SMALL_DEFAULT
 from cdc_emitter.spark.schema import data_schema
 
@@ -412,7 +412,7 @@ def test_a_rerun_is_compared_whichever_way_each_attempt_went(spark, kafka_bootst
 
 
 def test_the_kept_producer_survives_a_broker_restart_between_batches(spark, kafka_local):
-    from cdc_emitter.kafka.io import ensure_topic
+    from cdc_emitter.kafka.topics import ensure_topic
 
     bootstrap = kafka_local.bootstrap_servers
     topic = f"sink-small-restart-{uuid.uuid4().hex[:8]}"

@@ -7,9 +7,10 @@ from helpers import as_history, read_history
 
 from cdc_emitter import CdcSink, read_cdc
 from cdc_emitter.errors import BrokerError, CdcError, DecodeError
-from cdc_emitter.kafka.io import CdcProducer, read_topic
+from cdc_emitter.kafka.producer import CdcProducer
+from cdc_emitter.kafka.reading import read_topic
+from cdc_emitter.protocol import CdcReader, Progress, Update
 from cdc_emitter.protocol.codec import CdcCodec
-from cdc_emitter.protocol.core import CdcReader, Progress, Update
 from cdc_emitter.spark.schema import data_schema
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

@@ -15,11 +15,11 @@ from click.testing import CliRunner
 from helpers import DELTA_TEST_ARGS, delta_package_or_skip, read_history
 
 from cdc_emitter.cli import main
-from cdc_emitter.kafka.io import CdcProducer
+from cdc_emitter.kafka.producer import CdcProducer
+from cdc_emitter.protocol import Progress, Update, consolidate, progress_for
 from cdc_emitter.protocol.codec import CdcCodec, union_schema
-from cdc_emitter.protocol.core import Progress, Update, consolidate, progress_for
 from cdc_emitter.read.verify import verify_topic
-from cdc_emitter.spark.sources import delta_package
+from cdc_emitter.spark.session import delta_package
 
 pytestmark = pytest.mark.kafka
 
@@ -1045,7 +1045,7 @@ def _jdbc_codec():
 )
 def test_pure_ddl_parser_agrees_with_spark(spark, ddl):
     from cdc_emitter.spark.schema import parse_ddl_columns
-    from cdc_emitter.spark.sources import spark_struct
+    from cdc_emitter.spark.tables import spark_struct
 
     assert parse_ddl_columns(ddl) == spark_struct(spark, ddl)
 

@@ -11,9 +11,9 @@ import pytest
 from click.testing import CliRunner
 
 from cdc_emitter.cli import main
-from cdc_emitter.kafka.io import CdcProducer
+from cdc_emitter.kafka.producer import CdcProducer
+from cdc_emitter.protocol import Progress, Update
 from cdc_emitter.protocol.codec import CdcCodec, union_schema
-from cdc_emitter.protocol.core import Progress, Update
 from cdc_emitter.read.verify import verify_topic
 
 pytestmark = pytest.mark.kafka

@@ -15,13 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdc_emitter.errors import BadInputError, ConfigError, DecodeError, SchemaError
+from cdc_emitter.protocol import Progress, Update
 from cdc_emitter.protocol.codec import (
     CdcCodec,
     data_schema_from_text,
     encode_zigzag_long,
     union_schema,
 )
-from cdc_emitter.protocol.core import Progress, Update
 
 SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
 EXAMPLE = {
@@ -320,6 +320,7 @@ def test_progress_bytes_are_fastavros(lower, upper, counts):
     )
 
 
+@pytest.mark.slow  # a million-entry workload: the full run, not --quick
 def test_a_statement_of_a_million_times_is_fastavros_bytes():
     codec = CdcCodec(EXAMPLE, framing="raw")
     progress = Progress((5,), (2**62,), tuple((5 + 3 * t, 1 + t % 1000) for t in range(1_000_000)))

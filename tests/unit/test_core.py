@@ -328,6 +328,7 @@ def test_malformed_progress_is_reported_not_raised():
 # -- memory ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # a million-entry workload: the full run, not --quick
 def test_memory_stays_bounded_over_a_million_updates():
     reader = CdcReader()
     per_time = 1000
@@ -415,7 +416,7 @@ def test_statements_that_graft_together_graft_in_their_order_of_arrival():
     st.lists(st.tuples(st.integers(-60, 60), st.integers(-60, 60)), max_size=10),
 )
 def test_sorted_counts_keeps_times_in_order_whatever_order_they_come_in(items, ranges):
-    from cdc_emitter.protocol.core import SortedCounts
+    from cdc_emitter.protocol import SortedCounts
 
     counts = SortedCounts(load=2)  # chunks of at most 4 times: every insert near a split
     for time, count in items:
@@ -432,7 +433,7 @@ def test_sorted_counts_keeps_times_in_order_whatever_order_they_come_in(items, r
 
 
 def test_statement_ledger_merges_intervals_and_keeps_the_first_count():
-    from cdc_emitter.protocol.core import StatementLedger
+    from cdc_emitter.protocol import StatementLedger
 
     ledger = StatementLedger()
     assert ledger.record(0, 3, {1: 2}) == []
@@ -500,7 +501,7 @@ def test_pending_names_stalled_counts_gaps_and_held_updates():
 
 
 def test_canonical_nan_makes_nan_rows_equal():
-    from cdc_emitter.protocol.core import NAN, canonical_nan
+    from cdc_emitter.protocol import NAN, canonical_nan
 
     a, b = (
         canonical_nan((1, float("nan"), (float("nan"),))),
@@ -513,7 +514,7 @@ def test_canonical_nan_makes_nan_rows_equal():
 
 
 def test_split_progress_tiles_the_interval_with_statements_of_at_most_n_times():
-    from cdc_emitter.protocol.core import Progress, split_progress
+    from cdc_emitter.protocol import Progress, split_progress
 
     whole = progress_from_counts(0, 20, {4: 1, 6: 2, 9: 1, 12: 5, 15: 1})
     parts = split_progress(whole, 2)

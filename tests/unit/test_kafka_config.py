@@ -9,14 +9,14 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from cdc_emitter.errors import BrokerError, CdcError, ConfigError
-from cdc_emitter.kafka.io import (
+from cdc_emitter.kafka.config import (
     PRODUCER_DEFAULTS,
-    CdcProducer,
-    _watermarks,
     consumer_config,
     producer_config,
     redact_config,
 )
+from cdc_emitter.kafka.producer import CdcProducer
+from cdc_emitter.kafka.reading import _watermarks
 
 
 def test_producer_defaults_are_safe():

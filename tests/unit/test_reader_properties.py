@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cdc_emitter import CdcReader, Progress, Update, consolidate, progress_for
-from cdc_emitter.protocol.core import CountingReader, TimeCounts
+from cdc_emitter.protocol import CountingReader, TimeCounts
 
 EXAMPLES = settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

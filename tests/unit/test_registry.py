@@ -15,8 +15,8 @@ from cdc_emitter.kafka.registry import (
     schema_text_of,
     subject_for,
 )
+from cdc_emitter.protocol import Progress, Update
 from cdc_emitter.protocol.codec import CdcCodec
-from cdc_emitter.protocol.core import Progress, Update
 from cdc_emitter.protocol.materialize import create_source_sql
 
 V1 = {

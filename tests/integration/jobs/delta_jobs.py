@@ -23,7 +23,7 @@ from pathlib import Path
 
 def main(package: str, bootstrap: str, topic: str, workdir: str, cli_topic: str) -> None:
     from cdc_emitter.convert.delta import convert_delta
-    from cdc_emitter.spark.sources import spark_session
+    from cdc_emitter.spark.session import spark_session
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the integration tests' helpers
     from helpers import DELTA_TEST_CONF
