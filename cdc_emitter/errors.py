@@ -1,4 +1,4 @@
-"""The package's exceptions: one root, :class:`CdcError`, so callers can catch everything we raise.
+"""The package's exceptions: one root, `CdcError`, so callers can catch everything we raise.
 
 Messages name the topic/partition/offset, time, column or option involved, and say what to change.
 """
@@ -19,9 +19,9 @@ class SchemaError(CdcError):
 
 
 class BadInputError(CdcError):
-    """Input rows that would make a bad topic (null/negative time, diff overflow, oversized row).
+    """Input rows that would make a bad topic; raised before the batch's first message is written.
 
-    Raised before the first message of the batch is written.
+    For example a null or negative time, a diff overflow or an oversized row.
     """
 
 
@@ -30,8 +30,10 @@ class LateUpdateError(BadInputError):
 
 
 class ReplayError(BadInputError):
-    """A re-run batch whose data differs from what its first attempt wrote (raised before any
-    message of the re-run is written)."""
+    """A re-run batch whose data differs from what its first attempt wrote.
+
+    Raised before any message of the re-run is written.
+    """
 
 
 class ConcurrentWriterError(CdcError):
@@ -47,8 +49,10 @@ class BrokerError(CdcError):
 
 
 class RefusedError(BrokerError):
-    """The Kafka cluster answered and refused the client: authentication or the TLS handshake
-    failed. Waiting or retrying cannot mend it."""
+    """The Kafka cluster refused the client: authentication or the TLS handshake failed.
+
+    Waiting or retrying cannot mend it.
+    """
 
 
 class DeliveryError(CdcError):

@@ -556,7 +556,9 @@ def verify(
     finally:
         status.done()
 
-    collection = sorted_collection(result.collection, codec) if output is not None else None
+    collection = None
+    if output is not None and result.collection is not None:  # kept: keep_collection above
+        collection = sorted_collection(result.collection, codec)
     _verify_report(
         topic, result, codec, timeout, as_json, output, collection, history_file, result.history
     )
@@ -1149,7 +1151,7 @@ def _export_from_topic(
             sys.exit(EXIT_NOT_REACHED)
         from pyspark.sql import functions as F
 
-        collection = result.collection if as_of is None else result.collection_as_of(as_of)
+        collection = result.collection_frame if as_of is None else result.collection_as_of(as_of)
         negative = collection.filter(F.col("count") < 0).limit(1).collect()
         if negative:
             row = negative[0].asDict(recursive=True)
@@ -1160,7 +1162,7 @@ def _export_from_topic(
                 "table cannot hold it, nothing written"
             )
         data_cols = [c for c in collection.columns if c != "count"]
-        written = collection.agg(F.coalesce(F.sum("count"), F.lit(0))).first()[0]
+        written = collection.agg(F.coalesce(F.sum("count"), F.lit(0))).collect()[0][0]
         rows = collection.select(
             *data_cols,
             F.explode(F.array_repeat(F.lit(True), F.col("count").cast("int"))).alias("__one"),

@@ -29,9 +29,9 @@ import json
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
-from pyspark.sql import SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming import StreamingQuery
@@ -592,7 +592,8 @@ def convert_kafka(
         reader = reader.option("maxOffsetsPerTrigger", str(int(max_offsets_per_trigger)))
     writer = (
         reader.load()
-        .writeStream.foreachBatch(function)
+        # Spark ignores the function's return value; pyspark's stub asks for None
+        .writeStream.foreachBatch(cast("Callable[[DataFrame, int], None]", function))
         .option("checkpointLocation", checkpoint_location)
         .queryName(f"cdc-emitter convert {fmt} {topic}")
     )

@@ -10,7 +10,7 @@ of it. The bytes are exactly what fastavro writes (the unit tests compare them).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
@@ -86,28 +86,27 @@ def long_block(rows: Any) -> bytes | None:
     )
 
 
+class _Bytes(NamedTuple):
+    """A string or binary field's raw bytes, after each row's head."""
+
+    data: np.ndarray  # the column's bytes (uint8)
+    offsets: np.ndarray  # start of each row's bytes in data
+    lengths: np.ndarray  # length of each row's bytes (0 for null)
+
+
 class _Field:
     """One field's per-row encoding: a fixed-width matrix with per-row lengths, plus raw bytes."""
 
-    def __init__(
-        self,
-        matrix: np.ndarray,
-        lengths: np.ndarray,
-        data: np.ndarray | None = None,
-        data_offsets: np.ndarray | None = None,
-        data_lengths: np.ndarray | None = None,
-    ) -> None:
+    def __init__(self, matrix: np.ndarray, lengths: np.ndarray, tail: _Bytes | None = None) -> None:
         self.matrix = matrix  # n × w head bytes (varint, branch byte, fixed value)
         self.head_lengths = lengths  # bytes used of each row of matrix
-        self.data = data  # string/binary bytes (uint8), or None
-        self.data_offsets = data_offsets  # start of each row's bytes in data
-        self.data_lengths = data_lengths  # length of each row's bytes (0 for null)
+        self.tail = tail  # string/binary bytes, or None
 
     @property
     def lengths(self) -> np.ndarray:
-        if self.data_lengths is None:
+        if self.tail is None:
             return self.head_lengths
-        return self.head_lengths + self.data_lengths
+        return self.head_lengths + self.tail.lengths
 
 
 def _field(column: pa.Array, nullable: bool) -> _Field:
@@ -168,7 +167,7 @@ def _field(column: pa.Array, nullable: bool) -> _Field:
         byte_lengths = np.where(valid, byte_lengths, 0)
         matrix = np.concatenate([np.where(valid, 2, 0).astype(np.uint8)[:, None], matrix], axis=1)
         lengths = lengths + 1
-    return _Field(matrix, lengths, data, offsets[:-1], byte_lengths)
+    return _Field(matrix, lengths, _Bytes(data, offsets[:-1], byte_lengths))
 
 
 def encode_records(columns: list[pa.Array], nullable: list[bool]) -> tuple[np.ndarray, np.ndarray]:
@@ -190,12 +189,13 @@ def encode_records(columns: list[pa.Array], nullable: list[bool]) -> tuple[np.nd
         targets = pos[:, None] + np.arange(width)[None, :]
         out[targets[mask]] = f.matrix[mask]
         pos = pos + f.head_lengths
-        if f.data is not None:
-            total = int(f.data_lengths.sum())
+        tail = f.tail
+        if tail is not None:
+            total = int(tail.lengths.sum())
             if total:
-                rows = np.repeat(np.arange(n), f.data_lengths)
-                starts = np.cumsum(f.data_lengths) - f.data_lengths
+                rows = np.repeat(np.arange(n), tail.lengths)
+                starts = np.cumsum(tail.lengths) - tail.lengths
                 within = np.arange(total) - starts[rows]
-                out[pos[rows] + within] = f.data[f.data_offsets[rows] + within]
-            pos = pos + f.data_lengths
+                out[pos[rows] + within] = tail.data[tail.offsets[rows] + within]
+            pos = pos + tail.lengths
     return out, ends

@@ -10,13 +10,13 @@ Guarantees:
   * the bytes are exactly what fastavro writes for the documented union schema (the tests check
     this), but the codec writes union branch indexes itself and never resolves the union per
     message;
-  * :meth:`CdcCodec.encode_updates` / :meth:`CdcCodec.pack_items` keep every update exactly once,
+  * `CdcCodec.encode_updates` / `CdcCodec.pack_items` keep every update exactly once,
     in order, and never produce a message above ``max_message_bytes`` (framing included); an
-    update that cannot fit alone raises :class:`BadInputError` before any message is returned;
-  * :meth:`CdcCodec.decode` returns hashable data (tuples in field order) and raises only
-    :class:`DecodeError` on bad input; every NaN in a float or double field is the one
-    :data:`~cdc_emitter.protocol.updates.NAN` object and -0.0 is 0.0, so equal values are equal data (as in
-    Spark's grouping); :meth:`CdcCodec.diagnose` names the likely cause of a failure (framing,
+    update that cannot fit alone raises `BadInputError` before any message is returned;
+  * `CdcCodec.decode` returns hashable data (tuples in field order) and raises only
+    `DecodeError` on bad input; every NaN in a float or double field is the one
+    `NAN` object and -0.0 is 0.0, so equal values are equal data (as in
+    Spark's grouping); `CdcCodec.diagnose` names the likely cause of a failure (framing,
     data schema) once, for a caller that sees many.
 """
 
@@ -33,7 +33,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from itertools import accumulate
 from operator import itemgetter
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import fastavro
 
@@ -89,7 +89,7 @@ def union_schema(data_schema: dict) -> list:
     """The full top-level CDC union for ``data_schema`` (an Avro record), as documented.
 
     The record is renamed ``data`` (full name ``com.materialize.cdc.data``), its fields kept.
-    Raises :class:`SchemaError` if the result is not a valid Avro schema.
+    Raises `SchemaError` if the result is not a valid Avro schema.
     """
     update = {
         "type": "record",
@@ -208,7 +208,7 @@ def encode_zigzag_long(n: int) -> bytes:
 
 def decode_zigzag_long(data: Any, pos: int, end: int) -> tuple[int, int]:
     """The zig-zag varint in ``data`` (bytes or a memoryview) at ``pos``, and the position after
-    it; raises :class:`DecodeError` if it does not end before ``end``."""
+    it; raises `DecodeError` if it does not end before ``end``."""
     n = shift = 0
     while True:
         if pos >= end:
@@ -263,16 +263,13 @@ def _build(schema: Any, named: dict, kind: str, memo: dict) -> Conv:
         return lambda v: None if v is None else _first_ok(live, v)
     t = schema["type"]
     if t == "record":
-        lazy = memo[schema["name"]] = _Lazy()
-        names = [f["name"] for f in schema["fields"]]
-        convs = [_build(f["type"], named, kind, memo) for f in schema["fields"]]
-        lazy.fn = _record_hash(names, convs) if kind == "hash" else _record_write(names, convs)
-        return lazy.fn if not any(isinstance(c, _Lazy) for c in convs) else lazy
+        return _build_record(schema, named, kind, memo)
     if t == "array":
-        c = _build(schema["items"], named, kind, memo)
+        item = _build(schema["items"], named, kind, memo)
         if kind == "hash":
-            return tuple if c is None else (lambda v: tuple(map(c, v)))
-        return list if c is None else (lambda v: list(map(c, v)))  # fastavro's unions need lists
+            return tuple if item is None else (lambda v: tuple(map(item, v)))
+        # lists, not tuples: fastavro's unions need them
+        return list if item is None else (lambda v: list(map(item, v)))
     if t == "map":
         c = _build(schema["values"], named, kind, memo)
         if kind == "hash":
@@ -285,6 +282,20 @@ def _build(schema: Any, named: dict, kind: str, memo: dict) -> Conv:
     if t in PRIMITIVES:  # {"type": "long", "logicalType": ...} etc.
         return _canonical_float if kind == "hash" and t in ("float", "double") else None
     return None  # enum, fixed
+
+
+def _build_record(schema: dict, named: dict, kind: str, memo: dict) -> Callable[[Any], Any]:
+    """Converter of ``kind`` for a parsed record type (never identity: records become tuples)."""
+    lazy = memo[schema["name"]] = _Lazy()
+    names = [f["name"] for f in schema["fields"]]
+    convs = [_build(f["type"], named, kind, memo) for f in schema["fields"]]
+    lazy.fn = _record_hash(names, convs) if kind == "hash" else _record_write(names, convs)
+    return lazy.fn if not any(isinstance(c, _Lazy) for c in convs) else lazy
+
+
+def _update_at(records: list[dict]) -> Callable[[int], str]:
+    """How the ``j``-th of ``records`` is named in an error."""
+    return lambda j: f"the update at time {records[j]['time']}"
 
 
 _KEY0 = itemgetter(0)
@@ -334,11 +345,25 @@ def _strip_logical(schema: Any) -> Any:
 class CdcCodec:
     """Encodes and decodes CDC messages for one data record schema and one framing.
 
-    ``writer_schemas``: with confluent framing, a function from a schema id to the data schema
-    registered under it (a schema registry's). A message that names another id than
-    ``schema_id`` is then decoded with its writer's schema and resolved into this codec's by
-    Avro's schema resolution (fields added with defaults, removed, promoted), so a topic whose
-    schema evolved reads as one. Without it, every message is read with this codec's schema.
+    A message value is one datum of the documented union: an array of updates, or a progress
+    statement. With confluent framing it starts with the Confluent header (magic byte 0, 4-byte
+    big-endian schema id); with raw framing it starts with the datum.
+
+    Args:
+        data_schema: The data record (an Avro record schema as a dict).
+        framing: ``"confluent"`` or ``"raw"``.
+        schema_id: The schema id written into the Confluent header.
+        max_message_bytes: No message made is larger, framing included.
+        writer_schemas: With confluent framing, a function from a schema id to the data schema
+            registered under it (a schema registry's). A message that names another id than
+            ``schema_id`` is then decoded with its writer's schema and resolved into this
+            codec's by Avro's rules (fields added with defaults, removed, promoted), so a topic
+            whose schema evolved reads as one. Without it, every message is read with this
+            codec's schema.
+
+    Raises:
+        ConfigError: ``framing``, ``schema_id`` or ``max_message_bytes`` cannot be used.
+        SchemaError: ``data_schema`` is not a valid Avro record.
     """
 
     def __init__(
@@ -379,20 +404,24 @@ class CdcCodec:
         self._writers: dict[int, tuple] = {}  # schema id -> (array, progress) writer schemas
 
         named: dict = {}
-        parsed = fastavro.parse_schema(self.union, named_schemas=named)
+        # parse_schema gives back the shape it is given: here a list of dicts
+        parsed = cast(
+            "list[dict[str, Any]]", fastavro.parse_schema(self.union, named_schemas=named)
+        )
         self._item = fastavro.parse_schema(self.union[0]["items"])
         self._array = fastavro.parse_schema(self.union[0])
         self._progress = fastavro.parse_schema(self.union[1])
         self._data_alone = fastavro.parse_schema(self.data_schema)
         data_parsed = parsed[0]["items"]["fields"][0]["type"]
-        self._to_hashable = _build(data_parsed, named, "hash", {})
-        self._to_writer = _build(data_parsed, named, "write", {})
+        self._to_hashable = _build_record(data_parsed, named, "hash", {})
+        self._to_writer = _build_record(data_parsed, named, "write", {})
         self._flat = all(
             _build(f["type"], named, "hash", {}) is None for f in data_parsed["fields"]
         )
         raw_named: dict = {}
-        self._raw_parsed = fastavro.parse_schema(
-            _strip_logical(self.union), named_schemas=raw_named
+        self._raw_parsed = cast(
+            "list[dict[str, Any]]",
+            fastavro.parse_schema(_strip_logical(self.union), named_schemas=raw_named),
         )
         self._raw_named = raw_named
         self._raw_array = fastavro.parse_schema(_strip_logical(self.union[0]))
@@ -410,12 +439,21 @@ class CdcCodec:
     # -- encoding -------------------------------------------------------------------------
 
     def encode_updates(self, updates: Iterable[Update]) -> list[bytes]:
-        """Update-array messages holding every update exactly once, in order, each within the limit.
+        """Encode updates as update-array messages, each within ``max_message_bytes``.
 
-        ``data`` is a dict by field name or a tuple/list in field order (nested records alike).
-        Messages are filled to about 90% of the limit: chunks sized from the bytes per update seen
-        so far are written as whole arrays in one fastavro call; a chunk that comes out too large
-        is re-encoded item by item and packed greedily (see :meth:`pack_items`).
+        Messages are filled to about 90% of the limit. Chunks sized from the bytes per update
+        seen so far are written as whole arrays in one fastavro call. A chunk that comes out too
+        large is encoded again item by item and packed greedily (see `pack_items`).
+
+        Args:
+            updates: ``(data, time, diff)`` updates. ``data`` is a dict by field name or a
+                tuple/list in field order (nested records alike).
+
+        Returns:
+            The messages, framed. They hold every update exactly once, in order.
+
+        Raises:
+            BadInputError: An update cannot be encoded, or does not fit in a message alone.
         """
         conv = self._to_writer
         try:
@@ -452,9 +490,7 @@ class CdcCodec:
                 avg = (buf.tell() - len(head)) / len(part)
             else:  # greedy packing; the last, partly filled message goes back to the queue
                 body, sizes = self._encode_items(part)
-                self._check_sizes(
-                    sizes, lambda j, part=part: f"the update at time {part[j]['time']}"
-                )
+                self._check_sizes(sizes, _update_at(part))
                 bounds = list(self._bounds(sizes))
                 if len(bounds) > 1 and i + len(part) < n:
                     bounds.pop()
@@ -481,10 +517,19 @@ class CdcCodec:
         return buf.getbuffer(), [b - a for a, b in zip([0, *ends], ends)]
 
     def pack_items(self, items: Iterable[bytes]) -> Iterator[bytes]:
-        """Framed update-array messages from already-encoded ``update`` records, order kept.
+        """Pack already-encoded ``update`` records into framed update-array messages.
 
         Greedy: each message takes as many items as fit. Every item is checked before the first
-        message is made; one that cannot fit alone raises :class:`BadInputError`.
+        message is made.
+
+        Args:
+            items: Each update record's Avro bytes.
+
+        Returns:
+            The messages, in item order.
+
+        Raises:
+            BadInputError: An item does not fit in a message alone.
         """
         items = list(items)
         sizes = [len(b) for b in items]
@@ -493,12 +538,22 @@ class CdcCodec:
         return (self._message(head, body, bound) for bound in self._bounds(sizes))
 
     def merge_arrays(self, messages: Iterable[bytes]) -> list[bytes]:
-        """Update-array messages of this codec (one block each, as :meth:`pack_items` and the
-        JVM data path make them) joined into as few as fit: greedy, order kept, each block
-        whole — each message at most ``max_message_bytes`` unless one given was already over it.
-        The updates, and so a batch's counts and digest, are the same.
+        """Join update-array messages of this codec into as few as fit.
 
-        Raises :class:`DecodeError` for a message that is not one framed update-array block."""
+        Greedy, order kept, each block whole. The updates, and so a batch's counts and digest,
+        stay the same.
+
+        Args:
+            messages: Update-array messages of one block each, as `pack_items` and the JVM data
+                path make them.
+
+        Returns:
+            The merged messages, each at most ``max_message_bytes`` unless one given was
+            already over it.
+
+        Raises:
+            DecodeError: A message is not one framed update-array block.
+        """
         head = self.frame + b"\x00"
         blocks: list[tuple[int, memoryview]] = []
         for i, message in enumerate(messages):
@@ -564,15 +619,26 @@ class CdcCodec:
         return b"".join((head, encode_zigzag_long(j - i), body[start:end], b"\x00"))
 
     def encode_progress(self, progress: Progress) -> bytes:
-        """A progress message: framing + union branch 1 + the progress record."""
+        """Encode a progress statement as a message.
+
+        Args:
+            progress: The statement.
+
+        Returns:
+            The framing, union branch 1 and the progress record.
+
+        Raises:
+            BadInputError: A bound, time or count is not a long.
+        """
         lower, upper, counts = progress
         # by hand, vectorised (numpy): a statement of a batch of event times can count a million
         # times, which fastavro took over a second to write as records; the same bytes
         from cdc_emitter.protocol.arrow_avro import long_block
 
-        blocks = [long_block(lower), long_block(upper), long_block(counts)]
-        if None not in blocks:
-            return b"".join((self.frame, b"\x02", *blocks))
+        lower_block, upper_block = long_block(lower), long_block(upper)
+        counts_block = long_block(counts)
+        if lower_block is not None and upper_block is not None and counts_block is not None:
+            return b"".join((self.frame, b"\x02", lower_block, upper_block, counts_block))
         record = {  # a value that is not a plain long: fastavro says what is wrong
             "lower": list(lower),
             "upper": list(upper),
@@ -615,7 +681,7 @@ class CdcCodec:
         if self.writer_schemas is not None:
             schema_id = int.from_bytes(value[1:5], "big")
             if schema_id != self.schema_id:
-                writer = self._writer(schema_id)[0 if branch == 0 else 1]
+                writer = self._writer(self.writer_schemas, schema_id)[0 if branch == 0 else 1]
                 what += f" (written with schema id {schema_id})"
         try:
             if writer is None:
@@ -637,12 +703,12 @@ class CdcCodec:
             )
         return branch, datum
 
-    def _writer(self, schema_id: int) -> tuple:
+    def _writer(self, writer_schemas: Callable[[int], dict], schema_id: int) -> tuple:
         """The writer's array and progress schemas for ``schema_id``, parsed once."""
         found = self._writers.get(schema_id)
         if found is None:
             try:
-                union = union_schema(self.writer_schemas(schema_id))
+                union = union_schema(writer_schemas(schema_id))
             except SchemaError as exc:  # an unknown id, a schema that is no CDC union: this message
                 raise DecodeError(f"schema id {schema_id}: {exc}") from None
             found = self._writers[schema_id] = (
@@ -651,16 +717,41 @@ class CdcCodec:
             )
         return found
 
-    def decode(self, value: bytes) -> list[Update] | Progress:
-        """The updates (data as tuples in field order) or the :class:`Progress` of one message."""
+    def decode(self, value: bytes | None) -> list[Update] | Progress:
+        """Decode one message.
+
+        Every NaN in a float or double field is the one `NAN` object, and -0.0 is 0.0, so
+        equal values are equal data.
+
+        Args:
+            value: The message value; None for a tombstone.
+
+        Returns:
+            The updates, data as tuples in field order, or the progress statement.
+
+        Raises:
+            DecodeError: The value does not decode with this schema and framing.
+        """
         return self._decode(value, Update)
 
-    def decode_rows(self, value: bytes) -> list[tuple] | Progress:
-        """As :meth:`decode`, with plain ``(data, time, diff)`` tuples (they marshal and pickle
-        as plain tuples, for decoding in another process)."""
+    def decode_rows(self, value: bytes | None) -> list[tuple] | Progress:
+        """Decode one message as `decode` does, updates as plain tuples.
+
+        Plain ``(data, time, diff)`` tuples marshal and pickle as such, for decoding in another
+        process.
+
+        Args:
+            value: The message value; None for a tombstone.
+
+        Returns:
+            The ``(data, time, diff)`` tuples, or the progress statement.
+
+        Raises:
+            DecodeError: The value does not decode with this schema and framing.
+        """
         return self._decode(value, tuple)
 
-    def _decode(self, value: bytes, row: type) -> list | Progress:
+    def _decode(self, value: bytes | None, row: type) -> list | Progress:
         branch, datum = self._body(value, self._array, self._progress)
         if branch == 2:
             try:
@@ -678,15 +769,30 @@ class CdcCodec:
         return [new(row, (conv(r["data"]), r["time"], r["diff"])) for r in datum]
 
     def decode_data(self, body: bytes) -> Any:
-        """One data record's Avro body (no framing, no union index) as :meth:`decode` gives a
-        row's data: a tuple in field order, values as the reader compares them."""
-        datum = fastavro.schemaless_reader(io.BytesIO(body), self._data_alone, None)
+        """Decode one data record's Avro body (no framing, no union index).
+
+        Args:
+            body: The record's bytes.
+
+        Returns:
+            The data as `decode` gives it: a tuple in field order, values as the reader
+            compares them.
+        """
+        # the data schema is a record: fastavro reads it as a dict
+        datum = cast(
+            "dict[str, Any]", fastavro.schemaless_reader(io.BytesIO(body), self._data_alone, None)
+        )
         return tuple(datum.values()) if self._flat else self._to_hashable(datum)
 
-    def diagnose(self, value: bytes) -> str | None:
-        """The likely cause when ``value`` does not decode: the framing, or the data schema.
+    def diagnose(self, value: bytes | None) -> str | None:
+        """Name the likely cause when a message does not decode: the framing or the data schema.
 
-        None when it decodes or nothing better than the decode error itself can be said.
+        Args:
+            value: The message value.
+
+        Returns:
+            The cause and what to change, or None when the value decodes or nothing better
+            than the decode error itself can be said.
         """
         if value is None:
             return None
@@ -695,7 +801,7 @@ class CdcCodec:
             return None
         except DecodeError:
             pass
-        other = "raw" if self.framing == "confluent" else "confluent"
+        other: Framing = "raw" if self.framing == "confluent" else "confluent"
         try:
             CdcCodec(self.data_schema, framing=other)._body(value, self._array, self._progress)
         except (DecodeError, IndexError):
@@ -722,15 +828,40 @@ class CdcCodec:
     # -- presentation ---------------------------------------------------------------------
 
     def data_to_json(self, data: Any) -> dict:
-        """``data`` (a decoded tuple, or a dict) as a plain JSON-able dict by field name."""
+        """Turn data into a plain JSON-able dict by field name.
+
+        Args:
+            data: A decoded tuple, or a dict.
+
+        Returns:
+            The fields by name: unions unwrapped, bytes as base64, decimals and dates as text,
+            NaN and infinities by name.
+        """
         return _plain_json(self._raw_parsed[0]["items"]["fields"][0]["type"], data, self._raw_named)
 
     def sort_key(self, data: Any) -> Any:
-        """A total-order key for data values (None, mixed types, nested tuples)."""
+        """A total-order key for decoded data (None, mixed types, nested tuples).
+
+        Args:
+            data: Decoded data.
+
+        Returns:
+            A key that sorts nulls first, NaN after every number, strings by code point.
+        """
         return data if self._plain else _key(data)
 
     def to_avro_json(self, value: bytes) -> str:
-        """The message as one compact line of Avro-JSON, as in the reference documentation."""
+        """Render a message as one compact line of Avro-JSON, as the reference documentation does.
+
+        Args:
+            value: The message value.
+
+        Returns:
+            The line, without a newline.
+
+        Raises:
+            DecodeError: The value does not decode with this schema and framing.
+        """
         branch, datum = self._body(value, self._raw_array, self._raw_progress)
         schema = self._raw_parsed[0 if branch == 0 else 1]
         name = "array" if branch == 0 else schema["name"]

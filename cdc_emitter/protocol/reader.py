@@ -38,7 +38,7 @@ _NEVER = 2**63  # an upper bound beyond every time: "the interval never ends"
 
 
 class Pending(NamedTuple):
-    """What keeps a reader's frontier where it is (see :meth:`CdcReader.pending`)."""
+    """What keeps a reader's frontier where it is (see `CdcReader.pending`)."""
 
     updates: int  # distinct updates held beyond the frontier
     times: tuple[int, ...]  # the times those updates are at (sorted; at most 20 listed)
@@ -150,7 +150,7 @@ class StatementLedger:
     """What every progress statement seen so far said, merged, so each new one can be checked.
 
     Holds the union of the statements' intervals (merged into disjoint intervals) and the count
-    of every time listed in them (non-zero counts only, :class:`SortedCounts`). Memory: 16 bytes
+    of every time listed in them (non-zero counts only, `SortedCounts`). Memory: 16 bytes
     per counted time plus a few per disjoint interval: it grows with the statements (one or a
     few counted times per batch a sink writes), never with the updates.
     """
@@ -241,7 +241,7 @@ class ExactMemory:
         self._extra.setdefault((data, time), set()).add(diff)
 
 
-#: What a strict reader remembers of the updates it reported (see :class:`CdcReader`).
+#: What a strict reader remembers of the updates it reported (see `CdcReader`).
 Strict = Literal["exact", "bloom"]
 STRICT_MODES: tuple[Strict, ...] = ("exact", "bloom")
 
@@ -263,28 +263,53 @@ def _arrival(entry: tuple[int, int, Progress]) -> int:
 class CdcReader:
     """Recovers the exact, ordered history from duplicated, reordered, re-batched CDCv2 messages.
 
-    ``push(message)`` takes a list of updates or a :class:`Progress` and returns the list of
-    ``(updates, frontier)`` pairs newly finished by it (usually zero or one): every update at a
-    time ``< frontier``, consolidated, each exactly once over the reader's life.
+    The protocol, as the reader sees it:
 
-    Guarantees:
-      * a time is reported only when the progress chain from the start frontier covers it and
-        as many distinct updates as its announced count have arrived;
-      * duplicates (same data, time and diff) are dropped;
-      * every progress statement is checked against every earlier one, whenever it arrives
-        (also after the times it speaks of were reported): a disagreement on a count is a
-        ``count_mismatch``; the count used is that of the statement grafted first (grafted as
-        the progress chain reaches them; those it reaches at once, in order of arrival);
-      * never raises on bad input: violations are appended to :attr:`violations` and the reader
-        goes on (an over-counted time is still reported, with all its distinct updates);
-      * memory: the state beyond the reported frontier, plus the statement ledger (16 bytes per
-        counted time). By default nothing is kept about reported updates, so a late update at a
-        reported time looks like a duplicate. ``strict="exact"`` keeps every reported update
-        (the memory of holding them) and ``strict="bloom"`` a Bloom filter of them (about
-        3.4 MiB per million updates at ``bloom_error_rate=0.001``): a late update that is not
-        an exact duplicate is then an ``over_count`` (new data at that time) or a
-        ``conflicting_diff`` (same data, other diff). The Bloom filter never reports a false
-        violation; it misses a late non-duplicate with probability at most ``bloom_error_rate``.
+    * an update message holds ``(data, time, diff)`` updates; one ``(data, time)`` may arrive
+      many times, in any message, in any order;
+    * a progress statement (`Progress`) says how many distinct updates each time of the
+      interval ``[lower, upper)`` has; statements may also repeat and arrive in any order;
+    * a time is complete once the progress statements cover it without a gap from the start
+      frontier and as many distinct updates as its count have arrived.
+
+    `push` takes one message and returns the updates it finished: every update at a time below
+    the new `frontier`, consolidated, each exactly once over the reader's life.
+
+    Invariants:
+
+    * `frontier` only moves forward, and only over times the progress chain proves complete;
+    * a time is reported once, with all its distinct updates; duplicates (same data, time and
+      diff) are dropped;
+    * every progress statement is checked against every earlier one, whenever it arrives (also
+      after the times it speaks of were reported). A disagreement on a count is a
+      ``count_mismatch``; the count used is that of the statement grafted first;
+    * bad input never raises: each problem is appended to `violations` and the reader goes on
+      (an over-counted time is still reported, with all its distinct updates);
+    * memory: the state beyond the frontier, plus a ledger of the statements (16 bytes per
+      counted time). By default nothing is kept of reported updates, so a late update at a
+      reported time looks like a duplicate.
+
+    Strict mode remembers the reported updates, so a late update that is not an exact duplicate
+    is a violation: an ``over_count`` (new data at that time) or a ``conflicting_diff`` (same
+    data, other diff). ``strict="exact"`` keeps every reported update. ``strict="bloom"`` keeps
+    a Bloom filter of them (about 3.4 MiB per million updates at ``bloom_error_rate=0.001``):
+    it never reports a false violation, and misses a late non-duplicate with probability at most
+    ``bloom_error_rate``.
+
+    Args:
+        start: The frontier the history starts at: times below it are taken as reported.
+        strict: None, ``"exact"`` or ``"bloom"``: what is remembered of reported updates.
+        bloom_error_rate: The Bloom filter's false-positive rate, for ``strict="bloom"``.
+
+    Raises:
+        ValueError: ``strict`` is not one of `STRICT_MODES`.
+
+    Attributes:
+        violations: Every violation seen, in the order found.
+        messages: Messages pushed (undecodable ones included when the caller counts them).
+        updates_received: Updates received, duplicates and malformed ones included.
+        duplicates: Updates dropped as exact duplicates.
+        strict: The strict mode, or None.
     """
 
     def __init__(
@@ -328,11 +353,18 @@ class CdcReader:
 
     @property
     def frontier(self) -> tuple[int, ...]:
-        """``(t,)``: every time below t is reported; ``()``: the history is closed and complete."""
+        """How far the history is reported.
+
+        ``(t,)``: every time below ``t`` is reported. ``()``: the history is closed and complete.
+        """
         return () if self._reported is None else (self._reported,)
 
     def retained(self) -> int:
-        """How many items of state the reader holds (updates, counts, queued statements)."""
+        """How many items of state the reader holds.
+
+        Returns:
+            The updates, counts and queued statements held, one item each.
+        """
         return (
             sum(len(v) for v in self._pending.values())
             + len(self._outstanding)
@@ -348,10 +380,14 @@ class CdcReader:
         return self._held
 
     def pending(self) -> Pending:
-        """What keeps the frontier where it is: held updates, stalled counts, a gap in the chain.
+        """What keeps the frontier where it is.
 
-        ``Pending.empty`` is true when nothing received is waiting: every update is reported and
-        every statement grafted. Costs a pass over the open times (not over the updates).
+        Costs a pass over the open times, not over the updates.
+
+        Returns:
+            The held updates, the stalled counts and any gap in the progress chain.
+            ``Pending.empty`` is true when nothing received is waiting: every update is
+            reported and every statement grafted.
         """
         progress = self._progress
         stalled = tuple(
@@ -374,11 +410,32 @@ class CdcReader:
             statements=self._statements,
         )
 
-    def violate(self, kind: str, time: int | None, detail: str, partition=None, offset=None):
-        """Record a violation (also used by consumers for undecodable messages)."""
+    def violate(
+        self,
+        kind: str,
+        time: int | None,
+        detail: str,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        """Record a violation. Consumers use it for undecodable messages too.
+
+        Args:
+            kind: One of `VIOLATION_KINDS`.
+            time: The time it concerns, or None.
+            detail: What is wrong, in a sentence.
+            partition: The partition of the message, when known.
+            offset: The offset of the message, when known.
+        """
         self.violations.append(Violation(kind, time, detail, partition, offset))
 
-    def push(self, message: Progress | Iterable[Update], *, partition=None, offset=None):
+    def push(
+        self,
+        message: Progress | Iterable[Update],
+        *,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> list[tuple[list[Update], tuple[int, ...]]]:
         """Feed one message to the reader.
 
         Args:
@@ -490,7 +547,16 @@ class CdcReader:
         return False
 
     def late_detail(self, data: Any, time: int, diff: int) -> str:
-        """Strict mode: the detail of the over_count of ``data`` arriving at reported ``time``."""
+        """The detail of the ``over_count`` of ``data`` arriving at a reported time (strict mode).
+
+        Args:
+            data: The update's data.
+            time: The reported time it arrived at.
+            diff: The update's diff.
+
+        Returns:
+            The sentence the violation carries.
+        """
         count = self._ledger.count(time)
         return (
             f"data {data!r} at time {time} (diff {diff}) arrived after the time was reported "
@@ -658,12 +724,12 @@ class CdcReader:
 
 
 class TimeCounts(NamedTuple):
-    """What one message holds at one time, as :class:`CountingReader` takes it.
+    """What one message holds at one time, as `CountingReader` takes it.
 
     ``fresh``: updates whose ``(data, time)`` arrives here first (in the reading order);
     ``conflicts``: ``(data, first_diff, diff)`` for each later arrival of a ``(data, time)``
     with another diff than its first, in message order. Later arrivals with the first diff are
-    duplicates, counted once for the whole read (:meth:`CountingReader.add_duplicates`): where
+    duplicates, counted once for the whole read (`CountingReader.add_duplicates`): where
     they arrive changes nothing.
     """
 
@@ -673,24 +739,40 @@ class TimeCounts(NamedTuple):
 
 
 class CountingReader(CdcReader):
-    """The :class:`CdcReader`'s verdicts from counts, for a reader that deduplicates elsewhere.
+    """The `CdcReader`'s verdicts from counts, for a caller that deduplicates elsewhere.
 
     A distributed reader (Spark) finds, for every ``(data, time)``, its first arrival in the
-    reading order and every later arrival with another diff; this reader takes those counts
-    message by message and makes every decision the :class:`CdcReader` makes reading the same
-    messages in the same order: the same frontier after every message, the same violations
-    (kinds, times, details, partitions, offsets, order within a message by time), the same
-    duplicates and pending state. It holds counts per open time, never updates, so it reports
-    no updates: the caller takes the history from its own data, less :attr:`late` (first
-    arrivals at times already reported, which the :class:`CdcReader` drops).
+    reading order and every later arrival with another diff. This reader takes those counts
+    message by message (`push_counts`; progress statements through `push`) and makes every
+    decision a `CdcReader` makes reading the same messages in the same order. After every
+    message it has the same frontier, violations (kinds, times, details, partitions, offsets),
+    duplicates and pending state.
 
-    Strict mode is decided exactly (as ``strict="exact"``, with no memory of the reported
-    updates): a first arrival at a reported time is an ``over_count`` whose detail names the
-    data, which only the caller has: its violations are listed in :attr:`late_violations` as
-    ``(index in violations, count)`` with an empty detail, for the caller to fill in with
-    :meth:`late_detail`. Within one message violations are listed time by time, and at a
-    reported time the new rows before the other diffs, where the :class:`CdcReader` lists them
-    as they arrive: the same violations, in another order only for a message that mixes them.
+    It holds counts per open time, never updates, so it reports no updates. The caller takes
+    the history from its own data, less `late`: first arrivals at times already reported,
+    which a `CdcReader` drops.
+
+    Strict mode is decided exactly, as ``strict="exact"``, with no memory of reported updates.
+    A first arrival at a reported time is an ``over_count`` whose detail names the data, which
+    only the caller has. Those violations get an empty detail and are listed in
+    `late_violations`, for the caller to fill in with `late_detail`.
+
+    Within one message, violations are listed time by time, and at a reported time the new rows
+    come before the other diffs. A `CdcReader` lists them as they arrive: the same violations,
+    in another order only for a message that mixes them.
+
+    Args:
+        start: The frontier the history starts at.
+        strict: None or ``"exact"``/``"bloom"`` (both decided exactly).
+
+    Raises:
+        ValueError: ``strict`` is not one of `STRICT_MODES`.
+
+    Attributes:
+        late: ``(partition, offset, time)`` of each message with first arrivals at a time
+            already reported.
+        late_violations: In strict mode, ``(index in violations, count)`` of those arrivals'
+            ``over_count`` violations, whose details the caller fills in.
     """
 
     def __init__(self, start: int = 0, *, strict: Strict | None = None):
@@ -707,6 +789,7 @@ class CountingReader(CdcReader):
         self.late_violations: list[tuple[int, int]] = []
 
     def retained(self) -> int:
+        """How many items of state the reader holds (counts per time, queued statements)."""
         return (
             sum(self._pending.values())
             + len(self._outstanding)
@@ -717,7 +800,11 @@ class CountingReader(CdcReader):
         )
 
     def add_duplicates(self, n: int) -> None:
-        """Count ``n`` later arrivals with their first diff (wherever they arrived)."""
+        """Count later arrivals with their first diff, wherever they arrived.
+
+        Args:
+            n: How many such arrivals the whole read holds.
+        """
         self.duplicates += n
 
     def push_counts(
@@ -728,10 +815,18 @@ class CountingReader(CdcReader):
         partition: Any = None,
         offset: Any = None,
     ) -> None:
-        """Feed one message of ``received`` updates: its :class:`TimeCounts` and its malformed
-        updates (an ``Update`` with a negative time or a zero diff), in message order. (A caller
-        that knows only totals may set :attr:`messages` and :attr:`updates_received` at the end:
-        nothing decided here depends on them.)"""
+        """Feed one update message, as counts.
+
+        A caller that knows only totals may set `messages` and `updates_received` at the end:
+        nothing decided here depends on them.
+
+        Args:
+            items: The message's `TimeCounts` and its malformed updates (an `Update` with a
+                negative time or a zero diff), in message order.
+            received: How many updates the message holds.
+            partition: Where the message was read, named in the violations it causes.
+            offset: The message's offset in ``partition``, named likewise.
+        """
         self.messages += 1
         self.updates_received += received
         where = {"partition": partition, "offset": offset}

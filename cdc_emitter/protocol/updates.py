@@ -6,15 +6,15 @@ integers, so a frontier is either ``(t,)`` (every time ``< t`` is complete) or `
 history is closed).
 
 Guarantees:
-  * :func:`consolidate` gives one update per ``(data, time)``, no zero diff, sorted by time;
-  * :func:`progress_from_counts` never builds a statement the topic could not satisfy: a count
+  * `consolidate` gives one update per ``(data, time)``, no zero diff, sorted by time;
+  * `progress_from_counts` never builds a statement the topic could not satisfy: a count
     outside the interval, a negative count or an inverted interval raises
-    :class:`~cdc_emitter.errors.BadInputError`;
-  * :func:`split_progress` tiles a statement's interval: the parts say exactly what it says.
+    `BadInputError`;
+  * `split_progress` tiles a statement's interval: the parts say exactly what it says.
 
 Data values compare with Python equality. NaN is the one value not equal to itself: decoders
-hand the reader :data:`NAN` (one shared object, equal to itself by identity) for every NaN, as
-Spark's grouping treats all NaNs as one value; :func:`canonical_nan` does it for other callers.
+hand the reader `NAN` (one shared object, equal to itself by identity) for every NaN, as
+Spark's grouping treats all NaNs as one value; `canonical_nan` does it for other callers.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ NAN = float("nan")
 
 
 def canonical_nan(value: Any) -> Any:
-    """``value`` with every NaN float (in tuples, lists, at any depth) replaced by :data:`NAN`."""
+    """``value`` with every NaN float (in tuples, lists, at any depth) replaced by `NAN`."""
     if value.__class__ is float:
         return NAN if value != value else value
     if isinstance(value, tuple):
@@ -80,9 +80,8 @@ class Progress(NamedTuple):
 class Violation(NamedTuple):
     """A protocol violation the reader saw.
 
-    ``kind`` is one of :data:`~cdc_emitter.protocol.reader.VIOLATION_KINDS`; ``time`` is the
-    time it concerns (None when the message has none); ``partition`` and ``offset`` locate the
-    message, when the reader was told.
+    ``kind`` is one of `VIOLATION_KINDS`. ``time`` is the time it concerns, None when there is
+    none. ``partition`` and ``offset`` locate the message, when the reader was told.
     """
 
     kind: str
@@ -215,7 +214,7 @@ def progress_for(updates: Iterable[Update], lower: int, upper: int | None) -> Pr
         counts once).
 
     Raises:
-        BadInputError: As :func:`progress_from_counts`.
+        BadInputError: As `progress_from_counts`.
     """
     seen: set[tuple[Any, int]] = set()
     counts: dict[int, int] = {}

@@ -29,19 +29,24 @@ import subprocess
 import sys
 import threading
 from collections import deque
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from cdc_emitter.protocol.updates import Progress
+
+if TYPE_CHECKING:
+    from cdc_emitter.protocol.codec import CdcCodec
 
 _LENGTH = struct.Struct("<Q")
 
 #: Kinds of a decoded entry ``(kind, partition, offset, payload)``.
 ROWS, PROGRESS, UNDECODABLE = 0, 1, 2
+#: A decoded entry: ``(kind, partition, offset, payload)``, the payload as ``kind`` says.
+Entry = tuple[int, int, int, Any]
 
 
 def decode_chunk(
-    codec: Any, chunk: list[tuple[int, int, bytes | None]], *, rows: bool = True
-) -> list[tuple]:
+    codec: CdcCodec, chunk: list[tuple[int, int, bytes | None]], *, rows: bool = True
+) -> list[Entry]:
     """Entries ``(kind, partition, offset, payload)`` for each ``(partition, offset, value)``.
 
     ``payload``: plain ``(data, time, diff)`` rows (``rows=False``: ``Update`` objects, for a
@@ -51,7 +56,7 @@ def decode_chunk(
     decode = codec.decode_rows if rows else codec.decode
     from cdc_emitter.errors import DecodeError
 
-    out = []
+    out: list[Entry] = []
     for partition, offset, value in chunk:
         try:
             decoded = decode(value)
@@ -65,14 +70,14 @@ def decode_chunk(
     return out
 
 
-def dump_entries(entries: list[tuple]) -> bytes:
+def dump_entries(entries: list[Entry]) -> bytes:
     try:
         return b"M" + marshal.dumps(entries)
     except ValueError:  # decimals, dates, timestamps
         return b"P" + pickle.dumps(entries, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def load_entries(payload: bytes) -> list[tuple]:
+def load_entries(payload: bytes) -> list[Entry]:
     kind, body = payload[:1], memoryview(payload)[1:]
     if kind == b"M":
         return marshal.loads(body)
@@ -120,6 +125,10 @@ class _Worker:
             stdout=subprocess.PIPE,
             bufsize=0,
         )
+        if self.proc.stdin is None or self.proc.stdout is None:  # not reached: both are pipes
+            raise RuntimeError("a decode worker started without its pipes")
+        self.stdin: IO[bytes] = self.proc.stdin
+        self.stdout: IO[bytes] = self.proc.stdout
         # writes go through a thread: the caller never blocks on a full pipe while this worker
         # blocks writing a result the caller has not read yet
         self.outbox: queue.Queue[bytes | None] = queue.Queue()
@@ -128,7 +137,7 @@ class _Worker:
         self.writer.start()
 
     def _write(self) -> None:
-        stdin = self.proc.stdin
+        stdin = self.stdin
         try:
             while True:
                 payload = self.outbox.get()
@@ -150,13 +159,13 @@ class _Worker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self.proc.stdout.close()
+        self.stdout.close()
 
 
 class DecodePool:
     """``workers`` decoding processes for ``codec``'s schema and framing (see the module doc)."""
 
-    def __init__(self, codec: Any, workers: int, *, in_flight_per_worker: int = 2):
+    def __init__(self, codec: CdcCodec, workers: int, *, in_flight_per_worker: int = 2):
         if workers < 1:
             raise ValueError(f"a decode pool needs at least one worker, got {workers}")
         self._codec = codec
@@ -169,7 +178,7 @@ class DecodePool:
             # other ids' schemas come from the same registry, opened in each worker (its settings
             # travel through the worker's stdin, never its command line)
             registry = getattr(codec.writer_schemas, "__self__", None)
-            if not hasattr(registry, "spec"):
+            if registry is None or not hasattr(registry, "spec"):
                 raise ValueError(
                     "a decode pool needs the codec's writer schemas from a SchemaRegistry"
                 )
@@ -198,15 +207,15 @@ class DecodePool:
             return False
         if self.broken is not None:
             return True
-        stdout = self._workers[self._order[0][0]].proc.stdout
+        stdout = self._workers[self._order[0][0]].stdout
         return bool(select.select([stdout], [], [], 0)[0])
 
-    def next_result(self) -> list[tuple]:
+    def next_result(self) -> list[Entry]:
         """The entries of the oldest chunk (waits for its worker)."""
         i, chunk = self._order.popleft()
         if self.broken is None:
             try:
-                payload = read_frame(self._workers[i].proc.stdout)
+                payload = read_frame(self._workers[i].stdout)
                 if payload is not None:
                     return self._fix_nan(load_entries(payload))
                 self.broken = f"decode worker {i} exited with code {self._workers[i].proc.poll()}"
@@ -214,7 +223,7 @@ class DecodePool:
                 self.broken = f"decode worker {i} answered badly: {exc}"
         return decode_chunk(self._codec, chunk)
 
-    def _fix_nan(self, entries: list[tuple]) -> list[tuple]:
+    def _fix_nan(self, entries: list[Entry]) -> list[Entry]:
         if not self._codec.has_floats:
             return entries
         from cdc_emitter.protocol.updates import canonical_nan

@@ -4,13 +4,13 @@ Spark's Kafka source reads every partition up to the end offsets taken when the 
 snapshot, as ``verify`` without a target). Spark decodes (``from_avro`` per union branch:
 spark-avro cannot read a top-level union) and finds, for every ``(data, time)``, its first
 arrival in (partition, offset, position) order and every later arrival with another diff. The
-driver then replays the messages in that order through a :class:`~cdc_emitter.protocol.reader.CountingReader`,
+driver then replays the messages in that order through a `CountingReader`,
 which takes per-message counts and makes every decision the local verifier's reader makes on the
 same messages in the same order. So the verdicts are the local engine's by construction:
 
 * ``frontier``, ``violations`` (kinds, times, details, partitions, offsets), ``messages``,
   ``updates`` (received, duplicates included), ``duplicates``, ``pending``, ``hints`` and
-  ``verdict`` are those of :func:`~cdc_emitter.read.verify.verify_topic` reading the partitions one
+  ``verdict`` are those of `verify_topic` reading the partitions one
   after another. For a topic of one partition that is exactly the local engine's reading; with
   several, only what depends on the interleaving of partitions can differ (which of two
   conflicting arrivals is first, at which message an over-count is noticed), and only on a topic
@@ -31,12 +31,12 @@ import heapq
 import itertools
 import json
 import time as _time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.avro.functions import from_avro, to_avro
@@ -54,12 +54,18 @@ FOLLOW_INTERVAL = 0.5
 
 
 @dataclass
-class CdcRead(VerifyResult):
-    """What :func:`read_cdc` found: a :class:`~cdc_emitter.read.verify.VerifyResult` (same fields,
-    same ``summary()`` and ``verdict``) whose ``collection`` and ``history`` are DataFrames."""
+class CdcRead(VerifyResult[DataFrame, DataFrame]):
+    """What `read_cdc` found: a `VerifyResult` whose ``collection`` and ``history`` are DataFrames.
 
-    statements: int = 0  # well-formed progress statements read
-    codec: Any = field(default=None, repr=False, compare=False)  # reads the rows back for output
+    The other fields, ``summary()`` and ``verdict`` are as `verify_topic` gives them.
+
+    Attributes:
+        statements: Well-formed progress statements read.
+        codec: The codec that reads the rows back for output.
+    """
+
+    statements: int = 0
+    codec: Any = field(default=None, repr=False, compare=False)
 
     @property
     def collection_frame(self) -> DataFrame:
@@ -162,23 +168,44 @@ def read_cdc(
     schema_registry_config: Mapping[str, Any] | None = None,
     schema_id: int | None = None,
 ) -> CdcRead:
-    """Read ``topic`` with Spark and verify it (see the module docstring).
+    """Read a topic with Spark and verify it.
 
-    ``schema``: the data record (or the whole documented union) as a path or a dict; or
-    ``schema_registry_url`` (and its client settings ``schema_registry_config``): the reader
-    schema is the one registered under ``schema_id`` (default: the id in the newest message's
-    header), and each message is decoded with the schema of the id in its header, resolved into
-    it by Avro's rules (``from_avro``'s ``avroSchema`` option), so an evolved topic reads as one;
-    ``kafka_options``: librdkafka-style client settings, as ``-X`` takes them (security
-    settings are translated for Spark's Kafka source); ``until``: report the collection and
-    history as of time ``until`` (times below it), which must not be beyond the frontier;
-    ``strict``: as :func:`~cdc_emitter.read.verify.verify_topic` (``"exact"`` and ``"bloom"`` are
-    both decided exactly: Spark sees every update, the driver remembers none).
-    ``until_frontier`` / ``until_closed`` / ``timeout``: as ``verify_topic``: when the topic does
-    not prove the target yet, wait for it to grow and read it again, until the target is reached
-    or ``timeout`` seconds have passed (then ``reached`` is false).
-    Raises :class:`~cdc_emitter.errors.BrokerError` for a missing topic or an unreachable
-    broker, before Spark reads.
+    The verdicts are those of `verify_topic` (the module docstring says where they can differ).
+    Give exactly one of ``schema`` and ``schema_registry_url``.
+
+    Args:
+        spark: The session to read with.
+        bootstrap_servers: The Kafka servers, as ``host:port,host:port``.
+        topic: The topic to read.
+        schema: The data record, or the whole documented union, as a path or a dict.
+        framing: ``"confluent"`` or ``"raw"``.
+        kafka_options: librdkafka-style client settings, as ``-X`` takes them. Security
+            settings are translated for Spark's Kafka source.
+        until: Report the collection and history as of this time (times below it). It must not
+            be beyond the frontier.
+        strict: As for `verify_topic`. ``"exact"`` and ``"bloom"`` are both decided exactly:
+            Spark sees every update, the driver remembers none.
+        until_frontier: As for `verify_topic`: read again as the topic grows until the frontier
+            reaches this time.
+        until_closed: As for `verify_topic`: read again until the history is closed.
+        timeout: Seconds to wait for the target; then ``reached`` is false.
+        broker_timeout: Seconds to wait for a broker that does not answer.
+        schema_registry_url: Take the schemas from this registry. Each message is decoded with
+            the schema of the id in its header, resolved into the reader schema by Avro's
+            rules, so an evolved topic reads as one.
+        schema_registry_config: The registry client's settings.
+        schema_id: The reader schema's id in the registry. Default: the id in the newest
+            message's header.
+
+    Returns:
+        What the reading found; its ``collection`` and ``history`` are DataFrames.
+
+    Raises:
+        BrokerError: The topic is missing or the broker cannot be reached (before Spark reads).
+        SchemaError: The schema cannot be read or used, or no message names a schema id.
+        CdcError: The framing is unknown, both or neither of ``schema`` and
+            ``schema_registry_url`` are given, or ``until`` is beyond the frontier.
+        ValueError: ``until_frontier`` and ``until_closed`` are both given.
     """
     from cdc_emitter.kafka.config import BROKER_TIMEOUT
     from cdc_emitter.kafka.reading import end_offsets
@@ -245,7 +272,7 @@ def _read_once(
     spark: SparkSession,
     servers: str,
     topic: str,
-    codec: Any,
+    codec: CdcCodec,
     config: dict,
     ends: dict,
     until: int | None,
@@ -277,7 +304,9 @@ def _read_once(
     if codec.writer_schemas is not None:
         # messages of other schema ids: decoded with their writer's schema, resolved into the
         # reader's; their length is checked by re-encoding them as their writer wrote them
-        u, p, as_written = _resolved_ids(raw, codec, body, is_array, is_progress, u, p, as_written)
+        u, p, as_written = _resolved_ids(
+            raw, codec, codec.writer_schemas, body, is_array, is_progress, u, p, as_written
+        )
     parsed = raw.select(
         "partition",
         "offset",
@@ -313,7 +342,7 @@ def _read_once(
 def _reencoded(value: Column, dtype: T.DataType, avro: Any) -> Column:
     """``value`` (of Spark type ``dtype``, decoded by ``from_avro`` of ``avro``) encoded again
     by ``to_avro``; null where it is null. Said not null first where ``avro`` says so
-    (:func:`~cdc_emitter.spark.columns.declared_as_avro`): else Spark's Avro serializer warns,
+    (`declared_as_avro`): else Spark's Avro serializer warns,
     in every task, of each nullable field PERMISSIVE decoding declares."""
 
     from cdc_emitter.spark.columns import declared_as_avro
@@ -348,6 +377,7 @@ def _lengths_as_written(df: DataFrame, body: Column, decodings: list[tuple[Colum
 def _resolved_ids(
     raw: DataFrame,
     codec: CdcCodec,
+    writer_schemas: Callable[[int], dict],
     body: Column,
     is_array: Column,
     is_progress: Column,
@@ -357,7 +387,7 @@ def _resolved_ids(
 ) -> tuple[Column, Column, Column]:
     """``u``, ``p`` and the body's length as its writer's schema encodes what it reads of it,
     with a branch for each schema id in the topic other than the reader's (one job finds the
-    ids)."""
+    ids); ``writer_schemas`` gives each id's data schema (the codec's)."""
 
     from cdc_emitter.protocol.codec import union_schema
 
@@ -374,7 +404,7 @@ def _resolved_ids(
     array_reader, progress_reader = json.dumps(codec.union[0]), json.dumps(codec.union[1])
     for schema_id in sorted(set(ids) - {codec.schema_id}):
         try:
-            writer = union_schema(codec.writer_schemas(schema_id))
+            writer = union_schema(writer_schemas(schema_id))
         except SchemaError:
             continue  # no such id: Spark fails to decode those messages; the driver names the cause
         this = header_id == F.lit(schema_id.to_bytes(4, "big"))
@@ -399,163 +429,32 @@ def _resolved_ids(
 
 
 def _verify(decoded: DataFrame, codec: Any, until: int | None, strict: Strict | None) -> CdcRead:
-
-    from cdc_emitter.spark.columns import canonical
-    from cdc_emitter.spark.schema import contains_map
-
+    """Verify the decoded messages: Spark groups the updates by ``(data, time)``, the driver
+    replays the messages' counts through a `CountingReader` in reading order."""
     counting = CountingReader(strict=strict)
-    spark = decoded.sparkSession
-
     singles, undecodable = _judge_singles(decoded, codec)
-    updates = decoded.filter(F.col("u").isNotNull())
-    if undecodable:
-        bad = spark.createDataFrame(undecodable, "partition int, offset long")
-        updates = updates.join(F.broadcast(bad), ["partition", "offset"], "left_anti")
-    occurrences = updates.select(
-        "partition", "offset", F.posexplode("u").alias("__pos", "x")
-    ).select(
-        "partition",
-        "offset",
-        "__pos",
-        "x.data.*",
-        F.col("x.time").alias("__time"),
-        F.col("x.diff").alias("__diff"),
-    )
-    data_fields = [
-        c
-        for c in occurrences.columns
-        if c not in ("partition", "offset", "__pos", "__time", "__diff")
-    ]
-
-    # malformed updates (negative time, zero diff): violations, with their data, in order
-    extras: dict[tuple[int, int], list[tuple[int, Any]]] = {}
-    wrong = (
-        occurrences.filter((F.col("__time") < 0) | (F.col("__diff") == 0))
-        .select(
-            "partition",
-            "offset",
-            "__pos",
-            _data_avro(occurrences, codec, data_fields).alias("d"),
-            "__time",
-            "__diff",
-        )
-        .orderBy("partition", "offset", "__pos")
-    )
-    for row in wrong.toLocalIterator():
-        extras.setdefault((row["partition"], row["offset"]), []).append(
-            (row["__pos"], Update(codec.decode_data(bytes(row["d"])), row["__time"], row["__diff"]))
-        )
-
-    # one row per (data, time): its first arrival, how many arrived, whether their diffs differ;
-    # grouped on the data columns (maps as sorted entries: Spark cannot group maps)
+    occurrences, data_fields = _occurrences(decoded, undecodable)
+    extras = _malformed_updates(occurrences, codec, data_fields)
     good = occurrences.filter((F.col("__time") >= 0) & (F.col("__diff") != 0))
-    key_cols, map_firsts = [], []
-    for i, c in enumerate(data_fields):
-        dtype = good.schema[c].dataType
-        if contains_map(dtype):
-            good = good.withColumn(f"__key{i}", canonical(F.col(c), dtype))
-            key_cols.append(f"__key{i}")
-            map_firsts.append(F.first(c).alias(c))
-        else:
-            key_cols.append(c)
-    groups = (
-        good.groupBy(*key_cols, "__time")
-        .agg(
-            F.min(F.struct("partition", "offset", "__pos", "__diff")).alias("__first"),
-            F.count(F.lit(1)).alias("__n"),
-            (F.min("__diff") != F.max("__diff")).alias("__conflicted"),
-            *map_firsts,
-        )
-        .persist()
-    )
+    good, key_cols, map_fields = _grouping_keys(good, data_fields)
+    groups = _first_arrivals(good, key_cols, map_fields).persist()
     try:
-        totals = groups.agg(
-            F.count(F.lit(1)).alias("distinct"),
-            F.sum("__n").alias("arrived"),
-            F.sum(F.col("__conflicted").cast("int")).alias("conflicted"),
-        ).first()
+        totals = _one_row(
+            groups.agg(
+                F.count(F.lit(1)).alias("distinct"),
+                F.sum("__n").alias("arrived"),
+                F.sum(F.col("__conflicted").cast("int")).alias("conflicted"),
+            )
+        )
         conflicts = 0
         if totals["conflicted"]:
-            # later arrivals with another diff than the first: violations, with their data
-            first = groups.filter("__conflicted").select(
-                *[F.col(k).alias(f"__c{i}") for i, k in enumerate(key_cols)],
-                F.col("__time").alias("__ct"),
-                F.col("__first.__diff").alias("__first_diff"),
-            )
-            on = [good[k].eqNullSafe(first[f"__c{i}"]) for i, k in enumerate(key_cols)]
-            later = (
-                good.join(F.broadcast(first), [*on, good["__time"] == first["__ct"]])
-                .filter(F.col("__diff") != F.col("__first_diff"))
-                .select(
-                    "partition",
-                    "offset",
-                    "__pos",
-                    "__time",
-                    "__first_diff",
-                    "__diff",
-                    _data_avro(good, codec, data_fields).alias("d"),
-                )
-                .orderBy("partition", "offset", "__pos")
-            )
-            for row in later.toLocalIterator():
-                conflicts += 1
-                extras.setdefault((row["partition"], row["offset"]), []).append(
-                    (
-                        row["__pos"],
-                        (
-                            row["__time"],
-                            codec.decode_data(bytes(row["d"])),
-                            row["__first_diff"],
-                            row["__diff"],
-                        ),
-                    )
-                )
+            conflicts = _later_conflicts(good, groups, key_cols, data_fields, codec, extras)
         counting.add_duplicates((totals["arrived"] or 0) - (totals["distinct"] or 0) - conflicts)
-
-        # first arrivals per (message, time), in reading order, and the replay
-        fresh = (
-            groups.groupBy(
-                F.col("__first.partition").alias("partition"),
-                F.col("__first.offset").alias("offset"),
-                F.col("__time").alias("time"),
-            )
-            .agg(F.count(F.lit(1)).alias("fresh"), F.min("__first.__pos").alias("pos"))
-            .orderBy("partition", "offset", "pos")
-        )
-        hints: list[str] = []
-        report_undecodable = UndecodableReport(counting, codec, hints)
-        for (partition, offset), kind, payload in _in_order(
-            fresh.toLocalIterator(), singles, extras
-        ):
-            if kind == "progress":
-                counting.push(payload, partition=partition, offset=offset)
-            elif kind == "updates":
-                counting.push_counts(payload, partition=partition, offset=offset)
-            else:  # as verify_topic says it: the codec's error, the likely cause once
-                error, value = payload
-                report_undecodable(partition, offset, value, error)
-        sizes = decoded.agg(
-            F.count(F.lit(1)).alias("messages"), F.sum(_updates_of(F.col("u"))).alias("updates")
-        ).first()
-        counting.messages = sizes["messages"]
-        counting.updates_received = (sizes["updates"] or 0) - _updates_in(decoded, undecodable)
+        hints = _replay(counting, groups, singles, extras, codec)
+        _count_received(counting, decoded, undecodable)
         if counting.late_violations:
             _fill_late_details(counting, groups, data_fields, codec)
-
-        cut = _cut(counting.frontier, until)
-        reported = groups if cut is None else groups.filter(F.col("__time") < F.lit(cut))
-        if counting.late:  # first arrivals at reported times: the local reader drops them too
-            late = spark.createDataFrame(counting.late, "__lp int, __lo long, __lt long")
-            reported = reported.join(
-                F.broadcast(late),
-                (F.col("__first.partition") == F.col("__lp"))
-                & (F.col("__first.offset") == F.col("__lo"))
-                & (F.col("__time") == F.col("__lt")),
-                "left_anti",
-            )
-        history = reported.select(
-            *data_fields, F.col("__time").alias("time"), F.col("__first.__diff").alias("diff")
-        )
+        history = _reported_history(counting, groups, data_fields, until)
         collection = _collection(history, data_fields)
     finally:  # the DataFrames returned read the same pinned offsets again when used
         groups.unpersist()
@@ -574,6 +473,211 @@ def _verify(decoded: DataFrame, codec: Any, until: int | None, strict: Strict | 
         hints=hints,
         statements=pending.statements,
         codec=codec,
+    )
+
+
+def _one_row(df: DataFrame) -> Row:
+    """The row of ``df``, a global aggregate (which always has exactly one)."""
+    row = df.first()
+    if row is None:  # not reached: an aggregate without grouping has one row
+        raise CdcError("Spark returned no row for an aggregate")
+    return row
+
+
+def _occurrences(decoded: DataFrame, undecodable: list) -> tuple[DataFrame, list[str]]:
+    """Every update Spark decoded (messages the codec refuses left out), one row each: its
+    ``partition``, ``offset``, ``__pos`` in the message, data columns, ``__time``, ``__diff``.
+    Returns the rows and the names of the data columns."""
+    updates = decoded.filter(F.col("u").isNotNull())
+    if undecodable:
+        bad = decoded.sparkSession.createDataFrame(undecodable, "partition int, offset long")
+        updates = updates.join(F.broadcast(bad), ["partition", "offset"], "left_anti")
+    occurrences = updates.select(
+        "partition", "offset", F.posexplode("u").alias("__pos", "x")
+    ).select(
+        "partition",
+        "offset",
+        "__pos",
+        "x.data.*",
+        F.col("x.time").alias("__time"),
+        F.col("x.diff").alias("__diff"),
+    )
+    data_fields = [
+        c
+        for c in occurrences.columns
+        if c not in ("partition", "offset", "__pos", "__time", "__diff")
+    ]
+    return occurrences, data_fields
+
+
+def _malformed_updates(
+    occurrences: DataFrame, codec: Any, data_fields: list[str]
+) -> dict[tuple[int, int], list[tuple[int, Any]]]:
+    """Updates at a negative time or with a zero diff (violations), with their data, by
+    ``(partition, offset)``: ``(position, Update)`` in message order."""
+    extras: dict[tuple[int, int], list[tuple[int, Any]]] = {}
+    wrong = (
+        occurrences.filter((F.col("__time") < 0) | (F.col("__diff") == 0))
+        .select(
+            "partition",
+            "offset",
+            "__pos",
+            _data_avro(occurrences, codec, data_fields).alias("d"),
+            "__time",
+            "__diff",
+        )
+        .orderBy("partition", "offset", "__pos")
+    )
+    for row in wrong.toLocalIterator():
+        extras.setdefault((row["partition"], row["offset"]), []).append(
+            (row["__pos"], Update(codec.decode_data(bytes(row["d"])), row["__time"], row["__diff"]))
+        )
+    return extras
+
+
+def _grouping_keys(
+    good: DataFrame, data_fields: list[str]
+) -> tuple[DataFrame, list[str], list[str]]:
+    """The columns to group the data on: maps as their sorted entries (Spark cannot group
+    maps), added to ``good`` as ``__key<i>``. Returns ``good`` with them, the key columns and
+    the data columns that hold maps."""
+    from cdc_emitter.spark.columns import canonical
+    from cdc_emitter.spark.schema import contains_map
+
+    key_cols, map_fields = [], []
+    for i, c in enumerate(data_fields):
+        dtype = good.schema[c].dataType
+        if contains_map(dtype):
+            good = good.withColumn(f"__key{i}", canonical(F.col(c), dtype))
+            key_cols.append(f"__key{i}")
+            map_fields.append(c)
+        else:
+            key_cols.append(c)
+    return good, key_cols, map_fields
+
+
+def _first_arrivals(good: DataFrame, key_cols: list[str], map_fields: list[str]) -> DataFrame:
+    """One row per ``(data, time)``: its first arrival ``__first`` (partition, offset, position,
+    diff), how many arrived ``__n``, whether their diffs differ ``__conflicted``; map columns
+    (grouped as their sorted entries) as first found."""
+    map_firsts = [F.first(c).alias(c) for c in map_fields]
+    return good.groupBy(*key_cols, "__time").agg(
+        F.min(F.struct("partition", "offset", "__pos", "__diff")).alias("__first"),
+        F.count(F.lit(1)).alias("__n"),
+        (F.min("__diff") != F.max("__diff")).alias("__conflicted"),
+        *map_firsts,
+    )
+
+
+def _later_conflicts(
+    good: DataFrame,
+    groups: DataFrame,
+    key_cols: list[str],
+    data_fields: list[str],
+    codec: Any,
+    extras: dict[tuple[int, int], list[tuple[int, Any]]],
+) -> int:
+    """Add to ``extras`` every later arrival with another diff than its first (a violation),
+    with its data, as ``(position, (time, data, first diff, diff))``. Returns how many."""
+    first = groups.filter("__conflicted").select(
+        *[F.col(k).alias(f"__c{i}") for i, k in enumerate(key_cols)],
+        F.col("__time").alias("__ct"),
+        F.col("__first.__diff").alias("__first_diff"),
+    )
+    on = [good[k].eqNullSafe(first[f"__c{i}"]) for i, k in enumerate(key_cols)]
+    later = (
+        good.join(F.broadcast(first), [*on, good["__time"] == first["__ct"]])
+        .filter(F.col("__diff") != F.col("__first_diff"))
+        .select(
+            "partition",
+            "offset",
+            "__pos",
+            "__time",
+            "__first_diff",
+            "__diff",
+            _data_avro(good, codec, data_fields).alias("d"),
+        )
+        .orderBy("partition", "offset", "__pos")
+    )
+    conflicts = 0
+    for row in later.toLocalIterator():
+        conflicts += 1
+        extras.setdefault((row["partition"], row["offset"]), []).append(
+            (
+                row["__pos"],
+                (
+                    row["__time"],
+                    codec.decode_data(bytes(row["d"])),
+                    row["__first_diff"],
+                    row["__diff"],
+                ),
+            )
+        )
+    return conflicts
+
+
+def _replay(
+    counting: CountingReader,
+    groups: DataFrame,
+    singles: list,
+    extras: dict[tuple[int, int], list[tuple[int, Any]]],
+    codec: Any,
+) -> list[str]:
+    """Feed ``counting`` every message that changes its state, in reading order: first
+    arrivals per (message, time), malformed updates and conflicts, progress statements and
+    undecodable messages. Returns the hints about the undecodable ones."""
+    fresh = (
+        groups.groupBy(
+            F.col("__first.partition").alias("partition"),
+            F.col("__first.offset").alias("offset"),
+            F.col("__time").alias("time"),
+        )
+        .agg(F.count(F.lit(1)).alias("fresh"), F.min("__first.__pos").alias("pos"))
+        .orderBy("partition", "offset", "pos")
+    )
+    hints: list[str] = []
+    report_undecodable = UndecodableReport(counting, codec, hints)
+    for (partition, offset), kind, payload in _in_order(fresh.toLocalIterator(), singles, extras):
+        if kind == "progress":
+            counting.push(payload, partition=partition, offset=offset)
+        elif kind == "updates":
+            counting.push_counts(payload, partition=partition, offset=offset)
+        else:  # as verify_topic says it: the codec's error, the likely cause once
+            error, value = payload
+            report_undecodable(partition, offset, value, error)
+    return hints
+
+
+def _count_received(counting: CountingReader, decoded: DataFrame, undecodable: list) -> None:
+    """Set the messages read and the updates received (none in messages the codec refuses)."""
+    sizes = _one_row(
+        decoded.agg(
+            F.count(F.lit(1)).alias("messages"), F.sum(_updates_of(F.col("u"))).alias("updates")
+        )
+    )
+    counting.messages = sizes["messages"]
+    counting.updates_received = (sizes["updates"] or 0) - _updates_in(decoded, undecodable)
+
+
+def _reported_history(
+    counting: CountingReader, groups: DataFrame, data_fields: list[str], until: int | None
+) -> DataFrame:
+    """The updates reported below the frontier (or ``until``): data columns, ``time``,
+    ``diff``; first arrivals at times already reported left out, as the local reader drops
+    them."""
+    cut = _cut(counting.frontier, until)
+    reported = groups if cut is None else groups.filter(F.col("__time") < F.lit(cut))
+    if counting.late:
+        late = groups.sparkSession.createDataFrame(counting.late, "__lp int, __lo long, __lt long")
+        reported = reported.join(
+            F.broadcast(late),
+            (F.col("__first.partition") == F.col("__lp"))
+            & (F.col("__first.offset") == F.col("__lo"))
+            & (F.col("__time") == F.col("__lt")),
+            "left_anti",
+        )
+    return reported.select(
+        *data_fields, F.col("__time").alias("time"), F.col("__first.__diff").alias("diff")
     )
 
 
@@ -660,7 +764,7 @@ def _in_order(
 ) -> Iterator[tuple[tuple[int, int], str, Any]]:
     """Every message that changes the reader's state, in (partition, offset) order: progress
     statements and undecodable messages as they are, update messages as their items in order
-    (:class:`TimeCounts` where its time first appears, malformed updates where they are)."""
+    (`TimeCounts` where its time first appears, malformed updates where they are)."""
 
     def fresh_messages():
         for key, rows in itertools.groupby(fresh_rows, key=lambda r: (r["partition"], r["offset"])):
@@ -708,11 +812,11 @@ def _updates_in(decoded: DataFrame, keys: list) -> int:
         return 0
 
     bad = decoded.sparkSession.createDataFrame(keys, "partition int, offset long")
-    return (
-        decoded.join(F.broadcast(bad), ["partition", "offset"])
-        .agg(F.coalesce(F.sum(_updates_of(F.col("u"))), F.lit(0)))
-        .first()[0]
-    )
+    return _one_row(
+        decoded.join(F.broadcast(bad), ["partition", "offset"]).agg(
+            F.coalesce(F.sum(_updates_of(F.col("u"))), F.lit(0))
+        )
+    )[0]
 
 
 def _updates_of(array: Column) -> Column:

@@ -16,6 +16,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
 from cdc_emitter.protocol.codec import kind, resolve
 from cdc_emitter.spark.schema import contains_map, contains_type
 
@@ -46,9 +49,6 @@ HASH = "__cdc_hash"
 
 def canonical(c: Any, dtype: Any) -> Any:
     """An expression equal for equal values that Spark can group on (maps → sorted entry arrays)."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
     if not contains_map(dtype):
         return c
     if isinstance(dtype, T.MapType):
@@ -71,8 +71,6 @@ def canonical(c: Any, dtype: Any) -> Any:
 def group_keys(schema: Any, data_cols: Sequence[str]) -> tuple[list, list]:
     """Grouping expressions for the data columns (maps canonicalised) and the ``first`` aggregates
     that bring back the original map-holding columns."""
-    from pyspark.sql import functions as F
-
     keys, firsts = [], []
     for i, c in enumerate(data_cols):
         dtype = schema[c].dataType
@@ -112,8 +110,6 @@ def spark_hash_long(value: int, seed: int = 42) -> int:
 def bucket_of(order: Any, buckets: int) -> Any:
     """The bucket of a row whose hash is ``order``: one of :func:`partition_labels` (longs), so
     that ``repartition(buckets, bucket)`` gives every bucket a task of its own."""
-    from pyspark.sql import functions as F
-
     labels = F.array(*[F.lit(label).cast("long") for label in partition_labels(buckets)])
     return F.element_at(labels, (F.pmod(order, F.lit(buckets)) + 1).cast("int"))
 
@@ -139,8 +135,6 @@ def partition_labels(count: int) -> tuple[int, ...]:
 def hash_columns(schema: Any, data_cols: Sequence[str]) -> list:
     """The data columns as every data path hashes them: maps as sorted entries
     (:func:`canonical`), floats as Spark's grouping sees them (:func:`normalized`)."""
-    from pyspark.sql import functions as F
-
     return [
         canonical(F.col(c), schema[c].dataType)
         if contains_map(schema[c].dataType)
@@ -153,7 +147,6 @@ def encoded_data(schema: Any, data_cols: Sequence[str], data_record: dict) -> An
     """Each row's data record as ``to_avro`` bytes, floats normalized (:func:`normalized`), so
     rows that consolidate together encode to the same bytes. Not for data holding maps (equal
     maps can encode their entries in other orders)."""
-    from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import to_avro
 
     data = [
@@ -167,8 +160,6 @@ def not_null_long(c: Any) -> Any:
     its batch first; sums are of at least one row), said so to Spark by ``coalesce``: given a
     column it thinks nullable and a non-null Avro type, Spark's Avro serializer logs, in every
     task of every batch, a warning that a null would fail."""
-    from pyspark.sql import functions as F
-
     return F.coalesce(c, F.lit(0).cast("long"))
 
 
@@ -193,8 +184,6 @@ def declared_as_avro(c: Any, dtype: Any, avro: Any) -> Any:
 def _gaps(dtype: Any, avro: Any, named: dict, nullable: bool) -> bool:
     """Whether Spark declares a null, at or below a value of ``dtype`` (itself ``nullable``),
     where ``avro`` (parsed by ``fastavro``, its named types in ``named``) has none."""
-    from pyspark.sql import types as T
-
     avro = resolve(avro, named)
     if isinstance(avro, list):
         others = [b for b in avro if b != "null"]
@@ -218,9 +207,6 @@ def _gaps(dtype: Any, avro: Any, named: dict, nullable: bool) -> bool:
 
 
 def _declared(c: Any, dtype: Any, avro: Any, named: dict, nullable: bool) -> Any:
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
     if not _gaps(dtype, avro, named, nullable):
         return c
     avro = resolve(avro, named)
@@ -266,9 +252,6 @@ def _default_literals() -> dict:
     import datetime
     import decimal
 
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
     def cast(value: Any) -> Any:
         return lambda t: F.lit(value).cast(t)
 
@@ -294,23 +277,16 @@ def digest_share(order: Any, diff: Any) -> Any:
     ``xxhash64(xxhash64(data, time), diff)``, ``order`` being the inner hash. Every data path
     computes the same (:func:`cdc_emitter.sink.small_batch.consolidate` in numpy), so a re-run
     compares whichever path wrote the first attempt."""
-    from pyspark.sql import functions as F
-
     return F.xxhash64(order, diff)
 
 
 def _has_float(dtype: Any) -> bool:
-    from pyspark.sql import types as T
-
     return contains_type(dtype, (T.FloatType, T.DoubleType))
 
 
 def normalized(c: Any, dtype: Any, nullable: bool) -> Any:
     """``c`` with every float as Spark's grouping sees it (-0.0 as 0.0, one NaN), nullability
     kept: rows that consolidate together then encode to the same bytes."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
     if not _has_float(dtype):
         return c
     if isinstance(dtype, (T.FloatType, T.DoubleType)):
@@ -341,8 +317,6 @@ class EncodedRows:
         time_column: str | None,
         diff_column: str | None,
     ) -> None:
-        from pyspark.sql import functions as F
-
         self.columns = [
             encoded_data(schema, data_cols, data_record).alias("data"),
             F.xxhash64(*hash_columns(schema, data_cols)).alias("h"),

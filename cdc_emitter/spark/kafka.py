@@ -14,6 +14,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pyspark.sql import functions as F
+
 from cdc_emitter.errors import ConfigError
 
 __all__ = [
@@ -194,8 +196,6 @@ def write_messages(
 
     A password in the options (``kafka.sasl.jaas.config``) is kept out of what Spark prints
     (its option redaction is extended to that key) and out of Py4J's debug log."""
-    from pyspark.sql import functions as F
-
     # one SQL expression, parsed on the JVM: built from Columns, the headers took some 130 round
     # trips to it per batch
     for key, _ in headers:

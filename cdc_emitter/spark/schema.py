@@ -332,7 +332,7 @@ def parse_ddl_columns(text: str) -> Any:
     def field(fname: str) -> Any:
         ftype = dtype()
         nullable = True
-        while peek() is not None and peek().lower() in ("not", "comment"):
+        while (word := peek()) is not None and word.lower() in ("not", "comment"):
             if take().lower() == "not":
                 take("null")
                 nullable = False

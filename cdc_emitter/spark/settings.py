@@ -107,7 +107,7 @@ class KafkaWriteObserved:
     (``Observation.get`` would wait for ever). The two writers share the producers, their
     settings and the messages written. :attr:`in_force` is False where the session refused the
     setting: the batch must then be written by two jobs
-    (:class:`~cdc_emitter.sink.distributed.ExecutorsWay`)."""
+    (:class:`~cdc_emitter.sink.distributed.DistributedPath`)."""
 
     def __init__(self, spark: Any) -> None:
         self._spark = spark

@@ -1,4 +1,4 @@
-"""Spark session set-up for the sink: :func:`configure_spark` adds what the JVM data path needs.
+"""Spark session set-up for the sink: `configure_spark` adds what the JVM data path needs.
 
 Guarantees: the packages match the running PySpark's Spark and Scala versions (Spark's own
 ``spark-avro`` and ``spark-sql-kafka-0-10``, from Maven Central); packages already configured on
@@ -28,10 +28,19 @@ def scala_version() -> str:
 
 
 def sink_packages(spark_version: str | None = None) -> list[str]:
-    """Maven coordinates of the two Spark packages the sink's JVM data path uses: at
-    ``spark_version``, else ``$CDC_SPARK_PACKAGES_VERSION`` (for a PySpark release whose packages
-    your Maven repository does not have yet: the nearest release below it of the same major
-    version), else the installed PySpark's version."""
+    """The Maven coordinates of the two Spark packages the sink's JVM data path uses.
+
+    These are Spark's own ``spark-avro`` and ``spark-sql-kafka-0-10``, for the Scala version of
+    the installed PySpark.
+
+    Args:
+        spark_version: The packages' version. Default: ``$CDC_SPARK_PACKAGES_VERSION`` (for a
+            PySpark release whose packages your Maven repository does not have yet: the nearest
+            release below it of the same major version), else the installed PySpark's version.
+
+    Returns:
+        The two coordinates, ``group:artifact:version``.
+    """
     import pyspark
 
     version = (
@@ -47,13 +56,22 @@ def sink_packages(spark_version: str | None = None) -> list[str]:
 
 
 def configure_spark(builder: Any, extra_packages: Sequence[str] = ()) -> Any:
-    """``builder`` (a ``SparkSession.Builder``) loading the sink's packages plus ``extra_packages``
-    through ``spark.jars.packages`` (Delta's ``configure_spark_with_delta_pip`` idiom)::
+    """Make a session builder load the sink's packages.
+
+    Follows Delta's ``configure_spark_with_delta_pip`` idiom::
 
         spark = configure_spark(SparkSession.builder.master("spark://host:7077")).getOrCreate()
 
     A Spark Connect server loads packages itself: start it with ``--packages`` set to
-    :func:`sink_packages` (``scripts/spark-local start --connect`` does).
+    `sink_packages` (``scripts/spark-local start --connect`` does).
+
+    Args:
+        builder: A ``SparkSession.Builder``. Packages already set on it are kept.
+        extra_packages: More Maven coordinates to load.
+
+    Returns:
+        The builder, with ``spark.jars.packages`` set to its packages, `sink_packages` and
+        ``extra_packages``, each once.
     """
     present = getattr(builder, "_options", {}).get("spark.jars.packages", "")
     packages: list[str] = []
