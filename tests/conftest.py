@@ -33,6 +33,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -103,35 +104,20 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if _xdist_controller(config) and home:
         if os.path.exists(os.path.join(home, "kafka.pid")):
             KafkaLocal(home=home)._run("stop", check=False)
+        shutil.rmtree(home, ignore_errors=True)
         del os.environ[SHARED_KAFKA_HOME]
 
 
 def _xdist_controller(config: pytest.Config) -> bool:
-    """True in the process that hands tests to pytest-xdist workers (``-n 2``)."""
+    """True in the process that hands tests to pytest-xdist workers (``-n 2``). Use
+    ``--dist loadfile`` with it: the module-scoped brokers, clusters and tables then start once
+    per module (pytest-xdist 3.8's ``loadgroup`` does not group under pytest 9.2)."""
     return (
         not hasattr(config, "workerinput")
         and bool(getattr(config.option, "numprocesses", None))
         and getattr(config.option, "dist", "no") != "no"
         and not config.getoption("collectonly", default=False)
     )
-
-
-def _xdist_group(item: pytest.Item) -> str | None:
-    """The worker a test must share with others (``--dist loadgroup``): every test of a module
-    with a module-scoped fixture (a broker, cluster or converted table started once for the
-    module), and the tests of a costly session-scoped service that is not shared across workers
-    (the schema registry, the restartable ``kafka_local`` broker) each on one worker, so each
-    starts once per run, not once per worker."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return None
-    for name in ("schema_registry", "kafka_local"):
-        if name in info.name2fixturedefs:
-            return name
-    for defs in info.name2fixturedefs.values():
-        if defs and defs[-1].scope in ("module", "package", "class"):
-            return item.nodeid.split("::")[0]
-    return None
 
 
 def _quick(config: pytest.Config) -> bool:
@@ -161,9 +147,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             or item.get_closest_marker("spark")
         ):
             item.add_marker(pytest.mark.integration)
-        group = _xdist_group(item) if config.pluginmanager.hasplugin("xdist") else None
-        if group is not None and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(group))
     if not _quick(config):
         return
 

@@ -120,7 +120,7 @@ __all__ = [
     "topic_frontier",
 ]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("cdc_emitter.sink")  # the name users configure (0.1 had it)
 
 DEFAULT_MAX_MESSAGE_BYTES = 900_000
 #: The data paths (see the ``encoder`` argument of :class:`CdcSink`).

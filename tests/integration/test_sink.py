@@ -235,7 +235,7 @@ def test_a_first_batch_bigger_than_its_spread_in_one_job_packs_its_big_arrays_ex
     assert (first.updates, first.finished_on) == (40_000, "executors")
     sizes = [len(r.value) for r in kafka_reading.read_topic(kafka_bootstrap, topic)]
     assert max(sizes) <= limit and len(sizes) == first.messages
-    assert sink._executors.buckets > FIRST_BUCKETS  # sized from the first batch's bytes
+    assert sink._distributed.buckets > FIRST_BUCKETS  # sized from the first batch's bytes
     calls.clear()
     second = sink.write(df.selectExpr("k", "v", "-diff as diff"), time=2)
     assert calls == ["unconsolidated"] and second.updates == 40_000
