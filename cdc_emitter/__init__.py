@@ -2,11 +2,11 @@
 
 The package by domain, each layer importing only those before it:
 
-- :mod:`cdc_emitter.protocol`: CDCv2 itself, pure (updates, the reader, the Avro codec);
-- :mod:`cdc_emitter.kafka`: Kafka I/O, the only user of confluent-kafka;
-- :mod:`cdc_emitter.spark`: Spark helpers (DataFrame API only);
-- :mod:`cdc_emitter.sink`, :mod:`cdc_emitter.read`, :mod:`cdc_emitter.convert`: what users run;
-- :mod:`cdc_emitter.cli`: the ``cdc-emitter`` command.
+- `cdc_emitter.protocol`: CDCv2 itself, pure (updates, the reader, the Avro codec);
+- `cdc_emitter.kafka`: Kafka I/O, the only user of confluent-kafka;
+- `cdc_emitter.spark`: Spark helpers (DataFrame API only);
+- `cdc_emitter.sink`, `cdc_emitter.read`, `cdc_emitter.convert`: what users run;
+- `cdc_emitter.cli`: the ``cdc-emitter`` command.
 
 ``CdcSink``, ``read_cdc`` and ``configure_spark`` are imported lazily, so ``import cdc_emitter``
 needs neither Spark nor a broker.

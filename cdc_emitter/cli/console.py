@@ -1,5 +1,5 @@
 """The ``cdc-emitter`` commands: verify, tail, schema, export (thin: library calls + output);
-``convert`` is in :mod:`.convert`, on the shared options defined here.
+``convert`` is in `convert`, on the shared options defined here.
 
 Exit codes (every command): 0 success; 2 usage, schema, configuration or connection error
 (printed as ``error: ...`` on stderr, never a traceback). ``verify`` adds 1 (protocol violations,
@@ -69,7 +69,7 @@ def _parse_settings(ctx: click.Context, param: click.Parameter, values: tuple[st
 def _parse_registry_settings(
     ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
 ) -> dict:
-    """As :func:`_parse_settings`, and ``@FILE``: the ``key=value`` lines of a properties file
+    """As `_parse_settings`, and ``@FILE``: the ``key=value`` lines of a properties file
     (so a password need not be on the command line)."""
     items: list[str] = []
     for item in values:

@@ -1,5 +1,5 @@
 """``cdc-emitter convert``: a changefeed another system keeps, as a CDCv2 topic (a Spark
-Structured Streaming job through ``CdcSink``; see :mod:`cdc_emitter.convert.delta`)."""
+Structured Streaming job through ``CdcSink``; see `cdc_emitter.convert.delta`)."""
 
 from __future__ import annotations
 
@@ -319,8 +319,8 @@ def _packages(
 
 
 def _run(start: Callable[[], StreamingQuery], source: str, topic: str) -> None:
-    """Run the conversion (restarted as :func:`~cdc_emitter.convert.changefeed.await_conversion`
-    does); a failure that is not ours becomes a :class:`CdcError` naming the source and topic."""
+    """Run the conversion (restarted as `await_conversion`
+    does); a failure that is not ours becomes a `CdcError` naming the source and topic."""
     from cdc_emitter.convert.changefeed import await_conversion, conversion_error
 
     try:

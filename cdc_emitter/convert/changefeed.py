@@ -4,10 +4,10 @@ Both deliver at least once, in order per key only, with a watermark — ``resolv
 every partition, promising no new row at or below their timestamp on that partition. So the
 converter writes, per micro-batch, the rows of the times below the smallest resolved timestamp
 over all partitions, ``[lower, upper)``, and closes exactly those times with the progress
-statement (:meth:`CdcSink.write_upto <cdc_emitter.sink.sink.CdcSink.write_upto>`); rows at later times
+statement (`CdcSink.write_upto`); rows at later times
 wait in the source topic and are read again from there when their time is resolved (the offsets
 are recorded under ``<checkpoint>/cdc-emitter-convert``, see
-:class:`~cdc_emitter.convert.plan.WatermarkRecord`). Nothing is held in Spark state.
+`WatermarkRecord`). Nothing is held in Spark state.
 
 Duplicates (the same key and timestamp again, after a restart of the changefeed) are written
 once: inside a batch they are dropped, and a copy of a row that an earlier batch wrote has a time
@@ -402,7 +402,7 @@ def _updates(parsed: Any, columns: Any, lower: int, upper: int, topic: str) -> A
 class KafkaChangefeed:
     """The ``foreachBatch`` function of a changefeed stream (see the module docstring): decides
     the batch's ``[lower, upper)`` and source offsets, records them, then writes through ``sink``
-    (a column-mode :class:`~cdc_emitter.sink.sink.CdcSink` with ``time_column=TIME``, ``diff_column=DIFF``).
+    (a column-mode `CdcSink` with ``time_column=TIME``, ``diff_column=DIFF``).
     """
 
     def __init__(
@@ -545,7 +545,7 @@ def convert_kafka(
         once: convert what is there now, then stop.
         trigger_interval: start a micro-batch at most this often, e.g. ``"10 seconds"``.
         max_offsets_per_trigger: at most this many source messages per micro-batch.
-        **sink_options: go to :class:`~cdc_emitter.sink.sink.CdcSink`.
+        **sink_options: go to `CdcSink`.
 
     Returns:
         The running streaming query.

@@ -3,8 +3,8 @@
 Each change row becomes an update of the table's columns at time ``_commit_version``:
 ``insert`` and ``update_postimage`` count +1, ``delete`` and ``update_preimage`` −1 (an update
 that changes nothing cancels out in the sink's consolidation). The stream runs through
-:class:`~cdc_emitter.sink.sink.CdcSink` in column mode, so a batch's progress statement closes every
-version up to its newest — which is why :func:`~cdc_emitter.convert.plan.plan_versions` first holds
+`CdcSink` in column mode, so a batch's progress statement closes every
+version up to its newest — which is why `plan_versions` first holds
 back a version that Delta split over micro-batches, and writes it whole once all of it arrived.
 
 Guarantees: every version is written once, whole, and closed only with all of its change rows;
@@ -120,8 +120,8 @@ class DeltaChangefeed:
     """The ``foreachBatch`` function of a Delta change-data-feed stream: plans the batch's versions
     (recorded beside the checkpoint), then writes them through ``sink``.
 
-    ``sink``: a :class:`~cdc_emitter.sink.sink.CdcSink` with ``time_column=VERSION`` and
-    ``diff_column=DIFF`` and the query's checkpoint location (see :func:`convert_delta`).
+    ``sink``: a `CdcSink` with ``time_column=VERSION`` and
+    ``diff_column=DIFF`` and the query's checkpoint location (see `convert_delta`).
     """
 
     def __init__(self, source: str, sink: Any, checkpoint_location: str) -> None:
@@ -205,7 +205,7 @@ def convert_delta(
         starting_version: the first table version to convert.
         max_files_per_trigger: at most about this many files per micro-batch.
         trigger_interval: start a micro-batch at most this often, e.g. ``"10 seconds"``.
-        **sink_options: go to :class:`~cdc_emitter.sink.sink.CdcSink` (``create_topic``,
+        **sink_options: go to `CdcSink` (``create_topic``,
             ``producer_config``, ``on_batch``, ``broker_timeout``, ...).
 
     Returns:

@@ -7,7 +7,7 @@ data files of a plain append or delete one by one under ``maxFilesPerTrigger``. 
 the interval ``[frontier, largest time + 1)`` — so a version written before all of its rows
 arrived would be closed early, and its other rows would be late.
 
-:func:`plan_versions` decides, per micro-batch, from the rows it holds per version:
+`plan_versions` decides, per micro-batch, from the rows it holds per version:
 
 * every version below the batch's largest one is complete (the stream has moved past it);
 * the largest is complete when the rows delivered for it — in this batch, plus those of earlier
@@ -65,7 +65,7 @@ def plan_versions(
 
     ``batch_counts``: change rows per version in the batch; ``held``: what the previous batch
     left open; ``table_count(v)``: how many change rows version ``v`` has in the table (called
-    once, for the batch's largest version). Raises :class:`CdcError` when the stream and the table
+    once, for the batch's largest version). Raises `CdcError` when the stream and the table
     disagree (a version arriving after a later one, more rows delivered than the table has).
     """
     if not batch_counts:

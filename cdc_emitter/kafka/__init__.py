@@ -4,13 +4,13 @@ frontier and the schema registry.
 The only package that imports ``confluent_kafka``. Moves bytes and headers; may import
 ``protocol`` and ``errors``, never Spark.
 
-- :mod:`~cdc_emitter.kafka.config`: client settings, redaction, making clients;
-- :mod:`~cdc_emitter.kafka.producer`: :class:`CdcProducer`;
-- :mod:`~cdc_emitter.kafka.topics`: :func:`ensure_topic`, :func:`topic_settings`;
-- :mod:`~cdc_emitter.kafka.reading`: :func:`read_topic`, :class:`TopicScan`, end offsets and
+- `cdc_emitter.kafka.config`: client settings, redaction, making clients;
+- `cdc_emitter.kafka.producer`: `CdcProducer`;
+- `cdc_emitter.kafka.topics`: `ensure_topic`, `topic_settings`;
+- `cdc_emitter.kafka.reading`: `read_topic`, `TopicScan`, end offsets and
   the last messages of each partition;
-- :mod:`~cdc_emitter.kafka.frontier`: the topic's frontier, read from its tail;
-- :mod:`~cdc_emitter.kafka.registry`: the schema registry.
+- `cdc_emitter.kafka.frontier`: the topic's frontier, read from its tail;
+- `cdc_emitter.kafka.registry`: the schema registry.
 
 The names below are also the module ``cdc_emitter.kafka_io`` of release 0.1.
 """
@@ -37,7 +37,7 @@ from cdc_emitter.kafka.reading import (
 )
 from cdc_emitter.kafka.topics import ensure_topic, topic_settings
 
-#: the name of :func:`partition_tails` in release 0.1
+#: the name of `partition_tails` in release 0.1
 tail = partition_tails
 
 __all__ = [

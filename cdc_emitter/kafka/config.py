@@ -3,12 +3,12 @@ and making a client whose log lines and errors we keep.
 
 Guarantees:
 
-* :func:`producer_config` gives an idempotent, ``acks=all`` producer configuration; the caller's
+* `producer_config` gives an idempotent, ``acks=all`` producer configuration; the caller's
   overrides are applied to a copy and never mutated.
-* Configuration shown in any message goes through :func:`redact_config` (or
-  :func:`redact_text`): only well-known public settings are shown.
-* A client made by :func:`make_client` logs through :data:`librdkafka_log`, repeats folded, and
-  remembers the errors it reported, so :func:`refused_error` can tell a refusal from silence.
+* Configuration shown in any message goes through `redact_config` (or
+  `redact_text`): only well-known public settings are shown.
+* A client made by `make_client` logs through `librdkafka_log`, repeats folded, and
+  remembers the errors it reported, so `refused_error` can tell a refusal from silence.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def redact_config(cfg: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def check_bootstrap(bootstrap_servers: str | None) -> str:
-    """The bootstrap servers, stripped; none given raises :class:`~cdc_emitter.errors.ConfigError`."""
+    """The bootstrap servers, stripped; none given raises `ConfigError`."""
     if not bootstrap_servers or not str(bootstrap_servers).strip():
         raise ConfigError(
             "no Kafka bootstrap servers given: pass --bootstrap-servers HOST:PORT "
@@ -149,7 +149,7 @@ def check_bootstrap(bootstrap_servers: str | None) -> str:
 def producer_config(
     bootstrap_servers: str, overrides: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """A new producer configuration: :data:`PRODUCER_DEFAULTS`, the servers, then ``overrides``.
+    """A new producer configuration: `PRODUCER_DEFAULTS`, the servers, then ``overrides``.
 
     ``overrides`` (librdkafka settings, e.g. from ``-X key=value``) win over the defaults; the
     mapping passed in is never modified.
@@ -229,7 +229,7 @@ librdkafka_log.addFilter(_FoldRepeats())
 
 
 #: Errors a client reported through its error callback, by ``id(client)`` (see
-#: :func:`refused_error`).
+#: `refused_error`).
 _CLIENT_ERRORS: dict[int, list] = {}
 #: Error codes that mean the broker answered and refused us: no point in waiting any longer.
 REFUSALS = {KafkaError._AUTHENTICATION: "authentication", KafkaError._SSL: "the TLS handshake"}

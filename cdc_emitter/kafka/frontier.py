@@ -5,7 +5,7 @@ batch's interval) and whether a batch it is about to write was written before (a
 come from the progress statements at the end of the topic, found by reading the last messages of
 each partition backwards in growing chunks — never by scanning the whole topic.
 
-Guarantees: :func:`topic_frontier` reads at most what it needs to find a progress statement on
+Guarantees: `topic_frontier` reads at most what it needs to find a progress statement on
 partition 0 (where the sink writes every statement); a message it cannot decode is not judged here
 (the verifier reports it); transient broker errors are retried with back-off.
 """
@@ -104,7 +104,7 @@ def _progress_of(
     return None
 
 
-#: Seconds :func:`topic_frontier` keeps retrying a broker that does not answer, in all (default).
+#: Seconds `topic_frontier` keeps retrying a broker that does not answer, in all (default).
 RETRY_WINDOW = 30.0
 
 
@@ -162,7 +162,7 @@ def topic_frontier(
     has been read entirely; the frontier is the largest upper among the statements seen. Our
     progress messages are recognised by their headers; others by decoding their value with
     ``decode`` (a codec's ``decode``), when given. ``offsets``: a
-    :class:`~cdc_emitter.kafka.reading.TopicOffsets` to read with (else a client for this call).
+    `TopicOffsets` to read with (else a client for this call).
     A broker that does not answer is retried for at most ``broker_timeout`` seconds in all.
     """
     n = first_chunk

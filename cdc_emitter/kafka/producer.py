@@ -1,6 +1,6 @@
-"""Producing to one topic: :class:`CdcProducer`.
+"""Producing to one topic: `CdcProducer`.
 
-Guarantees: :meth:`CdcProducer.flush` raises :class:`~cdc_emitter.errors.DeliveryError` (with
+Guarantees: `CdcProducer.flush` raises `DeliveryError` (with
 the topic, partition and text of the FIRST error) if any message was not acknowledged, or if
 messages were still undelivered when the flush timed out. A flush that returns normally means
 every message produced so far is durable in Kafka (``acks=all``).
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 
 class CdcProducer:
-    """A producer for one topic that turns every failed delivery into a :class:`DeliveryError`.
+    """A producer for one topic that turns every failed delivery into a `DeliveryError`.
 
     Use it as a context manager; leaving the block normally flushes (and raises if anything
     failed)::
@@ -106,7 +106,7 @@ class CdcProducer:
         headers: list[tuple[str, bytes]] | Mapping[str, bytes] | None = None,
         partition: int | None = None,
     ) -> None:
-        """Queue one message (asynchronous; :meth:`flush` waits for the acknowledgements).
+        """Queue one message (asynchronous; `flush` waits for the acknowledgements).
 
         Raises DeliveryError when an earlier delivery failed or Kafka refuses the message
         outright (e.g. larger than ``message.max.bytes``, unknown partition).

@@ -2,10 +2,10 @@
 
 Guarantees:
 
-* :func:`read_topic` and :class:`TopicScan` read every partition from the beginning without
+* `read_topic` and `TopicScan` read every partition from the beginning without
   touching consumer-group offsets; both know the end offsets they saw when they started.
 * A broker unreachable for more than ``broker_timeout`` seconds in a row, and any other consumer
-  error, raise :class:`~cdc_emitter.errors.BrokerError` naming the topic, the partition and the
+  error, raise `BrokerError` naming the topic, the partition and the
   bootstrap servers.
 """
 
@@ -191,7 +191,7 @@ class TopicScan:
     on past them for a caller that follows the topic. Use it as a context manager.
 
     Guarantees: a broker unreachable for more than ``broker_timeout`` seconds in a row, and
-    any other consumer error, raise :class:`~cdc_emitter.errors.BrokerError` naming the topic,
+    any other consumer error, raise `BrokerError` naming the topic,
     the partition and the servers; a missing topic raises it at construction.
     """
 
@@ -351,7 +351,7 @@ class TopicOffsets:
     client reconnects by itself after a broker restart. Nothing is committed (no group).
 
     Guarantees: every answer is asked of the broker when called (no cached offsets); an error
-    raises :class:`~cdc_emitter.errors.BrokerError` naming the topic and partition, and the
+    raises `BrokerError` naming the topic and partition, and the
     client is then replaced on the next call.
     """
 
@@ -398,7 +398,7 @@ class TopicOffsets:
     ) -> tuple[list[KafkaRecord], dict[int, int]]:
         """The last (up to) ``n_per_partition`` messages of every partition, by (partition,
         offset), and every partition's end offset when they were read (see
-        :func:`partition_tails`)."""
+        `partition_tails`)."""
         try:
             consumer = self._open()
             marks = _watermarks(
@@ -460,7 +460,7 @@ def partition_tails(
     config: Mapping[str, Any] | None = None,
     timeout: float = 30.0,
 ) -> tuple[list[KafkaRecord], dict[int, int]]:
-    """:func:`last_messages`, and every partition's end offset when they were read (a broker that
+    """`last_messages`, and every partition's end offset when they were read (a broker that
     does not answer is waited for at most ``timeout`` seconds)."""
     with TopicOffsets(bootstrap_servers, topic, config, broker_timeout=timeout) as offsets:
         return offsets.partition_tails(n_per_partition, timeout)

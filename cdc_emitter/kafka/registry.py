@@ -4,11 +4,11 @@ Through confluent-kafka's ``SchemaRegistryClient`` (its settings: ``basic.auth.u
 ``bearer.auth.*``, ``ssl.*``, ``timeout``), with the subject ``<topic>-value`` (Confluent's
 TopicNameStrategy).
 
-Guarantees: every error is a :class:`~cdc_emitter.errors.CdcError` that names the registry's
+Guarantees: every error is a `CdcError` that names the registry's
 URL without credentials, the subject or schema id, and the registry's own reason; no setting's
 value (a password, a token) appears in any message. A refused schema is a
-:class:`~cdc_emitter.errors.SchemaError`; unreachable registry, refused credentials and unknown
-settings are :class:`~cdc_emitter.errors.ConfigError`. Schemas by id are cached per client.
+`SchemaError`; unreachable registry, refused credentials and unknown
+settings are `ConfigError`. Schemas by id are cached per client.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ class SchemaRegistry:
 
     def register(self, subject: str, schema_text: str) -> int:
         """The id of ``schema_text`` under ``subject``: registered if new, under the subject's
-        compatibility rule (a refusal raises :class:`SchemaError` with the registry's reason)."""
+        compatibility rule (a refusal raises `SchemaError` with the registry's reason)."""
         from confluent_kafka.schema_registry import Schema
 
         client = self.client()

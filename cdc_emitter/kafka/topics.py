@@ -1,7 +1,7 @@
 """Topics: making sure one exists, its settings, and the cluster's metadata about it.
 
 Guarantees: a missing topic, an unreachable cluster and a refusing one each raise a
-:class:`~cdc_emitter.errors.BrokerError` (or :class:`~cdc_emitter.errors.RefusedError`) that
+`BrokerError` (or `RefusedError`) that
 names the topic and the bootstrap servers; an unreachable cluster is waited for at most
 ``timeout`` seconds, a refusing one not at all.
 """

@@ -3,11 +3,11 @@
 Imports nothing of Kafka or Spark, and nothing of this package outside ``protocol`` and
 ``errors``. Everything else builds on it.
 
-- :mod:`~cdc_emitter.protocol.updates`: :class:`Update`, :class:`Progress`, :func:`consolidate`
+- `cdc_emitter.protocol.updates`: `Update`, `Progress`, `consolidate`
   and the functions that build progress statements;
-- :mod:`~cdc_emitter.protocol.reader`: :class:`CdcReader` and its counting variant;
-- :mod:`~cdc_emitter.protocol.codec`: the Avro wire format;
-- :mod:`~cdc_emitter.protocol.headers`: our message headers.
+- `cdc_emitter.protocol.reader`: `CdcReader` and its counting variant;
+- `cdc_emitter.protocol.codec`: the Avro wire format;
+- `cdc_emitter.protocol.headers`: our message headers.
 
 The names below are also the module ``cdc_emitter.core`` of release 0.1.
 """

@@ -31,7 +31,7 @@ FIRST_CAPACITY = 1 << 20
 
 
 class BloomMemory:
-    """Reported updates for :class:`~cdc_emitter.protocol.reader.CdcReader` in strict ``"bloom"`` mode."""
+    """Reported updates for `CdcReader` in strict ``"bloom"`` mode."""
 
     def __init__(self, error_rate: float = 0.001, first_capacity: int = FIRST_CAPACITY):
         if not 0 < error_rate < 1:

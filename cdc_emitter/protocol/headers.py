@@ -4,8 +4,8 @@ The protocol itself needs none of them: a reader of CDCv2 decodes the values onl
 them to find the topic's frontier and to recognise a batch it wrote before (a re-run) without
 decoding anything.
 
-Guarantees: every message a sink writes carries :data:`HEADER_KIND` and :data:`HEADER_WRITER`;
-every progress statement it writes carries :data:`HEADER_LOWER` and :data:`HEADER_UPPER`.
+Guarantees: every message a sink writes carries `HEADER_KIND` and `HEADER_WRITER`;
+every progress statement it writes carries `HEADER_LOWER` and `HEADER_UPPER`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Decoding CDC messages in worker processes, results in submission order.
 
 Decoding Avro is most of what reading a topic costs, and it is the one step that needs no shared
-state: :class:`DecodePool` hands chunks of raw message values to worker processes and gives back
+state: `DecodePool` hands chunks of raw message values to worker processes and gives back
 what they decoded, chunk by chunk in the order the chunks went in, so the reader (which stays in
 the calling process) sees exactly the message order a single process would.
 
@@ -13,7 +13,7 @@ holds values marshal does not know (decimals, dates, timestamps).
 
 Guarantees: results come back in submission order; a worker that dies or answers garbage does not
 lose a chunk — the pool stops and the chunks not yet answered are decoded in the calling process
-(:meth:`DecodePool.next_result` does it), so the caller sees the same results either way.
+(`DecodePool.next_result` does it), so the caller sees the same results either way.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A decode worker of :class:`cdc_emitter.read.decode_pool.DecodePool` (run as ``python -m``).
+"""A decode worker of `cdc_emitter.read.decode_pool.DecodePool` (run as ``python -m``).
 
 Reads frames from stdin: first the codec spec (JSON), then marshal-ed chunks of
 ``(partition, offset, value)``; writes one result frame per chunk to stdout, in order. Ends at

@@ -1,9 +1,9 @@
 """``CdcSink`` and its data paths: a Spark DataFrame written to Kafka as CDCv2.
 
-:mod:`~cdc_emitter.sink.sink` decides each batch's interval and writes its progress statement;
-the data paths write its updates: :mod:`~cdc_emitter.sink.distributed` (one Spark job, the
-default), :mod:`~cdc_emitter.sink.driver` (small batches, finished on the driver) and
-:mod:`~cdc_emitter.sink.python_path` (encoded by Python on the executors). May import
+`cdc_emitter.sink.sink` decides each batch's interval and writes its progress statement;
+the data paths write its updates: `cdc_emitter.sink.distributed` (one Spark job, the
+default), `cdc_emitter.sink.driver` (small batches, finished on the driver) and
+`cdc_emitter.sink.python_path` (encoded by Python on the executors). May import
 ``protocol``, ``kafka``, ``spark`` and ``errors``.
 
 ``CdcSink`` is imported lazily, so the pure modules here (interval, batch, digest, small_batch,

@@ -1,16 +1,16 @@
-"""The seam between :class:`~cdc_emitter.sink.sink.CdcSink` and the paths that write a batch (pure).
+"""The seam between `CdcSink` and the paths that write a batch (pure).
 
-The sink decides a batch's interval and names it (:class:`Batch`); a path —
-:mod:`~cdc_emitter.sink.distributed` (Spark's Kafka writer), :mod:`~cdc_emitter.sink.driver`
-(finished on the driver), :mod:`~cdc_emitter.sink.python_path` (our encoders on the executors) —
-checks every row of it and returns a :class:`Checked` batch, of which nothing is written yet.
+The sink decides a batch's interval and names it (`Batch`); a path —
+`cdc_emitter.sink.distributed` (Spark's Kafka writer), `cdc_emitter.sink.driver`
+(finished on the driver), `cdc_emitter.sink.python_path` (our encoders on the executors) —
+checks every row of it and returns a `Checked` batch, of which nothing is written yet.
 The sink then compares a re-run's digest, checks for another writer, records the interval, and
-only then calls :meth:`Checked.write`, and after it writes the progress statement.
+only then calls `Checked.write`, and after it writes the progress statement.
 
-Guarantees a path gives: :meth:`Checked.write` is the only step that writes to Kafka, and it
+Guarantees a path gives: `Checked.write` is the only step that writes to Kafka, and it
 returns only once every message it wrote is acknowledged; a bad row, an overflowing diff sum or
-an oversized update raises before a path returns its :class:`Checked` batch (the Python
-path, and a JVM batch checked and written by one job: before :meth:`Checked.write`
+an oversized update raises before a path returns its `Checked` batch (the Python
+path, and a JVM batch checked and written by one job: before `Checked.write`
 writes its first message).
 """
 
@@ -45,7 +45,7 @@ class Batch:
 
 
 class Written(NamedTuple):
-    """What :meth:`Checked.write` wrote: updates per time, their digest XOR, messages, bytes."""
+    """What `Checked.write` wrote: updates per time, their digest XOR, messages, bytes."""
 
     counts: dict
     digest: int
@@ -67,12 +67,12 @@ class Checked:
     bytes: int = 0
     #: its messages are produced by the sink's driver producer, though packed on the executors
     produced_on_driver: bool = False
-    #: ``rows``, ``groups`` and ``bytes`` are known once :meth:`check <Checked>` returned; False:
-    #: only after :meth:`write` (a batch checked and written by one job)
+    #: ``rows``, ``groups`` and ``bytes`` are known once `check` returned; False:
+    #: only after `write` (a batch checked and written by one job)
     known_before_write: bool = True
 
     def digest(self) -> tuple[int, tuple]:
-        """``(xor, ((time, updates), ...))`` of what :meth:`write` would write: for a re-run to
+        """``(xor, ((time, updates), ...))`` of what `write` would write: for a re-run to
         compare with its first attempt's before writing anything."""
         raise NotImplementedError
 

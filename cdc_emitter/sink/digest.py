@@ -1,16 +1,16 @@
 """A batch's digest: how a re-run tells whether its source replayed the same data (pure).
 
 Every progress statement the sink writes carries, in a header, the digest of its batch: the XOR
-of its updates' 64-bit hashes (:func:`cdc_emitter.spark.columns.digest_share`; any order, any
+of its updates' 64-bit hashes (`cdc_emitter.spark.columns.digest_share`; any order, any
 batching) and its update counts per time. A re-run of a batch whose first attempt is complete in
 the topic computes the digest of what it would write and compares it before writing anything:
-the same, and it writes nothing; other, and it raises :class:`~cdc_emitter.errors.ReplayError`
-(:func:`replay_message`).
+the same, and it writes nothing; other, and it raises `ReplayError`
+(`replay_message`).
 
-Guarantees: :func:`parse_digest` reads back exactly what :func:`format_digest` wrote, as
-:func:`digest_form` keeps it, and None for a header it cannot compare (absent, unreadable, or of
-another :data:`DIGEST_VERSION`) — a re-run then writes its updates again: duplicates at most.
-A header holds at most :data:`DIGEST_TIMES` counts; beyond that their hash, so it fits a message.
+Guarantees: `parse_digest` reads back exactly what `format_digest` wrote, as
+`digest_form` keeps it, and None for a header it cannot compare (absent, unreadable, or of
+another `DIGEST_VERSION`) — a re-run then writes its updates again: duplicates at most.
+A header holds at most `DIGEST_TIMES` counts; beyond that their hash, so it fits a message.
 """
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ __all__ = [
 #: in the message) — a re-run then still compares exactly, and says less about what changed.
 DIGEST_TIMES = 1000
 
-#: How update hashes are made (:func:`cdc_emitter.spark.columns.digest_share`); 2 since the hash
+#: How update hashes are made (`cdc_emitter.spark.columns.digest_share`); 2 since the hash
 #: became xxhash64(xxhash64(data, time), diff) — a digest of another version is not compared.
 DIGEST_VERSION = 2
 
 
 def digest_form(xor: int, counts: tuple) -> tuple:
     """``(xor, counts)`` as a digest header keeps it: ``counts`` as ``((time, n), ...)`` sorted by
-    time, or when there are more than :data:`DIGEST_TIMES`, ``("sha256", hex, total, times)``."""
+    time, or when there are more than `DIGEST_TIMES`, ``("sha256", hex, total, times)``."""
     if len(counts) <= DIGEST_TIMES:
         return xor, counts
     text = json.dumps(counts, separators=(",", ":")).encode()  # as lists: [[time,n],...]
@@ -63,7 +63,7 @@ def format_digest(xor: int, counts: dict[int, int]) -> str:
 
 
 def parse_digest(text: str | None) -> tuple[int, tuple] | None:
-    """``(xor, counts)`` in :func:`digest_form` from a digest header; None when absent,
+    """``(xor, counts)`` in `digest_form` from a digest header; None when absent,
     unreadable or of another digest version."""
     if text is None:
         return None
@@ -82,8 +82,8 @@ def parse_digest(text: str | None) -> tuple[int, tuple] | None:
 
 
 def replay_message(what: str, batch_id: int | None, first: tuple, now: tuple) -> str:
-    """The :class:`~cdc_emitter.errors.ReplayError` text for a re-run whose digest ``now``
-    differs from its first attempt's ``first`` (both in :func:`digest_form`): what each held,
+    """The `ReplayError` text for a re-run whose digest ``now``
+    differs from its first attempt's ``first`` (both in `digest_form`): what each held,
     that nothing was written, and the way out."""
 
     def said(counts: tuple) -> str:

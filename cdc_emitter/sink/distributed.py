@@ -1,9 +1,9 @@
 """The JVM data path's distributed path: a batch checked, consolidated and packed by one Spark job
-(:class:`~cdc_emitter.sink.plan.MessagePlan`), its messages cached, then written by Spark's own
+(`MessagePlan`), its messages cached, then written by Spark's own
 Kafka writer — nothing of ours runs on the executors. A small first batch, spread before its
 size was known over many messages, has them joined on the driver and produced by the sink's
-producer instead (:meth:`DistributedPath._joined`). A batch of one time, its data grouped as
-bytes, is checked, packed and written by one job instead (:class:`WrittenWhilePacked`).
+producer instead (`DistributedPath._joined`). A batch of one time, its data grouped as
+bytes, is checked, packed and written by one job instead (`WrittenWhilePacked`).
 
 Guarantees: nothing is written before every row passed its checks, every consolidated diff fits
 64 bits and every message is at most ``max_message_bytes`` (a spread that came out too big is
@@ -49,7 +49,7 @@ log = logging.getLogger("cdc_emitter.sink")
 #: well under the 128 after which Spark's object aggregation falls back to sorting.
 FANOUT_ARRAYS = 64
 #: A sink's first batch, whose size is unknown, is spread over this many buckets (each a task)
-#: of :data:`FANOUT_ARRAYS` arrays: room for 460 MB at the default message limit — a bigger one
+#: of `FANOUT_ARRAYS` arrays: room for 460 MB at the default message limit — a bigger one
 #: is spread again by its size — without the session's shuffle partitions (200 by default)
 #: turning a small batch into hundreds of tasks and thousands of messages.
 FIRST_BUCKETS = 8
@@ -66,7 +66,7 @@ SMALL_ARRAY_BYTES = 4096
 def spread(n_bytes: int, max_message_bytes: int, partitions: int) -> tuple[int, int]:
     """``(buckets, arrays per bucket)`` for a batch of about ``n_bytes`` of messages: arrays of
     about a quarter of the limit (room to grow 4-fold before one is expected over it), at most
-    :data:`FANOUT_ARRAYS` per bucket, and buckets of about :data:`BUCKET_BYTES`, no more than the
+    `FANOUT_ARRAYS` per bucket, and buckets of about `BUCKET_BYTES`, no more than the
     session's shuffle ``partitions`` unless the arrays need more."""
     arrays = max(1, -(-n_bytes * 4 // max_message_bytes))
     buckets = max(1, -(-arrays // FANOUT_ARRAYS), min(partitions, -(-n_bytes // BUCKET_BYTES)))
@@ -74,13 +74,13 @@ def spread(n_bytes: int, max_message_bytes: int, partitions: int) -> tuple[int, 
 
 
 def _shuffle_partitions(spark: SparkSession) -> int:
-    """The session's ``spark.sql.shuffle.partitions``: at most how many buckets :func:`spread`
+    """The session's ``spark.sql.shuffle.partitions``: at most how many buckets `spread`
     makes for the arrays' sake alone."""
     return int(cast(str, spark.conf.get("spark.sql.shuffle.partitions")))
 
 
 class _Cached(NamedTuple):
-    """A batch's messages, cached, and their stats (see :meth:`DistributedPath.check`)."""
+    """A batch's messages, cached, and their stats (see `DistributedPath.check`)."""
 
     messages: DataFrame
     stats: plan_stats.BatchStats
@@ -93,8 +93,8 @@ class DistributedPath:
 
     Each batch spreads its updates over buckets (a task each) and each bucket over a fixed
     number of arrays (no window to size them), each array holding updates of any times, as
-    :func:`spread` sizes them for the last batch's bytes: the first over :data:`FIRST_BUCKETS`
-    buckets of :data:`FANOUT_ARRAYS` arrays."""
+    `spread` sizes them for the last batch's bytes: the first over `FIRST_BUCKETS`
+    buckets of `FANOUT_ARRAYS` arrays."""
 
     def __init__(
         self,
@@ -121,7 +121,7 @@ class DistributedPath:
         self._checks_writing: tuple | None = None  # (row checks, with small_diffs), built once
 
     def plan(self, spark: SparkSession, batch: Batch) -> tuple[MessagePlan, int]:
-        """The shared :class:`~cdc_emitter.sink.plan.MessagePlan` of the batch's layout, and the
+        """The shared `MessagePlan` of the batch's layout, and the
         session's shuffle partitions."""
         partitions = _shuffle_partitions(spark)
         plan = MessagePlan.shared(
@@ -145,14 +145,14 @@ class DistributedPath:
         write_while_packing: bool = False,
     ) -> Checked:
         """Compute and cache the batch's messages and their stats (one Spark job, more only
-        when the first attempt's spread needs mending, see :meth:`_cached_messages`); a bad row
-        fails it with our error. The caller writes them with :meth:`Known.write` and frees them
-        with :meth:`Known.release`.
+        when the first attempt's spread needs mending, see `_cached_messages`); a bad row
+        fails it with our error. The caller writes them with `Known.write` and frees them
+        with `Known.release`.
 
         ``write_while_packing`` (the caller needs no stats before writing: not a re-run
         comparing digests): a batch of one time whose data is grouped as bytes is instead
-        checked, packed and written by one job when :meth:`Checked.write` is called
-        (:class:`WrittenWhilePacked`), written unconsolidated or consolidated straight away —
+        checked, packed and written by one job when `Checked.write` is called
+        (`WrittenWhilePacked`), written unconsolidated or consolidated straight away —
         nothing is computed here. A sink's first batch is spread before its size is known:
         there, the arrays that came out small are brought back by that job and joined on the
         driver, and those too big are packed exactly after it; by two jobs, a first batch's
@@ -402,20 +402,20 @@ class DistributedPath:
         """Write the next batch as one after a batch of ``rows`` input rows, ``groups`` distinct
         data and times among them and ``n_bytes`` of messages, by another sink: spread for its
         bytes, and its rows consolidated straight away when that many repeats would fall in over
-        a quarter of the arrays (as :func:`~cdc_emitter.sink.plan.note_repeats` notes of a batch
+        a quarter of the arrays (as `note_repeats` notes of a batch
         of this process)."""
         self.size_next(n_bytes, _shuffle_partitions(spark))
         buckets = self.buckets or FIRST_BUCKETS  # set by size_next
         note_repeats(schema, data_cols, 4 * (rows - groups) > buckets * self.fanout)
 
     def size_next(self, n_bytes: int, partitions: int) -> None:
-        """Size the next batch's spread (:func:`spread`) for this one's bytes."""
+        """Size the next batch's spread (`spread`) for this one's bytes."""
         self.buckets, self.fanout = spread(n_bytes, self.max_message_bytes, partitions)
 
     def write_messages(self, messages: DataFrame, options: dict, batch: Batch) -> None:
         """Write the batch's ``messages`` by Spark's Kafka writer with ``options``
-        (:func:`~cdc_emitter.spark.kafka.kafka_write_options`); a failed delivery raises
-        :class:`~cdc_emitter.errors.DeliveryError`."""
+        (`kafka_write_options`); a failed delivery raises
+        `DeliveryError`."""
         try:
             spark_kafka.write_messages(messages, options, batch.headers)
         except Exception as exc:  # noqa: BLE001 - Spark wraps the producer's error
@@ -434,7 +434,7 @@ class DistributedPath:
         )
 
     def checks_writing(self, batch: Batch) -> list[Check]:
-        """The batch's row checks and :func:`~cdc_emitter.sink.plan.small_diffs`, for a batch
+        """The batch's row checks and `small_diffs`, for a batch
         written in the job that packs it: the same list while the row checks are (the plan
         reuses the Columns it built for them)."""
         checks = self.row_checks(batch)
@@ -445,7 +445,7 @@ class DistributedPath:
 
 def _raise_ours(exc: BaseException, batch: Batch) -> None:
     """Raise our error behind a failed Spark job (a ``raise_error`` of
-    :mod:`~cdc_emitter.sink.plan`, the batch named), if that is what failed it."""
+    `cdc_emitter.sink.plan`, the batch named), if that is what failed it."""
     ours = task_error(exc, batch.what, batch.time)
     if ours is not None:
         raise ours from None
@@ -460,7 +460,7 @@ def _observable(spark: SparkSession) -> bool:
 
 class WrittenWhilePacked(Checked):
     """A batch of one time, its data grouped as bytes, that is checked, packed and written by one
-    Spark job when :meth:`write` is called — nothing is computed before — instead of a job that
+    Spark job when `write` is called — nothing is computed before — instead of a job that
     computes and caches its messages and one that writes them: the cache, the second job and
     the second read of the messages are saved (a running sink's batches, medians: 4M narrow rows
     3.56 s against 3.67 s, within the noise; 4M wide rows 6.23 s against 7.49 s; 4M rows of
@@ -470,14 +470,14 @@ class WrittenWhilePacked(Checked):
 
     Guarantees, as the two jobs': nothing is written before every row passed its checks (they
     fail the job's input stage, and no task after the shuffle — no write — starts before every
-    task before it succeeded: :func:`~cdc_emitter.sink.plan_stats.write_observed`); every message
+    task before it succeeded: `write_observed`); every message
     is at most ``max_message_bytes`` and holds no two live updates of one data and time — the
     arrays that came out (unconsolidated) with such a repeat are left out of that job and written
     by a second one like it, consolidated (only their rows; no cache, no job to compute their
     stats first), and those that came out too big, from either, are packed exactly after it,
     consolidated; the stats are those of the messages written. No consolidation can fail on a
     diff sum over 64 bits once a message is written: a batch with a diff beyond
-    :data:`~cdc_emitter.sink.plan.LARGE_DIFF` fails the first job before its shuffle and is
+    `LARGE_DIFF` fails the first job before its shuffle and is
     written by the two jobs instead, which find such a sum before writing.
 
     A sink's first batch, spread before its size was known, does not write its arrays under
@@ -485,8 +485,8 @@ class WrittenWhilePacked(Checked):
     the job's stats, and a small batch's many tiny messages are joined on the driver into as
     few as hold them and produced there, with no job of their own.
 
-    Unlike the two jobs' batch, its stats (:attr:`rows`, :attr:`groups`, :attr:`bytes`) are
-    known only after :meth:`write` (:attr:`known_before_write`), and it has no :meth:`digest`
+    Unlike the two jobs' batch, its stats (`rows`, `groups`, `bytes`) are
+    known only after `write` (`known_before_write`), and it has no `digest`
     to compare before writing."""
 
     known_before_write = False
@@ -599,8 +599,8 @@ class WrittenWhilePacked(Checked):
         arrays: Sequence[tuple[int, int]] | None = None,
     ) -> plan_stats.ObservedWrite | None:
         """Check, pack and write the batch — or only its ``arrays`` — by one job
-        (:func:`~cdc_emitter.sink.plan_stats.write_observed`) and return what it observed; None when
-        a diff beyond :data:`~cdc_emitter.sink.plan.LARGE_DIFF` failed it before its shuffle
+        (`write_observed`) and return what it observed; None when
+        a diff beyond `LARGE_DIFF` failed it before its shuffle
         (nothing written: the batch goes by two jobs). Raises our error for a bad row, else a
         DeliveryError."""
         path, batch = self._path, self._batch
@@ -633,7 +633,7 @@ class WrittenWhilePacked(Checked):
     ) -> tuple[plan_stats.BatchStats, list[bytes]]:
         """Write the arrays that a one-job write left out, consolidated — packed exactly if one was
         too big (the only ones a consolidated job leaves out), or comes out so — and return
-        their :class:`~cdc_emitter.sink.plan_stats.BatchStats` and, for a first batch whose arrays all
+        their `BatchStats` and, for a first batch whose arrays all
         came out under ``small_below`` bytes, their values instead of writing them, to be joined
         on the driver. Their rows passed the checks, and their sums cannot overflow (see the
         class)."""
@@ -672,7 +672,7 @@ class WrittenWhilePacked(Checked):
             exact = True
 
     def _in_two_jobs(self, why: str) -> Written:
-        """Write the batch by the two jobs (:meth:`DistributedPath.check`, then its write)."""
+        """Write the batch by the two jobs (`DistributedPath.check`, then its write)."""
         log.info("%s: written by a job after the one that packs it: %s", self._batch.what, why)
         known = self._path.check(self._prepared, self._spark, self._batch)
         try:

@@ -5,10 +5,10 @@ Two forms:
 
 - **small batches**: one narrow Spark job (no shuffle) brings every row to the driver, its data
   encoded by ``to_avro`` and hashed by ``xxhash64``
-  (:class:`~cdc_emitter.spark.columns.EncodedRows`: nothing of ours on the executors); the driver checks the rows and consolidates them on those
-  bytes (:mod:`cdc_emitter.sink.small_batch`);
+  (`EncodedRows`: nothing of ours on the executors); the driver checks the rows and consolidates them on those
+  bytes (`cdc_emitter.sink.small_batch`);
 - **rows that consolidate to few updates**: one Spark job checks and consolidates the rows,
-  partly before its shuffle (:meth:`MessagePlan.updates <cdc_emitter.sink.plan.MessagePlan.updates>`),
+  partly before its shuffle (`MessagePlan.updates`),
   and only the updates come to the driver.
 
 Either way the driver packs the update arrays and produces them through the sink's own producer.
@@ -198,7 +198,7 @@ def produce_messages(
 ) -> None:
     """Produce a batch's update messages through the sink's driver ``producer``, in turn to each
     of its update partitions; return once every one is acknowledged (a failed delivery raises
-    :class:`~cdc_emitter.errors.DeliveryError`)."""
+    `DeliveryError`)."""
     targets = batch.update_partitions
     for n, message in enumerate(messages):
         producer.produce(

@@ -6,7 +6,7 @@ recorded; these functions decide the rest from what the sink knows, so a re-run 
 what its first attempt decided.
 
 Guarantees: a re-run (``recorded`` given) keeps the recorded interval and time, and fails with
-:class:`~cdc_emitter.errors.BadInputError` rather than widen it; a new batch never starts below
+`BadInputError` rather than widen it; a new batch never starts below
 the frontier (a late time is refused, or advanced to the frontier with ``late="advance"``).
 """
 

@@ -10,7 +10,7 @@ default time mode, null in column mode.)
 The log lives wherever the checkpoint lives (local disk, HDFS, S3, ABFS…). In a classic
 session, file access goes through Hadoop's FileSystem API via the Spark JVM gateway: a record is
 written to a temporary file and renamed into place, so a reader never sees half a record, and
-old records are pruned, keeping the newest :data:`KEEP` batch ids. On Spark Connect, which has no
+old records are pruned, keeping the newest `KEEP` batch ids. On Spark Connect, which has no
 JVM gateway, each record is a one-row text dataset written with the DataFrame API in
 ``error`` (if-exists) mode and read back (not pruned). Either way a record that is already there is
 never overwritten: the first decision for a batch id wins, which is the point.
@@ -68,7 +68,7 @@ class SinkLogEntry(NamedTuple):
 
     @classmethod
     def from_lines(cls, lines: list[str], where: str) -> SinkLogEntry:
-        """The record stored as ``lines`` at ``where``; :class:`CdcError` naming it if unreadable."""
+        """The record stored as ``lines`` at ``where``; `CdcError` naming it if unreadable."""
         try:
             return cls.from_json("\n".join(lines))
         except (ValueError, KeyError, TypeError) as exc:
@@ -263,7 +263,7 @@ def converter_records(
     """``(log, record, previous)`` of a converter's batch: its log under
     ``<checkpoint>/cdc-emitter-convert``, the record of ``batch_id`` (a re-run takes what its first
     attempt decided) or None, and when that is None the record of the batch before (None for
-    batch 0). :class:`CdcError` naming ``what`` when a later batch has no record before it: the
+    batch 0). `CdcError` naming ``what`` when a later batch has no record before it: the
     checkpoint was not started by the converter."""
     records = open_sink_log(
         spark, checkpoint_location, dirname=CONVERT_DIRNAME, entry_type=entry_type

@@ -4,7 +4,7 @@ and the Kafka write, all as Spark SQL — nothing of ours runs on the executors.
 A batch is two Spark jobs over one plan:
 
 1. **Prepare** (``MessagePlan.messages``, then
-   :func:`~cdc_emitter.sink.plan_stats.batch_stats`): every row is checked in the map stage,
+   `batch_stats`): every row is checked in the map stage,
    before the shuffle (``raise_error``: a null, negative or late time, a null diff, a time
    beyond a re-run's recorded interval); there too each row's data record is encoded by
    ``to_avro`` and hashed with its time; rows are shuffled by that hash, consolidated on the
@@ -15,7 +15,7 @@ A batch is two Spark jobs over one plan:
    times. A batch is first packed unconsolidated instead, each row its own update (no
    aggregation over every row), encoded and packed in its input task, before the shuffle
    (only each task's share of each array moves: see
-   :class:`~cdc_emitter.spark.settings.GroupsInMemory` for what a task
+   `GroupsInMemory` for what a task
    then holds); the arrays where two rows turn out to share data and time
    (found per array, before anything is written) are consolidated again alone — the whole
    batch when they are over half — and when they were over a quarter, the next batch of the
@@ -24,17 +24,17 @@ A batch is two Spark jobs over one plan:
    time), partly before the shuffle, so repeated rows shrink before they move; each update is
    encoded after it and packed where the aggregation left it, each task's share of each array
    then shuffled and joined, as for a batch packed unconsolidated. Each message is the Confluent
-   header (one owner: :attr:`CdcCodec.frame <cdc_emitter.protocol.codec.CdcCodec.frame>`), the union
+   header (one owner: `CdcCodec.frame`), the union
    branch, the array's block count (``to_avro`` of a long is its zig-zag varint), the encoded
    updates and the closing zero. The messages are cached; the job's result is the
    per-time update counts and the digest. A bad row fails this job: nothing has been written.
-2. **Write** (:func:`~cdc_emitter.spark.kafka.write_messages`): Spark's own Kafka writer
+2. **Write** (`write_messages`): Spark's own Kafka writer
    (``spark-sql-kafka-0-10``: producers cached per executor, ``acks=all``) writes the cached
    messages; a delivery error fails the task, and Spark retries it — a retry can only duplicate
    whole update arrays, which readers discard.
 
 A batch of one time is both in one job instead
-(:func:`~cdc_emitter.sink.plan_stats.write_observed`): its rows are checked in the input stage —
+(`write_observed`): its rows are checked in the input stage —
 there also encoded and packed when bet unconsolidated, partly summed when consolidated — and its
 messages written by the tasks after the (last) shuffle, which start only
 once every task before passed; the arrays found repeated (unconsolidated) or too big are left
@@ -46,7 +46,7 @@ two jobs (a sum over 64 bits must be found before anything is written).
 Guarantees: no message is written before every row of the batch passed validation and every
 consolidated diff fits 64 bits; every message is at most ``max_message_bytes``; the counts are
 those of the messages written; the executors need only Spark and the two Spark packages
-(``spark-avro``, ``spark-sql-kafka-0-10``; :func:`cdc_emitter.configure_spark` adds them).
+(``spark-avro``, ``spark-sql-kafka-0-10``; `cdc_emitter.configure_spark` adds them).
 """
 
 from __future__ import annotations
@@ -109,18 +109,18 @@ _MARKED = re.compile(r"\[cdc-emitter:(\w+)\] (.*?)(?: SQLSTATE: \w+)?(?:\n|$)")
 ENVELOPE = 32
 
 
-#: In a :class:`Check`'s message parts: the bad row's data columns as JSON.
+#: In a `Check`'s message parts: the bad row's data columns as JSON.
 ROW = "\0row"
-#: In the texts of a :class:`MessagePlan`: the batch's name, put back by :func:`task_error`.
+#: In the texts of a `MessagePlan`: the batch's name, put back by `task_error`.
 BATCH = "@cdc-emitter-batch@"
-#: ... and the batch's time, where the rows do not carry it (:meth:`MessagePlan.updates`).
+#: ... and the batch's time, where the rows do not carry it (`MessagePlan.updates`).
 BATCH_TIME = "@cdc-emitter-time@"
 
 
 @dataclass(frozen=True)
 class Check:
     """A per-row condition that fails the batch with a message made of ``parts``: texts, Columns
-    (values of the bad row) and :data:`ROW`."""
+    (values of the bad row) and `ROW`."""
 
     condition: Any  # a boolean Column: True for a bad row
     kind: str  # the error class: "BadInputError" or "LateUpdateError"
@@ -200,9 +200,9 @@ def _fail(kind: str, *parts: Any) -> Any:
 
 
 class _Exprs:
-    """The expressions of a :class:`MessagePlan` that hold a time: one set for rows that carry
+    """The expressions of a `MessagePlan` that hold a time: one set for rows that carry
     their times (a long column), one for a batch of one time, whose time comes as binary literals
-    (:data:`TIME_KEY`, :data:`TIME_ITEM`) — Spark writes a long literal into the Java code it
+    (`TIME_KEY`, `TIME_ITEM`) — Spark writes a long literal into the Java code it
     generates, so a new time each batch would compile every stage again and run it cold (measured:
     about 0.4 s of a 4M-row batch); a binary literal is passed to the same code as an object."""
 
@@ -374,12 +374,12 @@ class _Exprs:
 class MessagePlan:
     """How a batch's rows become its messages, for one data schema and message layout.
 
-    The expressions are built once and reused by every batch (:meth:`messages`), and by every
-    sink of the same layout (:meth:`shared`): on a classic session each piece of an expression
+    The expressions are built once and reused by every batch (`messages`), and by every
+    sink of the same layout (`shared`): on a classic session each piece of an expression
     is a round trip to the JVM, some 1,500 per plan. Texts that name the batch say
-    :data:`BATCH` instead (and the time of a batch of one time :data:`BATCH_TIME`);
-    :func:`task_error` puts them back. No batch's own value is a long literal in them, so
-    every batch of a layout runs the same generated code (:class:`_Exprs`).
+    `BATCH` instead (and the time of a batch of one time `BATCH_TIME`);
+    `task_error` puts them back. No batch's own value is a long literal in them, so
+    every batch of a layout runs the same generated code (`_Exprs`).
 
     ``buckets``: how many groups the updates are spread over (each packs its own arrays);
     ``partitions``: where messages go (None: Kafka's choice).
@@ -468,7 +468,7 @@ class MessagePlan:
 
     def _order(self, time: Any) -> Any:
         """A row's hash of its data and ``time`` (a long column, or a one-time batch's
-        :data:`TIME_KEY`, which hashes as the long): its bucket, its order in packing and the
+        `TIME_KEY`, which hashes as the long): its bucket, its order in packing and the
         seed of its digest share."""
         return F.xxhash64(*self._hashed, time)
 
@@ -524,7 +524,7 @@ class MessagePlan:
         Columns differ), built once per process and shared by every sink. A plan's Columns are
         expressions bound to no session or batch, and building them took 0.13-0.19 s of round
         trips to the JVM — otherwise paid again by each new sink of the same layout, e.g. one
-        per ``write``. The :data:`SHARED_PLANS` layouts used last are kept."""
+        per ``write``. The `SHARED_PLANS` layouts used last are kept."""
         key = (session_kind, cls.key_of(**layout))
         with _shared_lock:
             plan = _shared.pop(key, None)
@@ -554,18 +554,18 @@ class MessagePlan:
         ``n = 0``, a null value and a null array for each bucket with updates that all
         cancelled. Unless ``time`` is given, also ``max_time`` (the largest time of its
         updates, cancelled ones included) and ``times`` (each live update's time): an array
-        holds updates of any times (:func:`batch_stats` counts them per time).
+        holds updates of any times (`batch_stats` counts them per time).
 
         ``prepared`` has the data columns, ``__cdc_diff`` and, unless ``time`` is given,
         ``__cdc_time``; ``checks`` are the batch's own (built per batch: they hold its frontier).
         ``time``: every row's time (a batch of one time). ``fanout``: spread each bucket's
         updates over that many arrays by hash (no sort and no window: ~30% less time on big
         batches than the exact packing), where a message can exceed ``max_message_bytes`` —
-        check the largest message (:func:`batch_stats`) before writing, and pack exactly when it
+        check the largest message (`batch_stats`) before writing, and pack exactly when it
         does. ``exact``: pack by running size instead, every message at most
         ``max_message_bytes``.
 
-        ``consolidate=False`` (only with :attr:`by_bytes`): each row with a non-zero diff is an
+        ``consolidate=False`` (only with `by_bytes`): each row with a non-zero diff is an
         update of its own, with no aggregation over every row — right exactly when no two of the
         batch's rows have the same data and time. ``repeated`` is then true for an array with two
         live rows of one hash (two such rows always share one, so it is never false when they
@@ -577,15 +577,15 @@ class MessagePlan:
         repeat check too: each task's hashes of an array, then all of them) — instead of
         shuffling every row to its bucket's task: no packing task per bucket, and a few rows
         shuffled per array instead of one per update. Each input task then holds
-        :func:`packed_groups` groups: see :class:`~cdc_emitter.spark.settings.GroupsInMemory`.
+        `packed_groups` groups: see `GroupsInMemory`.
 
         ``arrays``: only the updates of these ``(bucket, array)`` pairs among ``fanout``, the
         rows of others left out before they are encoded or shuffled — to consolidate the few
         arrays an unconsolidated attempt found repeated, and keep its others.
 
         Consolidated and spread (not exact), data grouped as bytes — a whole batch, or only
-        ``arrays`` — goes as :meth:`_combined` says: packed where the aggregation's tasks left
-        the updates, each of those tasks then holding :func:`packed_groups` groups too."""
+        ``arrays`` — goes as `_combined` says: packed where the aggregation's tasks left
+        the updates, each of those tasks then holding `packed_groups` groups too."""
 
         if not (consolidate or self.by_bytes):
             raise ValueError(
@@ -635,20 +635,20 @@ class MessagePlan:
 
     @staticmethod
     def _packs_in_input_tasks(consolidate: bool, exact: bool, arrays: Any) -> bool:
-        """Whether :meth:`messages` packs where the rows are: unconsolidated and spread."""
+        """Whether `messages` packs where the rows are: unconsolidated and spread."""
         return not (consolidate or exact or arrays is not None)
 
     def _combines(self, consolidate: bool, exact: bool) -> bool:
-        """Whether :meth:`messages` consolidates as :meth:`_combined` does: consolidated and
+        """Whether `messages` consolidates as `_combined` does: consolidated and
         spread, data grouped as bytes."""
         return consolidate and self.by_bytes and not exact
 
     def groups_per_packing_task(
         self, fanout: int, *, consolidate: bool, exact: bool = False
     ) -> int:
-        """How many groups a task before the last shuffle holds computing :meth:`messages` of
-        these arguments (see :class:`~cdc_emitter.spark.settings.GroupsInMemory`):
-        :func:`packed_groups` when it packs a share of every array — unconsolidated where the
+        """How many groups a task before the last shuffle holds computing `messages` of
+        these arguments (see `GroupsInMemory`):
+        `packed_groups` when it packs a share of every array — unconsolidated where the
         rows are, or consolidated the combined way where the aggregation left them — else 0:
         the updates are packed after the shuffle, a bucket per task."""
         if self._combines(consolidate, exact) or self._packs_in_input_tasks(
@@ -693,13 +693,13 @@ class MessagePlan:
 
     def updates(self, prepared: Any, checks: Sequence[Check], *, one_time: bool = False) -> Any:
         """The batch consolidated on the executors, for the driver to finish
-        (:func:`cdc_emitter.sink.small_batch.consolidate`, as
-        :class:`~cdc_emitter.spark.columns.EncodedRows`): one row per data and time — ``data``,
+        (`cdc_emitter.sink.small_batch.consolidate`, as
+        `EncodedRows`): one row per data and time — ``data``,
         its data record as ``to_avro`` bytes; ``h``, Spark's ``xxhash64`` of its data columns;
         ``t``; ``d``, the exact sum of its diffs (zero sums kept: their times count for the
         batch's largest); ``n``, the input rows behind it. Grouped on the
-        data columns partly before the shuffle, as :meth:`_combined`; a bad row, or a sum over
-        64 bits, fails the job. Only for data grouped as bytes (:attr:`by_bytes`).
+        data columns partly before the shuffle, as `_combined`; a bad row, or a sum over
+        64 bits, fails the job. Only for data grouped as bytes (`by_bytes`).
 
         ``one_time``: every row has the batch's time, which the driver knows: the rows are
         grouped on their data alone, the checks ride on the diff, and there is no ``t``."""
@@ -733,7 +733,7 @@ class MessagePlan:
 
     def _pack(self, updates: Any, chunk: Any, repeated: Any, ex: _Exprs, time: int | None) -> Any:
         """Messages from ``updates`` (bucket, order, data, time, diff, repeat; and
-        :data:`TIME_ITEM` for a batch of one time, unless ``time`` is given to add it): each update
+        `TIME_ITEM` for a batch of one time, unless ``time`` is given to add it): each update
         encoded, given its array by ``chunk``, and each array's updates joined."""
         items = _with_time(updates, time, TIME_ITEM).select(*ex.items)
         if chunk is ex.chunk_exact:  # by running size
@@ -750,7 +750,7 @@ class MessagePlan:
         )
 
     def _fanned(self, fanout: int) -> Any:
-        """The array index among ``fanout`` per bucket (:func:`_array_index`), built once each."""
+        """The array index among ``fanout`` per bucket (`_array_index`), built once each."""
         fanout = max(1, fanout)
         chunk = self._chunks.get(fanout)
         if chunk is None:
@@ -758,7 +758,7 @@ class MessagePlan:
         return chunk
 
     def _of_arrays(self, fanout: int, arrays: Sequence[tuple[int, int]]) -> Any:
-        """Whether a row (with its :data:`ORDER`) falls in one of ``arrays``, ``(bucket, array)``
+        """Whether a row (with its `ORDER`) falls in one of ``arrays``, ``(bucket, array)``
         pairs among ``fanout`` arrays per bucket."""
         fanout = max(1, fanout)
         return (self._bucket * F.lit(fanout) + _hash_array(F.lit(fanout))).isin(
@@ -774,7 +774,7 @@ class MessagePlan:
     ) -> Any:
         """A batch consolidated the way Spark's own aggregation goes: grouped on the data columns
         (collations were taken off before; Spark's grouping normalizes floats as
-        :func:`~cdc_emitter.spark.columns.normalized` does) and, unless the batch has one
+        `normalized` does) and, unless the batch has one
         ``time``, the time, partly where the rows are, before the shuffle — so repeated rows
         shrink before they move, as the floor's do — then each update hashed, encoded and packed
         as the other ways do (only updates move, not every row): the same updates, arrays,
@@ -803,13 +803,13 @@ class MessagePlan:
 
 def _with_time(df: Any, time: int | None, name: str) -> Any:
     """``df`` with a batch of one time's ``time`` as the binary literal column ``name``
-    (:data:`TIME_KEY` or :data:`TIME_ITEM`); ``df`` itself for rows that carry their times."""
+    (`TIME_KEY` or `TIME_ITEM`); ``df`` itself for rows that carry their times."""
     added = _time_columns(time, name)
     return df.withColumns(added) if added else df
 
 
 def _time_columns(time: int | None, name: str) -> dict[str, Any]:
-    """The column :func:`_with_time` adds, by name (none for rows that carry their times): for a
+    """The column `_with_time` adds, by name (none for rows that carry their times): for a
     step that adds others too."""
     if time is None:
         return {}
@@ -821,12 +821,12 @@ def _time_columns(time: int | None, name: str) -> dict[str, Any]:
     return {name: F.lit(value)}
 
 
-#: How many layouts' plans :meth:`MessagePlan.shared` keeps.
+#: How many layouts' plans `MessagePlan.shared` keeps.
 SHARED_PLANS = 8
 _shared: dict[tuple, MessagePlan] = {}
 _shared_lock = threading.Lock()
 #: Data layouts whose last batch, in this process, had repeated rows in over a
-#: quarter of its arrays (see :func:`expect_repeats`); at most :data:`SHARED_PLANS`, the most
+#: quarter of its arrays (see `expect_repeats`); at most `SHARED_PLANS`, the most
 #: recently noted last.
 _repeating: dict[tuple, bool] = {}
 
@@ -855,7 +855,7 @@ def note_repeats(schema: Any, data_cols: Sequence[str], many: bool) -> None:
 
 def forget_layouts() -> None:
     """Forget what this process learnt of data layouts — the shared plans
-    (:meth:`MessagePlan.shared`) and which layouts repeat rows (:func:`expect_repeats`) — so that
+    (`MessagePlan.shared`) and which layouts repeat rows (`expect_repeats`) — so that
     the next batch of any sink is what a new process's would be (the JVM aside): for benchmarks
     of a first batch."""
     with _shared_lock:
@@ -864,23 +864,23 @@ def forget_layouts() -> None:
 
 
 def packed_groups(buckets: int, fanout: int) -> int:
-    """How many groups a task packing where the rows are (:meth:`MessagePlan.messages`) can
+    """How many groups a task packing where the rows are (`MessagePlan.messages`) can
     hold: every array of every bucket, and each bucket's group of cancelled updates."""
     return buckets * (max(1, fanout) + 1)
 
 
 #: A diff beyond which a batch written in the job that packs it is written by two jobs instead
-#: (:func:`small_diffs`): below it no sum of fewer than 2^31 rows' diffs can overflow 64 bits
+#: (`small_diffs`): below it no sum of fewer than 2^31 rows' diffs can overflow 64 bits
 LARGE_DIFF = 2**32
 _LARGE = "LargeDiff"  # the kind of small_diffs' raise_error: not an error of the input
 
 
 def small_diffs() -> Check:
     """A per-row check, for a batch written in the job that packs it, that fails the job before
-    the shuffle — before anything is written — on a diff beyond :data:`LARGE_DIFF` either way:
+    the shuffle — before anything is written — on a diff beyond `LARGE_DIFF` either way:
     such a batch could hold rows of one data and time whose sum overflows 64 bits, which is only
     found when their arrays are consolidated, after the others were written. The batch is then
-    written by two jobs, which find it before writing (:func:`large_diff` tells this failure)."""
+    written by two jobs, which find it before writing (`large_diff` tells this failure)."""
     d = F.col(DIFF)
     return Check(
         (d > F.lit(LARGE_DIFF)) | (d < F.lit(-LARGE_DIFF)),
@@ -890,7 +890,7 @@ def small_diffs() -> Check:
 
 
 def large_diff(exc: BaseException) -> bool:
-    """Whether a failed job failed on :func:`small_diffs`' check alone (not on a bad row)."""
+    """Whether a failed job failed on `small_diffs`' check alone (not on a bad row)."""
     found = _MARKED.findall(str(exc))
     return bool(found) and found[-1][0] == _LARGE
 
@@ -905,7 +905,7 @@ def _array_index(arrays: Any) -> Any:
 
 def _hash_array(arrays: Any) -> Any:
     """The array among ``arrays`` that a row's hash chooses, whether or not it is an update
-    (see :func:`_array_index`): where its rows are, before they are consolidated."""
+    (see `_array_index`): where its rows are, before they are consolidated."""
     return F.pmod(F.shiftright(F.col(ORDER), 32), arrays)
 
 
@@ -922,7 +922,7 @@ def _long_bytes(c: Any) -> Any:
 def _avro_long(c: Any) -> Any:
     """``to_avro`` of a long column that is never null where it is evaluated (an update's time
     and diff are encoded only for a non-zero diff, an array's count only when not zero): see
-    :func:`~cdc_emitter.spark.columns.not_null_long`."""
+    `not_null_long`."""
     return to_avro(not_null_long(c), '"long"')
 
 
@@ -937,8 +937,8 @@ def _concat_all(item: Any) -> Any:
 
 def task_error(exc: BaseException, what: str, time: int | None = None) -> CdcError | None:
     """Our error behind a failed Spark job (a ``raise_error`` of this module), or None;
-    ``what``: the batch's name, for :data:`BATCH` in the text; ``time``: its time, for
-    :data:`BATCH_TIME`."""
+    ``what``: the batch's name, for `BATCH` in the text; ``time``: its time, for
+    `BATCH_TIME`."""
     found = _MARKED.findall(str(exc))
     if not found:
         return None

@@ -1,12 +1,11 @@
-"""A batch's stats from the JVM data path's messages (:meth:`MessagePlan.messages
-<cdc_emitter.sink.plan.MessagePlan.messages>`), taken two ways:
+"""A batch's stats from the JVM data path's messages (`MessagePlan.messages`), taken two ways:
 
-- :func:`batch_stats`: from the cached messages, before anything is written (a bad row fails
+- `batch_stats`: from the cached messages, before anything is written (a bad row fails
   that job: nothing written), then written by a second job;
-- :func:`write_observed`: in the one job that computes and writes them (``Dataset.observe``),
+- `write_observed`: in the one job that computes and writes them (``Dataset.observe``),
   for a batch of one time — no cache, no second read of the messages.
 
-Either way the stats are those of the messages written (by :func:`batch_stats`, about to be):
+Either way the stats are those of the messages written (by `batch_stats`, about to be):
 the updates per time, the digest, the largest message, the input rows and groups behind them,
 and the arrays to make again (repeated, or too big).
 """
@@ -39,8 +38,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class ObservedWrite:
-    """What :func:`write_observed` found: the updates' count and digest, input rows and groups of
-    every array it wrote or brought back (:attr:`small_values`); the messages, bytes and largest
+    """What `write_observed` found: the updates' count and digest, input rows and groups of
+    every array it wrote or brought back (`small_values`); the messages, bytes and largest
     message it wrote; the ``(bucket, array)`` of each array left out for a repeat or its size,
     how many for a repeat and whether any for its size."""
 
@@ -62,8 +61,8 @@ def _observed_columns(
     kind: type, max_message_bytes: int, small_below: int, consolidated: bool
 ) -> tuple[Any, tuple]:
     """``(the condition of the messages written, the Columns observed)`` of
-    :func:`write_observed`, built once per DataFrame kind, message limit, small size and whether
-    the messages are consolidated (:func:`_built_once`)."""
+    `write_observed`, built once per DataFrame kind, message limit, small size and whether
+    the messages are consolidated (`_built_once`)."""
     return _built_once(
         ("observed", kind, max_message_bytes, small_below, consolidated),
         lambda: _build_observed(max_message_bytes, small_below, consolidated),
@@ -118,13 +117,13 @@ def write_observed(
     exactly), and those under ``small_below`` bytes, whose values come back instead (for the
     caller to join into fewer); and take the stats of what was written from the same job
     (``Dataset.observe``). The session must write Kafka by its V2 writer
-    (:class:`~cdc_emitter.spark.settings.KafkaWriteObserved`).
+    (`KafkaWriteObserved`).
 
     Why this keeps the guarantees: every row is checked in the job's input stage, before the
     first shuffle, and no task after a shuffle starts before every task before it succeeded — so
     a bad row fails the job before its first message. Consolidated, the messages must be those
     of a plan that sums the diffs before the shuffle that its writing tasks follow
-    (:meth:`~cdc_emitter.sink.plan.MessagePlan.messages` of a whole batch grouped as bytes). A
+    (`messages` of a whole batch grouped as bytes). A
     retried write task writes its arrays again (duplicates, which readers discard); the stats
     count each array once (those of a failed attempt are dropped)."""
     written, columns = _observed_columns(
@@ -153,7 +152,7 @@ def write_observed(
 
 @dataclass(frozen=True)
 class BatchStats:
-    """What a batch's messages hold (see :func:`batch_stats`)."""
+    """What a batch's messages hold (see `batch_stats`)."""
 
     counts: dict  # updates per time
     digest: int  # XOR of the updates' hashes
@@ -178,13 +177,13 @@ class BatchStats:
 def batch_stats(messages: Any, *, time: int | None = None, values_up_to: int = 0) -> BatchStats:
     """Compute the (cached) messages and what they hold: a row per message (about one per
     bucket in a small batch) brought to the driver — one Spark job; a bad row fails it, as
-    :func:`~cdc_emitter.sink.plan.task_error` explains — and, for a batch of many times, its live
+    `task_error` explains — and, for a batch of many times, its live
     updates counted per time from the cached messages, a second, small one.
 
     ``time``: every update's time (a batch of one time, whose messages do not hold it).
     ``values_up_to``: also bring each message's value of at most that many bytes, in the same
     job — the caller joins a small batch's messages on the driver without a job of its own to
-    gather them; :attr:`BatchStats.values` holds them when every message came.
+    gather them; `BatchStats.values` holds them when every message came.
     """
     one_time = time is not None
     columns = _stats_columns(type(messages), one_time)
@@ -266,7 +265,7 @@ _columns: dict[tuple, Any] = {}
 def _built_once(key: tuple, build: Any) -> Any:
     """``build()``'s Columns, built once per ``key`` (which holds the DataFrame kind, classic or
     Connect) and kept for the process: on a classic session each function call to build one is
-    several round trips to the JVM, some 190 per batch for :func:`batch_stats`'s alone."""
+    several round trips to the JVM, some 190 per batch for `batch_stats`'s alone."""
     with _columns_lock:
         found = _columns.get(key)
         if found is None:
@@ -275,7 +274,7 @@ def _built_once(key: tuple, build: Any) -> Any:
 
 
 def _stats_columns(kind: type, one_time: bool) -> Any:
-    """The Columns :func:`batch_stats` selects, built once per DataFrame kind (:func:`_built_once`)."""
+    """The Columns `batch_stats` selects, built once per DataFrame kind (`_built_once`)."""
 
     def build() -> tuple:
         return (

@@ -1,6 +1,6 @@
 """The Python data path (``encoder="python"``): a validation scan of the input, then one Spark
 job that consolidates the rows and encodes and produces each partition's updates on the
-executors (:mod:`cdc_emitter.sink.python_tasks`), which need cdc-emitter installed.
+executors (`cdc_emitter.sink.python_tasks`), which need cdc-emitter installed.
 
 Guarantees: every row is checked by the validation scan (null, negative and late times, null
 diffs, a diff sum that could overflow 64 bits, a row too big for one message) before the job that
@@ -73,9 +73,9 @@ def size_estimate(struct: T.StructType) -> Column:
 
 
 class PythonPath:
-    """Checks a batch with a validation scan; its :class:`Checked` batch consolidates, encodes
+    """Checks a batch with a validation scan; its `Checked` batch consolidates, encodes
     and produces on the executors. ``producer_factory``: the executors' producer (None: a
-    :class:`~cdc_emitter.kafka.producer.CdcProducer`), the seam where tests put one that fails on cue."""
+    `CdcProducer`), the seam where tests put one that fails on cue."""
 
     def __init__(
         self,
@@ -234,7 +234,7 @@ class PythonPath:
 
 
 class _Validated(Checked):
-    """A batch the validation scan passed: consolidated, encoded and produced by :meth:`write`."""
+    """A batch the validation scan passed: consolidated, encoded and produced by `write`."""
 
     def __init__(
         self,

@@ -1,8 +1,8 @@
-"""The executor side of :class:`~cdc_emitter.sink.sink.CdcSink`: encode a partition's consolidated
+"""The executor side of `CdcSink`: encode a partition's consolidated
 updates as Avro arrays, produce them, and report what was written.
 
 Everything here runs inside Spark tasks (``mapInArrow`` bodies) and needs only what the task's
-closure carries (:class:`TaskSpec`, no Spark objects) plus pyarrow, fastavro and confluent-kafka.
+closure carries (`TaskSpec`, no Spark objects) plus pyarrow, fastavro and confluent-kafka.
 
 Guarantees: a task's messages are acknowledged by Kafka (``acks=all``, idempotent producer,
 flushed) before it returns its counts, and a delivery error fails the task (Spark retries it; the
@@ -42,7 +42,7 @@ class TaskSpec:
     #: the partitions update messages go to: all but partition 0 when there are several, so
     #: progress statements have partition 0 to themselves (None: the producer's choice)
     partitions: list | None = None
-    #: makes the task's producer from the spec (None: a :class:`~cdc_emitter.kafka.producer.CdcProducer`);
+    #: makes the task's producer from the spec (None: a `CdcProducer`);
     #: the seam where tests put a producer that fails on cue
     producer_factory: Callable[[Any], Any] | None = None
 

@@ -1,6 +1,6 @@
 """What one batch of the sink wrote and how long each phase took (pure: no Spark, no Kafka).
 
-Every batch ends with a :class:`BatchResult`: in the sink's INFO log line, as
+Every batch ends with a `BatchResult`: in the sink's INFO log line, as
 ``CdcSink.last_result``, and passed to the sink's ``on_batch`` listener, so a user can chart the
 sink like any Spark sink (``result.as_dict()`` is ready for JSON or a metrics library).
 
@@ -47,7 +47,7 @@ class BatchResult:
         counts: the updates per time.
         reused: True for a re-run batch that found its interval recorded.
         bytes: the bytes of the messages' values.
-        seconds: seconds per phase (see :data:`PHASES`), and ``total``.
+        seconds: seconds per phase (see `PHASES`), and ``total``.
         topic: the topic written.
         encoder: the data path that wrote it (``"jvm"`` or ``"python"``).
         finished_on: where its messages were produced: ``"driver"`` (a small batch, one that
@@ -105,7 +105,7 @@ class BatchResult:
 
 class PhaseClock:
     """Seconds per phase of one batch: ``mark(phase)`` ends ``phase`` now (a phase marked twice
-    adds up); ``seconds()`` gives the phases in :data:`PHASES` order, then ``total``."""
+    adds up); ``seconds()`` gives the phases in `PHASES` order, then ``total``."""
 
     def __init__(self, clock: Any = time.perf_counter) -> None:
         self._clock = clock

@@ -4,9 +4,9 @@ Attach it to a streaming query with ``writeStream.foreachBatch(CdcSink(...))``, 
 ``CdcSink(...).write(df)`` for one batch outside streaming. What happens to a batch:
 
 1. **Schema**: the data columns (every column except the diff and time columns) are mapped to
-   the Avro ``data`` record (:mod:`cdc_emitter.spark.schema`); an unsupported type fails here.
+   the Avro ``data`` record (`cdc_emitter.spark.schema`); an unsupported type fails here.
 2. **Interval, decided once**: a batch that already has a recorded interval — in the sink log
-   beside the checkpoint (:mod:`cdc_emitter.sink.log`), or in the headers of the topic's latest
+   beside the checkpoint (`cdc_emitter.sink.log`), or in the headers of the topic's latest
    progress message (same writer id, same batch id) — re-emits exactly that interval. Otherwise
    its lower bound is the topic's current frontier ``F``, learnt from the tail of the topic
    (never by scanning all of it) and then carried forward from batch to batch while partition 0,
@@ -15,22 +15,22 @@ Attach it to a streaming query with ``writeStream.foreachBatch(CdcSink(...))``, 
    the interval is ``[F, t + 1)``. Column mode: ``[F, max_time + 1)``; a time below ``F`` is late.
 3. **Every row checked before the first message**, by the path that writes the batch — null,
    negative and late times, null diffs, a consolidated diff over 64 bits, an update too big
-   for one message: each a :class:`~cdc_emitter.errors.BadInputError` naming the column, time
-   and an example row. The paths (their seam: :mod:`cdc_emitter.sink.batch`):
+   for one message: each a `BadInputError` naming the column, time
+   and an example row. The paths (their seam: `cdc_emitter.sink.batch`):
 
-   - :mod:`~cdc_emitter.sink.distributed` (``encoder="jvm"``, the default when Spark has
+   - `cdc_emitter.sink.distributed` (``encoder="jvm"``, the default when Spark has
      spark-avro and spark-sql-kafka-0-10): one Spark job validates, consolidates, encodes and
-     packs the update arrays (:mod:`cdc_emitter.sink.plan`); Spark's own Kafka writer writes
+     packs the update arrays (`cdc_emitter.sink.plan`); Spark's own Kafka writer writes
      them — nothing of ours on the executors;
-   - :mod:`~cdc_emitter.sink.driver` (``encoder="jvm"``, after a small batch, or one whose rows
+   - `cdc_emitter.sink.driver` (``encoder="jvm"``, after a small batch, or one whose rows
      consolidated to few updates): the rows, or their updates, come to the driver, which packs
      them and produces them through its own producer;
-   - :mod:`~cdc_emitter.sink.python_path` (``encoder="python"``): a validation scan, then one
+   - `cdc_emitter.sink.python_path` (``encoder="python"``): a validation scan, then one
      job that consolidates and produces on the executors
-     (:mod:`cdc_emitter.sink.python_tasks`).
+     (`cdc_emitter.sink.python_tasks`).
 
    A re-run whose first attempt is complete in the topic compares its digest
-   (:mod:`cdc_emitter.sink.digest`) here, and writes nothing.
+   (`cdc_emitter.sink.digest`) here, and writes nothing.
 4. The interval is recorded in the sink log (when there is a checkpoint location), after a last
    check that no other writer took it.
 5. **The update arrays are written** and acknowledged (``acks=all``): a delivery error fails the
@@ -123,14 +123,14 @@ __all__ = [
 log = logging.getLogger("cdc_emitter.sink")  # the name users configure (0.1 had it)
 
 DEFAULT_MAX_MESSAGE_BYTES = 900_000
-#: The data paths (see the ``encoder`` argument of :class:`CdcSink`).
+#: The data paths (see the ``encoder`` argument of `CdcSink`).
 Encoder = Literal["auto", "jvm", "python"]
 ENCODERS: tuple[Encoder, ...] = ("auto", "jvm", "python")
 #: What a column-mode update below the batch's lower bound does (see ``late``).
 Late = Literal["error", "advance"]
 #: How messages are framed (see ``framing``).
 Framing = Literal["confluent", "raw"]
-#: The paths a batch takes within the JVM data path (see :data:`DRIVER`).
+#: The paths a batch takes within the JVM data path (see `DRIVER`).
 JvmPath = Literal["driver", "driver after executors", "executors"]
 #: Bytes a Kafka record batch adds around one message's value (headers included), kept free
 #: below the topic's max.message.bytes.
@@ -141,7 +141,7 @@ KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 #: last batch; the sink log and the topic's tail hold the rest).
 CARRIED_BATCHES = 64
 #: By default, a batch after one of at most this many rows and bytes of messages is finished on
-#: the driver (:mod:`cdc_emitter.sink.driver`): a Spark job and its shuffle cost more than the
+#: the driver (`cdc_emitter.sink.driver`): a Spark job and its shuffle cost more than the
 #: driver's work on so few rows (measured on 2 cores: 0.32 s against 0.80 s per 250,000-row
 #: batch; at 500,000 still ahead, but the driver's work does not spread over a cluster as the
 #: executors' does). After more rows that consolidated to at most this many, the executors
@@ -191,7 +191,7 @@ def _without_collations(df: DataFrame) -> DataFrame:
 class CdcSink:
     """A Spark sink writing CDCv2 changefeeds to a Kafka topic (see the module docstring).
 
-    Use it as ``writeStream.foreachBatch(CdcSink(...))``, or call :meth:`write` for one batch
+    Use it as ``writeStream.foreachBatch(CdcSink(...))``, or call `write` for one batch
     outside streaming. Every argument but the first two is keyword-only.
 
     Args:
@@ -204,7 +204,7 @@ class CdcSink:
             mode, ``time = time_offset + batch_id`` (never below the topic's frontier).
         diff_column: integer diff column (rows count +1 when the DataFrame has no such column).
         time_offset: in the default mode, the time of batch 0.
-        late: ``"error"`` (:class:`~cdc_emitter.errors.LateUpdateError`) or ``"advance"``
+        late: ``"error"`` (`LateUpdateError`) or ``"advance"``
             (move late updates to the lower bound of the batch's interval, then consolidate)
             for column-mode times below it.
         framing: ``"confluent"`` (the 5-byte Confluent header) or ``"raw"`` (see ``CdcCodec``).
@@ -224,8 +224,8 @@ class CdcSink:
         writer_id: identifies this writer in progress headers; default: the streaming query's
             id (stable across restarts from a checkpoint), else a random id per sink object.
         encoder: the data path. ``"jvm"``: everything in Spark SQL and Spark's Kafka writer,
-            nothing of ours on the executors (:mod:`cdc_emitter.sink.plan`; needs spark-avro
-            and spark-sql-kafka-0-10, see :func:`cdc_emitter.configure_spark`). ``"python"``:
+            nothing of ours on the executors (`cdc_emitter.sink.plan`; needs spark-avro
+            and spark-sql-kafka-0-10, see `cdc_emitter.configure_spark`). ``"python"``:
             Arrow → numpy / fastavro, produced with librdkafka on the executors (they need
             cdc-emitter installed). ``"auto"``: ``jvm`` when both packages are loaded and every
             ``producer_config`` key has a Java equivalent, else ``python``.
@@ -233,9 +233,9 @@ class CdcSink:
             ``message.timeout.ms``).
         broker_timeout: seconds the driver waits for a broker that does not answer — the
             topic's metadata and settings, its end offsets and tail, retried — before the batch
-            fails with a :class:`~cdc_emitter.errors.BrokerError` that says how long it waited.
+            fails with a `BrokerError` that says how long it waited.
             (Deliveries are bounded by ``message.timeout.ms`` in ``producer_config``.)
-        on_batch: called with each batch's :class:`~cdc_emitter.sink.result.BatchResult` (its
+        on_batch: called with each batch's `BatchResult` (its
             interval, updates, messages, bytes and seconds per phase) once its progress
             statement is acknowledged — to chart the sink. What it raises fails the batch
             *after* it was written; Spark's re-run of the batch then writes nothing new and
@@ -255,7 +255,7 @@ class CdcSink:
             ``encoder="avro"`` (removed in 0.2).
 
     Attributes:
-        last_result: the last batch's :class:`~cdc_emitter.sink.result.BatchResult` (None
+        last_result: the last batch's `BatchResult` (None
             before the first batch is written).
     """
 
@@ -447,7 +447,7 @@ class CdcSink:
             ConfigError: the sink is not in column mode, or ``upper`` is not a non-negative
                 integer.
             BadInputError: an update at ``upper`` or later, or another bad row (as for
-                :meth:`__call__`, which lists the other errors).
+                `__call__`, which lists the other errors).
         """
         if self.time_column is None:
             raise ConfigError("write_upto needs column mode (time_column=...)")
@@ -475,7 +475,7 @@ class CdcSink:
 
         Raises:
             BadInputError: ``time`` is not a non-negative integer, or a bad row (as for
-                :meth:`__call__`, which lists the other errors).
+                `__call__`, which lists the other errors).
             ConfigError: ``time`` given in column mode.
         """
         if time is not None and (isinstance(time, bool) or not isinstance(time, int) or time < 0):
@@ -506,7 +506,7 @@ class CdcSink:
         return self._query_id
 
     def frontier(self) -> TopicFrontier:
-        """The topic's current frontier (see :func:`topic_frontier`)."""
+        """The topic's current frontier (see `topic_frontier`)."""
         # progress statements decode the same whatever the data schema: use a one-column one
         codec = CdcCodec(
             {"type": "record", "name": "data", "fields": [{"name": "x", "type": "long"}]},
@@ -700,7 +700,7 @@ class CdcSink:
         without one (another writer) is checked by decoding its newest update message.
 
         With a schema registry, readers resolve each message by its schema id, so a different
-        schema is not refused here: its differences are returned for :meth:`_register` to put
+        schema is not refused here: its differences are returned for `_register` to put
         to the registry's compatibility rule.
         """
         way_out = (
@@ -860,7 +860,7 @@ class CdcSink:
     def _check_topic_schema(
         self, state: TopicFrontier, layout: _Layout, codec: CdcCodec
     ) -> CdcCodec:
-        """Check the batch's data schema against the topic's (:meth:`_check_schema`) and, with a
+        """Check the batch's data schema against the topic's (`_check_schema`) and, with a
         registry, register it before the first message; return the codec to frame with."""
         evolves = self._check_schema(state, layout.avro_data, codec)
         if self.registry is not None:  # registered before the first message, once per schema
@@ -1084,9 +1084,9 @@ class CdcSink:
     # -- the paths that write a batch (see sink.batch) ------------------------------------------
 
     def _row_checks(self, batch: Batch) -> list[Check]:
-        """The JVM path's per-row checks of ``batch`` (:func:`~cdc_emitter.sink.plan.row_checks`).
+        """The JVM path's per-row checks of ``batch`` (`row_checks`).
         A batch of one time has no time to check row by row: its interval was decided from it
-        (:func:`~cdc_emitter.sink.interval.batch_upper` refuses a re-run's time beyond its record)."""
+        (`batch_upper` refuses a re-run's time beyond its record)."""
         rerun = batch.recorded is not None and batch.time is None
         # the checks name the batch as BATCH (plan.task_error puts its name back) and hold
         # the frontier only where a time column is checked against it: most batches share the
@@ -1107,7 +1107,7 @@ class CdcSink:
         return self._last_checks[1]
 
     def _distributed_path(self) -> DistributedPath:
-        """The JVM path's distributed path (:mod:`~cdc_emitter.sink.distributed`), one for the
+        """The JVM path's distributed path (`cdc_emitter.sink.distributed`), one for the
         sink's life: it sizes each batch's spread from the last."""
         if self._distributed is None:
             self._distributed = DistributedPath(
@@ -1123,7 +1123,7 @@ class CdcSink:
         return self._distributed
 
     def _driver_path(self) -> DriverPath:
-        """The JVM path's driver path (:mod:`~cdc_emitter.sink.driver`), one for the sink's life."""
+        """The JVM path's driver path (`cdc_emitter.sink.driver`), one for the sink's life."""
         if self._driver is None:
             self._driver = DriverPath(
                 small_batch_rows=self.small_batch_rows,
@@ -1139,7 +1139,7 @@ class CdcSink:
         return self._driver
 
     def _python_path(self) -> PythonPath:
-        """The Python data path (:mod:`~cdc_emitter.sink.python_path`)."""
+        """The Python data path (`cdc_emitter.sink.python_path`)."""
         return PythonPath(
             bootstrap_servers=self.bootstrap_servers,
             topic=self.topic,
@@ -1154,7 +1154,7 @@ class CdcSink:
         )
 
     def _followed_by(self, checked: Checked, path: JvmPath) -> JvmPath:
-        """Choose the next batch's path from ``checked``'s stats (:meth:`_path_after`); return
+        """Choose the next batch's path from ``checked``'s stats (`_path_after`); return
         where its own messages were finished: the driver, after the executors, when a small
         batch's messages came back to be joined."""
         self._next_path = self._path_after(checked.rows, checked.groups, checked.bytes)
@@ -1162,7 +1162,7 @@ class CdcSink:
 
     def _path_after(self, rows: int, groups: int, n_bytes: int) -> JvmPath:
         """How the batch after one of ``rows`` input rows, ``groups`` distinct data and times
-        among them and ``n_bytes`` of messages is written (see :data:`DRIVER`)."""
+        among them and ``n_bytes`` of messages is written (see `DRIVER`)."""
         if not (0 < self.small_batch_rows and n_bytes <= SMALL_BATCH_BYTES):
             return EXECUTORS
         if rows <= self.small_batch_rows:
@@ -1171,7 +1171,7 @@ class CdcSink:
 
     def _follow_topic(self, state: TopicFrontier, spark: SparkSession, layout: _Layout) -> None:
         """Size this sink's first batch like the topic's last one, of the same data layout, by
-        any sink (the shape header of its progress statement): its path (:meth:`_path_after`),
+        any sink (the shape header of its progress statement): its path (`_path_after`),
         its spread and whether its rows are consolidated straight away — as a running sink's
         next batch follows its last. A hint for speed only: a batch unlike it is written the
         same, as after a change of size in a running sink."""
@@ -1218,7 +1218,7 @@ class CdcSink:
         self, batch: Batch, recorded_digest: tuple, now: tuple, upper: int | None
     ) -> BatchResult:
         """A re-run of a batch whose first attempt is complete in the topic: the same data
-        (digest and counts per time) writes nothing; other data raises :class:`ReplayError`."""
+        (digest and counts per time) writes nothing; other data raises `ReplayError`."""
         kept = digest_form(*now)
         if kept != recorded_digest:
             raise ReplayError(replay_message(batch.what, batch.batch_id, recorded_digest, kept))
@@ -1233,7 +1233,7 @@ class CdcSink:
         )
 
     def _upper(self, batch: Batch, close: bool, max_time: int | None) -> int | None:
-        """The batch's upper bound (see :func:`~cdc_emitter.sink.interval.batch_upper`)."""
+        """The batch's upper bound (see `batch_upper`)."""
         return batch_upper(
             what=batch.what,
             lower=batch.lower,
@@ -1270,7 +1270,7 @@ class CdcSink:
         checked: Checked | None = None,
     ) -> BatchResult:
         """Write the batch's progress statement — only after every update is acknowledged — with,
-        when ``checked`` knows them, the batch's rows, groups and bytes (:data:`HEADER_SHAPE`)."""
+        when ``checked`` knows them, the batch's rows, groups and bytes (`HEADER_SHAPE`)."""
         counts, writer, lower = written.counts, batch.writer, batch.lower
         total = sum(counts.values())
         # unless another writer's statement took the interval meanwhile (a statement of ours on

@@ -6,7 +6,7 @@ they are checked, consolidated on those bytes, hashed exactly as the distributed
 consolidated update (so a batch's digest is the same whichever path wrote it), and turned into
 update records ready to pack.
 
-Guarantees: :func:`check_rows` and :func:`consolidate` raise before anything is returned — a
+Guarantees: `check_rows` and `consolidate` raise before anything is returned — a
 batch with one bad row yields no update; every consolidated diff is exact (Python integers
 where a 64-bit sum could overflow) and fits 64 bits; every returned item fits in a message.
 

@@ -4,14 +4,14 @@ Columns every data path uses, Spark's Kafka options, session set-up and table re
 DataFrame API only, so everything here also runs on Spark Connect. May import ``protocol``,
 ``kafka`` and ``errors``; never the sink, the readers or the CLI.
 
-- :mod:`~cdc_emitter.spark.schema`: Spark types to Avro schemas, DDL column lists;
-- :mod:`~cdc_emitter.spark.columns`: the Columns every data path uses;
-- :mod:`~cdc_emitter.spark.kafka`: Spark's Kafka source and sink options;
-- :mod:`~cdc_emitter.spark.settings`: what the sink reads of a session's settings;
-- :mod:`~cdc_emitter.spark.setup`: :func:`~cdc_emitter.spark.setup.configure_spark`;
-- :mod:`~cdc_emitter.spark.session`: sessions for the CLI;
-- :mod:`~cdc_emitter.spark.tables`: reading tables for the CLI;
-- :mod:`~cdc_emitter.spark.errors`: the readable first line of a Spark error.
+- `cdc_emitter.spark.schema`: Spark types to Avro schemas, DDL column lists;
+- `cdc_emitter.spark.columns`: the Columns every data path uses;
+- `cdc_emitter.spark.kafka`: Spark's Kafka source and sink options;
+- `cdc_emitter.spark.settings`: what the sink reads of a session's settings;
+- `cdc_emitter.spark.setup`: `configure_spark`;
+- `cdc_emitter.spark.session`: sessions for the CLI;
+- `cdc_emitter.spark.tables`: reading tables for the CLI;
+- `cdc_emitter.spark.errors`: the readable first line of a Spark error.
 
 The names of the module ``cdc_emitter.sources`` of release 0.1 are found here too, imported when
 first asked for (importing this package imports no Spark).

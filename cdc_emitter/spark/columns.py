@@ -1,12 +1,12 @@
 """Spark Columns every way of writing a batch shares, and the Spark reader too: the names of the
-columns a batch is prepared into; rows as every data path groups (:func:`canonical`,
-:func:`normalized`), hashes (:func:`hash_columns`) and encodes them (:func:`encoded_data`); an
+columns a batch is prepared into; rows as every data path groups (`canonical`,
+`normalized`), hashes (`hash_columns`) and encodes them (`encoded_data`); an
 update's share of the batch digest; and how buckets map to Spark's hash partitions
-(:func:`bucket_of`). Equal rows give equal keys, hashes and bytes on every path — the JVM data
-path (:mod:`cdc_emitter.sink.plan`), the driver's (:class:`EncodedRows`) and our encoders'
-(:mod:`cdc_emitter.sink.python_path`) — so a re-run compares digests whichever path wrote first.
+(`bucket_of`). Equal rows give equal keys, hashes and bytes on every path — the JVM data
+path (`cdc_emitter.sink.plan`), the driver's (`EncodedRows`) and our encoders'
+(`cdc_emitter.sink.python_path`) — so a re-run compares digests whichever path wrote first.
 
-Nothing here runs a Spark job but :meth:`EncodedRows.collect` and :func:`arrow_table`.
+Nothing here runs a Spark job but `EncodedRows.collect` and `arrow_table`.
 """
 
 from __future__ import annotations
@@ -108,7 +108,7 @@ def spark_hash_long(value: int, seed: int = 42) -> int:
 
 
 def bucket_of(order: Any, buckets: int) -> Any:
-    """The bucket of a row whose hash is ``order``: one of :func:`partition_labels` (longs), so
+    """The bucket of a row whose hash is ``order``: one of `partition_labels` (longs), so
     that ``repartition(buckets, bucket)`` gives every bucket a task of its own."""
     labels = F.array(*[F.lit(label).cast("long") for label in partition_labels(buckets)])
     return F.element_at(labels, (F.pmod(order, F.lit(buckets)) + 1).cast("int"))
@@ -134,7 +134,7 @@ def partition_labels(count: int) -> tuple[int, ...]:
 
 def hash_columns(schema: Any, data_cols: Sequence[str]) -> list:
     """The data columns as every data path hashes them: maps as sorted entries
-    (:func:`canonical`), floats as Spark's grouping sees them (:func:`normalized`)."""
+    (`canonical`), floats as Spark's grouping sees them (`normalized`)."""
     return [
         canonical(F.col(c), schema[c].dataType)
         if contains_map(schema[c].dataType)
@@ -144,7 +144,7 @@ def hash_columns(schema: Any, data_cols: Sequence[str]) -> list:
 
 
 def encoded_data(schema: Any, data_cols: Sequence[str], data_record: dict) -> Any:
-    """Each row's data record as ``to_avro`` bytes, floats normalized (:func:`normalized`), so
+    """Each row's data record as ``to_avro`` bytes, floats normalized (`normalized`), so
     rows that consolidate together encode to the same bytes. Not for data holding maps (equal
     maps can encode their entries in other orders)."""
     from pyspark.sql.avro.functions import to_avro
@@ -247,7 +247,7 @@ def _declared(c: Any, dtype: Any, avro: Any, named: dict, nullable: bool) -> Any
 @functools.cache
 def _default_literals() -> dict:
     """A literal of each Spark type that ``from_avro`` decodes a non-record value to, by type:
-    what :func:`declared_as_avro` coalesces with (never taken). Casts of literals are folded
+    what `declared_as_avro` coalesces with (never taken). Casts of literals are folded
     by Spark's optimizer, before the serializer sees them."""
     import datetime
     import decimal
@@ -275,7 +275,7 @@ def _default_literals() -> dict:
 def digest_share(order: Any, diff: Any) -> Any:
     """An update's share of its batch's digest (the digest is their XOR, in any order):
     ``xxhash64(xxhash64(data, time), diff)``, ``order`` being the inner hash. Every data path
-    computes the same (:func:`cdc_emitter.sink.small_batch.consolidate` in numpy), so a re-run
+    computes the same (`cdc_emitter.sink.small_batch.consolidate` in numpy), so a re-run
     compares whichever path wrote the first attempt."""
     return F.xxhash64(order, diff)
 
@@ -301,7 +301,7 @@ def normalized(c: Any, dtype: Any, nullable: bool) -> Any:
 
 
 class EncodedRows:
-    """A small batch's rows for the driver to finish (:mod:`cdc_emitter.sink.small_batch`), in one
+    """A small batch's rows for the driver to finish (`cdc_emitter.sink.small_batch`), in one
     narrow Spark job (no shuffle): ``data``, each row's data record encoded by ``to_avro``
     (floats normalized: equal rows, equal bytes); ``h``, Spark's ``xxhash64`` of its data
     columns — the distributed path's update hash before time and diff; ``t`` and ``d``, the
@@ -343,8 +343,8 @@ class EncodedRows:
 
 
 def arrow_table(rows: Any) -> Any:
-    """A DataFrame of :class:`EncodedRows`' columns (or
-    :meth:`~cdc_emitter.sink.plan.MessagePlan.updates`') collected as a pyarrow Table (one Spark
+    """A DataFrame of `EncodedRows`' columns (or
+    `updates`') collected as a pyarrow Table (one Spark
     job)."""
     import pyarrow as pa
 

@@ -2,7 +2,7 @@
 
 Pure: imports no Spark, so that any layer may phrase a Spark error without starting one.
 
-Guarantees: :func:`spark_error_text` never raises and never returns an empty string.
+Guarantees: `spark_error_text` never raises and never returns an empty string.
 """
 
 from __future__ import annotations

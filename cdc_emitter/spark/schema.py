@@ -23,7 +23,7 @@ struct<...>                 a ``record`` (name derived from the column path, uni
 A nullable column (or array element, map value, struct field) becomes ``["null", T]`` — null
 first, as Materialize and the reference documentation write it. Anything else (intervals,
 maps with non-string keys, variant, null type, user-defined types…) raises
-:class:`~cdc_emitter.errors.SchemaError` naming the column by its dotted path and its type, so
+`SchemaError` naming the column by its dotted path and its type, so
 a sink fails before anything is written.
 """
 
@@ -66,7 +66,7 @@ def data_schema(struct: T.StructType, *, name: str = "data") -> dict[str, Any]:
 
 
 def check_supported(struct: T.StructType) -> None:
-    """Raise :class:`SchemaError` if any column has no Avro mapping."""
+    """Raise `SchemaError` if any column has no Avro mapping."""
     data_schema(struct)
 
 

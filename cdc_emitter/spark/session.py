@@ -1,7 +1,7 @@
 """Spark sessions for the CLI's Spark-backed commands (``export``, ``schema``, ``convert``).
 
 Guarantees:
-  * a session that fails to start raises :class:`~cdc_emitter.errors.ConfigError` whose first
+  * a session that fails to start raises `ConfigError` whose first
     line is Spark's own cause (the Java exception behind a Py4J error);
   * the session's executors run the interpreter this process runs (the sink encodes there).
 
@@ -35,7 +35,7 @@ DELTA_PACKAGES = {
 
 def delta_package(spark_version: str) -> str | None:
     """The Delta Lake package built for Spark ``spark_version`` (``4.1.1``), or None when Delta
-    publishes none for that release (see :data:`DELTA_PACKAGES`)."""
+    publishes none for that release (see `DELTA_PACKAGES`)."""
     return DELTA_PACKAGES.get(".".join(spark_version.split(".")[:2]))
 
 

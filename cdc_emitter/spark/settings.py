@@ -1,5 +1,5 @@
 """Spark session settings that one write raises for its own job and puts back as the user left
-them — Spark SQL's, for the sink's JVM data path (:mod:`~cdc_emitter.sink.plan`).
+them — Spark SQL's, for the sink's JVM data path (`cdc_emitter.sink.plan`).
 
 Guarantees: a setting the session refuses, or takes and ignores, fails nothing (the write goes
 a slower way to the same messages); each guard puts back only what it changed.
@@ -30,8 +30,8 @@ FALLBACK_THRESHOLD = "spark.sql.objectHashAggregate.sortBased.fallbackThreshold"
 
 class GroupsInMemory:
     """Lets Spark's object aggregations keep more groups of a task in memory
-    (:data:`FALLBACK_THRESHOLD`) on ``spark``'s session while a batch's messages are planned
-    and computed, and puts the setting back (:meth:`restore`). Packing where the rows are (or
+    (`FALLBACK_THRESHOLD`) on ``spark``'s session while a batch's messages are planned
+    and computed, and puts the setting back (`restore`). Packing where the rows are (or
     where the aggregation of a batch consolidated the combined way left its updates) holds a
     group per array in each such task, 520 for a first batch: past 128, Spark would sort the
     rest of the task's input, which cost more than the shuffle saved (4M rows: 4.7 s against
@@ -101,13 +101,13 @@ V1_SOURCES = "spark.sql.sources.useV1SourceList"
 
 class KafkaWriteObserved:
     """Has ``spark``'s session write Kafka by its data source V2 writer while a batch is written
-    in the job that packs it (:func:`~cdc_emitter.sink.plan_stats.write_observed`), and puts the
-    setting back (:meth:`restore`): the V1 writer, Spark's default for Kafka, runs its job
+    in the job that packs it (`write_observed`), and puts the
+    setting back (`restore`): the V1 writer, Spark's default for Kafka, runs its job
     outside the query that observes the messages, whose figures then never come
     (``Observation.get`` would wait for ever). The two writers share the producers, their
-    settings and the messages written. :attr:`in_force` is False where the session refused the
+    settings and the messages written. `in_force` is False where the session refused the
     setting: the batch must then be written by two jobs
-    (:class:`~cdc_emitter.sink.distributed.DistributedPath`)."""
+    (`DistributedPath`)."""
 
     def __init__(self, spark: Any) -> None:
         self._spark = spark

@@ -1,6 +1,6 @@
 """Reading tables for the CLI's Spark-backed commands, and DDL column lists as Spark schemas.
 
-Guarantees: a read that fails raises :class:`~cdc_emitter.errors.ConfigError` whose first line is
+Guarantees: a read that fails raises `ConfigError` whose first line is
 Spark's own cause, plus the package to add when a reader is missing (Delta at the running Spark
 version, a JDBC driver).
 
