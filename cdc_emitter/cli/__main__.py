@@ -1,5 +1,5 @@
 """``python -m cdc_emitter.cli``: the same commands as the ``cdc-emitter`` script."""
 
-from cdc_emitter.cli.console import main
+from cdc_emitter.cli import main
 
 main()

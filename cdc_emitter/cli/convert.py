@@ -9,12 +9,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
-from cdc_emitter.cli.console import (
-    EXIT_OK,
+from cdc_emitter.cli.console import EXIT_OK, handle_errors, main
+from cdc_emitter.cli.options import (
     check_registry_options,
-    handle_errors,
     kafka_options,
-    main,
     registry_options,
     require_servers,
     spark_options,
@@ -185,53 +183,31 @@ def convert(
             None if kafka_source else "delta",
             spark_remote,
         )
-        sink_options = dict(
-            create_topic=create_topic,
-            producer_config=kafka_settings or None,
-            broker_timeout=broker_timeout,
-            on_batch=shown,
-            schema_registry_url=schema_registry,
-            schema_registry_config=registry_settings or None,
+        start = _query_starter(
+            spark,
+            fmt,
+            source,
+            servers=servers,
+            topic=topic,
+            checkpoint=checkpoint,
+            once=once,
+            trigger_interval=trigger_interval,
+            starting_version=starting_version,
+            max_files_per_trigger=max_files_per_trigger,
+            columns=columns,
+            key_columns=key_columns,
+            source_bootstrap_servers=source_bootstrap_servers,
+            max_offsets_per_trigger=max_offsets_per_trigger,
+            kafka_settings=kafka_settings,
+            sink_options=dict(
+                create_topic=create_topic,
+                producer_config=kafka_settings or None,
+                broker_timeout=broker_timeout,
+                on_batch=shown,
+                schema_registry_url=schema_registry,
+                schema_registry_config=registry_settings or None,
+            ),
         )
-        if kafka_source:
-            from cdc_emitter.convert.changefeed import convert_kafka
-
-            key = [k.strip() for k in (key_columns or "").split(",") if k.strip()]
-
-            def start() -> StreamingQuery:
-                return convert_kafka(
-                    spark,
-                    fmt,
-                    source,
-                    columns=cast(str, columns),  # required for these formats
-                    key=key,
-                    bootstrap_servers=servers,
-                    topic=topic,
-                    checkpoint_location=checkpoint,
-                    source_bootstrap_servers=source_bootstrap_servers,
-                    source_config=kafka_settings,
-                    once=once,
-                    trigger_interval=trigger_interval,
-                    max_offsets_per_trigger=max_offsets_per_trigger,
-                    **sink_options,
-                )
-        else:
-            from cdc_emitter.convert.delta import convert_delta
-
-            def start() -> StreamingQuery:
-                return convert_delta(
-                    spark,
-                    source,
-                    bootstrap_servers=servers,
-                    topic=topic,
-                    checkpoint_location=checkpoint,
-                    once=once,
-                    starting_version=starting_version,
-                    max_files_per_trigger=max_files_per_trigger,
-                    trigger_interval=trigger_interval,
-                    **sink_options,
-                )
-
         status.show(f"converting {source} to topic {topic}")
         # on Spark Connect the sink runs in the server's Python: on_batch is never seen here,
         # so what the run did is read from the topic itself
@@ -251,17 +227,92 @@ def convert(
         frontier = (
             None if not results else () if results[-1].upper is None else (results[-1].upper,)
         )
-    summary = {
+    summary = _summary(source, fmt, topic, results, frontier, remote=bool(spark_remote))
+    _echo_summary(summary, frontier, as_json=as_json, remote=bool(spark_remote))
+    sys.exit(EXIT_OK)
+
+
+def _query_starter(
+    spark: Any,
+    fmt: str,
+    source: str,
+    *,
+    servers: str,
+    topic: str,
+    checkpoint: str,
+    once: bool,
+    trigger_interval: str | None,
+    starting_version: int,
+    max_files_per_trigger: int | None,
+    columns: str | None,
+    key_columns: str | None,
+    source_bootstrap_servers: str | None,
+    max_offsets_per_trigger: int | None,
+    kafka_settings: dict,
+    sink_options: dict[str, Any],
+) -> Callable[[], StreamingQuery]:
+    """What starts the streaming query for ``fmt`` (`_run` calls it again on a restart)."""
+    if fmt in KAFKA_SOURCES:
+        from cdc_emitter.convert.changefeed import convert_kafka
+
+        key = [k.strip() for k in (key_columns or "").split(",") if k.strip()]
+
+        def start() -> StreamingQuery:
+            return convert_kafka(
+                spark,
+                fmt,
+                source,
+                columns=cast(str, columns),  # required for these formats
+                key=key,
+                bootstrap_servers=servers,
+                topic=topic,
+                checkpoint_location=checkpoint,
+                source_bootstrap_servers=source_bootstrap_servers,
+                source_config=kafka_settings,
+                once=once,
+                trigger_interval=trigger_interval,
+                max_offsets_per_trigger=max_offsets_per_trigger,
+                **sink_options,
+            )
+    else:
+        from cdc_emitter.convert.delta import convert_delta
+
+        def start() -> StreamingQuery:
+            return convert_delta(
+                spark,
+                source,
+                bootstrap_servers=servers,
+                topic=topic,
+                checkpoint_location=checkpoint,
+                once=once,
+                starting_version=starting_version,
+                max_files_per_trigger=max_files_per_trigger,
+                trigger_interval=trigger_interval,
+                **sink_options,
+            )
+
+    return start
+
+
+def _summary(
+    source: str,
+    fmt: str,
+    topic: str,
+    results: list[BatchResult],
+    frontier: tuple | None,
+    *,
+    remote: bool,
+) -> dict[str, Any]:
+    """The run's summary (``--json``); on Spark Connect the batches are not seen here: None."""
+    return {
         "source": source,
         "format": fmt,
         "topic": topic,
-        "batches": None if spark_remote else len(results),
-        "updates": None if spark_remote else sum(r.updates for r in results),
-        "messages": None if spark_remote else sum(r.messages for r in results),
+        "batches": None if remote else len(results),
+        "updates": None if remote else sum(r.updates for r in results),
+        "messages": None if remote else sum(r.messages for r in results),
         "frontier": None if frontier is None else list(frontier),
     }
-    _echo_summary(summary, frontier, as_json=as_json, remote=bool(spark_remote))
-    sys.exit(EXIT_OK)
 
 
 def _check_format_options(
