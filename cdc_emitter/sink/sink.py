@@ -40,73 +40,63 @@ Attach it to a streaming query with ``writeStream.foreachBatch(CdcSink(...))``, 
 
 A retry therefore only ever causes duplicates (identical ``(data, time, diff)`` triples) that
 readers discard; it never moves a batch to a new time.
+
+`CdcSink` holds the sink's state and runs these steps (`CdcSink._write`); the work of each is
+done in a module of its own: `cdc_emitter.sink.options` (the constructor's arguments),
+`cdc_emitter.sink.layout` (step 1), `cdc_emitter.sink.decide` (step 2),
+`cdc_emitter.sink.topic` (the frontier, the topic's schema and settings, another writer),
+`cdc_emitter.sink.paths` (which data path writes the batch, step 3) and
+`cdc_emitter.sink.commit` (the re-run's digest, steps 4 and 6).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, NamedTuple
+from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql import types as T
-from pyspark.sql.avro.functions import to_avro
+from pyspark.sql import DataFrame, SparkSession
 
-from cdc_emitter.errors import (
-    BadInputError,
-    CdcError,
-    ConcurrentWriterError,
-    ConfigError,
-    DecodeError,
-    LateUpdateError,
-    ReplayError,
-    SchemaError,
-)
-from cdc_emitter.kafka.config import PRODUCER_DEFAULTS
+from cdc_emitter.errors import BadInputError, ConfigError
 from cdc_emitter.kafka.frontier import TopicFrontier, retrying, topic_frontier
 from cdc_emitter.kafka.producer import CdcProducer
 from cdc_emitter.kafka.reading import TopicOffsets
-from cdc_emitter.kafka.registry import SchemaRegistry, schema_text_of, subject_for
-from cdc_emitter.kafka.topics import ensure_topic, topic_settings
-from cdc_emitter.protocol.codec import CdcCodec, schema_differences, type_text
+from cdc_emitter.protocol.codec import CdcCodec
 from cdc_emitter.protocol.headers import (
     HEADER_BATCH,
-    HEADER_BATCH_LOWER,
-    HEADER_BATCH_UPPER,
-    HEADER_DIGEST,
     HEADER_KIND,
     HEADER_LOWER,
-    HEADER_SCHEMA,
-    HEADER_SHAPE,
     HEADER_UPPER,
     HEADER_WRITER,
 )
-from cdc_emitter.protocol.updates import MAX_LONG, progress_from_counts, split_progress
+from cdc_emitter.sink import commit, decide, layout, options, paths, topic
 from cdc_emitter.sink.batch import Batch, Checked, Written
-from cdc_emitter.sink.digest import digest_form, format_digest, parse_digest, replay_message
 from cdc_emitter.sink.distributed import DistributedPath
 from cdc_emitter.sink.driver import DriverPath
-from cdc_emitter.sink.interval import Recorded, batch_upper, recorded_from_statement
-from cdc_emitter.sink.interval import batch_time as decide_batch_time
+from cdc_emitter.sink.interval import batch_upper
+from cdc_emitter.sink.layout import Layout, RowColumns
 from cdc_emitter.sink.log import (
     DataFrameSinkLog,
     SinkLog,
-    SinkLogEntry,
     is_connect,
     open_sink_log,
     query_id_from_checkpoint,
 )
+from cdc_emitter.sink.options import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    SMALL_BATCH_BYTES,
+    SMALL_BATCH_ROWS,
+    Encoder,
+    Framing,
+    Late,
+)
+from cdc_emitter.sink.paths import DRIVER, DRIVER_AFTER_EXECUTORS, EXECUTORS, JvmPath
 from cdc_emitter.sink.plan import BATCH, Check, row_checks
 from cdc_emitter.sink.python_path import PythonPath
 from cdc_emitter.sink.python_tasks import TaskSpec
 from cdc_emitter.sink.result import BatchResult, PhaseClock
-from cdc_emitter.spark.columns import DIFF, TIME  # one name per column, every path
-from cdc_emitter.spark.kafka import kafka_write_options
-from cdc_emitter.spark.schema import contains_map, data_schema, without_collation
 
 __all__ = [
     "CdcSink",
@@ -121,71 +111,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("cdc_emitter.sink")  # the name users configure (0.1 had it)
-
-DEFAULT_MAX_MESSAGE_BYTES = 900_000
-#: The data paths (see the ``encoder`` argument of `CdcSink`).
-Encoder = Literal["auto", "jvm", "python"]
-ENCODERS: tuple[Encoder, ...] = ("auto", "jvm", "python")
-#: What a column-mode update below the batch's lower bound does (see ``late``).
-Late = Literal["error", "advance"]
-#: How messages are framed (see ``framing``).
-Framing = Literal["confluent", "raw"]
-#: The paths a batch takes within the JVM data path (see `DRIVER`).
-JvmPath = Literal["driver", "driver after executors", "executors"]
-#: Bytes a Kafka record batch adds around one message's value (headers included), kept free
-#: below the topic's max.message.bytes.
-RECORD_OVERHEAD = 1024
-#: Kafka's default max.message.bytes for a topic (1 MiB + 12).
-KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
-#: How many of its own batches' statements a sink remembers for re-runs (Spark re-runs only the
-#: last batch; the sink log and the topic's tail hold the rest).
-CARRIED_BATCHES = 64
-#: By default, a batch after one of at most this many rows and bytes of messages is finished on
-#: the driver (`cdc_emitter.sink.driver`): a Spark job and its shuffle cost more than the
-#: driver's work on so few rows (measured on 2 cores: 0.32 s against 0.80 s per 250,000-row
-#: batch; at 500,000 still ahead, but the driver's work does not spread over a cluster as the
-#: executors' does). After more rows that consolidated to at most this many, the executors
-#: consolidate and the driver finishes.
-SMALL_BATCH_ROWS = 250_000
-SMALL_BATCH_BYTES = 16 * 2**20
-#: The paths of a batch within the JVM data path (``BatchResult.finished_on``, then
-#: ``consolidated_on``): the rows brought to the driver, which consolidates and produces them;
-#: the rows consolidated by a Spark job, the updates brought to the driver, which produces them;
-#: or everything on the executors, Spark's Kafka writer producing.
-DRIVER: JvmPath = "driver"
-DRIVER_AFTER_EXECUTORS: JvmPath = "driver after executors"
-EXECUTORS: JvmPath = "executors"
-_INTEGRAL = ("bigint", "int", "smallint", "tinyint")
-
-
-class _Layout(NamedTuple):
-    """A batch's columns as the sink writes them."""
-
-    schema: T.StructType  # the input's schema, collations taken off
-    data_cols: list[str]
-    diff_col: str | None  # None: every row counts +1
-    avro_data: dict  # the Avro data record
-    schema_text: str  # ``avro_data`` as compact JSON
-
-
-class _Decided(NamedTuple):
-    """A batch's interval as decided before any Spark work."""
-
-    writer: str  # the batch's writer (a re-run's: as first recorded)
-    lower: int
-    recorded: Recorded | None  # a re-run's first decision
-    digest: tuple | None  # what a re-run's first attempt wrote, if complete in the topic
-    state: TopicFrontier  # the topic's frontier when the interval was decided
-
-
-def _without_collations(df: DataFrame) -> DataFrame:
-    """``df`` with collated strings cast to plain ones: written and compared by their bytes."""
-    plain = {f.name: without_collation(f.dataType) for f in df.schema.fields}
-    if not any(plain.values()):
-        return df
-    return df.select(
-        *[F.col(c).cast(t).alias(c) if t is not None else F.col(c) for c, t in plain.items()]
-    )
 
 
 class CdcSink:
@@ -284,35 +209,21 @@ class CdcSink:
         on_batch: Callable[[BatchResult], None] | None = None,
         small_batch_rows: int = SMALL_BATCH_ROWS,
     ) -> None:
-        if late not in ("error", "advance"):
-            raise ConfigError(f"late must be 'error' or 'advance', not {late!r}")
-        if framing not in ("confluent", "raw"):
-            raise ConfigError(f"framing must be 'confluent' or 'raw', not {framing!r}")
-        if str(encoder) == "avro":  # removed: say what replaces it
-            raise ConfigError(
-                "encoder='avro' was removed in 0.2: use 'jvm' (the default with "
-                "configure_spark) or 'python'"
-            )
-        if encoder not in ENCODERS:
-            raise ConfigError(
-                f"encoder must be one of {', '.join(map(repr, ENCODERS))}, not {encoder!r}"
-            )
-        if (
-            isinstance(time_offset, bool)
-            or not isinstance(time_offset, int)
-            or not 0 <= time_offset <= MAX_LONG
-        ):
-            raise ConfigError(f"time_offset must be a non-negative integer, not {time_offset!r}")
-        if not topic:
-            raise ConfigError("a topic name is required")
-        if (
-            isinstance(broker_timeout, bool)
-            or not isinstance(broker_timeout, (int, float))
-            or not broker_timeout > 0
-        ):
-            raise ConfigError(
-                f"broker_timeout must be a positive number of seconds, not {broker_timeout!r}"
-            )
+        checked = options.normalise(
+            topic=topic,
+            time_offset=time_offset,
+            late=late,
+            framing=framing,
+            schema_id=schema_id,
+            schema_registry_url=schema_registry_url,
+            schema_registry_config=schema_registry_config,
+            producer_config=producer_config,
+            max_message_bytes=max_message_bytes,
+            encoder=encoder,
+            broker_timeout=broker_timeout,
+            on_batch=on_batch,
+            small_batch_rows=small_batch_rows,
+        )
         self.bootstrap_servers = bootstrap_servers
         self.topic = topic
         self.checkpoint_location = checkpoint_location
@@ -322,52 +233,18 @@ class CdcSink:
         self.late = late
         self.framing = framing
         self.schema_id = schema_id
-        self.registry = None
-        if schema_registry_url is not None:
-            if framing != "confluent":
-                raise ConfigError(
-                    "schema_registry_url needs framing='confluent': the registry's id "
-                    "travels in the Confluent header"
-                )
-            if schema_id:
-                raise ConfigError(
-                    f"schema_id={schema_id} conflicts with schema_registry_url: the "
-                    "registry gives the id; drop schema_id"
-                )
-            self.registry = SchemaRegistry(schema_registry_url, schema_registry_config)
-        elif schema_registry_config:
-            raise ConfigError("schema_registry_config given without schema_registry_url")
+        self.registry = checked.registry
         self._registered: dict[str, int] = {}  # schema text -> the registry's id for it
-        self.producer_config = dict(producer_config or {})  # a copy: the caller's dict is theirs
-        self.max_message_bytes = int(max_message_bytes)
-
-        client_limit = int(
-            self.producer_config.get("message.max.bytes", PRODUCER_DEFAULTS["message.max.bytes"])
-        )
-        if self.max_message_bytes + 1024 > client_limit:
-            raise ConfigError(
-                f"max_message_bytes={self.max_message_bytes} does not fit the producer's "
-                f"message.max.bytes={client_limit} (with 1 KiB for record overhead): lower it, or raise "
-                "message.max.bytes in producer_config (and the topic's max.message.bytes)"
-            )
+        self.producer_config = checked.producer_config  # a copy: the caller's dict is theirs
+        self.max_message_bytes = checked.max_message_bytes
         self.create_topic = create_topic
         self.topic_partitions = topic_partitions
         self.writer_id = writer_id
         self._default_writer = uuid.uuid4().hex
         self.encoder = encoder
         self.flush_timeout = flush_timeout
-        self.broker_timeout = float(broker_timeout)
-        if on_batch is not None and not callable(on_batch):
-            raise ConfigError(f"on_batch must be a function taking a BatchResult, not {on_batch!r}")
+        self.broker_timeout = checked.broker_timeout
         self.on_batch = on_batch
-        if (
-            isinstance(small_batch_rows, bool)
-            or not isinstance(small_batch_rows, int)
-            or small_batch_rows < 0
-        ):
-            raise ConfigError(
-                f"small_batch_rows must be a non-negative integer, not {small_batch_rows!r}"
-            )
         self.small_batch_rows = small_batch_rows
         self._clock = PhaseClock()  # the current batch's phases (see sink.result)
         self._upper_hint: int | None = None  # write_upto's upper, for the batch being written
@@ -384,7 +261,7 @@ class CdcSink:
         # JVM path: (key, the last batch's row checks), see _row_checks
         self._last_checks: tuple[tuple, list[Check]] | None = None
         # (layout, data Columns, diff Column) of the last batch, see _prepared
-        self._row_columns: tuple[tuple, list[Column], Column] | None = None
+        self._row_columns: RowColumns | None = None
         # how the next batch goes (DRIVER, ...): on the driver (see sink.driver) when the last was
         # small, or consolidated to few updates; the first goes the distributed path, whatever
         # its size — unless the topic's last batch of the same layout says it (_follow_topic)
@@ -482,312 +359,7 @@ class CdcSink:
             raise BadInputError(f"time must be a non-negative integer, got {time!r}")
         return self._write(df, None, fixed_time=time, close=close)
 
-    # -- helpers ----------------------------------------------------------------------------
-
-    def _writer(self, spark: SparkSession, batch_id: int | None) -> str:
-        """Who writes: ``writer_id``, else the streaming query's id (stable across restarts from
-        its checkpoint, so a re-run batch is told from a new query's), else a random id."""
-        if self.writer_id:
-            return self.writer_id
-        if not is_connect(spark):
-            qid = spark.sparkContext.getLocalProperty("sql.streaming.queryId")
-            return qid or self._default_writer
-        if batch_id is None:
-            return self._default_writer
-        # Spark Connect shows foreachBatch no query id: the checkpoint's metadata file has it
-        if self._query_id is None:
-            if self.checkpoint_location is None:
-                raise ConfigError(
-                    "on Spark Connect the sink cannot see the streaming query's id, which tells a "
-                    "re-run batch from a new query's: pass checkpoint_location= (the query's "
-                    "checkpoint location) or a stable writer_id= to CdcSink"
-                )
-            self._query_id = query_id_from_checkpoint(spark, self.checkpoint_location)
-        return self._query_id
-
-    def frontier(self) -> TopicFrontier:
-        """The topic's current frontier (see `topic_frontier`)."""
-        # progress statements decode the same whatever the data schema: use a one-column one
-        codec = CdcCodec(
-            {"type": "record", "name": "data", "fields": [{"name": "x", "type": "long"}]},
-            framing=self.framing,
-            schema_id=self.schema_id,
-        )
-        skip = 5 if self.framing == "confluent" else 0
-
-        def progress_only(value: bytes) -> Any:  # an update array is not decoded just to be skipped
-            return None if value[skip : skip + 1] == b"\x00" else codec.decode(value)
-
-        return topic_frontier(
-            self.bootstrap_servers,
-            self.topic,
-            config=self._client_config(),
-            decode=progress_only,
-            offsets=self._offsets(),
-            broker_timeout=self.broker_timeout,
-        )
-
-    def _offsets(self) -> TopicOffsets:
-        """The topic's end offsets and tail, through one client for the sink's life."""
-        if self._topic_offsets is None:
-            self._topic_offsets = TopicOffsets(
-                self.bootstrap_servers,
-                self.topic,
-                self._client_config(),
-                broker_timeout=self.broker_timeout,
-            )
-        return self._topic_offsets
-
-    def _partition0_end(self) -> int:
-        """Partition 0's end offset, retried while the broker briefly cannot say (restarted,
-        leader moving: the kept client's metadata is refreshed meanwhile)."""
-        return retrying(lambda: self._offsets().end(0), self.broker_timeout)
-
-    def _learn_frontier(self) -> TopicFrontier:
-        """The topic's frontier: carried forward from this sink's last progress statement while
-        partition 0 (where every statement goes) has not moved past it — one offset request —
-        else read from the topic's tail."""
-        carried = self._carried
-        if carried is not None and self._partition0_end() == carried.partition0_end:
-            return carried
-        self._carried = state = self.frontier()
-        return state
-
-    def _carry(
-        self,
-        writer: str,
-        batch_id: int | None,
-        lower: int,
-        upper: int | None,
-        avro_data: dict,
-        digest: str,
-        statement_offset: int | None,
-    ) -> None:
-        """Remember the frontier our statement just set, as the next batch would read it from
-        the tail (with the statements of earlier batches seen, for a re-run to find)."""
-        if statement_offset is None:
-            self._carried = None
-            return
-        before = self._carried
-        batches = dict(before.batches) if before is not None else {}
-        digests = dict(before.digests) if before is not None else {}
-        if batch_id is not None:
-            batches[(writer, batch_id)] = (lower, upper)
-            digests[(writer, batch_id)] = digest
-            for key in list(batches)[:-CARRIED_BATCHES]:
-                batches.pop(key)
-                digests.pop(key, None)
-        self._carried = TopicFrontier(
-            upper,
-            writer,
-            batch_id,
-            lower,
-            upper,
-            True,
-            batches,
-            schema=json.dumps(avro_data, separators=(",", ":")),
-            digests=digests,
-            partition0_end=statement_offset + 1,
-        )
-
-    def _client_config(self) -> dict:
-        """Client (security) settings for admin/consumer clients: producer-only keys dropped."""
-        skip = set(PRODUCER_DEFAULTS) | {
-            "linger.ms",
-            "queue.buffering.max.ms",
-            "batch.num.messages",
-            "queue.buffering.max.messages",
-            "queue.buffering.max.kbytes",
-            "delivery.timeout.ms",
-            "message.timeout.ms",
-            "retries",
-            "transactional.id",
-            "partitioner",
-            "request.required.acks",
-            "message.send.max.retries",
-            "retry.backoff.ms",
-            "compression.codec",
-            "sticky.partitioning.linger.ms",
-        }
-        return {k: v for k, v in self.producer_config.items() if k not in skip}
-
-    def _ensure_topic(self) -> None:
-        """The topic exists (or is created) and takes messages as large as this sink makes."""
-        if self._topic_checked:
-            return
-
-        needed = self.max_message_bytes + RECORD_OVERHEAD
-        created = (
-            {"max.message.bytes": str(needed)} if needed > KAFKA_DEFAULT_MAX_MESSAGE_BYTES else None
-        )
-        # asked through the client kept for the frontier, which the tail read then reuses
-        count = self._offsets().partition_count()
-        if count is None:  # missing: created, or refused with what to do
-            count = ensure_topic(
-                self.bootstrap_servers,
-                self.topic,
-                create=self.create_topic,
-                partitions=self.topic_partitions,
-                config=self._client_config(),
-                topic_config=created,
-                timeout=self.broker_timeout,
-            )
-        self._update_partitions = list(range(1, count)) if count > 1 else None
-        settings = topic_settings(
-            self.bootstrap_servers,
-            self.topic,
-            config=self._client_config(),
-            timeout=self.broker_timeout,
-        )
-        limit = (settings or {}).get("max.message.bytes")
-        if limit is not None and int(limit) < needed:
-            raise ConfigError(
-                f"topic {self.topic!r} accepts messages of at most {int(limit)} bytes (its "
-                f"max.message.bytes), but this sink makes messages of up to {self.max_message_bytes} "
-                f"bytes plus up to {RECORD_OVERHEAD} of record overhead: pass max_message_bytes="
-                f"{int(limit) - RECORD_OVERHEAD} or less, or raise the topic's max.message.bytes"
-            )
-        self._topic_checked = True
-
-    def _codec(self, avro_data: dict) -> CdcCodec:
-        return CdcCodec(
-            avro_data,
-            framing=self.framing,
-            schema_id=self.schema_id,
-            max_message_bytes=self.max_message_bytes,
-            writer_schemas=None if self.registry is None else self.registry.data_schema,
-        )
-
-    def _register(self, avro_data: dict, schema_text: str, evolves: list[str]) -> int:
-        """The registry's id for this batch's union schema under ``<topic>-value``.
-
-        A data schema that differs from the topic's (``evolves``) is left to the subject's
-        compatibility rule, which must then be one (not ``NONE``): readers resolve the older
-        messages into the newer schema by their ids only if the registry vouches they can.
-        """
-        registry = self.registry
-        assert registry is not None  # called only with a registry
-        subject = subject_for(self.topic)
-        if evolves:
-            level = registry.compatibility(subject)
-            if level.upper() == "NONE":
-                raise SchemaError(
-                    f"topic {self.topic!r} was written with another data schema than this batch's: "
-                    f"{'; '.join(evolves)}; the {registry.where} would accept any schema for "
-                    f"subject {subject!r} (compatibility NONE), so it cannot vouch that readers "
-                    "resolve the older messages. Nothing was written. Set the subject's "
-                    "compatibility (BACKWARD, FULL, ...) or write this data to a new topic"
-                )
-        try:
-            schema_id = registry.register(subject, schema_text_of(avro_data))
-        except SchemaError as exc:
-            raise SchemaError(f"topic {self.topic!r}: {exc}. Nothing was written") from None
-        log.info(
-            "cdc sink topic=%s: %s gave schema id %d for subject %s",
-            self.topic,
-            registry.where,
-            schema_id,
-            subject,
-        )
-        self._registered[schema_text] = schema_id
-        return schema_id
-
-    def _check_schema(self, state: TopicFrontier, avro_data: dict, codec: CdcCodec) -> list[str]:
-        """Refuse a batch whose data schema is not the one the topic was written with.
-
-        Kafka is append-only: messages under two data schemas leave a topic no single schema
-        reads. The topic's schema comes from the newest progress statement's header; a topic
-        without one (another writer) is checked by decoding its newest update message.
-
-        With a schema registry, readers resolve each message by its schema id, so a different
-        schema is not refused here: its differences are returned for `_register` to put
-        to the registry's compatibility rule.
-        """
-        way_out = (
-            "Nothing was written. Write this data to a new topic, or give the batch exactly "
-            "the topic's columns (names, order, types and nullability)"
-        )
-        if state.schema is not None:
-            try:
-                written = json.loads(state.schema)
-            except ValueError:
-                written = None
-            differences = [] if written is None else schema_differences(written, avro_data)
-            if differences and self.registry is not None:
-                return differences
-            if differences:
-                raise SchemaError(
-                    f"topic {self.topic!r} was written with another data schema than this "
-                    f"batch's: {'; '.join(differences)}. {way_out}"
-                )
-            return []
-        sample = state.update_sample
-        skip = 5 if self.framing == "confluent" else 0
-        if sample is not None and len(sample) > skip and sample[skip] == 0:
-            try:
-                codec.decode(sample)
-            except DecodeError as exc:
-                fields = ", ".join(
-                    f"{f['name']} {type_text(f['type'])}" for f in avro_data["fields"]
-                )
-                raise SchemaError(
-                    f"topic {self.topic!r} holds update messages that do not decode with this "
-                    f"batch's data schema ({fields}): {exc}. {way_out}"
-                ) from None
-        return []
-
-    def _log(self, spark: SparkSession) -> SinkLog | DataFrameSinkLog | None:
-        if self.checkpoint_location is None:
-            return None
-        if self._sinklog is None:
-            self._sinklog = open_sink_log(spark, self.checkpoint_location)
-        return self._sinklog
-
-    def _encoder(self, spark: SparkSession) -> Encoder:
-        """The data path: ``encoder``, or for ``"auto"`` ``"jvm"`` when the session can take it,
-        else ``"python"`` (decided once per sink)."""
-        if self.encoder != "auto":
-            return self.encoder
-        if self._resolved_encoder is not None:
-            return self._resolved_encoder
-        chosen: Encoder = "python"
-        why = "spark-avro is not loaded"
-        if self._probe_avro(spark):
-            why = "spark-sql-kafka-0-10 is not loaded"
-            if self._probe_kafka(spark):
-                try:
-                    kafka_write_options(self.bootstrap_servers, self.topic, self.producer_config)
-                    chosen, why = "jvm", "spark-avro and spark-sql-kafka-0-10 are loaded"
-                except ConfigError as exc:
-                    why = str(exc)
-        self._resolved_encoder = chosen
-        log.info("cdc sink topic=%s: encoder %s (%s)", self.topic, chosen, why)
-        return chosen
-
-    @staticmethod
-    def _probe_avro(spark: SparkSession) -> bool:
-        try:
-            # analysis fails without spark-avro
-            _ = spark.range(1).select(to_avro(F.col("id"), '"long"')).schema
-            return True
-        except Exception:  # noqa: BLE001
-            return False
-
-    @staticmethod
-    def _probe_kafka(spark: SparkSession) -> bool:
-        try:  # resolving the source needs the package; nothing connects before a scan
-            _ = (
-                spark.read.format("kafka")
-                .option("kafka.bootstrap.servers", "127.0.0.1:9")
-                .option("subscribe", "cdc-emitter-probe")
-                .load()
-                .schema
-            )
-            return True
-        except Exception:  # noqa: BLE001
-            return False
-
-    # -- the batch ----------------------------------------------------------------------------
+    # -- the batch: plan, check, write, commit ------------------------------------------------
 
     def _write(
         self, df: DataFrame, batch_id: int | None, *, fixed_time: int | None, close: bool
@@ -797,29 +369,50 @@ class CdcSink:
         steps)."""
         self._clock = PhaseClock()
         spark = df.sparkSession
-        df = _without_collations(df)
-        layout = self._layout(df.schema, fixed_time)
-        if self.registry is not None and layout.schema_text in self._registered:
-            self.schema_id = self._registered[layout.schema_text]
-        codec = self._codec(layout.avro_data)
+        df = layout.without_collations(df)
+        cols = layout.layout_of(
+            df.schema, fixed_time, time_column=self.time_column, diff_column=self.diff_column
+        )
+        if self.registry is not None and cols.schema_text in self._registered:
+            self.schema_id = self._registered[cols.schema_text]
+        codec = self._codec(cols.avro_data)
         self._ensure_topic()
         writer = self._writer(spark, batch_id)
         sinklog = self._log(spark) if batch_id is not None else None
         state = None
-        if self._schema_checked != layout.schema_text:  # once per sink and schema: a tail read
+        if self._schema_checked != cols.schema_text:  # once per sink and schema: a tail read
             state = self._learn_frontier()
-            codec = self._check_topic_schema(state, layout, codec)
+            codec = self._check_topic_schema(state, cols, codec)
         # 1. the interval, decided once: recorded, or from the topic's frontier
-        decided = self._decide_interval(sinklog, batch_id, writer, state)
+        decided = decide.decide_interval(
+            sinklog,
+            batch_id,
+            writer,
+            state,
+            topic=self.topic,
+            column_mode=self.time_column is not None,
+            learn_frontier=self._learn_frontier,
+        )
         encoder = self._encoder(spark)
         if not self._followed:
             self._followed = True
             if encoder == "jvm":
-                self._follow_topic(decided.state, spark, layout)
+                self._follow_topic(decided.state, spark, cols)
         # opened now, so that its connection and idempotence handshake (~0.5 s on a new sink)
         # overlap the Spark job instead of delaying the progress statement
         self._driver_producer()
-        batch = self._batch(batch_id, layout, codec, decided, fixed_time)
+        batch = decide.new_batch(
+            batch_id,
+            cols,
+            codec,
+            decided,
+            fixed_time,
+            topic=self.topic,
+            time_column=self.time_column,
+            time_offset=self.time_offset,
+            late=self.late,
+            update_partitions=self._update_partitions,
+        )
         # 2. the rows with their times and diffs (nothing is computed yet)
         prepared = self._prepared(df, batch, encoder)
         self._clock.mark("plan")
@@ -833,151 +426,19 @@ class CdcSink:
             batch, checked, encoder, path, sinklog, decided.digest, since=since, close=close
         )
 
-    def _layout(self, schema: T.StructType, fixed_time: int | None) -> _Layout:
-        """The batch's columns: its data columns mapped to the Avro data record, and its diff
-        and time columns checked to be integers."""
-        columns = schema.fieldNames()
-        diff_col = self.diff_column if self.diff_column in columns else None
-        if self.time_column is not None and self.time_column not in columns:
-            raise SchemaError(f"time column {self.time_column!r} is missing (columns: {columns})")
-        if self.time_column is not None and fixed_time is not None:
-            raise ConfigError(
-                "write(time=...) conflicts with time_column: the rows carry their times"
-            )
-        data_cols = [c for c in columns if c not in (self.diff_column, self.time_column)]
-        avro_data = data_schema(
-            T.StructType([schema[c] for c in data_cols])
-        )  # SchemaError names the column
-        for name in filter(None, (diff_col, self.time_column)):
-            if schema[name].dataType.simpleString() not in _INTEGRAL:
-                raise SchemaError(
-                    f"column {name!r} must be an integer type (long, int, short, byte), "
-                    f"not {schema[name].dataType.simpleString()}"
-                )
-        schema_text = json.dumps(avro_data, separators=(",", ":"))
-        return _Layout(schema, data_cols, diff_col, avro_data, schema_text)
-
-    def _check_topic_schema(
-        self, state: TopicFrontier, layout: _Layout, codec: CdcCodec
-    ) -> CdcCodec:
-        """Check the batch's data schema against the topic's (`_check_schema`) and, with a
-        registry, register it before the first message; return the codec to frame with."""
-        evolves = self._check_schema(state, layout.avro_data, codec)
-        if self.registry is not None:  # registered before the first message, once per schema
-            self.schema_id = self._register(layout.avro_data, layout.schema_text, evolves)
-            codec = self._codec(layout.avro_data)
-        self._schema_checked = layout.schema_text
-        return codec
-
-    def _decide_interval(
-        self,
-        sinklog: SinkLog | DataFrameSinkLog | None,
-        batch_id: int | None,
-        writer: str,
-        state: TopicFrontier | None,
-    ) -> _Decided:
-        """The batch's lower bound: a re-run's recorded one (in the sink log, else in the
-        topic's statements), else the topic's frontier."""
-        recorded = None
-        if sinklog is not None and batch_id is not None:
-            entry = sinklog.get(batch_id)
-            if entry is not None and entry.topic not in (None, self.topic):
-                log.warning(
-                    "sink log %s records batch %d for topic %r, not %r: ignored",
-                    sinklog.location,
-                    batch_id,
-                    entry.topic,
-                    self.topic,
-                )
-            elif entry is not None:
-                recorded = Recorded(entry.lower, entry.upper, entry.time)
-                writer = entry.writer or writer  # the batch's writer, as first recorded
-        if recorded is None:
-            state = state or self._learn_frontier()
-            found = state.recorded(writer, batch_id) if batch_id is not None else None
-            if found is not None:
-                recorded = recorded_from_statement(*found, column_mode=self.time_column is not None)
-        if recorded is not None:
-            # what the first attempt wrote, if its progress statement made it to the topic
-            state = state or self._learn_frontier()
-            digest = parse_digest(state.digests.get((writer, batch_id)))
-            return _Decided(writer, recorded[0], recorded, digest, state)
-        assert state is not None  # learnt above
-        if state.frontier is None:
-            raise LateUpdateError(
-                f"topic {self.topic!r} is closed (a progress statement with upper [] was written): "
-                "nothing more can be written to it"
-            )
-        return _Decided(writer, state.frontier, None, None, state)
-
-    def _batch(
-        self,
-        batch_id: int | None,
-        layout: _Layout,
-        codec: CdcCodec,
-        decided: _Decided,
-        fixed_time: int | None,
-    ) -> Batch:
-        """The batch as decided before any Spark work: its interval's lower bound, its time in
-        the default mode, the headers of its update messages."""
-        batch_time = (
-            None
-            if self.time_column is not None
-            else decide_batch_time(
-                topic=self.topic,
-                lower=decided.lower,
-                recorded=decided.recorded,
-                fixed_time=fixed_time,
-                batch_id=batch_id,
-                time_offset=self.time_offset,
-                late=self.late,
-            )
-        )
-        headers = [(HEADER_KIND, b"updates"), (HEADER_WRITER, decided.writer.encode())]
-        if batch_id is not None:
-            headers.append((HEADER_BATCH, str(batch_id).encode()))
-        return Batch(
-            what=self._what(batch_id),
-            batch_id=batch_id,
-            writer=decided.writer,
-            schema=layout.schema,
-            data_cols=layout.data_cols,
-            diff_col=layout.diff_col,
-            avro_data=layout.avro_data,
-            codec=codec,
-            lower=decided.lower,
-            recorded=decided.recorded,
-            time=batch_time,
-            headers=headers,
-            update_partitions=self._update_partitions,
-        )
-
     def _prepared(self, df: DataFrame, batch: Batch, encoder: Encoder) -> DataFrame:
-        """The rows as data columns, time and diff (nothing computed yet). The JVM path takes a
-        batch's one time as binary literals, which Spark does not write into the code it
-        generates (MessagePlan.messages), or does without it (MessagePlan.updates): no time
-        column. The data and diff Columns are the last batch's when the layout is (each Column
-        made is round trips to the JVM)."""
-        data_cols, diff_col = batch.data_cols, batch.diff_col
-        if self._row_columns is None or self._row_columns[0] != (data_cols, diff_col):
-            diff_expr = F.col(diff_col).cast("long") if diff_col else F.lit(1).cast("long")
-            self._row_columns = (
-                (data_cols, diff_col),
-                [F.col(c) for c in data_cols],
-                diff_expr.alias(DIFF),
-            )
-        _, data_columns, diff_column = self._row_columns
-        if batch.time is not None:
-            time_columns = [] if encoder == "jvm" else [F.lit(batch.time).cast("long").alias(TIME)]
-        else:
-            assert self.time_column is not None  # column mode
-            time_expr = F.col(self.time_column).cast("long")
-            if self.late == "advance":
-                time_expr = F.when(
-                    (time_expr >= 0) & (time_expr < batch.lower), F.lit(batch.lower).cast("long")
-                ).otherwise(time_expr)
-            time_columns = [time_expr.alias(TIME)]
-        return df.select(*data_columns, *time_columns, diff_column)
+        """The rows as data columns, time and diff (`layout.prepared_rows`). The data and diff
+        Columns are the last batch's when the layout is (each Column made is round trips to the
+        JVM)."""
+        self._row_columns = layout.row_columns(self._row_columns, batch.data_cols, batch.diff_col)
+        return layout.prepared_rows(
+            df,
+            batch,
+            self._row_columns,
+            jvm=encoder == "jvm",
+            time_column=self.time_column,
+            late=self.late,
+        )
 
     def _check_rows(
         self,
@@ -994,7 +455,7 @@ class CdcSink:
         driver after all — or by the Python path; return the JVM path taken and the batch."""
         path = self._next_path
         checked: Checked | None = None
-        if encoder == "jvm" and path != EXECUTORS and self._small_layout(batch):
+        if encoder == "jvm" and path != EXECUTORS and paths.small_layout(batch):
             checked = self._driver_path().check(
                 df, prepared, spark, batch, consolidated=path == DRIVER_AFTER_EXECUTORS
             )
@@ -1032,7 +493,7 @@ class CdcSink:
             upper = self._upper(batch, close, checked.max_time)
             if recorded_digest is not None:  # a re-run whose first attempt completed
                 return self._finish(
-                    self._replayed(batch, recorded_digest, checked.digest(), upper), encoder, path
+                    commit.replayed(batch, recorded_digest, checked.digest(), upper), encoder, path
                 )
             # another writer may have written since the interval was decided: check before
             # writing; then record the interval (decided once) and write the updates
@@ -1040,7 +501,7 @@ class CdcSink:
                 self._check_no_other_writer(
                     batch, upper, "was being prepared", written=False, since=since
                 )
-            self._record_interval(sinklog, batch, upper)
+            commit.record_interval(sinklog, batch, upper, self.topic)
             try:
                 written = checked.write()
             except BaseException:
@@ -1082,6 +543,211 @@ class CdcSink:
         return result
 
     # -- the paths that write a batch (see sink.batch) ------------------------------------------
+
+    def _upper(self, batch: Batch, close: bool, max_time: int | None) -> int | None:
+        """The batch's upper bound (see `batch_upper`)."""
+        return batch_upper(
+            what=batch.what,
+            lower=batch.lower,
+            recorded=batch.recorded,
+            close=close,
+            column_mode=self.time_column is not None,
+            time=batch.time,
+            max_time=max_time,
+            upper_hint=self._upper_hint,
+        )
+
+    def _commit(
+        self,
+        batch: Batch,
+        upper: int | None,
+        written: Written,
+        since: int | None,
+        checked: Checked | None = None,
+    ) -> BatchResult:
+        """Write the batch's progress statement (`commit.progress_messages`) — only after every
+        update is acknowledged — and carry the frontier it sets to the next batch."""
+        counts = written.counts
+        total = sum(counts.values())
+        # unless another writer's statement took the interval meanwhile (a statement of ours on
+        # top of it would contradict it)
+        self._check_no_other_writer(batch, upper, "was being written", written=total, since=since)
+        messages, digest_text = commit.progress_messages(
+            batch, upper, written, checked, self.max_message_bytes
+        )
+        producer = self._driver_producer()
+        try:
+            for value, headers in messages:
+                producer.produce(value, headers=headers, partition=0)
+            producer.flush(self.flush_timeout)
+        except BaseException:
+            self._forget_clients()
+            raise
+        self._carried = topic.carried_frontier(
+            self._carried,
+            batch.writer,
+            batch.batch_id,
+            batch.lower,
+            upper,
+            batch.avro_data,
+            digest_text,
+            producer.last_offsets.get(0),
+        )
+        self._clock.mark("commit")
+        return BatchResult(
+            batch.batch_id,
+            batch.lower,
+            upper,
+            total,
+            written.messages + len(messages),
+            counts,
+            batch.recorded is not None,
+            written.bytes + sum(len(value) for value, _ in messages),
+        )
+
+    # -- what the sink learns from the topic, and checks against it (see sink.topic) ----------
+
+    def _writer(self, spark: SparkSession, batch_id: int | None) -> str:
+        """Who writes: ``writer_id``, else the streaming query's id (stable across restarts from
+        its checkpoint, so a re-run batch is told from a new query's), else a random id."""
+        if self.writer_id:
+            return self.writer_id
+        if not is_connect(spark):
+            qid = spark.sparkContext.getLocalProperty("sql.streaming.queryId")
+            return qid or self._default_writer
+        if batch_id is None:
+            return self._default_writer
+        # Spark Connect shows foreachBatch no query id: the checkpoint's metadata file has it
+        if self._query_id is None:
+            if self.checkpoint_location is None:
+                raise ConfigError(
+                    "on Spark Connect the sink cannot see the streaming query's id, which tells a "
+                    "re-run batch from a new query's: pass checkpoint_location= (the query's "
+                    "checkpoint location) or a stable writer_id= to CdcSink"
+                )
+            self._query_id = query_id_from_checkpoint(spark, self.checkpoint_location)
+        return self._query_id
+
+    def frontier(self) -> TopicFrontier:
+        """The topic's current frontier (see `topic_frontier`)."""
+        return topic.read_frontier(
+            self.bootstrap_servers,
+            self.topic,
+            framing=self.framing,
+            schema_id=self.schema_id,
+            config=options.client_config(self.producer_config),
+            offsets=self._offsets(),
+            broker_timeout=self.broker_timeout,
+        )
+
+    def _offsets(self) -> TopicOffsets:
+        """The topic's end offsets and tail, through one client for the sink's life."""
+        if self._topic_offsets is None:
+            self._topic_offsets = TopicOffsets(
+                self.bootstrap_servers,
+                self.topic,
+                options.client_config(self.producer_config),
+                broker_timeout=self.broker_timeout,
+            )
+        return self._topic_offsets
+
+    def _partition0_end(self) -> int:
+        """Partition 0's end offset, retried while the broker briefly cannot say (restarted,
+        leader moving: the kept client's metadata is refreshed meanwhile)."""
+        return retrying(lambda: self._offsets().end(0), self.broker_timeout)
+
+    def _learn_frontier(self) -> TopicFrontier:
+        """The topic's frontier: carried forward from this sink's last progress statement while
+        partition 0 (where every statement goes) has not moved past it — one offset request —
+        else read from the topic's tail."""
+        carried = self._carried
+        if carried is not None and self._partition0_end() == carried.partition0_end:
+            return carried
+        self._carried = state = self.frontier()
+        return state
+
+    def _ensure_topic(self) -> None:
+        """The topic exists (or is created) and takes messages as large as this sink makes."""
+        if self._topic_checked:
+            return
+        self._update_partitions = topic.writable_topic(
+            self.bootstrap_servers,
+            self.topic,
+            self._offsets(),
+            create=self.create_topic,
+            partitions=self.topic_partitions,
+            config=options.client_config(self.producer_config),
+            max_message_bytes=self.max_message_bytes,
+            broker_timeout=self.broker_timeout,
+        )
+        self._topic_checked = True
+
+    def _codec(self, avro_data: dict) -> CdcCodec:
+        return CdcCodec(
+            avro_data,
+            framing=self.framing,
+            schema_id=self.schema_id,
+            max_message_bytes=self.max_message_bytes,
+            writer_schemas=None if self.registry is None else self.registry.data_schema,
+        )
+
+    def _check_topic_schema(self, state: TopicFrontier, cols: Layout, codec: CdcCodec) -> CdcCodec:
+        """Check the batch's data schema against the topic's (`topic.schema_changes`) and, with
+        a registry, register it before the first message; return the codec to frame with."""
+        evolves = topic.schema_changes(
+            self.topic,
+            state,
+            cols.avro_data,
+            codec,
+            framing=self.framing,
+            with_registry=self.registry is not None,
+        )
+        if self.registry is not None:  # registered before the first message, once per schema
+            self.schema_id = topic.register_schema(
+                self.registry, self.topic, cols.avro_data, evolves
+            )
+            self._registered[cols.schema_text] = self.schema_id
+            codec = self._codec(cols.avro_data)
+        self._schema_checked = cols.schema_text
+        return codec
+
+    def _check_no_other_writer(
+        self,
+        batch: Batch,
+        upper: int | None,
+        while_: str,
+        written: int | bool,
+        since: int | None = None,
+    ) -> None:
+        """Raise ConcurrentWriterError if another writer's statement took the batch's interval
+        (`topic.check_no_other_writer`).
+
+        ``since``: partition 0's end when the interval was decided. Statements go to partition 0
+        (and, on a topic of several partitions, nothing else of ours), so while it has not moved
+        one watermark request is the whole check; else the tail is read again."""
+        if since is not None and self._partition0_end() == since:
+            return
+        topic.check_no_other_writer(batch, upper, self.frontier(), while_, written)
+
+    def _log(self, spark: SparkSession) -> SinkLog | DataFrameSinkLog | None:
+        if self.checkpoint_location is None:
+            return None
+        if self._sinklog is None:
+            self._sinklog = open_sink_log(spark, self.checkpoint_location)
+        return self._sinklog
+
+    # -- the paths that write a batch (see sink.paths and sink.batch) --------------------------
+
+    def _encoder(self, spark: SparkSession) -> Encoder:
+        """The data path: ``encoder``, or for ``"auto"`` ``"jvm"`` when the session can take it,
+        else ``"python"`` (decided once per sink, `paths.resolve_encoder`)."""
+        if self.encoder != "auto":
+            return self.encoder
+        if self._resolved_encoder is None:
+            self._resolved_encoder = paths.resolve_encoder(
+                spark, self.bootstrap_servers, self.topic, self.producer_config
+            )
+        return self._resolved_encoder
 
     def _row_checks(self, batch: Batch) -> list[Check]:
         """The JVM path's per-row checks of ``batch`` (`row_checks`).
@@ -1161,38 +827,21 @@ class CdcSink:
         return DRIVER_AFTER_EXECUTORS if path == EXECUTORS and checked.produced_on_driver else path
 
     def _path_after(self, rows: int, groups: int, n_bytes: int) -> JvmPath:
-        """How the batch after one of ``rows`` input rows, ``groups`` distinct data and times
-        among them and ``n_bytes`` of messages is written (see `DRIVER`)."""
-        if not (0 < self.small_batch_rows and n_bytes <= SMALL_BATCH_BYTES):
-            return EXECUTORS
-        if rows <= self.small_batch_rows:
-            return DRIVER
-        return DRIVER_AFTER_EXECUTORS if groups <= self.small_batch_rows else EXECUTORS
+        """How the batch after this one is written (`paths.path_after`)."""
+        return paths.path_after(rows, groups, n_bytes, self.small_batch_rows)
 
-    def _follow_topic(self, state: TopicFrontier, spark: SparkSession, layout: _Layout) -> None:
+    def _follow_topic(self, state: TopicFrontier, spark: SparkSession, cols: Layout) -> None:
         """Size this sink's first batch like the topic's last one, of the same data layout, by
-        any sink (the shape header of its progress statement): its path (`_path_after`),
-        its spread and whether its rows are consolidated straight away — as a running sink's
-        next batch follows its last. A hint for speed only: a batch unlike it is written the
-        same, as after a change of size in a running sink."""
-        if not state.shape or state.schema != layout.schema_text:
+        any sink (`paths.topic_shape`): its path (`_path_after`), its spread and whether its
+        rows are consolidated straight away — as a running sink's next batch follows its last.
+        A hint for speed only: a batch unlike it is written the same, as after a change of size
+        in a running sink."""
+        shape = paths.topic_shape(self.topic, state, cols.schema_text)
+        if shape is None:
             return
-        try:
-            shape = json.loads(state.shape)
-            rows, groups, n_bytes = int(shape["rows"]), int(shape["groups"]), int(shape["bytes"])
-        except (ValueError, KeyError, TypeError):
-            log.debug(
-                "topic %r: a progress statement's shape header %r is not ours: not followed",
-                self.topic,
-                state.shape[:200],
-            )
-            return
-        if rows <= 0 or n_bytes <= 0:
-            return
+        rows, groups, n_bytes = shape
         self._next_path = self._path_after(rows, groups, n_bytes)
-        self._distributed_path().follow(
-            rows, groups, n_bytes, spark, layout.schema, layout.data_cols
-        )
+        self._distributed_path().follow(rows, groups, n_bytes, spark, cols.schema, cols.data_cols)
         log.debug(
             "topic %r: the last batch had %d rows, %d groups and %d bytes of messages: the "
             "first batch goes the %s path",
@@ -1203,151 +852,7 @@ class CdcSink:
             self._next_path,
         )
 
-    def _small_layout(self, batch: Batch) -> bool:
-        """Whether the driver can finish this layout's batches: it consolidates on each row's
-        encoded bytes, which equal rows share unless they hold maps (entries in any order)."""
-        return bool(batch.data_cols) and not any(
-            contains_map(batch.schema[c].dataType) for c in batch.data_cols
-        )
-
-    def _what(self, batch_id: int | None) -> str:
-        """How messages name this batch: the topic, and the batch id when there is one."""
-        return f"topic {self.topic!r}" + ("" if batch_id is None else f" batch {batch_id}")
-
-    def _replayed(
-        self, batch: Batch, recorded_digest: tuple, now: tuple, upper: int | None
-    ) -> BatchResult:
-        """A re-run of a batch whose first attempt is complete in the topic: the same data
-        (digest and counts per time) writes nothing; other data raises `ReplayError`."""
-        kept = digest_form(*now)
-        if kept != recorded_digest:
-            raise ReplayError(replay_message(batch.what, batch.batch_id, recorded_digest, kept))
-        log.info(
-            "%s: re-run with the same data as its first attempt, which is complete "
-            "in the topic: nothing to write",
-            batch.what,
-        )
-        counts = dict(now[1])
-        return BatchResult(
-            batch.batch_id, batch.lower, upper, sum(counts.values()), 0, counts, True
-        )
-
-    def _upper(self, batch: Batch, close: bool, max_time: int | None) -> int | None:
-        """The batch's upper bound (see `batch_upper`)."""
-        return batch_upper(
-            what=batch.what,
-            lower=batch.lower,
-            recorded=batch.recorded,
-            close=close,
-            column_mode=self.time_column is not None,
-            time=batch.time,
-            max_time=max_time,
-            upper_hint=self._upper_hint,
-        )
-
-    def _record_interval(
-        self, sinklog: SinkLog | DataFrameSinkLog | None, batch: Batch, upper: int | None
-    ) -> None:
-        """Record a new batch's interval in the sink log (the first decision for a batch id wins)."""
-        if sinklog is None or batch.recorded is not None or batch.batch_id is None:
-            return
-
-        kept = sinklog.put(
-            SinkLogEntry(batch.batch_id, batch.lower, upper, batch.time, batch.writer, self.topic)
-        )
-        if (kept.lower, kept.upper) != (batch.lower, upper):  # someone else decided first
-            raise CdcError(
-                f"{batch.what}: the sink log already records interval "
-                f"[{kept.lower}, {kept.upper}) for this batch; retry the batch"
-            )
-
-    def _commit(
-        self,
-        batch: Batch,
-        upper: int | None,
-        written: Written,
-        since: int | None,
-        checked: Checked | None = None,
-    ) -> BatchResult:
-        """Write the batch's progress statement — only after every update is acknowledged — with,
-        when ``checked`` knows them, the batch's rows, groups and bytes (`HEADER_SHAPE`)."""
-        counts, writer, lower = written.counts, batch.writer, batch.lower
-        total = sum(counts.values())
-        # unless another writer's statement took the interval meanwhile (a statement of ours on
-        # top of it would contradict it)
-        self._check_no_other_writer(batch, upper, "was being written", written=total, since=since)
-        progress = progress_from_counts(lower, upper, counts)  # counts lie inside: validated
-        digest_text = format_digest(written.digest, counts)
-        common = [
-            (HEADER_KIND, b"progress"),
-            (HEADER_WRITER, writer.encode()),
-            (HEADER_SCHEMA, json.dumps(batch.avro_data, separators=(",", ":")).encode()),
-        ]
-        if batch.batch_id is not None:
-            common.append((HEADER_BATCH, str(batch.batch_id).encode()))
-        if checked is not None and checked.rows and checked.bytes:
-            common.append(
-                (
-                    HEADER_SHAPE,
-                    json.dumps(
-                        {"rows": checked.rows, "groups": checked.groups, "bytes": checked.bytes},
-                        separators=(",", ":"),
-                    ).encode(),
-                )
-            )
-        # a statement counting more times than one message holds is written as several that
-        # tile the interval, each naming the batch's interval; the digest goes on the last
-        statements = split_progress(progress, self._times_per_statement())
-        batch_interval = (
-            []
-            if len(statements) == 1
-            else [
-                (HEADER_BATCH_LOWER, str(lower).encode()),
-                (HEADER_BATCH_UPPER, b"" if upper is None else str(upper).encode()),
-            ]
-        )
-        producer = self._driver_producer()
-        values = [batch.codec.encode_progress(statement) for statement in statements]
-        try:
-            for n, (statement, value) in enumerate(zip(statements, values), 1):
-                headers = [
-                    *common,
-                    (HEADER_LOWER, str(statement.lower[0]).encode()),
-                    (HEADER_UPPER, str(statement.upper[0]).encode() if statement.upper else b""),
-                    *batch_interval,
-                ]
-                if n == len(statements):
-                    headers.append((HEADER_DIGEST, digest_text.encode()))
-                producer.produce(value, headers=headers, partition=0)
-            producer.flush(self.flush_timeout)
-        except BaseException:
-            self._forget_clients()
-            raise
-        self._carry(
-            writer,
-            batch.batch_id,
-            lower,
-            upper,
-            batch.avro_data,
-            digest_text,
-            producer.last_offsets.get(0),
-        )
-        self._clock.mark("commit")
-        return BatchResult(
-            batch.batch_id,
-            lower,
-            upper,
-            total,
-            written.messages + len(values),
-            counts,
-            batch.recorded is not None,
-            written.bytes + sum(map(len, values)),
-        )
-
-    def _times_per_statement(self) -> int:
-        """How many counted times one progress statement may hold: a count is a record of two
-        longs (at most 20 bytes in Avro), and the message keeps 1 KiB for the rest."""
-        return max(1, (self.max_message_bytes - 1024) // 20)
+    # -- the driver's Kafka clients -------------------------------------------------------------
 
     def _driver_producer(self) -> CdcProducer:
         """The producer of progress statements: one for the sink's life (a new one per batch
@@ -1370,43 +875,3 @@ class CdcSink:
             producer.close()
         if offsets is not None:
             offsets.close()
-
-    def _check_no_other_writer(
-        self,
-        batch: Batch,
-        upper: int | None,
-        while_: str,
-        written: int | bool,
-        since: int | None = None,
-    ) -> None:
-        """Raise ConcurrentWriterError if the topic's frontier moved past the batch's lower bound
-        by a statement that is not this batch's own: two writers decided the same interval.
-
-        ``since``: partition 0's end when the interval was decided. Statements go to partition 0
-        (and, on a topic of several partitions, nothing else of ours), so while it has not moved
-        one watermark request is the whole check; else the tail is read again."""
-        if since is not None and self._partition0_end() == since:
-            return
-        lower, now = batch.lower, self.frontier()
-        if now.frontier == lower or (now.writer, now.batch) == (batch.writer, batch.batch_id):
-            return
-        theirs = (
-            f"[{now.lower}, {'∞' if now.upper is None else now.upper})"
-            if now.found
-            else "an interval"
-        )
-        by = f" by writer {now.writer}" + ("" if now.batch is None else f" (batch {now.batch})")
-        if written:
-            done = (
-                f"This batch's {written} updates at [{lower}, {'∞' if upper is None else upper}) "
-                "are in the topic without their progress statement, which is not written "
-                "(cdc-emitter verify --strict reports them)"
-            )
-        else:
-            done = "Nothing was written"
-        raise ConcurrentWriterError(
-            f"{batch.what}: another writer wrote a progress statement for {theirs}{by} while this batch "
-            f"{while_} (it decided [{lower}, {'∞' if upper is None else upper}) from frontier "
-            f"{lower}). {done}. Two writers on one topic lose each other's rows: run one writer "
-            "per topic; a retried batch writes after the other writer's"
-        )

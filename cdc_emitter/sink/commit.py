@@ -1,0 +1,141 @@
+"""After a batch's rows are checked: a re-run compared by its digest, the interval recorded in
+the sink log, and — once every update is acknowledged — the progress statement that closes it.
+
+Guarantees:
+
+- a re-run whose first attempt is complete in the topic writes nothing: the same data (digest
+  and counts per time) returns its result, other data raises `ReplayError`;
+- the first record of a batch id in the sink log wins; a batch that finds another interval
+  recorded there fails (`CdcError`) before any update is written;
+- a statement counting more times than one message holds is written as several that tile the
+  interval, each naming the batch's interval; the digest goes on the last, so a re-run finds
+  one only when every statement of its first attempt is in the topic.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from cdc_emitter.errors import CdcError, ReplayError
+from cdc_emitter.protocol.headers import (
+    HEADER_BATCH,
+    HEADER_BATCH_LOWER,
+    HEADER_BATCH_UPPER,
+    HEADER_DIGEST,
+    HEADER_KIND,
+    HEADER_LOWER,
+    HEADER_SCHEMA,
+    HEADER_SHAPE,
+    HEADER_UPPER,
+    HEADER_WRITER,
+)
+from cdc_emitter.protocol.updates import progress_from_counts, split_progress
+from cdc_emitter.sink.batch import Batch, Checked, Written
+from cdc_emitter.sink.digest import digest_form, format_digest, replay_message
+from cdc_emitter.sink.log import DataFrameSinkLog, SinkLog, SinkLogEntry
+from cdc_emitter.sink.result import BatchResult
+
+log = logging.getLogger("cdc_emitter.sink")  # CdcSink's logger: one name for the sink's lines
+
+#: A progress message: its value and its headers.
+Message = tuple[bytes, list[tuple[str, bytes]]]
+
+
+def replayed(batch: Batch, recorded_digest: tuple, now: tuple, upper: int | None) -> BatchResult:
+    """A re-run of a batch whose first attempt is complete in the topic: the same data
+    (digest and counts per time) writes nothing; other data raises `ReplayError`."""
+    kept = digest_form(*now)
+    if kept != recorded_digest:
+        raise ReplayError(replay_message(batch.what, batch.batch_id, recorded_digest, kept))
+    log.info(
+        "%s: re-run with the same data as its first attempt, which is complete "
+        "in the topic: nothing to write",
+        batch.what,
+    )
+    counts = dict(now[1])
+    return BatchResult(batch.batch_id, batch.lower, upper, sum(counts.values()), 0, counts, True)
+
+
+def record_interval(
+    sinklog: SinkLog | DataFrameSinkLog | None, batch: Batch, upper: int | None, topic: str
+) -> None:
+    """Record a new batch's interval in the sink log (the first decision for a batch id wins)."""
+    if sinklog is None or batch.recorded is not None or batch.batch_id is None:
+        return
+
+    kept = sinklog.put(
+        SinkLogEntry(batch.batch_id, batch.lower, upper, batch.time, batch.writer, topic)
+    )
+    if (kept.lower, kept.upper) != (batch.lower, upper):  # someone else decided first
+        raise CdcError(
+            f"{batch.what}: the sink log already records interval "
+            f"[{kept.lower}, {kept.upper}) for this batch; retry the batch"
+        )
+
+
+def times_per_statement(max_message_bytes: int) -> int:
+    """How many counted times one progress statement may hold: a count is a record of two
+    longs (at most 20 bytes in Avro), and the message keeps 1 KiB for the rest."""
+    return max(1, (max_message_bytes - 1024) // 20)
+
+
+def progress_messages(
+    batch: Batch,
+    upper: int | None,
+    written: Written,
+    checked: Checked | None,
+    max_message_bytes: int,
+) -> tuple[list[Message], str]:
+    """The batch's progress statement as messages to partition 0, and its digest text: with,
+    when ``checked`` knows them, the batch's rows, groups and bytes (`HEADER_SHAPE`)."""
+    counts, lower = written.counts, batch.lower
+    progress = progress_from_counts(lower, upper, counts)  # counts lie inside: validated
+    digest_text = format_digest(written.digest, counts)
+    common = statement_headers(batch, checked)
+    # a statement counting more times than one message holds is written as several that
+    # tile the interval, each naming the batch's interval; the digest goes on the last
+    statements = split_progress(progress, times_per_statement(max_message_bytes))
+    batch_interval = (
+        []
+        if len(statements) == 1
+        else [
+            (HEADER_BATCH_LOWER, str(lower).encode()),
+            (HEADER_BATCH_UPPER, b"" if upper is None else str(upper).encode()),
+        ]
+    )
+    values = [batch.codec.encode_progress(statement) for statement in statements]
+    messages = []
+    for n, (statement, value) in enumerate(zip(statements, values), 1):
+        headers = [
+            *common,
+            (HEADER_LOWER, str(statement.lower[0]).encode()),
+            (HEADER_UPPER, str(statement.upper[0]).encode() if statement.upper else b""),
+            *batch_interval,
+        ]
+        if n == len(statements):
+            headers.append((HEADER_DIGEST, digest_text.encode()))
+        messages.append((value, headers))
+    return messages, digest_text
+
+
+def statement_headers(batch: Batch, checked: Checked | None) -> list[tuple[str, bytes]]:
+    """The headers every statement of the batch carries: writer, data schema, batch id, shape."""
+    common = [
+        (HEADER_KIND, b"progress"),
+        (HEADER_WRITER, batch.writer.encode()),
+        (HEADER_SCHEMA, json.dumps(batch.avro_data, separators=(",", ":")).encode()),
+    ]
+    if batch.batch_id is not None:
+        common.append((HEADER_BATCH, str(batch.batch_id).encode()))
+    if checked is not None and checked.rows and checked.bytes:
+        common.append(
+            (
+                HEADER_SHAPE,
+                json.dumps(
+                    {"rows": checked.rows, "groups": checked.groups, "bytes": checked.bytes},
+                    separators=(",", ":"),
+                ).encode(),
+            )
+        )
+    return common
