@@ -127,6 +127,33 @@ def verify_summary_text(topic: str, result: Any, timeout: float | None) -> str:
     return "\n".join(lines)
 
 
+#: Times listed in the line of one waiting statement.
+TIMES_PER_STATEMENT = 5
+
+
+def waiting_line(waiting: Any) -> str:
+    """One line for a statement whose counted updates are not all there (a `cdc_emitter.protocol.reader.Waiting`): who
+    claimed what, where the statement is, and how many updates are missing at which times."""
+    if waiting.writer is None:
+        who = "an unnamed writer"
+    elif waiting.batch is None:
+        who = f"writer {waiting.writer}"
+    else:
+        who = f"writer {waiting.writer} batch {waiting.batch}"
+    upper = "∞" if waiting.upper is None else waiting.upper
+    where = ""
+    if waiting.partition is not None:
+        where = f" (partition {waiting.partition}, offset {waiting.offset})"
+    times = ", ".join(map(str, waiting.times[:TIMES_PER_STATEMENT]))
+    if waiting.open_times > TIMES_PER_STATEMENT:
+        times += f" and {waiting.open_times - TIMES_PER_STATEMENT} more"
+    plural = "s" if waiting.open_times > 1 else ""
+    return (
+        f"pending: {who} claimed [{waiting.lower}, {upper}){where}: {waiting.missing} of "
+        f"{waiting.counted} counted updates missing at time{plural} {times}"
+    )
+
+
 def pending_lines(pending: Any, frontier: tuple[int, ...]) -> list[str]:
     """What keeps ``frontier`` where it is, one line per cause."""
     out = []
@@ -134,6 +161,13 @@ def pending_lines(pending: Any, frontier: tuple[int, ...]) -> list[str]:
         out.append(f"pending: time {time} is announced with {count} updates, {received} arrived")
     if len(pending.stalled) > LISTED_PER_KIND:
         out.append(f"pending: ... and {len(pending.stalled) - LISTED_PER_KIND} more stalled times")
+    waiting = getattr(pending, "waiting", ())
+    out.extend(waiting_line(w) for w in waiting[:LISTED_PER_KIND])
+    if len(waiting) > LISTED_PER_KIND:
+        out.append(
+            f"pending: ... and {len(waiting) - LISTED_PER_KIND} more statements waiting for "
+            "their updates (--json lists them all)"
+        )
     if pending.gap is not None:
         a, b = pending.gap
         out.append(f"pending: no progress statement covers [{a}, {b}); statements beyond it wait")

@@ -5,6 +5,9 @@ Guarantees:
 
 * `producer_config` gives an idempotent, ``acks=all`` producer configuration; the caller's
   overrides are applied to a copy and never mutated.
+* `consumer_config` reads with ``isolation.level=read_committed`` (`READ_ISOLATION`): a progress
+  statement written in a transaction that aborted is never seen. A caller's
+  ``read_uncommitted`` is kept, with a warning (`reader_isolation`).
 * Configuration shown in any message goes through `redact_config` (or
   `redact_text`): only well-known public settings are shown.
 * A client made by `make_client` logs through `librdkafka_log`, repeats folded, and
@@ -26,7 +29,9 @@ from cdc_emitter.errors import ConfigError, RefusedError
 
 __all__ = [
     "BROKER_TIMEOUT",
+    "ISOLATION_LEVELS",
     "PRODUCER_DEFAULTS",
+    "READ_ISOLATION",
     "REFUSALS",
     "check_bootstrap",
     "client_config",
@@ -34,14 +39,26 @@ __all__ = [
     "librdkafka_log",
     "make_client",
     "producer_config",
+    "reader_isolation",
     "redact_config",
     "redact_text",
     "refused_error",
 ]
 
+log = logging.getLogger(__name__)
+
 #: The default of every reader's ``broker_timeout``: seconds it waits for a broker that does not
 #: answer — for metadata and offsets, or with no progress while reading — before it gives up.
 BROKER_TIMEOUT = 30.0
+
+#: How every reader of a topic reads. A sink writes each batch's progress statement as a claim
+#: in a short Kafka transaction; a writer fenced by another aborts it, and the aborted claim stays
+#: in the log. A ``read_committed`` reader never sees it (nor a claim whose transaction is still
+#: open: it reads up to the last stable offset); a ``read_uncommitted`` one would take it as true.
+READ_ISOLATION = "read_committed"
+#: The values of ``isolation.level`` (librdkafka's and the Java client's alike).
+ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+_WARNED_ISOLATION: set[str] = set()  # levels warned about in this process
 
 PRODUCER_DEFAULTS: Mapping[str, Any] = {
     "enable.idempotence": True,  # no duplicates or reordering from producer retries
@@ -160,11 +177,39 @@ def producer_config(
     return cfg
 
 
+def reader_isolation(config: Mapping[str, Any] | None) -> str:
+    """The ``isolation.level`` a reader of ``config`` reads with: `READ_ISOLATION` unless
+    ``config`` says ``read_uncommitted``, which is kept (a user looking at what aborted) and
+    warned about once per process: uncommitted claims may then be seen.
+
+    Raises:
+        ConfigError: ``isolation.level`` is neither of `ISOLATION_LEVELS`.
+    """
+    value = (config or {}).get("isolation.level")
+    if value is None:
+        return READ_ISOLATION
+    level = str(value).strip().lower()
+    if level not in ISOLATION_LEVELS:
+        raise ConfigError(
+            f"isolation.level={value!r}: readers take read_committed (the default) or "
+            "read_uncommitted"
+        )
+    if level != READ_ISOLATION and level not in _WARNED_ISOLATION:
+        _WARNED_ISOLATION.add(level)
+        log.warning(
+            "isolation.level=%s: this reader also sees messages of aborted and still-open Kafka "
+            "transactions, so a progress statement (a sink's claim) that was never committed may "
+            "be read as if it were; readers of a CDC topic need read_committed",
+            level,
+        )
+    return level
+
+
 def consumer_config(
     bootstrap_servers: str, overrides: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
     """A reader configuration that commits nothing: throwaway group id, no auto commit, EOF events,
-    short long-polls."""
+    short long-polls, and ``isolation.level=read_committed`` (see `reader_isolation`)."""
     cfg: dict[str, Any] = {
         "bootstrap.servers": check_bootstrap(bootstrap_servers),
         "group.id": f"cdc-emitter-reader-{uuid.uuid4().hex}",
@@ -179,6 +224,8 @@ def consumer_config(
         "fetch.wait.max.ms": 100,
     }
     cfg.update(dict(overrides or {}))
+    # librdkafka's default too, said here so that no override of another default drops it
+    cfg["isolation.level"] = reader_isolation(overrides)
     return cfg
 
 

@@ -4,6 +4,9 @@ Guarantees:
 
 * `read_topic` and `TopicScan` read every partition from the beginning without
   touching consumer-group offsets; both know the end offsets they saw when they started.
+* Every reader here reads with ``isolation.level=read_committed`` (`consumer_config`): a message
+  of an aborted transaction (a fenced writer's claim) is never returned, and the end offsets are
+  the last stable ones, so reading stops before a transaction still open.
 * A broker unreachable for more than ``broker_timeout`` seconds in a row, and any other consumer
   error, raise `BrokerError` naming the topic, the partition and the
   bootstrap servers.
@@ -12,7 +15,7 @@ Guarantees:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
@@ -222,9 +225,15 @@ class TopicScan:
         self.messages_at_start = sum(high - low for low, high in marks.values())
         self._down_since: float | None = None
 
-    def poll(self, wait: float, max_records: int = 500) -> list[tuple[int, int, bytes | None]]:
+    def poll(
+        self,
+        wait: float,
+        max_records: int = 500,
+        headers: Callable[[int, int, list[tuple[str, bytes | None]]], None] | None = None,
+    ) -> list[tuple[int, int, bytes | None]]:
         """Up to ``max_records`` ``(partition, offset, value)``: what is buffered, or else the next
-        one within ``wait`` seconds (an empty list when none came)."""
+        one within ``wait`` seconds (an empty list when none came). ``headers``, when given, is
+        called with ``(partition, offset, headers)`` for each of them that has headers."""
         consumer = self._consumer
         batch = consumer.consume(num_messages=max_records, timeout=0) or consumer.consume(1, wait)
         out = []
@@ -257,6 +266,10 @@ class TopicScan:
             if p in pending and off >= ends[p] - 1:
                 pending.discard(p)
             out.append((p, off, msg.value()))
+            if headers is not None:
+                found = msg.headers()
+                if found:
+                    headers(p, off, found)
         if out:
             self._down_since = None
         return out

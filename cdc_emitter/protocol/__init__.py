@@ -23,6 +23,7 @@ from cdc_emitter.protocol.reader import (
     StatementLedger,
     Strict,
     TimeCounts,
+    Waiting,
 )
 from cdc_emitter.protocol.updates import (
     MAX_LONG,
@@ -55,6 +56,7 @@ __all__ = [
     "TimeCounts",
     "Update",
     "Violation",
+    "Waiting",
     "canonical_nan",
     "consolidate",
     "progress_for",

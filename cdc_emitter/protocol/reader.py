@@ -19,6 +19,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal, NamedTuple
 
+from cdc_emitter.protocol.headers import HEADER_BATCH, HEADER_WRITER
 from cdc_emitter.protocol.updates import Progress, Update, Violation
 
 __all__ = [
@@ -32,9 +33,46 @@ __all__ = [
     "StatementLedger",
     "Strict",
     "TimeCounts",
+    "Waiting",
 ]
 
 _NEVER = 2**63  # an upper bound beyond every time: "the interval never ends"
+
+
+class Waiting(NamedTuple):
+    """A progress statement whose counted updates are not all there: a time it counts is below
+    the progress frontier, and fewer distinct updates arrived at it than the statement counts
+    (its writer died after its claim, or is still writing). The reader waits on those times.
+
+    ``writer`` and ``batch`` are the statement's ``cdc-emitter-writer`` and ``cdc-emitter-batch``
+    headers (`cdc_emitter.protocol.headers`), when the caller passed them; ``times`` lists
+    the first 20 waiting times (``open_times`` says how many there are); ``missing`` of
+    ``counted`` updates at those times have not arrived."""
+
+    writer: str | None
+    batch: str | None
+    lower: int
+    upper: int | None  # None: the statement closes the history
+    times: tuple[int, ...]
+    open_times: int
+    missing: int
+    counted: int
+    partition: int | None
+    offset: int | None
+
+    def to_dict(self) -> dict:
+        return {
+            "writer": self.writer,
+            "batch": self.batch,
+            "lower": [self.lower],
+            "upper": [] if self.upper is None else [self.upper],
+            "times": list(self.times),
+            "open_times": self.open_times,
+            "missing": self.missing,
+            "counted": self.counted,
+            "partition": self.partition,
+            "offset": self.offset,
+        }
 
 
 class Pending(NamedTuple):
@@ -48,6 +86,7 @@ class Pending(NamedTuple):
     progress: tuple[int, ...]  # how far the gapless chain of progress statements reaches
     gap: tuple[int, int] | None  # statements wait beyond a missing interval [a, b)
     statements: int  # well-formed progress statements received
+    waiting: tuple[Waiting, ...] = ()  # the statements of the stalled times, by their first time
 
     @property
     def empty(self) -> bool:
@@ -61,6 +100,7 @@ class Pending(NamedTuple):
             "progress": list(self.progress),
             "gap": None if self.gap is None else list(self.gap),
             "statements": self.statements,
+            "waiting": [w.to_dict() for w in self.waiting],
         }
 
 
@@ -255,9 +295,29 @@ def _single(bound: Any) -> int | None:
     return None
 
 
-def _arrival(entry: tuple[int, int, Progress]) -> int:
+#: Where a statement came from: ``(writer, batch, lower, upper, partition, offset)``.
+Origin = tuple[str | None, str | None, int, int | None, int | None, int | None]
+
+
+def _arrival(entry: tuple[int, int, Progress, Origin]) -> int:
     """A queued statement's place in the order of arrival (see ``CdcReader._graft_progress``)."""
     return entry[1]
+
+
+def _header_text(headers: Any, key: str) -> str | None:
+    """The value of header ``key`` as text (bytes decoded as UTF-8), or None when absent.
+    ``headers``: ``(key, value)`` pairs as Kafka gives them, or a mapping."""
+    if not headers:
+        return None
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    for name, value in pairs:
+        if name == key:
+            if value is None:
+                return None
+            if isinstance(value, (bytes, bytearray, memoryview)):
+                return bytes(value).decode("utf-8", "replace")
+            return str(value)
+    return None
 
 
 class CdcReader:
@@ -273,7 +333,9 @@ class CdcReader:
       frontier and as many distinct updates as its count have arrived.
 
     `push` takes one message and returns the updates it finished: every update at a time below
-    the new `frontier`, consolidated, each exactly once over the reader's life.
+    the new `frontier`, consolidated, each exactly once over the reader's life. A progress
+    statement may come with its message headers (plain ``(key, value)`` pairs): `pending`
+    then names the writer and batch of each statement whose counted updates are not all there.
 
     Invariants:
 
@@ -331,9 +393,11 @@ class CdcReader:
         self._outstanding: dict[int, int] = {}  # time -> announced count - distinct received
         self._blocking: list[int] = []  # heap of times whose outstanding may be > 0
         self._announced: dict[int, int] = {}  # grafted counts for times in [reported, progress)
-        # statements not yet graftable (lower > progress): a heap of (lower, arrival, statement),
-        # so that a message costs nothing for the statements still waiting
-        self._queue: list[tuple[int, int, Progress]] = []
+        # time -> the Origin of the statement that announced it, while its count is not met
+        self._origins: dict[int, Origin] = {}
+        # statements not yet graftable (lower > progress): a heap of (lower, arrival, statement,
+        # origin), so that a message costs nothing for the statements still waiting
+        self._queue: list[tuple[int, int, Progress, Origin]] = []
         self._arrivals = 0  # statements queued so far: their order of arrival
         self._ledger = StatementLedger()
         self._statements = 0
@@ -369,6 +433,7 @@ class CdcReader:
             sum(len(v) for v in self._pending.values())
             + len(self._outstanding)
             + len(self._announced)
+            + len(self._origins)
             + len(self._blocking)
             + len(self._times)
             + len(self._queue)
@@ -385,9 +450,9 @@ class CdcReader:
         Costs a pass over the open times, not over the updates.
 
         Returns:
-            The held updates, the stalled counts and any gap in the progress chain.
-            ``Pending.empty`` is true when nothing received is waiting: every update is
-            reported and every statement grafted.
+            The held updates, the stalled counts, the statements they wait on and any gap in
+            the progress chain. ``Pending.empty`` is true when nothing received is waiting:
+            every update is reported and every statement grafted.
         """
         progress = self._progress
         stalled = tuple(
@@ -395,6 +460,28 @@ class CdcReader:
                 (t, self._announced.get(t, 0), self._announced.get(t, 0) - left)
                 for t, left in self._outstanding.items()
                 if left > 0 and (progress is None or t < progress)
+            )
+        )
+        by_statement: dict[Origin, list[tuple[int, int, int]]] = {}
+        for time, count, received in stalled:
+            origin = self._origins.get(time)
+            if origin is not None:
+                by_statement.setdefault(origin, []).append((time, count, received))
+        waiting = tuple(
+            Waiting(
+                writer,
+                batch,
+                lower,
+                upper,
+                tuple(t for t, _c, _r in times[:20]),
+                len(times),
+                sum(c - r for _t, c, r in times),
+                sum(c for _t, c, _r in times),
+                partition,
+                offset,
+            )
+            for (writer, batch, lower, upper, partition, offset), times in sorted(
+                by_statement.items(), key=lambda entry: entry[1][0][0]
             )
         )
         gap = None
@@ -408,6 +495,7 @@ class CdcReader:
             progress=() if progress is None else (progress,),
             gap=gap,
             statements=self._statements,
+            waiting=waiting,
         )
 
     def violate(
@@ -435,6 +523,7 @@ class CdcReader:
         *,
         partition: int | None = None,
         offset: int | None = None,
+        headers: Any = None,
     ) -> list[tuple[list[Update], tuple[int, ...]]]:
         """Feed one message to the reader.
 
@@ -442,6 +531,9 @@ class CdcReader:
             message: A list of updates, or a progress statement.
             partition: Where the message was read, named in the violations it causes.
             offset: The message's offset in ``partition``, named likewise.
+            headers: A progress statement's message headers, as ``(key, value)`` pairs (bytes or
+                text values) or a mapping: its writer and batch, which `pending` names while
+                its counts are not met. Ignored for updates.
 
         Returns:
             The ``(updates, frontier)`` pairs this message finished: every update at a time
@@ -451,7 +543,7 @@ class CdcReader:
         self.messages += 1
         where = {"partition": partition, "offset": offset}
         if isinstance(message, Progress):
-            self._receive_progress(message, where)
+            self._receive_progress(message, where, headers)
         else:
             self._receive_updates(message, where)
         self._graft_progress(where)
@@ -580,7 +672,7 @@ class CdcReader:
 
     # -- progress -------------------------------------------------------------------------
 
-    def _receive_progress(self, p: Progress, where: dict) -> None:
+    def _receive_progress(self, p: Progress, where: dict, headers: Any = None) -> None:
         lower = _single(p.lower)
         upper = _single(p.upper)
         if (
@@ -632,7 +724,15 @@ class CdcReader:
             )
         upper_bound = () if upper is None else (upper,)
         statement = Progress((lower,), upper_bound, tuple(good.items()))
-        heapq.heappush(self._queue, (lower, self._arrivals, statement))
+        origin = (
+            _header_text(headers, HEADER_WRITER),
+            _header_text(headers, HEADER_BATCH),
+            lower,
+            upper,
+            where["partition"],
+            where["offset"],
+        )
+        heapq.heappush(self._queue, (lower, self._arrivals, statement, origin))
         self._arrivals += 1
 
     def _graft_progress(self, where: dict) -> None:
@@ -649,16 +749,17 @@ class CdcReader:
             if progress is not None and queue[0][0] > progress:
                 return
             if len(queue) == 1:  # the usual case: the statement just received, graftable
-                self._graft(queue.pop()[2], where)
+                _lower, _arrival_index, p, origin = queue.pop()
+                self._graft(p, origin, where)
                 continue
             ready = []
             while queue and (progress is None or queue[0][0] <= progress):
                 ready.append(heapq.heappop(queue))
             ready.sort(key=_arrival)
-            for _lower, _arrival_index, p in ready:
-                self._graft(p, where)
+            for _lower, _arrival_index, p, origin in ready:
+                self._graft(p, origin, where)
 
-    def _graft(self, p: Progress, where: dict) -> None:
+    def _graft(self, p: Progress, origin: Origin, where: dict) -> None:
         progress = self._progress
         upper = p.upper[0] if p.upper else None
         listed = dict(p.counts)
@@ -673,6 +774,7 @@ class CdcReader:
             self._outstanding[time] = left
             if left > 0:
                 heapq.heappush(self._blocking, time)
+                self._origins[time] = origin
             elif left < 0:
                 self.violate(
                     "over_count",
@@ -709,6 +811,7 @@ class CdcReader:
             time = heapq.heappop(times)
             self._outstanding.pop(time, None)
             self._announced.pop(time, None)
+            self._origins.pop(time, None)
             self._release(time, finished)
         self._reported = frontier
         return [(finished, self.frontier)]
@@ -794,6 +897,7 @@ class CountingReader(CdcReader):
             sum(self._pending.values())
             + len(self._outstanding)
             + len(self._announced)
+            + len(self._origins)
             + len(self._blocking)
             + len(self._times)
             + len(self._queue)

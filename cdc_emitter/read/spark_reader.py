@@ -21,8 +21,10 @@ same messages in the same order. So the verdicts are the local engine's by const
 * ``collection`` (data columns + ``count``) and ``history`` (data columns + ``time`` +
   ``diff``): DataFrames of the updates reported below the frontier (or ``until``).
 
-The driver holds the progress statements, the violations and a row per (message, time) that
-brings updates first; never the updates. Messages written after the read began are not read.
+The driver holds the progress statements (with their headers), the violations and a row per
+(message, time) that brings updates first; never the updates. Messages written after the read
+began are not read. Spark's Kafka source reads with ``kafka.isolation.level=read_committed``
+(`cdc_emitter.spark.kafka.kafka_read_options`): a claim in an aborted transaction is never read.
 """
 
 from __future__ import annotations
@@ -282,7 +284,14 @@ def _read_once(
     from cdc_emitter.spark.kafka import kafka_read_options
 
     options = kafka_read_options(servers, config, user="read_cdc")
-    reader = spark.read.format("kafka").options(**options).option("subscribe", topic)
+    # headers: a progress statement's writer and batch, which ``pending`` names (only those of
+    # the messages that are no update array are kept)
+    reader = (
+        spark.read.format("kafka")
+        .options(**options)
+        .option("subscribe", topic)
+        .option("includeHeaders", "true")
+    )
     reader = reader.option(
         "startingOffsets", json.dumps({topic: {str(p): low for p, (low, _h) in ends.items()}})
     )
@@ -315,6 +324,7 @@ def _read_once(
         u.alias("u"),
         p.alias("p"),
         as_written.alias("as_written"),
+        "headers",
     )
     # Spark's Avro reader ignores bytes left after the record, which the local codec refuses:
     # a body that re-encodes to another length goes to the driver's codec to be judged
@@ -332,6 +342,7 @@ def _read_once(
         "p",
         F.when(suspect, F.col("value")).alias("suspect"),
         F.when(F.col("value").isNull(), True).alias("tombstone"),
+        F.when(F.col("u").isNull(), F.col("headers")).alias("headers"),
     ).persist()
     try:
         return _verify(decoded, codec, until, strict)
@@ -432,7 +443,7 @@ def _verify(decoded: DataFrame, codec: Any, until: int | None, strict: Strict | 
     """Verify the decoded messages: Spark groups the updates by ``(data, time)``, the driver
     replays the messages' counts through a `CountingReader` in reading order."""
     counting = CountingReader(strict=strict)
-    singles, undecodable = _judge_singles(decoded, codec)
+    singles, undecodable, headers = _judge_singles(decoded, codec)
     occurrences, data_fields = _occurrences(decoded, undecodable)
     extras = _malformed_updates(occurrences, codec, data_fields)
     good = occurrences.filter((F.col("__time") >= 0) & (F.col("__diff") != 0))
@@ -450,7 +461,7 @@ def _verify(decoded: DataFrame, codec: Any, until: int | None, strict: Strict | 
         if totals["conflicted"]:
             conflicts = _later_conflicts(good, groups, key_cols, data_fields, codec, extras)
         counting.add_duplicates((totals["arrived"] or 0) - (totals["distinct"] or 0) - conflicts)
-        hints = _replay(counting, groups, singles, extras, codec)
+        hints = _replay(counting, groups, singles, extras, codec, headers)
         _count_received(counting, decoded, undecodable)
         if counting.late_violations:
             _fill_late_details(counting, groups, data_fields, codec)
@@ -622,10 +633,11 @@ def _replay(
     singles: list,
     extras: dict[tuple[int, int], list[tuple[int, Any]]],
     codec: Any,
+    headers: dict[tuple[int, int], list[tuple[str, bytes | None]]],
 ) -> list[str]:
     """Feed ``counting`` every message that changes its state, in reading order: first
-    arrivals per (message, time), malformed updates and conflicts, progress statements and
-    undecodable messages. Returns the hints about the undecodable ones."""
+    arrivals per (message, time), malformed updates and conflicts, progress statements (with
+    their ``headers``) and undecodable messages. Returns the hints about the undecodable ones."""
     fresh = (
         groups.groupBy(
             F.col("__first.partition").alias("partition"),
@@ -639,7 +651,12 @@ def _replay(
     report_undecodable = UndecodableReport(counting, codec, hints)
     for (partition, offset), kind, payload in _in_order(fresh.toLocalIterator(), singles, extras):
         if kind == "progress":
-            counting.push(payload, partition=partition, offset=offset)
+            counting.push(
+                payload,
+                partition=partition,
+                offset=offset,
+                headers=headers.get((partition, offset)),
+            )
         elif kind == "updates":
             counting.push_counts(payload, partition=partition, offset=offset)
         else:  # as verify_topic says it: the codec's error, the likely cause once
@@ -702,23 +719,35 @@ def _collection(history: DataFrame, data_fields: list[str]) -> DataFrame:
     )
 
 
-def _judge_singles(decoded: DataFrame, codec: Any) -> tuple[list, list]:
+def _judge_singles(decoded: DataFrame, codec: Any) -> tuple[list, list, dict]:
     """The messages the driver decodes itself, in (partition, offset) order: progress statements,
     and what Spark could not read or read with bytes to spare (the codec's verdict stands).
-    Returns ``[((partition, offset), "progress" | "undecodable", payload)]`` and the undecodable
-    messages' keys."""
+    Returns ``[((partition, offset), "progress" | "undecodable", payload)]``, the undecodable
+    messages' keys, and the headers of the messages that have any, by key."""
 
     few = (
         decoded.filter(F.col("p").isNotNull() | F.col("suspect").isNotNull() | F.col("tombstone"))
         .select(
-            "partition", "offset", "p", "suspect", "tombstone", F.col("u").isNull().alias("no_u")
+            "partition",
+            "offset",
+            "p",
+            "suspect",
+            "tombstone",
+            F.col("u").isNull().alias("no_u"),
+            "headers",
         )
         .orderBy("partition", "offset")
     )
     singles: list[tuple[tuple[int, int], str, Any]] = []
     undecodable: list[tuple[int, int]] = []
+    headers: dict[tuple[int, int], list[tuple[str, bytes | None]]] = {}
     for row in few.toLocalIterator():
         key = (row["partition"], row["offset"])
+        if row["headers"]:
+            headers[key] = [
+                (h["key"], None if h["value"] is None else bytes(h["value"]))
+                for h in row["headers"]
+            ]
         if row["suspect"] is None and not row["tombstone"]:
             p = row["p"]
             singles.append(
@@ -756,7 +785,7 @@ def _judge_singles(decoded: DataFrame, codec: Any) -> tuple[list, list]:
             )
             undecodable.append(key)
         # else: Spark read it too (an array written in several blocks re-encodes shorter)
-    return singles, undecodable
+    return singles, undecodable, headers
 
 
 def _in_order(

@@ -34,6 +34,14 @@ frontier (``keep_collection``) and the history (``keep_history``) when asked for
 ``strict`` remembers. Updates held beyond a frontier that does not move are reported through
 ``on_warning`` at ``warn_held`` updates and at every doubling after it.
 
+Headers: a progress statement's message headers go to the reader with it, so ``pending`` names
+the writer and batch of each statement whose counted updates are not all there
+(`cdc_emitter.protocol.reader.Waiting`).
+Only the headers of messages not marked as updates are kept, until their message is decoded.
+
+Isolation: the topic is read with ``isolation.level=read_committed``
+(`cdc_emitter.kafka.config.consumer_config`): a claim in an aborted transaction is never read.
+
 No Spark here, and no Kafka client either: this module reads through `cdc_emitter.kafka.reading`.
 """
 
@@ -49,6 +57,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from cdc_emitter.kafka.config import BROKER_TIMEOUT
 from cdc_emitter.kafka.reading import TopicScan
+from cdc_emitter.protocol.headers import HEADER_KIND
 from cdc_emitter.protocol.reader import CdcReader, Pending, Strict
 from cdc_emitter.protocol.updates import Progress, Update, Violation
 from cdc_emitter.read.decode_pool import (
@@ -359,6 +368,9 @@ class _Verification:
         self.pool: DecodePool | None = None
         self.used_workers = 0
         self.chunk: list[tuple[int, int, bytes | None]] = []  # read, not yet decoded
+        # (partition, offset) -> headers of a message read and not yet handed to the reader,
+        # unless the headers mark it as updates (a sink's update messages)
+        self.headers: dict[tuple[int, int], list] = {}
         self.chunk_bytes = 0
         self.done_bytes = self.done_messages = 0  # decoded in this process
 
@@ -379,11 +391,22 @@ class _Verification:
                 else:
                     del collection[data]
 
-    def feed(self, partition: int, offset: int, message: Any) -> None:
+    def feed(self, partition: int, offset: int, message: Any, headers: Any = None) -> None:
         """Push one decoded message to the reader and keep what it reports."""
-        for finished, _frontier in self.reader.push(message, partition=partition, offset=offset):
+        for finished, _frontier in self.reader.push(
+            message, partition=partition, offset=offset, headers=headers
+        ):
             if finished:
                 self.take(finished)
+
+    def keep_headers(self, partition: int, offset: int, headers: list) -> None:
+        """Keep a message's headers for the reader, unless they mark it as updates."""
+        for key, value in headers:
+            if key == HEADER_KIND:
+                if value == b"updates":
+                    return
+                break
+        self.headers[(partition, offset)] = headers
 
     def undecodable(self, partition: int, offset: int, value: bytes | None, error: str) -> None:
         """Count a message that does not decode and report it as a violation."""
@@ -392,11 +415,13 @@ class _Verification:
 
     def handle(self, entries: list[Entry]) -> None:
         """Feed the reader a decoded chunk, in order, then warn if it holds too much."""
+        headers = self.headers
         for kind, p, off, payload in entries:
+            found = headers.pop((p, off), None) if headers else None
             if kind == ROWS:
                 self.feed(p, off, payload)
             elif kind == PROGRESS:
-                self.feed(p, off, Progress(*payload))
+                self.feed(p, off, Progress(*payload), found)
             else:
                 self.undecodable(p, off, payload[1], payload[0])
         self.warn_if_held()
@@ -504,7 +529,9 @@ class _Verification:
     def _read_some(self, scan: TopicScan, wait: float) -> None:
         """Poll the topic once (up to ``wait`` seconds), dispatch full chunks, take results."""
         pool = self.pool
-        records = scan.poll(0 if pool is not None and pool.in_flight else wait, POLL_RECORDS)
+        records = scan.poll(
+            0 if pool is not None and pool.in_flight else wait, POLL_RECORDS, self.keep_headers
+        )
         for record in records:
             self.chunk.append(record)
             self.chunk_bytes += len(record[2] or b"")

@@ -4,6 +4,7 @@ values that compare and print right, and the parallel decode path agreeing with 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 
@@ -14,6 +15,7 @@ from cdc_emitter.cli import main
 from cdc_emitter.kafka.producer import CdcProducer
 from cdc_emitter.protocol import Progress, Update
 from cdc_emitter.protocol.codec import CdcCodec, union_schema
+from cdc_emitter.protocol.headers import HEADER_BATCH, HEADER_KIND, HEADER_WRITER
 from cdc_emitter.read.verify import verify_topic
 
 pytestmark = pytest.mark.kafka
@@ -133,6 +135,8 @@ def test_a_count_the_topic_does_not_hold_is_incomplete(
         f"topic {topic}: frontier [1], end of topic read\n"
         "4 messages, 3 updates, 0 duplicates dropped\n"
         "pending: time 1 is announced with 3 updates, 2 arrived\n"
+        "pending: an unnamed writer claimed [1, 3) (partition 0, offset 3): 1 of 3 counted "
+        "updates missing at time 1\n"
         "pending: 2 updates held at times 1, beyond frontier [1]\n"
         "NOT VERIFIED: the topic ends before it proves what it holds beyond frontier [1]\n"
     )
@@ -147,7 +151,150 @@ def test_a_count_the_topic_does_not_hold_is_incomplete(
         "gap": None,
         "statements": 2,
         "stalled": [{"time": 1, "count": 3, "received": 2}],
+        "waiting": [
+            {
+                "writer": None,
+                "batch": None,
+                "lower": [1],
+                "upper": [3],
+                "times": [1],
+                "open_times": 1,
+                "missing": 1,
+                "counted": 3,
+                "partition": 0,
+                "offset": 3,
+            }
+        ],
     }
+
+
+def test_a_claim_whose_updates_are_missing_names_its_writer_and_batch(
+    engine, kafka_bootstrap, topic_factory, tmp_path
+):
+    """A writer that died after its claim: the statement (with the sink's headers) is in the
+    topic, fewer updates than it counts are. verify waits on those times and says whose they are."""
+    topic = topic_factory(2)
+    codec = CdcCodec(KV)
+    writer = "4d1c7e0a-5b7f-4a53-9d0e-2f6c1b8e9a10"
+    with CdcProducer(kafka_bootstrap, topic) as producer:
+        producer.produce(codec.encode_progress(Progress((0,), (2,), ((1, 1),))), partition=0)
+        producer.produce(
+            codec.encode_progress(Progress((2,), (5,), ((2, 2), (4, 3)))),
+            partition=0,
+            headers=[
+                (HEADER_KIND, b"progress"),
+                (HEADER_WRITER, writer.encode()),
+                (HEADER_BATCH, b"12"),
+            ],
+        )
+        for updates in ([Update((1, "a"), 1, 1)], [Update((2, "b"), 2, 1), Update((4, "d"), 4, 1)]):
+            (value,) = codec.encode_updates(updates)
+            producer.produce(
+                value, partition=1, headers=[(HEADER_KIND, b"updates"), (HEADER_WRITER, b"x")]
+            )
+    result = verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), engine=engine)
+    assert result.exit_code == 3
+    assert result.stdout.splitlines()[2:] == [
+        "pending: time 2 is announced with 2 updates, 1 arrived",
+        "pending: time 4 is announced with 3 updates, 1 arrived",
+        f"pending: writer {writer} batch 12 claimed [2, 5) (partition 0, offset 1): 3 of 5 "
+        "counted updates missing at times 2, 4",
+        "pending: 2 updates held at times 2, 4, beyond frontier [2]",
+        "NOT VERIFIED: the topic ends before it proves what it holds beyond frontier [2]",
+    ]
+    summary = json.loads(
+        verify(kafka_bootstrap, topic, schema_path(tmp_path, KV), "--json", engine=engine).stdout
+    )
+    assert summary["pending"]["waiting"] == [
+        {
+            "writer": writer,
+            "batch": "12",
+            "lower": [2],
+            "upper": [5],
+            "times": [2, 4],
+            "open_times": 2,
+            "missing": 3,
+            "counted": 5,
+            "partition": 0,
+            "offset": 1,
+        }
+    ]
+
+
+def test_a_claim_in_an_aborted_transaction_is_never_read(
+    engine, kafka_bootstrap, topic_factory, tmp_path
+):
+    """Claims go in transactions of one transactional.id shared by a topic's writers. A fenced
+    writer's claim stays in the log in an aborted transaction: readers read committed messages
+    only, so verify neither counts it nor sees its contradiction, in the middle of the topic
+    or at its end."""
+    from confluent_kafka import KafkaException, Producer
+
+    topic = topic_factory()
+    codec = CdcCodec(KV)
+    claims = {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topic}-claims"}
+    write(
+        kafka_bootstrap, topic, codec, [[Update((1, "a"), 0, 1)], Progress((0,), (1,), ((0, 1),))]
+    )
+    fenced, winner = Producer(claims), None
+    try:
+        fenced.init_transactions(30)
+        fenced.begin_transaction()
+        # a claim that contradicts the committed one, and junk that decodes to nothing
+        fenced.produce(
+            topic, codec.encode_progress(Progress((0,), (3,), ((0, 5), (2, 1)))), partition=0
+        )
+        fenced.produce(topic, b"not an avro message", partition=0)
+        fenced.flush(30)
+        winner = Producer(claims)
+        winner.init_transactions(60)  # fences the first writer: its transaction is aborted
+        with pytest.raises(KafkaException):
+            fenced.commit_transaction(30)
+        winner.begin_transaction()
+        winner.produce(topic, codec.encode_progress(Progress((1,), (2,), ((1, 1),))), partition=0)
+        winner.commit_transaction(30)
+        write(kafka_bootstrap, topic, codec, [[Update((2, "b"), 1, 1)]])  # updates after the claim
+
+        def verified():
+            result = verify(
+                kafka_bootstrap,
+                topic,
+                schema_path(tmp_path, KV),
+                "--timeout",
+                "120",
+                "--json",
+                engine=engine,
+            )
+            summary = json.loads(result.stdout)
+            assert summary["violations"] == [] and summary["verdict"] == "verified"
+            assert summary["frontier"] == [2] and summary["messages"] == 4
+            assert result.exit_code == 0
+
+        verified()
+        # the control: a reader told to read uncommitted messages takes the aborted claim as true
+        dirty = verify(
+            kafka_bootstrap,
+            topic,
+            schema_path(tmp_path, KV),
+            "-X",
+            "isolation.level=read_uncommitted",
+            "--json",
+            engine=engine,
+        )
+        assert dirty.exit_code == 1
+        kinds = {v["kind"] for v in json.loads(dirty.stdout)["violations"]}
+        assert {"count_mismatch", "undecodable"} <= kinds
+        # the topic now ends with an aborted transaction: its end offset is past what can be read
+        winner.begin_transaction()
+        winner.produce(topic, codec.encode_progress(Progress((2,), (4,), ((3, 9),))), partition=0)
+        winner.flush(30)
+        winner.abort_transaction(30)
+        verified()
+    finally:
+        for producer in (fenced, winner):
+            if producer is not None:
+                with contextlib.suppress(KafkaException):  # the fenced one: its fatal error
+                    producer.close()
 
 
 def test_updates_without_any_progress_and_a_gap_are_incomplete(

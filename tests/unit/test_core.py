@@ -500,6 +500,123 @@ def test_pending_names_stalled_counts_gaps_and_held_updates():
     assert reader.frontier == (8,) and reader.pending().empty and reader.held == 0
 
 
+# A claim whose writer died: the statement is in the topic, fewer updates than it counts.
+CLAIM_HEADERS = [
+    ("cdc-emitter-kind", b"progress"),
+    ("cdc-emitter-writer", b"3f2a9c1e-writer"),
+    ("cdc-emitter-batch", b"7"),
+]
+
+
+def test_pending_names_the_writer_and_batch_of_a_statement_whose_updates_are_missing():
+    from cdc_emitter.protocol import Waiting
+
+    reader = CdcReader()
+    reader.push(Progress((0,), (2,), ((1, 1),)), partition=0, offset=0)
+    reader.push([Update("a", 1, 1)], partition=1, offset=0)
+    reader.push(
+        Progress((2,), (5,), ((2, 3), (4, 2))), partition=0, offset=1, headers=CLAIM_HEADERS
+    )
+    reader.push([Update("b", 2, 1), Update("c", 4, 1)], partition=1, offset=1)
+    pending = reader.pending()
+    assert reader.frontier == (2,)
+    assert pending.waiting == (Waiting("3f2a9c1e-writer", "7", 2, 5, (2, 4), 2, 3, 5, 0, 1),)
+    assert pending.to_dict()["waiting"] == [
+        {
+            "writer": "3f2a9c1e-writer",
+            "batch": "7",
+            "lower": [2],
+            "upper": [5],
+            "times": [2, 4],
+            "open_times": 2,
+            "missing": 3,
+            "counted": 5,
+            "partition": 0,
+            "offset": 1,
+        }
+    ]
+    # the rest arrives: nothing waits, nothing of the statement is kept
+    run(reader, [[Update("d", 2, 1), Update("e", 2, 1), Update("f", 4, 1)]])
+    assert reader.frontier == (5,) and reader.pending().waiting == ()
+    assert reader.pending().empty and reader.retained() == 0
+
+
+def test_waiting_statements_without_headers_are_named_by_where_they_are():
+    reader = CdcReader()
+    reader.push(Progress((0,), (), ((0, 2),)), partition=0, offset=4)  # closes the history
+    reader.push([Update("a", 0, 1)])
+    (waiting,) = reader.pending().waiting
+    assert (waiting.writer, waiting.batch, waiting.lower, waiting.upper) == (None, None, 0, None)
+    assert (waiting.partition, waiting.offset, waiting.missing, waiting.counted) == (0, 4, 1, 2)
+
+
+def test_each_waiting_statement_is_listed_once_in_time_order_and_headers_may_be_a_mapping():
+    reader = CdcReader()
+    # two writers' claims; the later one arrives first and waits in the queue until grafted
+    reader.push(
+        Progress((3,), (6,), ((4, 1),)),
+        headers={"cdc-emitter-writer": "w2", "cdc-emitter-batch": "0"},
+    )
+    reader.push(Progress((0,), (3,), ((1, 1), (2, 1))), headers={"cdc-emitter-writer": b"w1"})
+    pending = reader.pending()
+    assert [(w.writer, w.batch, w.times, w.missing, w.counted) for w in pending.waiting] == [
+        ("w1", None, (1, 2), 2, 2),
+        ("w2", "0", (4,), 1, 1),
+    ]
+    assert [t for t, _count, _received in pending.stalled] == [1, 2, 4]
+
+
+def test_a_statement_counting_many_times_lists_twenty_and_says_how_many():
+    reader = CdcReader()
+    reader.push(Progress((0,), (100,), tuple((t, 1) for t in range(100))), headers=CLAIM_HEADERS)
+    (waiting,) = reader.pending().waiting
+    assert waiting.times == tuple(range(20)) and waiting.open_times == 100
+    assert waiting.missing == waiting.counted == 100
+
+
+def test_the_counting_reader_names_waiting_statements_as_the_reader_does():
+    from cdc_emitter.protocol import CountingReader, TimeCounts
+
+    reader, counting = CdcReader(), CountingReader()
+    statement = Progress((0,), (3,), ((1, 2),))
+    reader.push(statement, partition=0, offset=0, headers=CLAIM_HEADERS)
+    counting.push(statement, partition=0, offset=0, headers=CLAIM_HEADERS)
+    reader.push([Update("a", 1, 1)], partition=0, offset=1)
+    counting.push_counts([TimeCounts(1, 1)], received=1, partition=0, offset=1)
+    assert counting.pending() == reader.pending()
+    assert counting.pending().waiting[0].missing == 1
+
+
+def test_the_verify_text_says_who_claimed_what_and_what_is_missing():
+    from cdc_emitter.cli.output import LISTED_PER_KIND, pending_lines, waiting_line
+    from cdc_emitter.protocol import Waiting
+
+    assert waiting_line(Waiting("w1", "7", 2, 5, (2, 4), 2, 3, 5, 0, 1)) == (
+        "pending: writer w1 batch 7 claimed [2, 5) (partition 0, offset 1): 3 of 5 counted "
+        "updates missing at times 2, 4"
+    )
+    assert waiting_line(Waiting("w1", None, 2, None, (2,), 1, 1, 4, None, None)) == (
+        "pending: writer w1 claimed [2, ∞): 1 of 4 counted updates missing at time 2"
+    )
+    many = Waiting(None, None, 0, 100, tuple(range(20)), 100, 100, 100, 0, 9)
+    assert waiting_line(many) == (
+        "pending: an unnamed writer claimed [0, 100) (partition 0, offset 9): 100 of 100 counted "
+        "updates missing at times 0, 1, 2, 3, 4 and 95 more"
+    )
+    reader = CdcReader()
+    for k in range(LISTED_PER_KIND + 3):
+        reader.push(
+            Progress((k,), (k + 1,), ((k, 1),)),
+            headers={"cdc-emitter-writer": f"w{k}", "cdc-emitter-batch": str(k)},
+        )
+    lines = [line for line in pending_lines(reader.pending(), reader.frontier) if "claimed" in line]
+    assert len(lines) == LISTED_PER_KIND
+    assert lines[0].startswith("pending: writer w0 batch 0 claimed [0, 1)")
+    assert pending_lines(reader.pending(), reader.frontier)[-1] == (
+        "pending: ... and 3 more statements waiting for their updates (--json lists them all)"
+    )
+
+
 def test_canonical_nan_makes_nan_rows_equal():
     from cdc_emitter.protocol import NAN, canonical_nan
 

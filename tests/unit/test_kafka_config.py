@@ -9,6 +9,8 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from cdc_emitter.errors import BrokerError, CdcError, ConfigError
+from cdc_emitter.kafka import config as kafka_config
+from cdc_emitter.kafka import reading
 from cdc_emitter.kafka.config import (
     PRODUCER_DEFAULTS,
     consumer_config,
@@ -93,13 +95,159 @@ def test_spark_kafka_source_options_keep_security_settings_and_name_their_reader
     options = kafka_read_options(
         "b:9092", {"security.protocol": "SSL", "linger.ms": "5"}, user="convert"
     )
-    assert options == {"kafka.bootstrap.servers": "b:9092", "kafka.security.protocol": "SSL"}
+    assert options == {
+        "kafka.bootstrap.servers": "b:9092",
+        "kafka.security.protocol": "SSL",
+        "kafka.isolation.level": "read_committed",
+    }
     with pytest.raises(
         ConfigError,
         match="kafka_options key 'fetch.wait.max.ms' has no equivalent in "
         "Spark's Kafka source, which convert uses: leave it out",
     ):
         kafka_read_options("b:9092", {"fetch.wait.max.ms": "5"}, user="convert")
+
+
+# --- every reader reads committed messages only ----------------------------------------------
+# A sink's claim (progress statement) is written in a transaction; one that aborted stays in the
+# log, and only a read_committed reader never sees it.
+
+
+@pytest.fixture
+def no_isolation_warned_yet(monkeypatch):
+    """The read_uncommitted warning is given once per process: forget it was given."""
+    monkeypatch.setattr(kafka_config, "_WARNED_ISOLATION", set())
+
+
+def test_consumer_config_reads_committed_messages_only():
+    assert consumer_config("b:1")["isolation.level"] == "read_committed"
+    # other overrides leave it alone, and the caller's mapping is not changed
+    overrides = {"security.protocol": "SSL", "fetch.wait.max.ms": 10}
+    cfg = consumer_config("b:1", overrides)
+    assert cfg["isolation.level"] == "read_committed"
+    assert "isolation.level" not in overrides
+
+
+@pytest.mark.parametrize("value", ["read_uncommitted", "READ_UNCOMMITTED"])
+def test_read_uncommitted_is_kept_with_a_warning_given_once(value, caplog, no_isolation_warned_yet):
+    with caplog.at_level("WARNING", logger="cdc_emitter.kafka.config"):
+        assert consumer_config("b:1", {"isolation.level": value})["isolation.level"] == (
+            "read_uncommitted"
+        )
+        consumer_config("b:1", {"isolation.level": value})
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1
+    assert "isolation.level=read_uncommitted" in warnings[0]
+    assert "never committed" in warnings[0] and "read_committed" in warnings[0]
+
+
+def test_read_committed_said_explicitly_warns_nothing(caplog, no_isolation_warned_yet):
+    with caplog.at_level("WARNING", logger="cdc_emitter.kafka.config"):
+        cfg = consumer_config("b:1", {"isolation.level": "read_committed"})
+    assert cfg["isolation.level"] == "read_committed" and not caplog.records
+
+
+def test_an_unknown_isolation_level_is_a_config_error():
+    with pytest.raises(ConfigError, match="isolation.level='serializable'"):
+        consumer_config("b:1", {"isolation.level": "serializable"})
+
+
+class _Refused(Exception):
+    """Raised by the fake make_client below: the configuration is all these tests want."""
+
+
+@pytest.mark.parametrize(
+    "read",
+    [
+        pytest.param(lambda: reading.TopicScan("b:1", "t"), id="TopicScan"),
+        pytest.param(lambda: list(reading.read_topic("b:1", "t")), id="read_topic"),
+        pytest.param(lambda: reading.end_offsets("b:1", "t"), id="end_offsets"),
+        pytest.param(lambda: reading.partition_end("b:1", "t"), id="partition_end"),
+        pytest.param(lambda: reading.last_messages("b:1", "t"), id="last_messages"),
+        pytest.param(lambda: reading.partition_tails("b:1", "t"), id="partition_tails"),
+        pytest.param(lambda: reading.TopicOffsets("b:1", "t").end(0), id="TopicOffsets.end"),
+        pytest.param(
+            lambda: reading.TopicOffsets(
+                "b:1", "t", {"security.protocol": "SSL"}
+            ).partition_tails(),
+            id="TopicOffsets.partition_tails",
+        ),
+    ],
+)
+def test_every_topic_reader_makes_a_read_committed_consumer(read, monkeypatch):
+    made = []
+
+    def make_client(kind, cfg):
+        made.append((kind, cfg))
+        raise _Refused
+
+    monkeypatch.setattr(reading, "make_client", make_client)
+    with pytest.raises(_Refused):
+        read()
+    assert [(kind.__name__, cfg["isolation.level"]) for kind, cfg in made] == [
+        ("Consumer", "read_committed")
+    ]
+
+
+def test_spark_kafka_source_reads_committed_messages_only(caplog, no_isolation_warned_yet):
+    from cdc_emitter.spark.kafka import kafka_read_options
+
+    assert kafka_read_options("b:1", {}, user="read_cdc")["kafka.isolation.level"] == (
+        "read_committed"
+    )
+    with caplog.at_level("WARNING", logger="cdc_emitter.kafka.config"):
+        options = kafka_read_options("b:1", {"isolation.level": "read_uncommitted"}, user="x")
+    assert options["kafka.isolation.level"] == "read_uncommitted"
+    assert len(caplog.records) == 1
+    with pytest.raises(ConfigError, match="isolation.level"):
+        kafka_read_options("b:1", {"isolation.level": "dirty"}, user="read_cdc")
+
+
+class _SparkRead:
+    """``spark.read`` as far as a Kafka read's options: ``load`` raises `_Refused`."""
+
+    def __init__(self):
+        self.fmt, self.opts = None, {}
+        self.read = self
+
+    def format(self, fmt):
+        self.fmt = fmt
+        return self
+
+    def options(self, **options):
+        self.opts.update(options)
+        return self
+
+    def option(self, key, value):
+        self.opts[key] = value
+        return self
+
+    def load(self):
+        raise _Refused
+
+
+def test_read_cdc_reads_with_sparks_source_read_committed():
+    from cdc_emitter.read import spark_reader
+
+    spark = _SparkRead()
+    with pytest.raises(_Refused):
+        spark_reader._read_once(spark, "b:1", "t", None, {}, {0: (0, 5)}, None, None)
+    assert spark.fmt == "kafka"
+    assert spark.opts["kafka.isolation.level"] == "read_committed"
+    assert spark.opts["includeHeaders"] == "true"  # the statements' writer and batch
+
+
+def test_the_changefeed_converter_reads_its_source_topic_committed():
+    from cdc_emitter.convert.changefeed import DIFF, TIME, KafkaChangefeed
+    from cdc_emitter.spark.kafka import kafka_read_options
+
+    sink = type("Sink", (), {"time_column": TIME, "diff_column": DIFF})()
+    options = kafka_read_options("b:1", {"security.protocol": "SSL"}, user="convert")
+    feed = KafkaChangefeed("json", "src", options, None, ["id"], sink, "checkpoint", [0])
+    spark = _SparkRead()
+    with pytest.raises(_Refused):
+        feed._window(spark, {0: 0}, {0: 5})
+    assert spark.opts["kafka.isolation.level"] == "read_committed"
 
 
 class _LeaderlessFor:
