@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from cdc_emitter.sink.sink import CdcSink
     from cdc_emitter.spark.setup import configure_spark
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "BadInputError",

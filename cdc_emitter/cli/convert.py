@@ -95,6 +95,14 @@ KAFKA_SOURCES = ("cockroachdb", "ydb")
     help="Start a micro-batch at most this often, e.g. '10 seconds' (default: as soon as the "
     "previous one ends).",
 )
+@click.option(
+    "--redundant",
+    is_flag=True,
+    help="This run is one of several identical runs writing the topic (high availability: the "
+    "same SOURCE, options and batches, each with its own --checkpoint): a batch another run "
+    "already claimed with the same updates is written as duplicates, so the topic is complete "
+    "while any one run lives. A batch that differs fails before it writes.",
+)
 @registry_options
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object at the end.")
 @spark_options
@@ -116,6 +124,7 @@ def convert(
     source_bootstrap_servers: str | None,
     max_offsets_per_trigger: int | None,
     trigger_interval: str | None,
+    redundant: bool,
     schema_registry: str | None,
     registry_settings: dict,
     as_json: bool,
@@ -206,6 +215,7 @@ def convert(
                 on_batch=shown,
                 schema_registry_url=schema_registry,
                 schema_registry_config=registry_settings or None,
+                redundant=redundant,
             ),
         )
         status.show(f"converting {source} to topic {topic}")

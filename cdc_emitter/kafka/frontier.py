@@ -73,6 +73,8 @@ class TopicFrontier:
     digests: dict = field(default_factory=dict)
     #: the shape header text of the statement ``schema`` came from (None: it has none)
     shape: str | None = None
+    #: ``(partition, offset, why)`` of a message in the tail that is not CDCv2 (None: none seen)
+    foreign: tuple[int, int, str] | None = None
 
     def recorded(self, writer: str, batch: int) -> tuple[int, int | None] | None:
         return self.batches.get((writer, batch))
@@ -82,10 +84,15 @@ def _headers(record: Any) -> dict[str, bytes]:
     return {k: (v or b"") for k, v in (record.headers or [])}
 
 
+class _NotCdc(Exception):
+    """A message that is neither an update array nor a progress statement."""
+
+
 def _progress_of(
     record: Any, decode: Callable[[bytes], Any] | None
 ) -> tuple[int, int | None, dict] | None:
-    """``(lower, upper, headers)`` if ``record`` is a progress statement, else None."""
+    """``(lower, upper, headers)`` if ``record`` is a progress statement, else None; raises
+    `_NotCdc` for a message ``decode`` refuses (or one without a value)."""
     h = _headers(record)
     kind = h.get(HEADER_KIND)
     if kind == b"updates":
@@ -93,12 +100,14 @@ def _progress_of(
     if kind == b"progress" and HEADER_LOWER in h:
         upper = h.get(HEADER_UPPER, b"")
         return int(h[HEADER_LOWER]), (int(upper) if upper else None), h
-    if decode is None or record.value is None:
+    if decode is None:
         return None
+    if record.value is None:
+        raise _NotCdc("a message without a value (a tombstone)")
     try:  # a message from another writer: look at its value
         message = decode(record.value)
-    except Exception:  # noqa: BLE001 - not ours to judge here; the verifier reports it
-        return None
+    except Exception as exc:  # noqa: BLE001 - any refusal: the caller says what was found
+        raise _NotCdc(str(exc)[:160]) from None
     if isinstance(message, Progress) and len(message.lower) == 1:
         return message.lower[0], (message.upper[0] if message.upper else None), h
     return None
@@ -154,6 +163,7 @@ def topic_frontier(
     first_chunk: int = 64,
     offsets: TopicOffsets | None = None,
     broker_timeout: float = RETRY_WINDOW,
+    back_to: int | None = None,
 ) -> TopicFrontier:
     """The frontier of ``topic`` from the tail of its partitions, read backwards in chunks.
 
@@ -164,6 +174,8 @@ def topic_frontier(
     ``decode`` (a codec's ``decode``), when given. ``offsets``: a
     `TopicOffsets` to read with (else a client for this call).
     A broker that does not answer is retried for at most ``broker_timeout`` seconds in all.
+    ``back_to``: read on until partition 0 shows a statement whose lower bound is at most this
+    time (or has been read entirely), so that ``batches`` holds every statement since.
     """
     n = first_chunk
     while True:
@@ -174,13 +186,19 @@ def topic_frontier(
         shape: bytes | None = None
         sample: tuple[int, bytes] | None = None  # (timestamp, value) of the newest update message
         found_p0 = False
+        foreign: tuple[int, int, str] | None = None
+        lowest_p0: int | None = None  # the smallest lower bound of a statement on partition 0
         tail, ends = retrying(
             functools.partial(_tails, bootstrap_servers, topic, n, config, offsets, broker_timeout),
             broker_timeout,
         )
         per_partition: Counter = Counter(r.partition for r in tail)
         for record in tail:  # by partition, then offset: a later one is newer within a partition
-            p = _progress_of(record, decode)
+            try:
+                p = _progress_of(record, decode)
+            except _NotCdc as exc:
+                foreign = foreign or (record.partition, record.offset, str(exc))
+                continue
             if p is None:
                 if record.value is not None and (
                     sample is None or (record.timestamp or 0) >= sample[0]
@@ -191,6 +209,8 @@ def topic_frontier(
                 schema = p[2][HEADER_SCHEMA].decode()
                 shape = p[2].get(HEADER_SHAPE)  # the same statement's, or none
             found_p0 = found_p0 or record.partition == 0
+            if record.partition == 0 and (lowest_p0 is None or p[0] < lowest_p0):
+                lowest_p0 = p[0]
             if HEADER_WRITER in p[2] and p[2].get(HEADER_BATCH):
                 key = (p[2][HEADER_WRITER].decode(), int(p[2][HEADER_BATCH]))
                 batches[key] = p[:2]
@@ -206,15 +226,18 @@ def topic_frontier(
                 best = p
         # done when partition 0 shows a statement, or every partition was read to its start
         # (a partition with fewer than n records in the window has no more)
-        if found_p0 or all(k < n for k in per_partition.values()):
+        far_enough = back_to is None or lowest_p0 is not None and lowest_p0 <= back_to
+        if found_p0 and far_enough or all(k < n for k in per_partition.values()):
             break
-        if best is not None and per_partition.get(0, 0) < n:
+        if per_partition.get(0, 0) < n and (best is not None or found_p0):
             break
         n *= 8
     update_sample = None if sample is None else sample[1]
     partition0_end = ends.get(0)
     if best is None:
-        return TopicFrontier(0, update_sample=update_sample, partition0_end=partition0_end)
+        return TopicFrontier(
+            0, update_sample=update_sample, partition0_end=partition0_end, foreign=foreign
+        )
     lower, upper, h = best
     batch = h.get(HEADER_BATCH)
     return TopicFrontier(
@@ -230,4 +253,5 @@ def topic_frontier(
         digests=digests,
         partition0_end=partition0_end,
         shape=shape.decode() if shape else None,
+        foreign=foreign,
     )

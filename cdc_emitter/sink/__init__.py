@@ -31,7 +31,10 @@ def __getattr__(name: str) -> Any:
         return CdcSink
     if not name.startswith("_"):
         import importlib
+        import importlib.util
 
+        if importlib.util.find_spec(f"{__name__}.{name}") is not None:  # a module of the package
+            return importlib.import_module(f"{__name__}.{name}")
         for module in _MOVED_FROM_01:
             found = getattr(importlib.import_module(module), name, None)
             if found is not None:

@@ -4,14 +4,14 @@ The sink decides a batch's interval and names it (`Batch`); a path —
 `cdc_emitter.sink.distributed` (Spark's Kafka writer), `cdc_emitter.sink.driver`
 (finished on the driver), `cdc_emitter.sink.python_path` (our encoders on the executors) —
 checks every row of it and returns a `Checked` batch, of which nothing is written yet.
-The sink then compares a re-run's digest, checks for another writer, records the interval, and
-only then calls `Checked.write`, and after it writes the progress statement.
+The sink then compares a re-run's digest, commits the batch's progress statement as its claim,
+records the interval, and only then calls `Checked.write`.
 
 Guarantees a path gives: `Checked.write` is the only step that writes to Kafka, and it
 returns only once every message it wrote is acknowledged; a bad row, an overflowing diff sum or
-an oversized update raises before a path returns its `Checked` batch (the Python
-path, and a JVM batch checked and written by one job: before `Checked.write`
-writes its first message).
+an oversized update raises before a path returns its `Checked` batch (the Python path: before
+`Checked.write` writes its first message); `Checked.digest` gives the counts per time and the
+digest before anything is written, for the batch's claim.
 """
 
 from __future__ import annotations
@@ -42,6 +42,14 @@ class Batch:
     time: int | None  # every update's time (the default time mode); None: the rows carry theirs
     headers: list  # update messages' Kafka headers
     update_partitions: list | None  # where update messages go (None: the producer's choice)
+    #: the earliest time a row may carry (column mode; None: ``lower``): 0 for a redundant
+    #: writer, whose earlier times are compared with the statements already there (`sink.claim`)
+    earliest: int | None = None
+
+    @property
+    def late_below(self) -> int:
+        """A row's time below this is late."""
+        return self.lower if self.earliest is None else self.earliest
 
 
 class Written(NamedTuple):
@@ -67,9 +75,6 @@ class Checked:
     bytes: int = 0
     #: its messages are produced by the sink's driver producer, though packed on the executors
     produced_on_driver: bool = False
-    #: ``rows``, ``groups`` and ``bytes`` are known once `check` returned; False:
-    #: only after `write` (a batch checked and written by one job)
-    known_before_write: bool = True
 
     def digest(self) -> tuple[int, tuple]:
         """``(xor, ((time, updates), ...))`` of what `write` would write: for a re-run to

@@ -1,10 +1,8 @@
-"""After a batch's rows are checked: a re-run compared by its digest, the interval recorded in
-the sink log, and — once every update is acknowledged — the progress statement that closes it.
+"""After a batch's rows are checked: its progress statement as messages (the claim that
+`cdc_emitter.sink.claim` places) and its interval recorded in the sink log.
 
 Guarantees:
 
-- a re-run whose first attempt is complete in the topic writes nothing: the same data (digest
-  and counts per time) returns its result, other data raises `ReplayError`;
 - the first record of a batch id in the sink log wins; a batch that finds another interval
   recorded there fails (`CdcError`) before any update is written;
 - a statement counting more times than one message holds is written as several that tile the
@@ -17,7 +15,7 @@ from __future__ import annotations
 import json
 import logging
 
-from cdc_emitter.errors import CdcError, ReplayError
+from cdc_emitter.errors import CdcError
 from cdc_emitter.protocol.headers import (
     HEADER_BATCH,
     HEADER_BATCH_LOWER,
@@ -32,29 +30,13 @@ from cdc_emitter.protocol.headers import (
 )
 from cdc_emitter.protocol.updates import progress_from_counts, split_progress
 from cdc_emitter.sink.batch import Batch, Checked, Written
-from cdc_emitter.sink.digest import digest_form, format_digest, replay_message
+from cdc_emitter.sink.digest import format_digest
 from cdc_emitter.sink.log import DataFrameSinkLog, SinkLog, SinkLogEntry
-from cdc_emitter.sink.result import BatchResult
 
 log = logging.getLogger("cdc_emitter.sink")  # CdcSink's logger: one name for the sink's lines
 
 #: A progress message: its value and its headers.
 Message = tuple[bytes, list[tuple[str, bytes]]]
-
-
-def replayed(batch: Batch, recorded_digest: tuple, now: tuple, upper: int | None) -> BatchResult:
-    """A re-run of a batch whose first attempt is complete in the topic: the same data
-    (digest and counts per time) writes nothing; other data raises `ReplayError`."""
-    kept = digest_form(*now)
-    if kept != recorded_digest:
-        raise ReplayError(replay_message(batch.what, batch.batch_id, recorded_digest, kept))
-    log.info(
-        "%s: re-run with the same data as its first attempt, which is complete "
-        "in the topic: nothing to write",
-        batch.what,
-    )
-    counts = dict(now[1])
-    return BatchResult(batch.batch_id, batch.lower, upper, sum(counts.values()), 0, counts, True)
 
 
 def record_interval(

@@ -99,6 +99,7 @@ def new_batch(
     time_offset: int,
     late: Any,
     update_partitions: list[int] | None,
+    redundant: bool = False,
 ) -> Batch:
     """The batch as decided before any Spark work: its interval's lower bound, its time in
     the default mode, the headers of its update messages."""
@@ -113,6 +114,7 @@ def new_batch(
             batch_id=batch_id,
             time_offset=time_offset,
             late=late,
+            redundant=redundant,
         )
     )
     headers = [(HEADER_KIND, b"updates"), (HEADER_WRITER, decided.writer.encode())]
@@ -132,6 +134,7 @@ def new_batch(
         time=batch_time,
         headers=headers,
         update_partitions=update_partitions,
+        earliest=0 if redundant and time_column is not None else None,
     )
 
 

@@ -1,22 +1,22 @@
 """The JVM data path's distributed path: a batch checked, consolidated and packed by one Spark job
-(`MessagePlan`), its messages cached, then written by Spark's own
-Kafka writer — nothing of ours runs on the executors. A small first batch, spread before its
+(`MessagePlan`), its messages cached with their stats, then written by Spark's own
+Kafka writer in a second job — nothing of ours runs on the executors. The counts per time and
+the digest are known before anything is written. A small first batch, spread before its
 size was known over many messages, has them joined on the driver and produced by the sink's
-producer instead (`DistributedPath._joined`). A batch of one time, its data grouped as
-bytes, is checked, packed and written by one job instead (`WrittenWhilePacked`).
+producer instead (`DistributedPath._joined`).
 
 Guarantees: nothing is written before every row passed its checks, every consolidated diff fits
 64 bits and every message is at most ``max_message_bytes`` (a spread that came out too big is
-packed again exactly, before writing); the counts and digest are those of the messages written.
+spread again by its size, and packed exactly if one still is, before writing); the counts and
+digest are those of the messages written.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, cast
 
-import pyspark
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -24,24 +24,15 @@ from pyspark.sql import types as T
 from cdc_emitter.errors import DeliveryError
 from cdc_emitter.protocol.codec import union_schema
 from cdc_emitter.sink import plan_stats
-from cdc_emitter.sink.batch import Batch, Checked, Known, Written
+from cdc_emitter.sink.batch import Batch, Known
 from cdc_emitter.sink.driver import produce_messages, too_big_for_driver
-from cdc_emitter.sink.plan import (
-    LARGE_DIFF,
-    Check,
-    MessagePlan,
-    expect_repeats,
-    large_diff,
-    note_repeats,
-    small_diffs,
-    task_error,
-)
+from cdc_emitter.sink.plan import Check, MessagePlan, expect_repeats, note_repeats, task_error
 from cdc_emitter.spark import kafka as spark_kafka
 from cdc_emitter.spark.errors import spark_error_text
 from cdc_emitter.spark.kafka import kafka_cause, kafka_write_options
-from cdc_emitter.spark.settings import GroupsInMemory, KafkaWriteObserved
+from cdc_emitter.spark.settings import GroupsInMemory
 
-__all__ = ["DistributedPath", "FANOUT_ARRAYS", "FIRST_BUCKETS", "WrittenWhilePacked", "spread"]
+__all__ = ["DistributedPath", "FANOUT_ARRAYS", "FIRST_BUCKETS", "spread"]
 
 log = logging.getLogger("cdc_emitter.sink")
 
@@ -55,12 +46,6 @@ FANOUT_ARRAYS = 64
 FIRST_BUCKETS = 8
 #: About how many bytes of messages a bucket packs, when the arrays need no more buckets.
 BUCKET_BYTES = 16 * 2**20
-#: A first batch written by one job brings back its arrays under this many bytes, to be joined on
-#: the driver (at most 2 MiB over its 512 arrays): a bigger one is written as it is. Through the
-#: job's observed stats, values cost more than through a collect (500,000 rows, 10 MB of
-#: arrays under 32 KiB: 2.1 s against 1.3 s by two jobs), and arrays of a few KiB are no burden
-#: to readers.
-SMALL_ARRAY_BYTES = 4096
 
 
 def spread(n_bytes: int, max_message_bytes: int, partitions: int) -> tuple[int, int]:
@@ -116,9 +101,6 @@ class DistributedPath:
         self.producer, self.flush_timeout, self.join_bytes = producer, flush_timeout, join_bytes
         self.buckets: int | None = None  # None: the first batch's (see plan)
         self.fanout = FANOUT_ARRAYS
-        #: a batch had a diff beyond plan.LARGE_DIFF: this sink's batches take two jobs
-        self.large_diffs = False
-        self._checks_writing: tuple | None = None  # (row checks, with small_diffs), built once
 
     def plan(self, spark: SparkSession, batch: Batch) -> tuple[MessagePlan, int]:
         """The shared `MessagePlan` of the batch's layout, and the
@@ -136,27 +118,13 @@ class DistributedPath:
         )
         return plan, partitions
 
-    def check(
-        self,
-        prepared: DataFrame,
-        spark: SparkSession,
-        batch: Batch,
-        *,
-        write_while_packing: bool = False,
-    ) -> Checked:
+    def check(self, prepared: DataFrame, spark: SparkSession, batch: Batch) -> Known:
         """Compute and cache the batch's messages and their stats (one Spark job, more only
         when the first attempt's spread needs mending, see `_cached_messages`); a bad row
         fails it with our error. The caller writes them with `Known.write` and frees them
-        with `Known.release`.
-
-        ``write_while_packing`` (the caller needs no stats before writing: not a re-run
-        comparing digests): a batch of one time whose data is grouped as bytes is instead
-        checked, packed and written by one job when `Checked.write` is called
-        (`WrittenWhilePacked`), written unconsolidated or consolidated straight away —
-        nothing is computed here. A sink's first batch is spread before its size is known:
-        there, the arrays that came out small are brought back by that job and joined on the
-        driver, and those too big are packed exactly after it; by two jobs, a first batch's
-        spread that came out too big is spread again by its size before anything is written."""
+        with `Known.release`. A sink's first batch is spread before its size is known: a
+        spread that came out too big is spread again by its size before anything is written,
+        and a small one's messages may be joined on the driver (`_joined`)."""
         first = self.buckets is None  # spread before any size was known
         plan, partitions = self.plan(spark, batch)
         # spread by hash over a fixed number of arrays per bucket (no sort, no window to size
@@ -171,23 +139,6 @@ class DistributedPath:
             if first and self.producer is not None
             else 0
         )
-        if (
-            write_while_packing
-            and not self.large_diffs
-            and batch.time is not None
-            and plan.by_bytes
-            and _observable(spark)
-        ):
-            return WrittenWhilePacked(
-                self,
-                spark,
-                prepared,
-                batch,
-                plan,
-                partitions,
-                consolidate=consolidate,
-                small_below=min(small, SMALL_ARRAY_BYTES),
-            )
         cached = self._cached_messages(
             prepared, spark, batch, plan, partitions, consolidate=consolidate, carry=small
         )
@@ -433,15 +384,6 @@ class DistributedPath:
             "updates again"
         )
 
-    def checks_writing(self, batch: Batch) -> list[Check]:
-        """The batch's row checks and `small_diffs`, for a batch
-        written in the job that packs it: the same list while the row checks are (the plan
-        reuses the Columns it built for them)."""
-        checks = self.row_checks(batch)
-        if self._checks_writing is None or self._checks_writing[0] is not checks:
-            self._checks_writing = (checks, [*checks, small_diffs()])
-        return self._checks_writing[1]
-
 
 def _raise_ours(exc: BaseException, batch: Batch) -> None:
     """Raise our error behind a failed Spark job (a ``raise_error`` of
@@ -449,235 +391,3 @@ def _raise_ours(exc: BaseException, batch: Batch) -> None:
     ours = task_error(exc, batch.what, batch.time)
     if ours is not None:
         raise ours from None
-
-
-def _observable(spark: SparkSession) -> bool:
-    """Whether ``spark``'s DataFrames take an ``Observation`` (Spark Connect's from PySpark 4)."""
-    if "connect" not in type(spark).__module__:
-        return True
-    return int(pyspark.__version__.split(".")[0]) >= 4
-
-
-class WrittenWhilePacked(Checked):
-    """A batch of one time, its data grouped as bytes, that is checked, packed and written by one
-    Spark job when `write` is called — nothing is computed before — instead of a job that
-    computes and caches its messages and one that writes them: the cache, the second job and
-    the second read of the messages are saved (a running sink's batches, medians: 4M narrow rows
-    3.56 s against 3.67 s, within the noise; 4M wide rows 6.23 s against 7.49 s; 4M rows of
-    400,000 keys, ``consolidate``, 1.68 s against 1.91 s). Written unconsolidated, unless
-    ``consolidate`` (its layout's last batch repeated rows): then consolidated as Spark's own
-    aggregation goes, the diffs summed before the shuffle that the writing tasks follow.
-
-    Guarantees, as the two jobs': nothing is written before every row passed its checks (they
-    fail the job's input stage, and no task after the shuffle — no write — starts before every
-    task before it succeeded: `write_observed`); every message
-    is at most ``max_message_bytes`` and holds no two live updates of one data and time — the
-    arrays that came out (unconsolidated) with such a repeat are left out of that job and written
-    by a second one like it, consolidated (only their rows; no cache, no job to compute their
-    stats first), and those that came out too big, from either, are packed exactly after it,
-    consolidated; the stats are those of the messages written. No consolidation can fail on a
-    diff sum over 64 bits once a message is written: a batch with a diff beyond
-    `LARGE_DIFF` fails the first job before its shuffle and is
-    written by the two jobs instead, which find such a sum before writing.
-
-    A sink's first batch, spread before its size was known, does not write its arrays under
-    ``small_below`` bytes (at most the sink's join bytes in all): their values come back with
-    the job's stats, and a small batch's many tiny messages are joined on the driver into as
-    few as hold them and produced there, with no job of their own.
-
-    Unlike the two jobs' batch, its stats (`rows`, `groups`, `bytes`) are
-    known only after `write` (`known_before_write`), and it has no `digest`
-    to compare before writing."""
-
-    known_before_write = False
-
-    def __init__(
-        self,
-        path: DistributedPath,
-        spark: SparkSession,
-        prepared: DataFrame,
-        batch: Batch,
-        plan: MessagePlan,
-        partitions: int,
-        *,
-        consolidate: bool = False,
-        small_below: int = 0,
-    ) -> None:
-        self._path, self._spark, self._prepared, self._batch = path, spark, prepared, batch
-        self._plan, self._partitions, self._small_below = plan, partitions, small_below
-        self._consolidate = consolidate
-        self.max_time = batch.time  # a batch of one time: the interval does not wait for its rows
-
-    def digest(self) -> tuple[int, tuple]:
-        raise TypeError("a batch written while it is packed has no digest before it is written")
-
-    def write(self) -> Written:
-        path, batch, spark, plan = self._path, self._batch, self._spark, self._plan
-        checks = path.checks_writing(batch)
-        options = kafka_write_options(path.bootstrap_servers, path.topic, path.producer_config)
-        groups, v2 = GroupsInMemory(spark), KafkaWriteObserved(spark)
-        observed: plan_stats.ObservedWrite | None = None
-        again: plan_stats.ObservedWrite | None = None
-        try:
-            if v2.in_force:
-                groups.at_least(
-                    plan.groups_per_packing_task(path.fanout, consolidate=self._consolidate)
-                )
-                observed = self._in_one_job(checks, options, consolidate=self._consolidate)
-                if observed is not None and observed.left_out and not observed.too_big:
-                    # arrays with a repeat only: consolidated by a job like the first (no cache, no
-                    # job to compute their stats first); their rows passed its checks
-                    log.debug(
-                        "%s: %d arrays left out of the first write (rows of one data and time): "
-                        "writing them consolidated",
-                        batch.what,
-                        len(observed.left_out),
-                    )
-                    again = self._in_one_job(
-                        checks, options, consolidate=True, arrays=observed.left_out
-                    )
-        finally:
-            groups.restore()
-            v2.restore()
-        if observed is None:
-            return self._in_two_jobs(
-                f"a diff is beyond {LARGE_DIFF}"
-                if v2.in_force
-                else "the session keeps Kafka's V1 writer"
-            )
-        updates, digest, n_messages, n_bytes = (
-            observed.updates,
-            observed.digest,
-            observed.messages,
-            observed.bytes,
-        )
-        self.rows, self.groups = observed.rows, observed.groups
-        to_join = list(observed.small_values)  # a first batch's small arrays: joined on the driver
-        pending = observed  # the write whose left-out arrays are still to write
-        if again is not None:
-            updates += again.updates
-            digest ^= again.digest
-            self.rows, self.groups = self.rows + again.rows, self.groups + again.groups
-            n_messages, n_bytes = n_messages + again.messages, n_bytes + again.bytes
-            to_join += again.small_values
-            pending = again
-        if pending.left_out:  # written after, consolidated: its stats join the first job's
-            left, left_values = self._left_out(pending, checks, options)
-            updates += left.counts.get(batch.time, 0)
-            digest ^= left.digest
-            self.rows, self.groups = self.rows + left.rows, self.groups + left.groups
-            if left_values:
-                to_join += left_values
-            else:
-                n_messages, n_bytes = n_messages + left.messages, n_bytes + left.bytes
-        if to_join:
-            joined = batch.codec.merge_arrays(to_join)
-            log.debug(
-                "%s: %d small messages joined into %d on the driver",
-                batch.what,
-                len(to_join),
-                len(joined),
-            )
-            assert path.producer is not None  # small values come back only with a producer
-            produce_messages(path.producer(), joined, batch, path.flush_timeout)
-            self.produced_on_driver = True
-            n_messages, n_bytes = n_messages + len(joined), n_bytes + sum(map(len, joined))
-        # as DistributedPath.check notes them: consolidate the layout's next batch straight away
-        # when over a quarter of the arrays had a repeat
-        arrays = observed.messages + len(observed.small_values) + len(observed.left_out)
-        note_repeats(batch.schema, batch.data_cols, 4 * observed.repeated > max(1, arrays))
-        path.size_next(n_bytes, self._partitions)
-        self.bytes = n_bytes
-        return Written({batch.time: updates} if updates else {}, digest, n_messages, n_bytes)
-
-    def _in_one_job(
-        self,
-        checks: list,
-        options: dict,
-        *,
-        consolidate: bool,
-        arrays: Sequence[tuple[int, int]] | None = None,
-    ) -> plan_stats.ObservedWrite | None:
-        """Check, pack and write the batch — or only its ``arrays`` — by one job
-        (`write_observed`) and return what it observed; None when
-        a diff beyond `LARGE_DIFF` failed it before its shuffle
-        (nothing written: the batch goes by two jobs). Raises our error for a bad row, else a
-        DeliveryError."""
-        path, batch = self._path, self._batch
-        messages = self._plan.messages(
-            self._prepared,
-            checks,
-            time=batch.time,
-            fanout=path.fanout,
-            consolidate=consolidate,
-            arrays=arrays,
-        )
-        try:
-            return plan_stats.write_observed(
-                messages,
-                options,
-                batch.headers,
-                max_message_bytes=path.max_message_bytes,
-                small_below=self._small_below,
-                consolidated=consolidate,
-            )
-        except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
-            if not large_diff(exc):
-                _raise_ours(exc, batch)
-                raise path.delivery_error(exc, options, batch) from exc
-            path.large_diffs = True  # it failed before its shuffle: nothing was written
-            return None
-
-    def _left_out(
-        self, observed: plan_stats.ObservedWrite, checks: list[Check], options: dict
-    ) -> tuple[plan_stats.BatchStats, list[bytes]]:
-        """Write the arrays that a one-job write left out, consolidated — packed exactly if one was
-        too big (the only ones a consolidated job leaves out), or comes out so — and return
-        their `BatchStats` and, for a first batch whose arrays all
-        came out under ``small_below`` bytes, their values instead of writing them, to be joined
-        on the driver. Their rows passed the checks, and their sums cannot overflow (see the
-        class)."""
-        path, batch = self._path, self._batch
-        exact = observed.too_big
-        log.debug(
-            "%s: %d arrays left out of a one-job write (%s): writing them consolidated%s",
-            batch.what,
-            len(observed.left_out),
-            "a message too big" if exact else "rows of one data and time",
-            ", packed exactly" if exact else "",
-        )
-        while True:
-            fixed = self._plan.messages(
-                self._prepared,
-                checks,
-                time=batch.time,
-                fanout=path.fanout,
-                exact=exact,
-                arrays=observed.left_out,
-            ).persist()
-            try:
-                stats = plan_stats.batch_stats(
-                    fixed, time=batch.time, values_up_to=self._small_below
-                )
-                if exact or stats.largest <= path.max_message_bytes:
-                    if stats.values is not None:
-                        return stats, list(stats.values)
-                    path.write_messages(fixed, options, batch)
-                    return stats, []
-            except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
-                _raise_ours(exc, batch)
-                raise
-            finally:
-                fixed.unpersist()
-            exact = True
-
-    def _in_two_jobs(self, why: str) -> Written:
-        """Write the batch by the two jobs (`DistributedPath.check`, then its write)."""
-        log.info("%s: written by a job after the one that packs it: %s", self._batch.what, why)
-        known = self._path.check(self._prepared, self._spark, self._batch)
-        try:
-            written = known.write()
-        finally:
-            known.release()
-        self.rows, self.groups, self.bytes = known.rows, known.groups, known.bytes
-        return written

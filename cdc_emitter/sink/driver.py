@@ -155,7 +155,7 @@ class DriverPath:
             what=batch.what,
             time_column=self.time_column,
             diff_column=self.diff_column,
-            lower=batch.lower,
+            lower=batch.late_below,
             late_advance=self.late == "advance",
             rerun_upper=None if recorded is None else recorded.upper,
             describe=describe,

@@ -40,14 +40,21 @@ def batch_time(
     batch_id: int | None,
     time_offset: int,
     late: str,
+    redundant: bool = False,
 ) -> int:
     """The time of every update of a default-mode batch (no time column).
 
     Recorded, else ``write(time=...)``'s (refused below ``lower`` unless ``late="advance"``), else
-    ``time_offset + batch_id``, else ``lower``; never below ``lower``.
+    ``time_offset + batch_id``, else ``lower``; never below ``lower`` — except for a
+    ``redundant`` writer, whose time stays what its twins' is (the claim compares it with
+    theirs).
     """
     if recorded is not None:
         return recorded.time if recorded.time is not None else lower
+    if redundant and fixed_time is not None:
+        return fixed_time
+    if redundant and batch_id is not None:
+        return time_offset + batch_id
     if fixed_time is not None:
         if fixed_time < lower and late == "error":
             raise LateUpdateError(

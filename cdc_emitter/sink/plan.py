@@ -33,16 +33,6 @@ A batch is two Spark jobs over one plan:
    messages; a delivery error fails the task, and Spark retries it — a retry can only duplicate
    whole update arrays, which readers discard.
 
-A batch of one time is both in one job instead
-(`write_observed`): its rows are checked in the input stage —
-there also encoded and packed when bet unconsolidated, partly summed when consolidated — and its
-messages written by the tasks after the (last) shuffle, which start only
-once every task before passed; the arrays found repeated (unconsolidated) or too big are left
-out of that write and written after it, consolidated (a sink's first batch also brings its tiny
-arrays back, for the driver to join); the stats are observed in the job (``Dataset.observe``)
-— no cache, no second read of the messages. A diff beyond ``LARGE_DIFF`` sends the batch to the
-two jobs (a sum over 64 bits must be found before anything is written).
-
 Guarantees: no message is written before every row of the batch passed validation and every
 consolidated diff fits 64 bits; every message is at most ``max_message_bytes``; the counts are
 those of the messages written; the executors need only Spark and the two Spark packages
@@ -88,9 +78,6 @@ __all__ = [
     "note_repeats",
     "forget_layouts",
     "packed_groups",
-    "LARGE_DIFF",
-    "small_diffs",
-    "large_diff",
 ]
 
 ORDER = "__cdc_order"
@@ -779,8 +766,7 @@ class MessagePlan:
         shrink before they move, as the floor's do — then each update hashed, encoded and packed
         as the other ways do (only updates move, not every row): the same updates, arrays,
         counts and digest. ``arrays``: only the rows of these arrays, the others left out before
-        anything else (an unconsolidated attempt's arrays found repeated: all of them, when it
-        bet wrong).
+        anything else (the few arrays an unconsolidated attempt found repeated).
 
         The updates are packed where the aggregation's tasks leave them, as an unconsolidated
         batch is where its rows are: each of those tasks joins its share of every array, and
@@ -867,32 +853,6 @@ def packed_groups(buckets: int, fanout: int) -> int:
     """How many groups a task packing where the rows are (`MessagePlan.messages`) can
     hold: every array of every bucket, and each bucket's group of cancelled updates."""
     return buckets * (max(1, fanout) + 1)
-
-
-#: A diff beyond which a batch written in the job that packs it is written by two jobs instead
-#: (`small_diffs`): below it no sum of fewer than 2^31 rows' diffs can overflow 64 bits
-LARGE_DIFF = 2**32
-_LARGE = "LargeDiff"  # the kind of small_diffs' raise_error: not an error of the input
-
-
-def small_diffs() -> Check:
-    """A per-row check, for a batch written in the job that packs it, that fails the job before
-    the shuffle — before anything is written — on a diff beyond `LARGE_DIFF` either way:
-    such a batch could hold rows of one data and time whose sum overflows 64 bits, which is only
-    found when their arrays are consolidated, after the others were written. The batch is then
-    written by two jobs, which find it before writing (`large_diff` tells this failure)."""
-    d = F.col(DIFF)
-    return Check(
-        (d > F.lit(LARGE_DIFF)) | (d < F.lit(-LARGE_DIFF)),
-        _LARGE,
-        (f"{BATCH}: a diff beyond 2^32",),
-    )
-
-
-def large_diff(exc: BaseException) -> bool:
-    """Whether a failed job failed on `small_diffs`' check alone (not on a bad row)."""
-    found = _MARKED.findall(str(exc))
-    return bool(found) and found[-1][0] == _LARGE
 
 
 def _array_index(arrays: Any) -> Any:

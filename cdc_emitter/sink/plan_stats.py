@@ -1,29 +1,21 @@
-"""A batch's stats from the JVM data path's messages (`MessagePlan.messages`), taken two ways:
+"""A batch's stats from the JVM data path's messages (`MessagePlan.messages`): `batch_stats`
+computes the messages, cached, and takes their stats before anything is written (a bad row
+fails that job: nothing written); a second job then writes those same messages.
 
-- `batch_stats`: from the cached messages, before anything is written (a bad row fails
-  that job: nothing written), then written by a second job;
-- `write_observed`: in the one job that computes and writes them (``Dataset.observe``),
-  for a batch of one time — no cache, no second read of the messages.
-
-Either way the stats are those of the messages written (by `batch_stats`, about to be):
-the updates per time, the digest, the largest message, the input rows and groups behind them,
-and the arrays to make again (repeated, or too big).
+The stats are those of the messages about to be written: the updates per time, the digest, the
+largest message, the input rows and groups behind them, and the arrays to make again
+(repeated, or too big).
 """
 
 from __future__ import annotations
 
-import base64
 import builtins
-import json
 import threading
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
-from cdc_emitter.spark import kafka as spark_kafka
 from cdc_emitter.spark.columns import arrow_table
 
 __all__ = [
@@ -31,123 +23,7 @@ __all__ = [
     "batch_stats",
     "counts_per_time",
     "DRIVER_COUNTED_UPDATES",
-    "ObservedWrite",
-    "write_observed",
 ]
-
-
-@dataclass(frozen=True)
-class ObservedWrite:
-    """What `write_observed` found: the updates' count and digest, input rows and groups of
-    every array it wrote or brought back (`small_values`); the messages, bytes and largest
-    message it wrote; the ``(bucket, array)`` of each array left out for a repeat or its size,
-    how many for a repeat and whether any for its size."""
-
-    updates: int
-    digest: int
-    messages: int
-    bytes: int
-    largest: int
-    rows: int
-    groups: int
-    left_out: tuple = ()
-    repeated: int = 0
-    too_big: bool = False
-    #: the values of the arrays under its ``small_below`` bytes (and without a repeat), not written
-    small_values: tuple[builtins.bytes, ...] = ()
-
-
-def _observed_columns(
-    kind: type, max_message_bytes: int, small_below: int, consolidated: bool
-) -> tuple[Any, tuple]:
-    """``(the condition of the messages written, the Columns observed)`` of
-    `write_observed`, built once per DataFrame kind, message limit, small size and whether
-    the messages are consolidated (`_built_once`)."""
-    return _built_once(
-        ("observed", kind, max_message_bytes, small_below, consolidated),
-        lambda: _build_observed(max_message_bytes, small_below, consolidated),
-    )
-
-
-def _build_observed(
-    max_message_bytes: int, small_below: int, consolidated: bool
-) -> tuple[Any, tuple]:
-    size = F.octet_length("value")
-    too_big = F.coalesce(size > F.lit(max_message_bytes), F.lit(False))
-    # a message as it is: written, or brought back if small; consolidated, ``repeated`` only
-    # says that an update was made of several rows (counted, for the next batch's bet)
-    held = ~too_big if consolidated else ~F.col("repeated") & ~too_big
-    small = held & F.coalesce(size < F.lit(small_below), F.lit(False))
-    kept = held & ~small
-
-    def of_held(c: Any) -> Any:
-        return F.when(held, c)
-
-    def of_kept(c: Any) -> Any:
-        return F.when(kept, c)
-
-    # arrays as JSON text: PySpark 3.5's Observation hands them back as Java objects
-    return kept & F.col("value").isNotNull(), (
-        F.coalesce(F.sum(of_held(F.col("n"))), F.lit(0)).alias("n"),
-        F.coalesce(F.bit_xor(of_held(F.col("xor"))), F.lit(0).cast("long")).alias("x"),
-        F.count(of_kept(F.col("value"))).alias("m"),
-        F.coalesce(F.sum(of_kept(size)), F.lit(0)).alias("b"),
-        F.coalesce(F.max(of_kept(size)), F.lit(0)).alias("l"),
-        F.coalesce(F.sum(of_held(F.col("rows"))), F.lit(0)).alias("i"),
-        F.coalesce(F.sum(of_held(F.col("groups"))), F.lit(0)).alias("g"),
-        F.to_json(F.collect_list(F.when(~held, F.array("bucket", "array")))).alias("left"),
-        F.count(F.when(F.col("repeated"), F.lit(1))).alias("r"),
-        F.bool_or(too_big).alias("big"),
-        F.to_json(F.collect_list(F.when(small, F.base64("value")))).alias("small"),
-    )
-
-
-def write_observed(
-    messages: Any,
-    options: Mapping[str, str],
-    headers: Sequence[tuple[str, bytes]],
-    *,
-    max_message_bytes: int,
-    small_below: int = 0,
-    consolidated: bool = False,
-) -> ObservedWrite:
-    """Write ``messages`` (of a batch of one time, not cached; ``consolidated`` or not) in the
-    job that computes them, all but those over ``max_message_bytes`` and, unconsolidated, those
-    with ``repeated``, which are left out for the caller to write again (consolidated, or packed
-    exactly), and those under ``small_below`` bytes, whose values come back instead (for the
-    caller to join into fewer); and take the stats of what was written from the same job
-    (``Dataset.observe``). The session must write Kafka by its V2 writer
-    (`KafkaWriteObserved`).
-
-    Why this keeps the guarantees: every row is checked in the job's input stage, before the
-    first shuffle, and no task after a shuffle starts before every task before it succeeded — so
-    a bad row fails the job before its first message. Consolidated, the messages must be those
-    of a plan that sums the diffs before the shuffle that its writing tasks follow
-    (`messages` of a whole batch grouped as bytes). A
-    retried write task writes its arrays again (duplicates, which readers discard); the stats
-    count each array once (those of a failed attempt are dropped)."""
-    written, columns = _observed_columns(
-        type(messages), max_message_bytes, small_below, consolidated
-    )
-    observation = Observation()
-    observed = messages.observe(observation, *columns)
-    spark_kafka.write_messages(observed, options, headers, where=written)
-    got = observation.get
-    left = tuple((int(bucket), int(array)) for bucket, array in json.loads(got["left"] or "[]"))
-    small = tuple(base64.b64decode(value) for value in json.loads(got["small"] or "[]"))
-    return ObservedWrite(
-        int(got["n"]),
-        int(got["x"]),
-        int(got["m"]),
-        int(got["b"]),
-        int(got["l"]),
-        int(got["i"]),
-        int(got["g"]),
-        left_out=left,
-        repeated=int(got["r"]),
-        too_big=bool(got["big"]),
-        small_values=small,
-    )
 
 
 @dataclass(frozen=True)

@@ -160,7 +160,7 @@ class PythonPath:
                 f"{what}: null diff in column {self.diff_column!r} ({st['null_diffs']} rows, "
                 f"e.g. row {example(d.isNull())})"
             )
-        if st["min_time"] is not None and st["min_time"] < batch.lower:
+        if st["min_time"] is not None and st["min_time"] < batch.late_below:
             raise LateUpdateError(
                 f"{what}: update at time {st['min_time']} in column {tcol!r} is late (e.g. row "
                 f"{example(t == F.lit(st['min_time']))}): the topic is complete up to frontier "

@@ -12,12 +12,12 @@ The phases, in order (``seconds`` holds those a batch went through, and ``total`
 ``check``
     one Spark job validates every row and consolidates: counts, digest, largest message
     (``encoder="jvm"``); the validation scan (``encoder="python"``).
+``commit``
+    the progress statement is committed as the batch's claim, before any update (a Kafka
+    transaction every writer of the topic shares: `cdc_emitter.sink.claim`).
 ``write``
     update messages are produced and acknowledged (``jvm``: Spark's Kafka writer; ``python``:
     consolidation and production on the executors, one job).
-``commit``
-    the progress statement is written and acknowledged, after the check that no other writer
-    took the interval.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 
 __all__ = ["BatchResult", "PhaseClock", "PHASES"]
 
-PHASES = ("plan", "check", "write", "commit")
+PHASES = ("plan", "check", "commit", "write")
 
 
 @dataclass(frozen=True)
@@ -75,6 +75,9 @@ class BatchResult:
     #: where its rows were consolidated: "driver" (a small batch, one narrow Spark job) or
     #: "executors" (a Spark job with a shuffle)
     consolidated_on: str | None = None
+    #: a redundant writer's batch whose updates another writer had claimed already: written as
+    #: duplicates, no statement of its own
+    redundant: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """The result as plain JSON values (``upper`` None: the batch closed the history)."""
@@ -88,6 +91,7 @@ class BatchResult:
             "bytes": self.bytes,
             "counts": {str(t): n for t, n in sorted(self.counts.items())},
             "reused": self.reused,
+            "redundant": self.redundant,
             "encoder": self.encoder,
             "finished_on": self.finished_on,
             "consolidated_on": self.consolidated_on,

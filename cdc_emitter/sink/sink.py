@@ -29,37 +29,46 @@ Attach it to a streaming query with ``writeStream.foreachBatch(CdcSink(...))``, 
      job that consolidates and produces on the executors
      (`cdc_emitter.sink.python_tasks`).
 
-   A re-run whose first attempt is complete in the topic compares its digest
-   (`cdc_emitter.sink.digest`) here, and writes nothing.
-4. The interval is recorded in the sink log (when there is a checkpoint location), after a last
-   check that no other writer took it.
-5. **The update arrays are written** and acknowledged (``acks=all``): a delivery error fails the
-   batch, and a retry writes the same updates.
-6. Only then the driver writes the progress statement for the interval (to partition 0, with
-   headers naming the writer, the batch, the interval and its digest) and flushes it.
+   A re-run whose first attempt's statement is in the topic compares its digest
+   (`cdc_emitter.sink.digest`) here: other data fails with nothing written.
+4. **The progress statement is claimed before any update** (`cdc_emitter.sink.claim`): committed
+   to partition 0 in a Kafka transaction whose ``transactional.id`` every writer of the topic
+   shares, on the topic's state as read after this writer fenced the others — so no writer can
+   claim in between. Another writer's claim meanwhile moves the batch after it when its times
+   allow, or fails it (`ConcurrentWriterError`, naming that writer and batch) with nothing
+   written; a redundant writer's batch equal to a claim already there writes no statement.
+   Then the interval is recorded in the sink log (when there is a checkpoint location).
+5. **The update arrays are written** and acknowledged (``acks=all``), inside the batch's own
+   claimed interval: a delivery error fails the batch, and a retry writes the same updates.
 
-A retry therefore only ever causes duplicates (identical ``(data, time, diff)`` triples) that
-readers discard; it never moves a batch to a new time.
+Readers wait for a claimed time until its counted updates are there: a writer that dies between
+its claim and its last update holds them up until it is restarted from its checkpoint (or a
+redundant twin writes the same updates). A retry only ever causes duplicates (identical
+``(data, time, diff)`` triples) that readers discard; it never moves a claimed batch.
 
 `CdcSink` holds the sink's state and runs these steps (`CdcSink._write`); the work of each is
 done in a module of its own: `cdc_emitter.sink.options` (the constructor's arguments),
 `cdc_emitter.sink.layout` (step 1), `cdc_emitter.sink.decide` (step 2),
 `cdc_emitter.sink.topic` (the frontier, the topic's schema and settings, another writer),
-`cdc_emitter.sink.paths` (which data path writes the batch, step 3) and
-`cdc_emitter.sink.commit` (the re-run's digest, steps 4 and 6).
+`cdc_emitter.sink.paths` (which data path writes the batch, step 3),
+`cdc_emitter.sink.claim` (where the claim goes, step 4) and `cdc_emitter.sink.commit` (the
+statement's messages and the sink log record).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import random
+import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 
-from cdc_emitter.errors import BadInputError, ConfigError
+from cdc_emitter.errors import BadInputError, ConcurrentWriterError, ConfigError, ReplayError
+from cdc_emitter.kafka.claims import ClaimProducer, Fenced
 from cdc_emitter.kafka.frontier import TopicFrontier, retrying, topic_frontier
 from cdc_emitter.kafka.producer import CdcProducer
 from cdc_emitter.kafka.reading import TopicOffsets
@@ -73,9 +82,11 @@ from cdc_emitter.protocol.headers import (
 )
 from cdc_emitter.sink import commit, decide, layout, options, paths, topic
 from cdc_emitter.sink.batch import Batch, Checked, Written
+from cdc_emitter.sink.claim import Claim, Stated, check_upper, decide_claim, stated_covering
+from cdc_emitter.sink.digest import digest_form, parse_digest, replay_message
 from cdc_emitter.sink.distributed import DistributedPath
 from cdc_emitter.sink.driver import DriverPath
-from cdc_emitter.sink.interval import batch_upper
+from cdc_emitter.sink.interval import Recorded, batch_upper
 from cdc_emitter.sink.layout import Layout, RowColumns
 from cdc_emitter.sink.log import (
     DataFrameSinkLog,
@@ -111,6 +122,22 @@ __all__ = [
 ]
 
 log = logging.getLogger("cdc_emitter.sink")  # the name users configure (0.1 had it)
+
+#: How many times a batch claims again after another writer fenced its claim, at most.
+CLAIM_ATTEMPTS = 12
+
+
+class Unfinished(NamedTuple):
+    """A `CdcSink.write` batch whose claim is committed and whose updates are not all written."""
+
+    lower: int
+    upper: int | None
+    time: int | None
+    digest_text: str
+
+
+class _Overtaken(Exception):
+    """A batch whose time was the frontier, which another writer's claim moved: plan it again."""
 
 
 class CdcSink:
@@ -174,6 +201,12 @@ class CdcSink:
             spread sized before its size is known) whose messages are at most 16 MiB and over
             twice as many as would hold them has them joined on the driver, which produces
             them. 0: never.
+        redundant: this writer is one of several identical writers of the topic (the same
+            input, rows carrying their own times, the same batches), run for high availability.
+            A batch whose times another writer already stated is compared with that statement
+            — counts per time and digest — and its updates written as duplicates, completing
+            the other writer's batch if it died; a batch that differs is refused before any of
+            its updates is written. Not with ``late="advance"``.
 
     Raises:
         ConfigError: an argument out of its range, conflicting arguments, or
@@ -208,7 +241,13 @@ class CdcSink:
         broker_timeout: float = 30.0,
         on_batch: Callable[[BatchResult], None] | None = None,
         small_batch_rows: int = SMALL_BATCH_ROWS,
+        redundant: bool = False,
     ) -> None:
+        if redundant and late == "advance":
+            raise ConfigError(
+                "redundant=True cannot go with late='advance': advancing moves a late row to "
+                "another time, so identical writers would write different updates"
+            )
         checked = options.normalise(
             topic=topic,
             time_offset=time_offset,
@@ -246,6 +285,10 @@ class CdcSink:
         self.broker_timeout = checked.broker_timeout
         self.on_batch = on_batch
         self.small_batch_rows = small_batch_rows
+        self.redundant = redundant
+        #: a `write` batch claimed whose updates were not all written (see _complete_unfinished)
+        self._unfinished: Unfinished | None = None
+        self._claims: ClaimProducer | None = None  # commits the progress statements (claims)
         self._clock = PhaseClock()  # the current batch's phases (see sink.result)
         self._upper_hint: int | None = None  # write_upto's upper, for the batch being written
         self._topic_checked = False
@@ -364,6 +407,25 @@ class CdcSink:
     def _write(
         self, df: DataFrame, batch_id: int | None, *, fixed_time: int | None, close: bool
     ) -> BatchResult:
+        """Write one batch (`_write_once`); a default-mode batch whose time was the frontier,
+        overtaken by another writer before its claim, is planned again at the new frontier —
+        nothing of it was written (at most `CLAIM_ATTEMPTS` times)."""
+        for _attempt in range(CLAIM_ATTEMPTS - 1):
+            try:
+                return self._write_once(df, batch_id, fixed_time=fixed_time, close=close)
+            except _Overtaken as exc:
+                log.info("%s: planned again at the topic's new frontier", exc)
+        return self._write_once(df, batch_id, fixed_time=fixed_time, close=close, last=True)
+
+    def _write_once(
+        self,
+        df: DataFrame,
+        batch_id: int | None,
+        *,
+        fixed_time: int | None,
+        close: bool,
+        last: bool = False,
+    ) -> BatchResult:
         """Write one batch: its layout and topic checked, its interval decided once, its rows
         checked, its updates written, then its progress statement (the module docstring's
         steps)."""
@@ -393,6 +455,8 @@ class CdcSink:
             column_mode=self.time_column is not None,
             learn_frontier=self._learn_frontier,
         )
+        if batch_id is None and self._unfinished is not None and decided.recorded is None:
+            decided = self._complete_unfinished(decided, fixed_time)
         encoder = self._encoder(spark)
         if not self._followed:
             self._followed = True
@@ -412,18 +476,26 @@ class CdcSink:
             time_offset=self.time_offset,
             late=self.late,
             update_partitions=self._update_partitions,
+            redundant=self.redundant,
         )
         # 2. the rows with their times and diffs (nothing is computed yet)
         prepared = self._prepared(df, batch, encoder)
         self._clock.mark("plan")
-        since = decided.state.partition0_end  # partition 0's end when the interval was decided
         # 3. every row checked (a bad one raises: nothing written)
-        path, checked = self._check_rows(
-            df, prepared, spark, batch, encoder, compares_digest=decided.digest is not None
+        path, checked = self._check_rows(df, prepared, spark, batch, encoder)
+        # the batch's one time is the frontier it was decided from: another writer's claim
+        # meanwhile moves it, and the batch is planned again rather than refused
+        floats = (
+            not last
+            and batch.time is not None
+            and fixed_time is None
+            and decided.recorded is None
+            and batch.time == decided.lower
+            and not self.redundant
         )
-        # 4. and 5. the updates written, then the progress statement
+        # 4. and 5. the progress statement claimed, then the updates written
         return self._write_checked(
-            batch, checked, encoder, path, sinklog, decided.digest, since=since, close=close
+            batch, checked, encoder, path, sinklog, decided.digest, close, floats=floats
         )
 
     def _prepared(self, df: DataFrame, batch: Batch, encoder: Encoder) -> DataFrame:
@@ -447,8 +519,6 @@ class CdcSink:
         spark: SparkSession,
         batch: Batch,
         encoder: Encoder,
-        *,
-        compares_digest: bool,
     ) -> tuple[JvmPath, Checked]:
         """Every row of the batch checked (a bad one raises: nothing written) by the path the
         last batch chose — the driver path, or the distributed one for a batch too big for the
@@ -461,15 +531,12 @@ class CdcSink:
             )
         if checked is None:
             path = EXECUTORS
-            if encoder == "jvm":  # checked and written by one job, when no digest is compared first
-                checked = self._distributed_path().check(
-                    prepared, spark, batch, write_while_packing=not compares_digest
-                )
+            if encoder == "jvm":  # counts and digest known before the claim
+                checked = self._distributed_path().check(prepared, spark, batch)
             else:
                 checked = self._python_path().check(prepared, batch)
-        # the next batch's path: by the rows the driver would take, and by what they
-        # consolidated to (known after the write, for a batch checked and written by one job)
-        if encoder == "jvm" and checked.known_before_write:
+        # the next batch's path: by the rows the driver would take, and what they consolidated to
+        if encoder == "jvm":
             path = self._followed_by(checked, path)
         return path, checked
 
@@ -481,40 +548,146 @@ class CdcSink:
         path: JvmPath,
         sinklog: SinkLog | DataFrameSinkLog | None,
         recorded_digest: tuple | None,
-        *,
-        since: int | None,
         close: bool,
+        *,
+        floats: bool = False,
     ) -> BatchResult:
-        """The checked batch compared (a re-run whose first attempt completed) or written, after
-        a check for another writer and with its interval recorded; then its progress
-        statement."""
+        """The checked batch's progress statement claimed (`_claim`), its interval recorded,
+        then its updates written: a re-run's compared with its first attempt first."""
         try:
             self._clock.mark("check")
             upper = self._upper(batch, close, checked.max_time)
-            if recorded_digest is not None:  # a re-run whose first attempt completed
-                return self._finish(
-                    commit.replayed(batch, recorded_digest, checked.digest(), upper), encoder, path
+            check_upper(batch.what, upper)
+            now = checked.digest()
+            if recorded_digest is not None and digest_form(*now) != recorded_digest:
+                raise ReplayError(
+                    replay_message(batch.what, batch.batch_id, recorded_digest, digest_form(*now))
                 )
-            # another writer may have written since the interval was decided: check before
-            # writing; then record the interval (decided once) and write the updates
-            if batch.recorded is None:
-                self._check_no_other_writer(
-                    batch, upper, "was being prepared", written=False, since=since
-                )
-            commit.record_interval(sinklog, batch, upper, self.topic)
+            claim, statements, digest_text = self._claim(batch, upper, now, checked, floats=floats)
+            self._clock.mark("commit")
+            if batch.batch_id is None and claim.kind == "new":  # until its updates are written
+                self._unfinished = Unfinished(claim.lower, claim.upper, batch.time, digest_text)
+            if claim.lower != batch.lower:  # written after another writer's batch
+                batch = dataclasses.replace(batch, lower=claim.lower)
+            if claim.kind == "new":
+                commit.record_interval(sinklog, batch, claim.upper, self.topic)
             try:
                 written = checked.write()
             except BaseException:
-                self._forget_clients()  # the topic's state is unknown, a producer may hold an error
+                self._forget_clients()  # a producer may hold an error
                 raise
+            if batch.batch_id is None:
+                self._unfinished = None
         finally:
             checked.release()
-        if encoder == "jvm" and not checked.known_before_write:
-            path = self._followed_by(checked, path)
         self._clock.mark("write")
-        # only after every update is acknowledged: the progress statement
-        result = self._commit(batch, upper, written, since=since, checked=checked)
+        if claim.kind == "redundant":
+            log.info(
+                "%s: the same updates as %s: written as duplicates",
+                batch.what,
+                ", ".join(s.name() for s in claim.others),
+            )
+        counts = written.counts
+        result = BatchResult(
+            batch.batch_id,
+            claim.lower,
+            claim.upper,
+            sum(counts.values()),
+            written.messages + len(statements),
+            counts,
+            batch.recorded is not None or claim.kind == "own",
+            written.bytes + sum(len(value) for value, _ in statements),
+            redundant=claim.kind == "redundant",
+        )
         return self._finish(result, encoder, path)
+
+    def _claim(
+        self,
+        batch: Batch,
+        upper: int | None,
+        now: tuple[int, tuple],
+        checked: Checked,
+        *,
+        floats: bool = False,
+    ) -> tuple[Claim, list[commit.Message], str]:
+        """Commit the batch's progress statement before any of its updates (`sink.claim`):
+        on the topic's state as read after this writer fenced the others, so that no writer
+        can have claimed in between — a commit that fails because another writer did is taken
+        again on fresh state. Returns the claim, its statement messages and their digest header."""
+        counts = dict(now[1])
+        times = sorted(t for t, n in counts.items() if n)
+        written = Written(counts, now[0], 0, 0)
+        claims = self._claims_producer()
+        pause = 0.05
+        for _attempt in range(CLAIM_ATTEMPTS):
+            if claims.ready():  # just fenced the others: what this sink carried may be stale
+                self._carried = None
+            state = self._carried or self.frontier()
+            first = times[0] if times else batch.lower
+            batch_id = batch.batch_id if batch.batch_id is not None else -1
+            key = (batch.writer, batch_id)
+            own = state.batches.get(key) if batch.batch_id is not None else None
+            if batch.batch_id is None and self._unfinished is not None and batch.recorded:
+                own = (self._unfinished.lower, self._unfinished.upper)
+                state.digests[key] = self._unfinished.digest_text
+            moved = state.frontier != batch.lower
+            if own is None and (
+                batch.recorded is not None or moved and times and first < (state.frontier or 0)
+            ):
+                # a re-run's claim, or the statements a redundant batch compares with, may be
+                # older than the tail read: read back to them
+                state = self.frontier(back_to=min(first, batch.lower))
+                own = state.batches.get(key) if batch.batch_id is not None else None
+            if floats and state.frontier is not None and state.frontier > batch.lower:
+                raise _Overtaken(batch.what)
+            claim = decide_claim(
+                what=batch.what,
+                writer=batch.writer,
+                batch_id=batch.batch_id,
+                lower=batch.lower,
+                upper=upper,
+                frontier=state.frontier,
+                own=None
+                if own is None
+                else Stated(batch.writer, batch_id, own[0], own[1], state.digests.get(key)),
+                counts=counts,
+                digest=now,
+                covering=self._covering(state, first, times[-1] if times else first),
+                redundant=self.redundant,
+            )
+            if claim.kind != "new":
+                self._carried = state
+                return claim, [], ""
+
+            claimed = dataclasses.replace(batch, lower=claim.lower)
+            messages, digest_text = commit.progress_messages(
+                claimed, claim.upper, written, checked, self.max_message_bytes
+            )
+            try:
+                offset = claims.commit(messages)
+            except Fenced as exc:
+                log.info(
+                    "%s: another writer claimed meanwhile (%s): claiming again", batch.what, exc
+                )
+                self._carried = None
+                time.sleep(pause * (0.5 + random.random()))
+                pause = min(pause * 2, 2.0)
+                continue
+            self._carried = topic.carried_frontier(
+                state,
+                batch.writer,
+                batch.batch_id,
+                claim.lower,
+                claim.upper,
+                batch.avro_data,
+                digest_text,
+                offset + 1,  # the transaction's commit marker follows the statement
+            )
+            return claim, messages, digest_text
+        raise ConcurrentWriterError(
+            f"{batch.what}: other writers of the topic kept claiming first "
+            f"({CLAIM_ATTEMPTS} attempts). Nothing was written; retry the batch"
+        )
 
     def _finish(self, result: BatchResult, encoder: Encoder, path: JvmPath) -> BatchResult:
         """The batch's result with its phases and paths, logged and given to ``on_batch``."""
@@ -557,54 +730,6 @@ class CdcSink:
             upper_hint=self._upper_hint,
         )
 
-    def _commit(
-        self,
-        batch: Batch,
-        upper: int | None,
-        written: Written,
-        since: int | None,
-        checked: Checked | None = None,
-    ) -> BatchResult:
-        """Write the batch's progress statement (`commit.progress_messages`) — only after every
-        update is acknowledged — and carry the frontier it sets to the next batch."""
-        counts = written.counts
-        total = sum(counts.values())
-        # unless another writer's statement took the interval meanwhile (a statement of ours on
-        # top of it would contradict it)
-        self._check_no_other_writer(batch, upper, "was being written", written=total, since=since)
-        messages, digest_text = commit.progress_messages(
-            batch, upper, written, checked, self.max_message_bytes
-        )
-        producer = self._driver_producer()
-        try:
-            for value, headers in messages:
-                producer.produce(value, headers=headers, partition=0)
-            producer.flush(self.flush_timeout)
-        except BaseException:
-            self._forget_clients()
-            raise
-        self._carried = topic.carried_frontier(
-            self._carried,
-            batch.writer,
-            batch.batch_id,
-            batch.lower,
-            upper,
-            batch.avro_data,
-            digest_text,
-            producer.last_offsets.get(0),
-        )
-        self._clock.mark("commit")
-        return BatchResult(
-            batch.batch_id,
-            batch.lower,
-            upper,
-            total,
-            written.messages + len(messages),
-            counts,
-            batch.recorded is not None,
-            written.bytes + sum(len(value) for value, _ in messages),
-        )
-
     # -- what the sink learns from the topic, and checks against it (see sink.topic) ----------
 
     def _writer(self, spark: SparkSession, batch_id: int | None) -> str:
@@ -628,7 +753,7 @@ class CdcSink:
             self._query_id = query_id_from_checkpoint(spark, self.checkpoint_location)
         return self._query_id
 
-    def frontier(self) -> TopicFrontier:
+    def frontier(self, back_to: int | None = None) -> TopicFrontier:
         """The topic's current frontier (see `topic_frontier`)."""
         return topic.read_frontier(
             self.bootstrap_servers,
@@ -638,6 +763,7 @@ class CdcSink:
             config=options.client_config(self.producer_config),
             offsets=self._offsets(),
             broker_timeout=self.broker_timeout,
+            back_to=back_to,
         )
 
     def _offsets(self) -> TopicOffsets:
@@ -661,6 +787,8 @@ class CdcSink:
         partition 0 (where every statement goes) has not moved past it — one offset request —
         else read from the topic's tail."""
         carried = self._carried
+        if carried is not None and self._claims is not None and self._claims.commits:
+            return carried  # no other writer committed since: it would have fenced our claims
         if carried is not None and self._partition0_end() == carried.partition0_end:
             return carried
         self._carried = state = self.frontier()
@@ -694,6 +822,7 @@ class CdcSink:
     def _check_topic_schema(self, state: TopicFrontier, cols: Layout, codec: CdcCodec) -> CdcCodec:
         """Check the batch's data schema against the topic's (`topic.schema_changes`) and, with
         a registry, register it before the first message; return the codec to frame with."""
+        topic.check_cdc(self.topic, state, self.framing)
         evolves = topic.schema_changes(
             self.topic,
             state,
@@ -710,24 +839,6 @@ class CdcSink:
             codec = self._codec(cols.avro_data)
         self._schema_checked = cols.schema_text
         return codec
-
-    def _check_no_other_writer(
-        self,
-        batch: Batch,
-        upper: int | None,
-        while_: str,
-        written: int | bool,
-        since: int | None = None,
-    ) -> None:
-        """Raise ConcurrentWriterError if another writer's statement took the batch's interval
-        (`topic.check_no_other_writer`).
-
-        ``since``: partition 0's end when the interval was decided. Statements go to partition 0
-        (and, on a topic of several partitions, nothing else of ours), so while it has not moved
-        one watermark request is the whole check; else the tail is read again."""
-        if since is not None and self._partition0_end() == since:
-            return
-        topic.check_no_other_writer(batch, upper, self.frontier(), while_, written)
 
     def _log(self, spark: SparkSession) -> SinkLog | DataFrameSinkLog | None:
         if self.checkpoint_location is None:
@@ -758,13 +869,13 @@ class CdcSink:
         # the frontier only where a time column is checked against it: most batches share the
         # last one's, already built (each Column made is round trips to the JVM)
         recorded_upper = batch.recorded.upper if rerun and batch.recorded is not None else None
-        key = (batch.lower if self.time_column else None, recorded_upper)
+        key = (batch.late_below if self.time_column else None, recorded_upper)
         if self._last_checks is None or self._last_checks[0] != key:
             self._last_checks = (
                 key,
                 row_checks(
                     what=BATCH,
-                    lower=batch.lower,
+                    lower=batch.late_below,
                     recorded_upper=recorded_upper,
                     time_column=self.time_column,
                     diff_column=self.diff_column,
@@ -854,6 +965,45 @@ class CdcSink:
 
     # -- the driver's Kafka clients -------------------------------------------------------------
 
+    def _complete_unfinished(
+        self, decided: decide.Decided, fixed_time: int | None
+    ) -> decide.Decided:
+        """A `write` after one whose claim was committed but whose updates were not all
+        written: it completes that claim — the same data at the claim's time — since readers
+        wait on it until it is complete."""
+        unfinished = self._unfinished
+        assert unfinished is not None
+        if fixed_time is not None and fixed_time != unfinished.time:
+            upper = "∞" if unfinished.upper is None else unfinished.upper
+            raise ReplayError(
+                f"topic {self.topic!r}: this sink's last batch claimed [{unfinished.lower}, "
+                f"{upper}) but its updates were not all written, and readers wait on it. "
+                f"Nothing was written: write the same data again (time={unfinished.time}) to "
+                "complete it"
+            )
+        recorded = Recorded(unfinished.lower, unfinished.upper, unfinished.time)
+        digest = parse_digest(unfinished.digest_text)
+        return decide.Decided(decided.writer, unfinished.lower, recorded, digest, decided.state)
+
+    @staticmethod
+    def _covering(state: TopicFrontier, first: int, last: int) -> list[Stated]:
+        """The statements in ``state`` that meet ``[first, last]``; else the newest, to name."""
+        found = stated_covering(state.batches, state.digests, first, last)
+        if not found and state.found and state.lower is not None:
+            found = [Stated(state.writer or "unknown", state.batch, state.lower, state.upper, None)]
+        return found
+
+    def _claims_producer(self) -> ClaimProducer:
+        """The transactional producer of progress statements, one for the sink's life."""
+        if self._claims is None:
+            self._claims = ClaimProducer(
+                self.bootstrap_servers,
+                self.topic,
+                self.producer_config,
+                timeout=self.broker_timeout,
+            )
+        return self._claims
+
     def _driver_producer(self) -> CdcProducer:
         """The producer of progress statements: one for the sink's life (a new one per batch
         would pay a connection and an idempotence handshake every time)."""
@@ -871,6 +1021,9 @@ class CdcSink:
         """Release the driver's Kafka clients (the sink can still be used: new ones are made)."""
         producer, self._producer = self._producer, None
         offsets, self._topic_offsets = self._topic_offsets, None
+        claims, self._claims = self._claims, None
+        if claims is not None:
+            claims.close()
         if producer is not None:
             producer.close()
         if offsets is not None:

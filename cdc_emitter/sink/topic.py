@@ -2,8 +2,8 @@
 
 The topic's frontier (read from its tail, or carried from this sink's last statement), the data
 schema named in its progress headers, the schema registry's id for a batch's schema, whether it
-takes messages as large as the sink makes (creating it when asked), and whether another writer
-wrote a statement since the batch's interval was decided. The sink keeps the clients and the
+takes messages as large as the sink makes (creating it when asked), and whether it holds only
+CDCv2 messages. The sink keeps the clients and the
 carried frontier; the functions here are handed what they need.
 
 Guarantees:
@@ -13,8 +13,8 @@ Guarantees:
 - a batch whose data schema differs from the topic's is refused with `SchemaError` (nothing
   written), unless a registry is there to put the difference to a compatibility rule other
   than ``NONE``;
-- another writer's statement past the batch's lower bound raises `ConcurrentWriterError`, which
-  says whether this batch's updates are already in the topic.
+- a topic whose tail holds a message that is not CDCv2 is refused with `SchemaError` before any
+  message.
 """
 
 from __future__ import annotations
@@ -23,13 +23,12 @@ import json
 import logging
 from typing import Any
 
-from cdc_emitter.errors import ConcurrentWriterError, ConfigError, DecodeError, SchemaError
+from cdc_emitter.errors import ConfigError, DecodeError, SchemaError
 from cdc_emitter.kafka.frontier import TopicFrontier, topic_frontier
 from cdc_emitter.kafka.reading import TopicOffsets
 from cdc_emitter.kafka.registry import SchemaRegistry, schema_text_of, subject_for
 from cdc_emitter.kafka.topics import ensure_topic, topic_settings
 from cdc_emitter.protocol.codec import CdcCodec, schema_differences, type_text
-from cdc_emitter.sink.batch import Batch
 
 log = logging.getLogger("cdc_emitter.sink")  # CdcSink's logger: one name for the sink's lines
 
@@ -52,8 +51,10 @@ def read_frontier(
     config: dict,
     offsets: TopicOffsets,
     broker_timeout: float,
+    back_to: int | None = None,
 ) -> TopicFrontier:
-    """The topic's current frontier, read from its tail (see `topic_frontier`)."""
+    """The topic's current frontier, read from its tail (see `topic_frontier`; ``back_to``:
+    with every statement since the one holding that time)."""
     # progress statements decode the same whatever the data schema: use a one-column one
     codec = CdcCodec(
         {"type": "record", "name": "data", "fields": [{"name": "x", "type": "long"}]},
@@ -63,6 +64,8 @@ def read_frontier(
     skip = 5 if framing == "confluent" else 0
 
     def progress_only(value: bytes) -> Any:  # an update array is not decoded just to be skipped
+        if skip and (len(value) <= skip or value[0] != 0):
+            raise DecodeError("no Confluent wire-format header (magic byte 0, schema id)")
         return None if value[skip : skip + 1] == b"\x00" else codec.decode(value)
 
     return topic_frontier(
@@ -72,6 +75,7 @@ def read_frontier(
         decode=progress_only,
         offsets=offsets,
         broker_timeout=broker_timeout,
+        back_to=back_to,
     )
 
 
@@ -238,29 +242,15 @@ def register_schema(
     return schema_id
 
 
-def check_no_other_writer(
-    batch: Batch, upper: int | None, now: TopicFrontier, while_: str, written: int | bool
-) -> None:
-    """Raise ConcurrentWriterError if the topic's frontier ``now`` moved past the batch's lower
-    bound by a statement that is not this batch's own: two writers decided the same interval."""
-    lower = batch.lower
-    if now.frontier == lower or (now.writer, now.batch) == (batch.writer, batch.batch_id):
+def check_cdc(topic: str, state: TopicFrontier, framing: Any) -> None:
+    """Refuse a topic whose tail holds a message that is neither an update array nor a progress
+    statement (another tool's topic, a typo in the topic name): `SchemaError`, nothing written."""
+    if state.foreign is None:
         return
-    theirs = (
-        f"[{now.lower}, {'∞' if now.upper is None else now.upper})" if now.found else "an interval"
-    )
-    by = f" by writer {now.writer}" + ("" if now.batch is None else f" (batch {now.batch})")
-    if written:
-        done = (
-            f"This batch's {written} updates at [{lower}, {'∞' if upper is None else upper}) "
-            "are in the topic without their progress statement, which is not written "
-            "(cdc-emitter verify --strict reports them)"
-        )
-    else:
-        done = "Nothing was written"
-    raise ConcurrentWriterError(
-        f"{batch.what}: another writer wrote a progress statement for {theirs}{by} while this batch "
-        f"{while_} (it decided [{lower}, {'∞' if upper is None else upper}) from frontier "
-        f"{lower}). {done}. Two writers on one topic lose each other's rows: run one writer "
-        "per topic; a retried batch writes after the other writer's"
+    partition, offset, why = state.foreign
+    raise SchemaError(
+        f"topic {topic!r} holds messages that are not CDCv2 (partition {partition} offset "
+        f"{offset}, read with framing={framing!r}: {why}). Nothing was written. Check the topic "
+        "name, or the framing the topic was written with; write changefeeds to a topic of "
+        "their own"
     )

@@ -3,8 +3,10 @@ librdkafka-style settings users give, as the Java client's options; the write of
 the Kafka client's error behind a failed Spark job.
 
 Guarantees: a setting without a Java equivalent is refused with an error that names it and
-what to do instead (never dropped silently); the writer always uses ``acks=all``; a SASL
-password stays out of what Spark and Py4J print.
+what to do instead (never dropped silently); the writer always uses ``acks=all``; the reader
+reads with ``kafka.isolation.level=read_committed`` (the Java client's default is
+``read_uncommitted``), so no aborted claim is read; a SASL password stays out of what Spark and
+Py4J print.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from pyspark.sql import functions as F
 
 from cdc_emitter.errors import ConfigError
+from cdc_emitter.kafka.config import reader_isolation
 
 __all__ = [
     "java_client_options",
@@ -114,7 +117,10 @@ def kafka_read_options(
     bootstrap_servers: str, config: Mapping[str, Any], *, user: str
 ) -> dict[str, str]:
     """Spark's Kafka source options for librdkafka-style ``config`` (security settings; producer
-    settings dropped); ``user`` names who reads, in the error for a key without a Java equivalent."""
+    settings dropped); ``user`` names who reads, in the error for a key without a Java equivalent.
+
+    ``kafka.isolation.level`` is ``read_committed`` unless ``config`` says ``read_uncommitted``
+    (kept, with a warning: see `cdc_emitter.kafka.config.reader_isolation`)."""
     producer_only = {
         "acks",
         "enable.idempotence",
@@ -125,8 +131,9 @@ def kafka_read_options(
         "max.request.size",
         "max.in.flight.requests.per.connection",
     }
+    isolation = reader_isolation(config)
     options = java_client_options(
-        config,
+        {k: v for k, v in config.items() if k != "isolation.level"},
         unknown=f"kafka_options key {{key!r}} has no equivalent in Spark's Kafka source, which "
         f"{user} uses: leave it out",
         unsupported=f"sasl.mechanism {{mechanism!r}} is not supported by {user}",
@@ -134,6 +141,7 @@ def kafka_read_options(
     return {
         "kafka.bootstrap.servers": bootstrap_servers,
         **{k: v for k, v in options.items() if k[len("kafka.") :] not in producer_only},
+        "kafka.isolation.level": isolation,
     }
 
 
@@ -223,9 +231,7 @@ def write_messages(
             max(logging.INFO, py4j.getEffectiveLevel())
         )  # Py4J logs each command at DEBUG
     try:
-        writer = out.write.mode("append").format(
-            "kafka"
-        )  # append: what the V2 writer takes (see spark_settings.KafkaWriteObserved)
+        writer = out.write.mode("append").format("kafka")  # append: what Spark's Kafka writer takes
         for key, value in options.items():
             writer = writer.option(key, value)
         writer.save()

@@ -1,8 +1,8 @@
-"""Spark session settings that one write raises for its own job and puts back as the user left
-them — Spark SQL's, for the sink's JVM data path (`cdc_emitter.sink.plan`).
+"""The Spark SQL session setting that the sink's JVM data path (`cdc_emitter.sink.plan`) raises
+while a batch's messages are computed, and puts back as the user left it (`GroupsInMemory`).
 
-Guarantees: a setting the session refuses, or takes and ignores, fails nothing (the write goes
-a slower way to the same messages); each guard puts back only what it changed.
+Guarantees: a setting the session refuses, or takes and ignores, fails nothing (the batch goes
+a slower way to the same messages); the guard puts back only what it changed.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ log = logging.getLogger(__name__)
 __all__ = [
     "FALLBACK_THRESHOLD",
     "GroupsInMemory",
-    "KafkaWriteObserved",
-    "V1_SOURCES",
     "first_line",
     "put_back",
 ]
@@ -93,48 +91,3 @@ def put_back(spark: Any, key: str, old: str | None) -> None:
 def first_line(exc: BaseException) -> Any:
     """An exception's first line, short, for a log line (the exception itself when it has no text)."""
     return str(exc).splitlines()[0][:200] if str(exc) else exc
-
-
-#: Spark's setting: the data sources written by their V1 writer, Kafka's among them by default
-V1_SOURCES = "spark.sql.sources.useV1SourceList"
-
-
-class KafkaWriteObserved:
-    """Has ``spark``'s session write Kafka by its data source V2 writer while a batch is written
-    in the job that packs it (`write_observed`), and puts the
-    setting back (`restore`): the V1 writer, Spark's default for Kafka, runs its job
-    outside the query that observes the messages, whose figures then never come
-    (``Observation.get`` would wait for ever). The two writers share the producers, their
-    settings and the messages written. `in_force` is False where the session refused the
-    setting: the batch must then be written by two jobs
-    (`DistributedPath`)."""
-
-    def __init__(self, spark: Any) -> None:
-        self._spark = spark
-        self._old: str | None = None
-        self._changed = False
-        self.in_force = False
-        try:
-            conf = spark.conf
-            self._old = conf.get(V1_SOURCES, None)
-            current = self._old if self._old is not None else conf.get(V1_SOURCES)
-            sources = [s.strip() for s in str(current).split(",") if s.strip()]
-            if "kafka" in (s.lower() for s in sources):
-                conf.set(V1_SOURCES, ",".join(s for s in sources if s.lower() != "kafka"))
-                self._changed = True
-                # a session may take a setting and ignore it: read it back
-                self.in_force = "kafka" not in str(conf.get(V1_SOURCES)).lower().split(",")
-            else:
-                self.in_force = True
-        except Exception as exc:  # noqa: BLE001 - refused by the session: two jobs instead
-            log.info(
-                "could not set %s (%s): batches are written by a job after the one that packs them",
-                V1_SOURCES,
-                first_line(exc),
-            )
-
-    def restore(self) -> None:
-        """Put the session's own value back, if it was changed."""
-        if self._changed:
-            put_back(self._spark, V1_SOURCES, self._old)
-            self._changed = False

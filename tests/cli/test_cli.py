@@ -79,7 +79,7 @@ def test_command_help_has_an_example(command):
 
 def test_version():
     result = run("--version")
-    assert (result.exit_code, result.stdout) == (0, "cdc-emitter, version 0.2.0\n")
+    assert (result.exit_code, result.stdout) == (0, "cdc-emitter, version 0.3.0\n")
 
 
 def test_verify_and_tail_do_not_import_pyspark(tmp_path):
@@ -463,6 +463,7 @@ def test_verify_reads_servers_from_environment_and_an_empty_topic_is_not_verifie
             "progress": [0],
             "gap": None,
             "statements": 0,
+            "waiting": [],
         },
     }
     text = run(

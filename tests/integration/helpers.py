@@ -106,3 +106,159 @@ class JvmLog:
         self._context.getLogger(self._name).removeAppender(self._appender)
         self._appender.stop()
         log4j.core.config.Configurator.setLevel(self._name, self._level)
+
+
+# --- reading a topic as a read_committed consumer (many writers, transactional claims) --------
+
+
+def watermark(consumer: Any, topic: str, partition: int, *, timeout: float = 30.0) -> int:
+    """The end offset of ``topic``'s ``partition`` as ``consumer`` sees it (its isolation level),
+    asked again while the partition has no leader yet (a topic just created)."""
+    import time
+
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    leaderless = {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._TRANSPORT,
+        KafkaError._TIMED_OUT,
+    }
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.get_watermark_offsets(
+                TopicPartition(topic, partition), timeout=timeout, cached=False
+            )[1]
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            again = isinstance(err, KafkaError) and (err.code() in leaderless or err.retriable())
+            if not again or time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def topic_ends(bootstrap: str, topic: str, *, committed: bool = True) -> dict[int, int]:
+    """``{partition: end offset}`` of ``topic``. ``committed``: as a ``read_committed`` consumer
+    sees it (the last stable offset: not past an open transaction); else the high watermark."""
+    from confluent_kafka import Consumer
+
+    from cdc_emitter.kafka.config import consumer_config
+
+    level = "read_committed" if committed else "read_uncommitted"
+    consumer = Consumer(consumer_config(bootstrap, {"isolation.level": level}))
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        return {p: watermark(consumer, topic, p) for p in sorted(partitions)}
+    finally:
+        consumer.close()
+
+
+def read_committed_records(
+    bootstrap: str, topic: str, *, timeout: float = 60.0
+) -> list[tuple[int, int, bytes | None, list]]:
+    """Every message of ``topic`` a ``read_committed`` consumer sees, up to the end offsets seen
+    at the start: ``(partition, offset, value, headers)``, per partition in offset order.
+
+    Partitions are assigned from their start (no group, nothing committed). Done when each
+    partition reported its end (the last stable offset: transaction markers and aborted messages
+    take offsets no message is read at). A partition that does not get there within ``timeout``
+    seconds fails the test: that is a reader that stalls.
+    """
+    import time
+
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    from cdc_emitter.kafka.config import consumer_config
+
+    ends = topic_ends(bootstrap, topic, committed=True)
+    consumer = Consumer(consumer_config(bootstrap, {"isolation.level": "read_committed"}))
+    records: list[tuple[int, int, bytes | None, list]] = []
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in ends])
+        pending = {p for p, end in ends.items() if end > 0}
+        deadline = time.monotonic() + timeout
+        while pending:
+            if time.monotonic() > deadline:
+                raise AssertionError(
+                    f"a read_committed reader of {topic!r} did not reach the end offsets {ends} of "
+                    f"partitions {sorted(pending)} within {timeout:g}s"
+                )
+            for msg in consumer.consume(num_messages=500, timeout=0.5):
+                p, off, err = msg.partition(), msg.offset(), msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        if off >= ends.get(p, 0):
+                            pending.discard(p)
+                        continue
+                    raise AssertionError(f"reading {topic!r} partition {p}: {err.str()}")
+                if off >= ends[p]:
+                    pending.discard(p)
+                    continue  # written after the snapshot of the end offsets
+                records.append((p, off, msg.value(), list(msg.headers() or [])))
+                if off >= ends[p] - 1:
+                    pending.discard(p)
+    finally:
+        consumer.close()
+    return records
+
+
+def read_committed_history(
+    bootstrap: str,
+    topic: str,
+    *,
+    shuffle_seed: int | None = None,
+    duplicate: bool = False,
+    codec: Any = None,
+    timeout: float = 60.0,
+):
+    """The topic's history as a ``read_committed`` reader that follows the protocol finds it,
+    whatever order its messages come in.
+
+    Reads every message (`read_committed_records`); ``shuffle_seed``: feeds them to the reader
+    in a random order (across partitions, and within each); ``duplicate``: a random third of
+    them comes twice more. The reader is the verifier's, `CdcReader`, in ``strict="exact"``
+    mode (a late update that is not an exact duplicate is a violation, not dropped). Messages are
+    decoded with the data schema of the topic's progress headers (else ``codec``'s).
+
+    Returns ``(frontier, collection, violations)``: the reader's frontier, the updates it
+    reported (below the frontier, consolidated) as a ``Counter`` of ``(data, time, diff)``, and
+    its violations (undecodable messages included). A history that is the same for every order
+    is unambiguous.
+    """
+    import random
+    from collections import Counter
+
+    from cdc_emitter.protocol.codec import CdcCodec, data_schema_from_text
+    from cdc_emitter.protocol.headers import HEADER_SCHEMA
+
+    records = read_committed_records(bootstrap, topic, timeout=timeout)
+    for _p, _off, _value, headers in records:
+        schema = dict(headers).get(HEADER_SCHEMA)
+        if schema:
+            codec = CdcCodec(data_schema_from_text(schema.decode()))
+            break
+    messages = list(records)
+    rng = random.Random(shuffle_seed)
+    if duplicate and messages:
+        for record in rng.sample(messages, k=max(1, len(messages) // 3)):
+            messages += [record, record]
+    if shuffle_seed is not None:
+        rng.shuffle(messages)
+    reader = CdcReader(strict="exact")
+    finished: list[Update] = []
+    for partition, offset, value, _headers in messages:
+        if codec is None:
+            reader.violate("undecodable", None, "no data schema in the topic", partition, offset)
+            continue
+        try:
+            message = codec.decode(value)
+        except DecodeError as exc:
+            reader.violate("undecodable", None, str(exc), partition, offset)
+            continue
+        for updates, _frontier in reader.push(message, partition=partition, offset=offset):
+            finished.extend(updates)
+    collection = Counter(tuple(u) for u in consolidate(finished))
+    return reader.frontier, collection, list(reader.violations)

@@ -129,7 +129,7 @@ def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(
 ):
     """The JVM path spreads updates over arrays by hash; updates near half the limit make some
     array too big, spread again by the batch's size too, and the batch is then packed by running
-    size before anything is written (by two jobs: rows that carry their times)."""
+    size before anything is written."""
     from cdc_emitter.kafka import reading as kafka_reading
     from cdc_emitter.sink import plan as sink_jvm
 
@@ -156,9 +156,9 @@ def test_a_batch_bigger_than_its_spread_is_spread_again_by_its_size(
     spark, kafka_bootstrap, topic_factory, monkeypatch
 ):
     """A first batch's size is unknown: it is spread over at most FIRST_BUCKETS buckets of
-    FANOUT_ARRAYS arrays. By two jobs (here: rows that carry their times), one that overflows
-    them is spread again over as many as its bytes need (no sort), before anything is written;
-    the next batch starts from that size."""
+    FANOUT_ARRAYS arrays. One that overflows them (here: rows that carry their times) is spread
+    again over as many as its bytes need (no sort), before anything is written; the next batch
+    starts from that size."""
     from cdc_emitter.kafka import reading as kafka_reading
     from cdc_emitter.sink import plan as sink_jvm
     from cdc_emitter.sink.distributed import FANOUT_ARRAYS, FIRST_BUCKETS
@@ -210,12 +210,12 @@ def test_a_batch_bigger_than_its_spread_is_spread_again_by_its_size(
     )
 
 
-def test_a_first_batch_bigger_than_its_spread_in_one_job_packs_its_big_arrays_exactly(
+def test_a_first_batch_of_one_time_bigger_than_its_spread_is_spread_again_by_its_size(
     spark, kafka_bootstrap, topic_factory, monkeypatch
 ):
-    """A first batch of one time goes by one job on the spread guessed for it: the arrays that
-    came out over the limit are left out of it and packed exactly after it — every message
-    within the limit, every update once — and the next batch is spread for its bytes."""
+    """A first batch of one time goes on the spread guessed for it; one that overflows it is
+    spread again by its size before anything is written — every message within the limit,
+    every update once — and the next batch is spread for its bytes."""
     from cdc_emitter.kafka import reading as kafka_reading
     from cdc_emitter.sink import plan as sink_jvm
     from cdc_emitter.sink.distributed import FIRST_BUCKETS
@@ -231,7 +231,7 @@ def test_a_first_batch_bigger_than_its_spread_in_one_job_packs_its_big_arrays_ex
     )
     df = spark.createDataFrame(rows, KV)
     first = sink.write(df, time=1)
-    assert calls == ["unconsolidated", "exact"]
+    assert calls == ["unconsolidated", "unconsolidated"]
     assert (first.updates, first.finished_on) == (40_000, "executors")
     sizes = [len(r.value) for r in kafka_reading.read_topic(kafka_bootstrap, topic)]
     assert max(sizes) <= limit and len(sizes) == first.messages
@@ -312,12 +312,10 @@ def test_jvm_path_consolidates_only_the_arrays_with_repeated_rows(
             )
         updates.append(sink.write(spark.createDataFrame(rows, KV), time=time_).updates)
         seen.append(calls[:])
-    # the third batch follows one of its sink: written by one job (WrittenWhilePacked), which
-    # leaves every repeated array out and consolidates them after it — here all of them
     assert seen == [
         ["unconsolidated"],
         ["unconsolidated", "some arrays"],
-        ["unconsolidated", "some arrays"],
+        ["unconsolidated", "consolidated"],
         ["consolidated"],
         ["unconsolidated"],
     ]
@@ -366,28 +364,6 @@ def test_packing_where_the_rows_are_leaves_the_sessions_setting_as_it_was(
     )  # later: spread for the batch before
 
 
-def _record_observed_writes(monkeypatch) -> list:
-    """Record each batch written by one job (sink_figures.write_observed): its ObservedWrite, and
-    the session's settings during the write."""
-    from cdc_emitter.sink import plan_stats as sink_figures
-
-    seen: list = []
-    write_observed = sink_figures.write_observed
-
-    def recording(messages, *a, **kw):
-        spark = messages.sparkSession
-        during = (
-            spark.conf.get(spark_settings.V1_SOURCES),
-            spark.conf.get(spark_settings.FALLBACK_THRESHOLD),
-        )
-        observed = write_observed(messages, *a, **kw)
-        seen.append((observed, during))
-        return observed
-
-    monkeypatch.setattr(sink_figures, "write_observed", recording)
-    return seen
-
-
 def _kv_rows(spark, n: int, *, start: int = 0, diff: Any = 1, partitions: int = 4):
     """Rows ``(k, "v<k>", diff)`` for k in [start, start + n), of :data:`KV`'s schema (nullable
     columns, as a DataFrame created from rows has), over ``partitions`` input partitions."""
@@ -402,68 +378,55 @@ def _kv_rows(spark, n: int, *, start: int = 0, diff: Any = 1, partitions: int = 
 
 
 def _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, first_rows: int, **options):
-    """``(sink, topic, observed)``: a JVM-path sink on a new topic, past its first batch (of
-    ``first_rows`` rows at time 0, by one job too), whose later batches' one-job writes are
-    recorded in ``observed`` (:func:`_record_observed_writes`)."""
+    """``(sink, topic)``: a JVM-path sink on a new topic, past its first batch (of
+    ``first_rows`` rows at time 0, on the spread guessed for a first batch), whose later
+    batches are spread for the bytes of the one before."""
     from cdc_emitter.sink import plan as sink_jvm
 
     monkeypatch.setattr(sink_jvm, "_repeating", {})  # what earlier tests' batches noted
-    observed = _record_observed_writes(monkeypatch)
     topic = topic_factory(2)
     sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0, **options)
-    sink.write(_kv_rows(spark, first_rows), time=0)
-    assert [o.rows for o, _ in observed] == [first_rows]  # on the spread guessed for a first batch
-    observed.clear()
-    return sink, topic, observed
+    assert sink.write(_kv_rows(spark, first_rows), time=0).updates == first_rows
+    return sink, topic
 
 
-def test_a_running_sinks_batch_is_checked_packed_and_written_by_one_job(
+def test_a_running_sinks_batches_of_one_time_report_the_messages_in_the_topic(
     spark, kafka_bootstrap, topic_factory, monkeypatch
 ):
-    """After a sink's first batch, a batch of one time bet unconsolidated is checked, packed and
-    written by one Spark job, its figures observed in that job: Kafka's V2 writer and the groups
-    setting are in force during it only, the session's own values back after it (unset, or the
-    user's); the figures are those of the messages in the topic."""
+    """After a sink's first batch, a batch of one time bet unconsolidated is checked and packed
+    by one Spark job and written by a second: the groups setting raised for its packing is back
+    after it (unset, or the user's own value); its figures are those of the messages in the
+    topic, every message within the limit."""
+    from cdc_emitter.kafka import reading as kafka_reading
 
-    sink, topic, seen = _running_sink(
+    sink, topic = _running_sink(
         spark, kafka_bootstrap, topic_factory, monkeypatch, 20_000, max_message_bytes=4096
     )
     results = [sink.last_result]
-    own = "avro,csv,json,kafka,orc,parquet,text"
-    for t, setting in ((1, None), (2, own)):
-        if setting is not None:
-            spark.conf.set(spark_settings.V1_SOURCES, setting)
+    for t, own in ((1, None), (2, "200")):
+        if own is not None:
+            spark.conf.set(spark_settings.FALLBACK_THRESHOLD, own)
         try:
             results.append(sink.write(_kv_rows(spark, 20_000, start=t * 20_000), time=t))
-            assert spark.conf.get(spark_settings.V1_SOURCES, None) == setting
-            assert spark.conf.get(spark_settings.FALLBACK_THRESHOLD, None) is None
+            assert spark.conf.get(spark_settings.FALLBACK_THRESHOLD, None) == own
         finally:
-            spark.conf.unset(spark_settings.V1_SOURCES)
-    assert len(seen) == 2
-    for (observed, (v1_sources, groups)), result in zip(seen, results[1:]):
-        assert "kafka" not in v1_sources.split(",") and int(groups) > 128
-        assert (observed.updates, observed.left_out, observed.rows) == (20_000, (), 20_000)
-        # the batch's updates, and its messages and bytes: those observed, and one progress statement
-        assert (result.updates, result.messages) == (20_000, observed.messages + 1)
-        assert 0 < result.bytes - observed.bytes < 1024
-        assert 0 < observed.largest <= 4096
-    assert count_messages(kafka_bootstrap, topic) == sum(r.messages for r in results)
+            spark.conf.unset(spark_settings.FALLBACK_THRESHOLD)
+    assert [(r.updates, r.finished_on) for r in results[1:]] == [(20_000, "executors")] * 2
+    sizes = [len(r.value) for r in kafka_reading.read_topic(kafka_bootstrap, topic)]
+    assert max(sizes) <= 4096 and len(sizes) == sum(r.messages for r in results)
     expected = [((k, f"v{k}"), k // 20_000, 1) for k in range(60_000)]
     check(kafka_bootstrap, topic, kv_codec(spark), expected, (3,))
 
 
-def test_a_bad_row_in_a_batch_written_by_one_job_writes_nothing(
+def test_a_bad_row_in_a_running_sinks_batch_writes_nothing(
     spark, kafka_bootstrap, topic_factory, monkeypatch
 ):
     """A bad row (a null diff) among 40,000 over four input partitions, in a running sink's
-    batch written by one job: the job fails in its input stage, before its shuffle — before
-    any write task starts — so the topic is as it was; the session's settings are back; the
-    same rows without it then write whole."""
+    batch: the job that checks and packs it fails, so the topic is as it was; the session's
+    setting is back; the same rows without it then write whole."""
     from pyspark.sql import functions as F
 
-    sink, topic, observed = _running_sink(
-        spark, kafka_bootstrap, topic_factory, monkeypatch, 40_000
-    )
+    sink, topic = _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, 40_000)
     before = count_messages(kafka_bootstrap, topic)
     bad = _kv_rows(
         spark,
@@ -478,28 +441,27 @@ def test_a_bad_row_in_a_batch_written_by_one_job_writes_nothing(
         match=r"""null diff in column 'diff' \(e.g. row \{"k":71234,"v":"v71234"\}\)""",
     ):
         sink.write(bad, time=1)
-    assert calls == ["unconsolidated"] and observed == []  # one job, which failed before writing
+    assert calls == ["unconsolidated"]  # the job that checks and packs it, which failed
     assert count_messages(kafka_bootstrap, topic) == before
-    assert spark.conf.get(spark_settings.V1_SOURCES, None) is None
     assert spark.conf.get(spark_settings.FALLBACK_THRESHOLD, None) is None
     result = sink.write(bad.where("diff IS NOT NULL"), time=1)
-    assert (result.lower, result.upper, result.updates) == (1, 2, 39_999) and len(observed) == 1
+    assert (result.lower, result.upper, result.updates) == (1, 2, 39_999)
     expected = [((k, f"v{k}"), k // 40_000, 1) for k in range(80_000) if k != 71_234]
     check(kafka_bootstrap, topic, kv_codec(spark), expected, (2,))
 
 
-def test_a_bad_row_in_a_first_batch_written_by_one_job_writes_nothing(
+def test_a_bad_row_in_a_first_batch_writes_nothing(
     spark, kafka_bootstrap, topic_factory, monkeypatch
 ):
-    """A new topic's first batch goes by one job too, small arrays and all: a bad row (a null
-    diff) fails it in its input stage — nothing written, none brought back to the driver, no
-    progress statement — and the sink, its settings back, then writes the good rows whole."""
+    """A new topic's first batch, spread before its size is known: a bad row (a null diff)
+    fails the job that checks and packs it — nothing written, none brought back to the driver,
+    no progress statement — and the sink, its setting back, then writes the good rows whole,
+    its small messages joined on the driver."""
     from pyspark.sql import functions as F
 
     from cdc_emitter.sink import plan as sink_jvm
 
     monkeypatch.setattr(sink_jvm, "_repeating", {})  # what earlier tests' batches noted
-    observed = _record_observed_writes(monkeypatch)
     topic = topic_factory(2)
     sink = CdcSink(kafka_bootstrap, topic, encoder="jvm")
     bad = _kv_rows(spark, 3_000, diff=F.when(F.col("id") == 1_234, F.lit(None)).otherwise(F.lit(1)))
@@ -509,12 +471,12 @@ def test_a_bad_row_in_a_first_batch_written_by_one_job_writes_nothing(
         BadInputError, match=r"""null diff in column 'diff' \(e.g. row \{"k":1234,"v":"v1234"\}\)"""
     ):
         sink.write(bad, time=0)
-    assert calls == ["unconsolidated"] and observed == []  # one job, which failed before writing
+    assert calls == ["unconsolidated"]  # the job that checks and packs it, which failed
     assert count_messages(kafka_bootstrap, topic) == 0 and sink.last_result is None
-    assert spark.conf.get(spark_settings.V1_SOURCES, None) is None
+    assert spark.conf.get(spark_settings.FALLBACK_THRESHOLD, None) is None
     result = sink.write(bad.where("diff IS NOT NULL"), time=0)
     assert (result.lower, result.upper, result.updates) == (0, 1, 2_999)
-    assert (result.finished_on, len(observed[0][0].small_values) > 100) == ("driver", True)
+    assert result.finished_on == "driver"
     check(
         kafka_bootstrap,
         topic,
@@ -524,64 +486,56 @@ def test_a_bad_row_in_a_first_batch_written_by_one_job_writes_nothing(
     )
 
 
-def test_a_batch_with_a_diff_beyond_2_32_is_written_by_two_jobs(
+def test_a_running_sinks_batch_whose_diffs_overflow_64_bits_writes_nothing(
     spark, kafka_bootstrap, topic_factory, monkeypatch
 ):
-    """A batch written by one job could only find a 64-bit overflow of two rows of one data and
-    time when it consolidates their array, after the others were written: a diff beyond 2^32
-    fails that job before its shuffle, and the batch goes by the two jobs, which find the
-    overflow before writing anything; the sink's later batches take the two jobs straight away."""
-    sink, topic, observed = _running_sink(
-        spark, kafka_bootstrap, topic_factory, monkeypatch, 10_000
-    )
+    """Two rows of one data and time whose diffs sum beyond 64 bits, in a running sink's batch
+    bet unconsolidated: their array, found repeated, is consolidated (here the whole batch: the
+    spread sized from 10,000 rows is one array) before anything is written, and the overflow
+    fails the batch with the row named; diffs beyond 2^32 whose sums fit are written exactly."""
+    sink, topic = _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, 10_000)
     before = count_messages(kafka_bootstrap, topic)
     calls: list = []
     _record_messages(monkeypatch, calls)
     big = [(k, f"v{k}", 1) for k in range(10_000, 14_000)] + [(1, "v1", 2**62), (1, "v1", 2**62)]
     with pytest.raises(BadInputError, match=r'row \{"k":1,"v":"v1"\}.*overflows'):
         sink.write(spark.createDataFrame(big, KV).repartition(4), time=1)
-    assert calls[0] == "unconsolidated" and "unconsolidated" in calls[1:] and observed == []
+    assert calls == ["unconsolidated", "consolidated"]
     assert count_messages(kafka_bootstrap, topic) == before
     calls.clear()
     fits = big[:-1] + [(2, "v2", -(2**40))]
     assert sink.write(spark.createDataFrame(fits, KV).repartition(4), time=1).updates == 4002
-    assert "unconsolidated" in calls and observed == []  # two jobs, without trying one first
+    assert calls == ["unconsolidated"]  # no repeat: nothing consolidated
     expected = [((k, f"v{k}"), 0, 1) for k in range(10_000)] + [((k, v), 1, d) for k, v, d in fits]
     check(kafka_bootstrap, topic, kv_codec(spark), expected, (2,))
 
 
-def test_arrays_left_out_of_the_one_job_are_written_after_it(
+def test_a_running_sinks_repeated_arrays_and_outgrown_spread_are_mended_before_writing(
     spark, kafka_bootstrap, topic_factory, monkeypatch
 ):
-    """The arrays a batch written by one job finds repeated (rows of one data and time) or too
-    big (the batch outgrew the spread its sink sized from the last) are left out of that job
-    and written after it, consolidated: those repeated by a second job like it (their rows
-    alone), those too big packed exactly. Every message within the limit, the figures counting
-    each update once."""
+    """The arrays a running sink's batch finds repeated (rows of one data and time) are
+    consolidated again alone, and a batch that outgrew the spread its sink sized from the last
+    is spread again by its size — both before anything is written. Every message within the
+    limit, the figures counting each update once."""
     from cdc_emitter.kafka import reading as kafka_reading
 
     limit = 2032
-    sink, topic, observed = _running_sink(
+    sink, topic = _running_sink(
         spark, kafka_bootstrap, topic_factory, monkeypatch, 2_000, max_message_bytes=limit
     )
     calls: list = []
     _record_messages(monkeypatch, calls)
-    # 1. a few rows repeated: their arrays are consolidated after the job
+    # 1. a few rows repeated: their arrays are consolidated again
     repeats = [(k, f"v{k}", 1) for k in range(2_000, 4_000)] + [
         (2_001, "v2001", 1),
         (2_002, "v2002", -1),
     ]
     result = sink.write(spark.createDataFrame(repeats, KV).repartition(4), time=1)
     assert calls == ["unconsolidated", "some arrays"] and result.updates == 1_999
-    [(first, _), (again, _)] = observed  # the second job: the left-out arrays' rows, consolidated
-    assert 0 < len(first.left_out) <= 2 and not first.too_big and again.left_out == ()
-    assert (first.updates + again.updates, first.rows + again.rows) == (1_999, 2_002)
-    assert 0 < again.messages <= len(first.left_out) and again.repeated == again.messages
-    # 2. a batch 20 times bigger than its spread was sized for: its big arrays packed exactly
+    # 2. a batch 20 times bigger than its spread was sized for: spread again by its size
     calls.clear()
     result = sink.write(_kv_rows(spark, 40_000, start=4_000), time=2)
-    assert calls == ["unconsolidated", "exact"] and result.updates == 40_000
-    assert observed[2][0].too_big and observed[2][0].left_out
+    assert calls == ["unconsolidated", "unconsolidated"] and result.updates == 40_000
     sizes = [len(r.value) for r in kafka_reading.read_topic(kafka_bootstrap, topic)]
     assert max(sizes) <= limit
     expected = (
@@ -592,30 +546,30 @@ def test_arrays_left_out_of_the_one_job_are_written_after_it(
     check(kafka_bootstrap, topic, kv_codec(spark), expected, (3,))
 
 
-def test_a_running_sinks_batch_of_repeated_rows_is_consolidated_and_written_by_one_job(
+def test_a_running_sinks_batch_of_repeated_rows_is_consolidated_straight_away(
     spark, kafka_bootstrap, topic_factory, monkeypatch
 ):
-    """A batch of a layout whose last batch repeated rows is consolidated straight away — and,
-    as a batch bet unconsolidated, checked, packed and written by one job: a bad row fails it
-    before anything is written; repeated rows are consolidated in it, no array left out; a batch
-    that outgrew its spread has its too big arrays left out and packed exactly after it. Every
-    message within the limit, the figures those of the topic."""
+    """A batch of a layout whose last batch repeated rows is consolidated straight away: a bad
+    row fails it before anything is written; repeated rows are consolidated, each update once;
+    a batch that outgrew its spread is spread again by its size before writing. Every message
+    within the limit, the figures those of the topic."""
     from pyspark.sql import functions as F
 
     from cdc_emitter.kafka import reading as kafka_reading
     from cdc_emitter.sink import plan as sink_jvm
 
     limit = 2032
-    sink, topic, observed = _running_sink(
+    sink, topic = _running_sink(
         spark, kafka_bootstrap, topic_factory, monkeypatch, 2_000, max_message_bytes=limit
     )
+    results = [sink.last_result]
     calls: list = []
     _record_messages(monkeypatch, calls)
     twice = _kv_rows(spark, 2_000, start=2_000).unionByName(
         _kv_rows(spark, 2_000, start=2_000, diff=2)
     )
     sink_jvm.note_repeats(twice.schema, ["k", "v"], True)  # as a batch that repeated rows notes
-    # 1. a bad row: the one job fails before its shuffle, nothing written
+    # 1. a bad row: the job that checks and packs it fails, nothing written
     before = count_messages(kafka_bootstrap, topic)
     bad = twice.withColumn(
         "diff", F.when(F.col("k") == 3_210, F.lit(None)).otherwise(F.col("diff"))
@@ -625,26 +579,24 @@ def test_a_running_sinks_batch_of_repeated_rows_is_consolidated_and_written_by_o
         BadInputError, match=r"""null diff in column 'diff' \(e.g. row \{"k":3210,"v":"v3210"\}\)"""
     ):
         sink.write(bad, time=1)
-    assert calls == ["consolidated"] and observed == []
+    assert calls == ["consolidated"]
     assert count_messages(kafka_bootstrap, topic) == before
-    # 2. every row twice, diffs 1 and 2: one update of diff 3 each, written by the one job
+    # 2. every row twice, diffs 1 and 2: one update of diff 3 each
     calls.clear()
     result = sink.write(twice, time=1)
     assert calls == ["consolidated"] and (result.updates, result.finished_on) == (
         2_000,
         "executors",
     )
-    [(first, _)] = observed
-    assert (first.updates, first.rows, first.groups, first.left_out) == (2_000, 4_000, 2_000, ())
-    assert first.repeated == first.messages > 0  # every array: the next batch is consolidated too
-    # 3. twenty times the rows its spread was sized for: its too big arrays packed exactly after
+    results.append(result)
+    # 3. twenty times the rows its spread was sized for: spread again by its size
     calls.clear()
     big = _kv_rows(spark, 40_000, start=4_000)
     result = sink.write(big.unionByName(big.limit(100)), time=2)
-    assert calls == ["consolidated", "exact"] and result.updates == 40_000
-    assert observed[1][0].too_big and observed[1][0].left_out
+    assert calls == ["consolidated", "consolidated"] and result.updates == 40_000
+    results.append(result)
     sizes = [len(r.value) for r in kafka_reading.read_topic(kafka_bootstrap, topic)]
-    assert max(sizes) <= limit and len(sizes) == count_messages(kafka_bootstrap, topic)
+    assert max(sizes) <= limit and len(sizes) == sum(r.messages for r in results)
     expected = (
         [((k, f"v{k}"), 0, 1) for k in range(2_000)]
         + [((k, f"v{k}"), 1, 3) for k in range(2_000, 4_000)]
@@ -653,18 +605,18 @@ def test_a_running_sinks_batch_of_repeated_rows_is_consolidated_and_written_by_o
     check(kafka_bootstrap, topic, kv_codec(spark), expected, (3,))
 
 
-def test_a_write_task_retried_in_the_one_job_only_duplicates(
+def test_a_write_task_retried_by_sparks_kafka_writer_only_duplicates(
     spark, kafka_bootstrap, topic_factory, monkeypatch
 ):
-    """A write task of a batch written by one job fails after some of its messages reached the
+    """A write task of a running sink's batch fails after some of its messages reached the
     topic, and Spark retries it: the retry writes its arrays again — duplicates, which readers
-    discard — and the figures observed count each array once (those of the failed attempt are
-    dropped), so the progress statement's counts are exact."""
+    discard — and the figures, taken from the cached messages before writing, count each array
+    once, so the progress statement's counts are exact."""
     from faulty_producer import FailOnceAfterRows, pickled_by_value
     from pyspark.sql import functions as F
 
     pickled_by_value()
-    sink, topic, observed = _running_sink(
+    sink, topic = _running_sink(
         spark, kafka_bootstrap, topic_factory, monkeypatch, 6_000, max_message_bytes=400
     )
     write_messages = spark_kafka.write_messages
@@ -681,7 +633,7 @@ def test_a_write_task_retried_in_the_one_job_only_duplicates(
 
     monkeypatch.setattr(spark_kafka, "write_messages", failing)
     result = sink.write(_kv_rows(spark, 6_000, start=6_000), time=1)
-    assert len(observed) == 1 and result.updates == 6_000 == observed[0][0].updates
+    assert (result.updates, result.finished_on) == (6_000, "executors")
     expected = [((k, f"v{k}"), k // 6_000, 1) for k in range(12_000)]
     reader = check(kafka_bootstrap, topic, kv_codec(spark), expected, (2,))
     assert reader.duplicates >= 100  # the failed attempt's messages, written again by the retry
@@ -691,9 +643,8 @@ def test_rows_whose_hashes_collide_are_consolidated_apart(
     spark, kafka_bootstrap, topic_factory, monkeypatch
 ):
     """Different rows of one hash (a collision, forced here: three hashes for 600 rows) make
-    an unconsolidated array look repeated; its arrays are consolidated (left out of the one job
-    that wrote the others, here none), on the data's bytes, and each row stays an update of its
-    own."""
+    an unconsolidated array look repeated; its arrays are consolidated (here, over half of them:
+    the whole batch), on the data's bytes, and each row stays an update of its own."""
     from pyspark.sql import functions as F
 
     from cdc_emitter.sink import plan as sink_jvm
@@ -710,7 +661,7 @@ def test_rows_whose_hashes_collide_are_consolidated_apart(
     result = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0).write(
         spark.createDataFrame(rows, KV), time=3
     )
-    assert calls == ["unconsolidated", "some arrays"] and result.updates == 600
+    assert calls == ["unconsolidated", "consolidated"] and result.updates == 600
     check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 3, d) for k, v, d in rows], (4,))
 
 
@@ -996,10 +947,9 @@ def test_a_bad_row_among_many_writes_nothing_and_the_batch_then_goes_through(
 def test_bad_rows_in_a_batch_combined_before_the_shuffle_write_nothing(
     spark, kafka_bootstrap, topic_factory, monkeypatch
 ):
-    """A batch of a layout known to repeat goes combined straight away, by one job: a null diff
-    fails it with the row named before any message is written; a diff beyond 2^32 fails that job
-    before its shuffle, and the two jobs then find the consolidated diff that overflows 64 bits
-    and name its row, before writing; the same sink then writes the good rows exactly."""
+    """A batch of a layout known to repeat goes combined straight away: a null diff fails it
+    with the row named before any message is written, and so does a consolidated diff that
+    overflows 64 bits; the same sink then writes the good rows exactly."""
     from pyspark.sql import functions as F
 
     from cdc_emitter.sink import plan as sink_jvm
@@ -1011,7 +961,7 @@ def test_bad_rows_in_a_batch_combined_before_the_shuffle_write_nothing(
     rows = spark.range(20_000, numPartitions=4).select(
         "id", key.alias("k"), (key % 7).cast("string").alias("v")
     )
-    bad_diffs = {  # the error, and the batch's messages asked for: by one job, then by two
+    bad_diffs = {  # the error, and the batch's messages asked for
         r"""null diff in column 'diff' \(e.g. row \{"k":4321,"v":"2"\}\)""": (
             F.when(F.col("id") == 14_321, F.lit(None)).otherwise(F.lit(1)),
             ["consolidated"],
@@ -1019,11 +969,10 @@ def test_bad_rows_in_a_batch_combined_before_the_shuffle_write_nothing(
         r"""the consolidated diff of row \{"k":1234,"v":"2"\} at time 0 is 18446744073709551616, """
         r"which overflows a 64-bit long": (
             F.when(F.col("id").isin(1234, 6234, 11_234, 16_234), F.lit(2**62)).otherwise(F.lit(1)),
-            ["consolidated", "consolidated"],
+            ["consolidated"],
         ),
     }
     sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0)
-    observed = _record_observed_writes(monkeypatch)
     for message, (diff, asked) in bad_diffs.items():
         monkeypatch.setattr(sink_jvm, "_repeating", {})
         df = rows.withColumn("diff", diff.cast("long")).drop("id")
@@ -1031,7 +980,7 @@ def test_bad_rows_in_a_batch_combined_before_the_shuffle_write_nothing(
         calls.clear()
         with pytest.raises(BadInputError, match=message):
             sink.write(df, time=0)
-        assert calls == asked and observed == []
+        assert calls == asked
         assert count_messages(kafka_bootstrap, topic) == 0
     good = rows.withColumn("diff", F.lit(1).cast("long")).drop("id")
     sink_jvm.note_repeats(good.schema, ["k", "v"], True)
@@ -1134,7 +1083,7 @@ def test_each_batch_reports_its_figures_to_the_listener_and_the_log(
     assert sum(r.bytes for r in seen) == sum(map(len, values))
     for result in seen:
         assert result.topic == topic and result.encoder == encoder
-        assert list(result.seconds) == ["plan", "check", "write", "commit", "total"]
+        assert list(result.seconds) == ["plan", "check", "commit", "write", "total"]
         assert all(v >= 0 for v in result.seconds.values())
         assert result.seconds["total"] >= sum(v for k, v in result.seconds.items() if k != "total")
     lines = [
@@ -1198,7 +1147,7 @@ def test_a_batch_logs_no_warning_of_sparks_avro_serializer(spark, kafka_bootstra
         assert log.text() == ""
 
 
-def test_a_failing_listener_fails_the_batch_after_it_was_written_and_the_rerun_writes_nothing(
+def test_a_failing_listener_fails_the_batch_after_it_was_written_and_the_rerun_only_duplicates(
     spark, kafka_bootstrap, topic_factory, tmp_path
 ):
     topic = topic_factory(1)
@@ -1219,7 +1168,8 @@ def test_a_failing_listener_fails_the_batch_after_it_was_written_and_the_rerun_w
         CdcSink(kafka_bootstrap, topic, checkpoint_location=stream.checkpoint, on_batch=listener),
     )
     assert [(r.batch_id, r.reused) for r in calls] == [(0, False), (0, True)]
-    assert calls[0].messages >= 2 and calls[1].messages == 0  # the re-run found it all written
+    # the re-run finds its claim: its updates again (duplicates), no second statement
+    assert calls[0].messages >= 2 and calls[1].messages == calls[0].messages - 1
     check(kafka_bootstrap, topic, kv_codec(spark), expected_kv(BATCHES[:1], [0]), (1,))
 
 
@@ -1298,10 +1248,11 @@ def test_crash_after_write_before_commit_restart(
         (2, 2, 3, False),
     ]
     reader = check(kafka_bootstrap, topic, kv_codec(spark), expected_kv(BATCHES, [0, 1, 2]), (3,))
-    # batch 1's first attempt is complete in the topic (its statement, with the digest of its
-    # updates, is there) and the re-run brings the same data: nothing is written twice
-    assert results[2].messages == 0 and results[2].counts == results[1].counts
-    assert reader.duplicates == 0
+    # batch 1's claim is in the topic (with the digest of its updates) and the re-run brings the
+    # same data: its updates again, as duplicates, and no second statement
+    assert results[2].messages == results[1].messages - 1
+    assert results[2].counts == results[1].counts
+    assert reader.duplicates == results[1].updates
 
 
 TKV = "k long, v string, t long, diff long"
@@ -1355,7 +1306,8 @@ def test_a_batch_counting_more_times_than_a_statement_holds_writes_several_that_
     spark, kafka_bootstrap, topic_factory, tmp_path, with_log
 ):
     """Column mode with many distinct times: the progress statement is written as several
-    (each fits a message), and a re-run of the batch finds it complete from the last one."""
+    (each fits a message, all in one transaction), and a re-run of the batch finds its claim
+    by the last one and writes no statement again."""
     from cdc_emitter.kafka import reading as kafka_reading
     from cdc_emitter.protocol.codec import CdcCodec as Codec
 
@@ -1397,7 +1349,8 @@ def test_a_batch_counting_more_times_than_a_statement_holds_writes_several_that_
         (0, 0, 310, True),
         (1, 310, 600, False),
     ]
-    assert results[1].messages == 0  # the last of batch 0's statements carries its digest
+    # the last of batch 0's statements carries its digest: the re-run writes its updates only
+    assert results[1].messages == results[0].messages - 12
     codec = codec_for(spark.createDataFrame([], TKV), drop=("diff", "t"))
     check(kafka_bootstrap, topic, codec, [((k, v), t, d) for k, v, t, d in b0 + b1], (600,))
     statements = [

@@ -135,17 +135,20 @@ def test_a_rerun_batch_is_compared_with_what_its_first_attempt_wrote(
     assert first(spark.createDataFrame(rows, ddl), 0).counts == {0: 3}
     written = count_messages(kafka_bootstrap, topic)
 
-    # the driver crashed after the write, before Spark committed batch 0: the query restarts
+    # the driver crashed after the write, before Spark committed batch 0: the query restarts;
+    # the claim is there, so its updates are written again (the first attempt may have died
+    # before they all were): duplicates, and no second statement
     same = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint)
     again = same(spark.createDataFrame(list(reversed(rows)), ddl).repartition(3), 0)
     assert (again.lower, again.upper, again.reused, again.messages, again.counts) == (
         0,
         1,
         True,
-        0,
+        1,
         {0: 3},
     )
-    assert count_messages(kafka_bootstrap, topic) == written  # complete already: nothing rewritten
+    written += 1
+    assert count_messages(kafka_bootstrap, topic) == written
 
     other = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint)
     with pytest.raises(
@@ -181,7 +184,6 @@ def test_a_broker_down_while_producing_fails_the_batch_with_the_delivery_error_f
     import uuid
 
     from cdc_emitter.errors import DeliveryError
-    from cdc_emitter.kafka import reading as kafka_reading
     from cdc_emitter.kafka.topics import ensure_topic
 
     bootstrap = kafka_local.bootstrap_servers
@@ -196,14 +198,16 @@ def test_a_broker_down_while_producing_fails_the_batch_with_the_delivery_error_f
         encoder=encoder.split("-")[0],
         **options,
     )
-    checked = kafka_reading.TopicOffsets.end
+    from cdc_emitter.kafka.claims import ClaimProducer
 
-    def check_then_outage(*args, **kwargs):  # the broker goes down once the interval is checked
-        end = checked(*args, **kwargs)
+    claimed = ClaimProducer.commit
+
+    def claim_then_outage(*args, **kwargs):  # the broker goes down once the batch is claimed
+        offset = claimed(*args, **kwargs)
         kafka_local.stop_broker()
-        return end
+        return offset
 
-    monkeypatch.setattr(kafka_reading.TopicOffsets, "end", check_then_outage)
+    monkeypatch.setattr(ClaimProducer, "commit", claim_then_outage)
     try:
         with pytest.raises(DeliveryError) as info:
             sink.write(df, time=0)
@@ -231,9 +235,9 @@ def test_a_broker_down_while_producing_fails_the_batch_with_the_delivery_error_f
         )
     codec = CdcCodec(data_schema(df.schema))
     history, frontier, violations, _ = read_history(bootstrap, topic, codec)
-    assert frontier == (0,) and violations == []  # no progress statement: nothing claimed
-    # and the same batch, written again once the broker is back, leaves an exact topic
-    CdcSink(bootstrap, topic).write(df, time=0)
+    assert frontier == (0,) and violations == []  # claimed, not complete: readers wait on time 0
+    # and the same batch, written again by the same sink once the broker is back, completes it
+    assert sink.write(df, time=0).reused
     history, frontier, violations, _ = read_history(bootstrap, topic, codec)
     assert (frontier, violations) == ((1,), [])
     assert history == as_history([((k, "v"), 0, 1) for k in range(100)])
@@ -247,10 +251,10 @@ def _racing(sink, stale, *, then=None, fresh_after=1):
     (the race), running ``then`` (the other writer) at the first one."""
     learnt, calls = sink.frontier, []
 
-    def frontier():
+    def frontier(**kw):
         calls.append(1)
         if len(calls) > fresh_after:
-            return learnt()
+            return learnt(**kw)
         if len(calls) == 1 and then is not None:
             then()
         return stale
@@ -258,27 +262,34 @@ def _racing(sink, stale, *, then=None, fresh_after=1):
     sink.frontier = frontier
 
 
-def test_a_second_writer_is_caught_before_it_writes(spark, kafka_bootstrap, topic_factory):
+def test_a_writer_overtaken_before_its_claim_writes_after_the_other(
+    spark, kafka_bootstrap, topic_factory
+):
+    """b decides its batch on a frontier that a's batch then moves: b's claim, taken on the
+    state read after b fenced a, goes after a's batch (its time was the frontier: planned
+    again); a batch whose time is fixed below a's claim fails naming a, with nothing written."""
     from cdc_emitter.errors import ConcurrentWriterError
 
     topic = topic_factory()
     ddl = "k long, v string"
     CdcSink(kafka_bootstrap, topic).write(spark.createDataFrame([(1, "a")], ddl), time=0)
-    a, b = CdcSink(kafka_bootstrap, topic), CdcSink(kafka_bootstrap, topic)
+    a = CdcSink(kafka_bootstrap, topic, writer_id="writer-a")
+    b = CdcSink(kafka_bootstrap, topic, writer_id="writer-b")
     stale = b.frontier()
     a.write(spark.createDataFrame([(2, "b")], ddl))  # a takes [1, 2) while b prepares its batch
-    written = count_messages(kafka_bootstrap, topic)
     _racing(b, stale)
+    assert b.write(spark.createDataFrame([(3, "c")], ddl)).lower == 2  # after a's batch
+    written = count_messages(kafka_bootstrap, topic)
+    c = CdcSink(kafka_bootstrap, topic, writer_id="writer-c")
+    _racing(c, stale)
     with pytest.raises(
         ConcurrentWriterError,
-        match=r"another writer wrote a progress statement for "
-        r"\[1, 2\) by writer .* while this batch was being "
-        r"prepared \(it decided \[1, 2\) from frontier 1\)\. "
-        r"Nothing was written\.",
-    ):
-        b.write(spark.createDataFrame([(3, "c")], ddl))
+        match=r"writer writer-b \[2, 3\) claimed up to frontier 3 while this batch was "
+        r"prepared from frontier 1 \(interval \[1, 2\)\), and this batch has updates from time 1",
+    ) as err:
+        c.write(spark.createDataFrame([(4, "d")], ddl), time=1)
+    assert "Nothing was written" in str(err.value)
     assert count_messages(kafka_bootstrap, topic) == written
-    assert b.write(spark.createDataFrame([(3, "c")], ddl)).lower == 2  # retried: after a's batch
     codec = CdcCodec(data_schema(spark.createDataFrame([], ddl).schema))
     history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
     assert (violations, frontier) == ([], (3,))
@@ -288,23 +299,23 @@ def test_a_second_writer_is_caught_before_it_writes(spark, kafka_bootstrap, topi
 def test_a_query_carries_its_frontier_and_continues_after_a_foreign_writer(
     spark, kafka_bootstrap, topic_factory
 ):
-    """A running query learns the topic's tail once and carries its frontier forward; another
-    writer's batch between two of its batches moves partition 0, and the query then reads the tail
-    again and continues after that batch (it decides each interval before writing it, so continuing
-    is correct; the other writer's interval is never overlapped)."""
+    """A running query learns the topic's tail once and carries its frontier forward while no
+    other writer fences its claims; another writer's batch between two of its batches fences
+    it, and the query then reads the tail again and continues after that batch."""
     topic = topic_factory(2)
     ddl = "k long, v string"
     ours = CdcSink(kafka_bootstrap, topic, writer_id="ours")
     tail_reads, learnt = [], ours.frontier
-    ours.frontier = lambda: tail_reads.append(1) or learnt()
+    ours.frontier = lambda **kw: tail_reads.append(1) or learnt(**kw)
     first = ours(spark.createDataFrame([(1, "a")], ddl), 0)
+    reads_after_first = len(tail_reads)
     second = ours(spark.createDataFrame([(2, "b")], ddl), 1)
-    assert len(tail_reads) == 1  # nobody else wrote: one offset request instead of a tail read
+    assert len(tail_reads) == reads_after_first  # nobody else wrote: no tail read at all
     foreign = CdcSink(kafka_bootstrap, topic, writer_id="theirs")(
         spark.createDataFrame([(3, "c")], ddl), 0
     )
     third = ours(spark.createDataFrame([(4, "d")], ddl), 2)
-    assert len(tail_reads) == 2
+    assert len(tail_reads) > reads_after_first
     assert [(r.lower, r.upper) for r in (first, second, foreign, third)] == [
         (0, 1),
         (1, 2),
@@ -322,28 +333,32 @@ def test_a_query_carries_its_frontier_and_continues_after_a_foreign_writer(
     )
 
 
-def test_a_second_writer_during_the_write_keeps_the_statement_back(
+def test_a_writer_paused_between_its_claim_and_its_updates_completes_its_own_interval(
     spark, kafka_bootstrap, topic_factory
 ):
-    from cdc_emitter.errors import ConcurrentWriterError
-
-    topic = topic_factory()
+    """b's claim is committed, then a writes a whole batch before b's updates are written (a
+    pause, a slow job): b's updates land in b's own interval, a's after it; one history."""
+    topic = topic_factory(2)
     ddl = "k long, v string"
-    CdcSink(kafka_bootstrap, topic).write(spark.createDataFrame([(1, "a")], ddl), time=0)
-    a, b = CdcSink(kafka_bootstrap, topic), CdcSink(kafka_bootstrap, topic)
-    stale = b.frontier()
-    _racing(b, stale, then=lambda: a.write(spark.createDataFrame([(2, "b")], ddl)), fresh_after=2)
-    with pytest.raises(
-        ConcurrentWriterError,
-        match=r"while this batch was being written .* This "
-        r"batch's 1 updates at \[1, 2\) are in the topic "
-        r"without their progress statement",
-    ):
-        b.write(spark.createDataFrame([(3, "c")], ddl))
+    a = CdcSink(kafka_bootstrap, topic, writer_id="writer-a")
+    b = CdcSink(kafka_bootstrap, topic, writer_id="writer-b")
+    claims = b._claims_producer()
+    commit = claims.commit
+    results = []
+
+    def commit_then_other_writer(messages):
+        offset = commit(messages)
+        if not results:
+            results.append(a.write(spark.createDataFrame([(2, "b")], ddl)))
+        return offset
+
+    claims.commit = commit_then_other_writer
+    mine = b.write(spark.createDataFrame([(1, "a")], ddl))
+    assert [(r.lower, r.upper) for r in (mine, results[0])] == [(0, 1), (1, 2)]
     codec = CdcCodec(data_schema(spark.createDataFrame([], ddl).schema))
     history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
-    assert frontier == (2,)  # a's statement stands, b's was never written
-    assert ((2, "b"), 1, 1) in [tuple(u) for u in history]
+    assert (violations, frontier) == ([], (2,))
+    assert history == as_history([((1, "a"), 0, 1), ((2, "b"), 1, 1)])
 
 
 def test_an_unreachable_broker_fails_the_batch_within_broker_timeout(spark):

@@ -93,16 +93,16 @@ def test_connect_crash_restart_second_query_and_write(
     _master, connect, env = spark_cluster
     topic = topic_factory(1)
     _job("connect", connect, kafka_bootstrap, topic, str(tmp_path), env=env)
-    # its second topic: batches written by one job (by two on Connect 3.5), the last consolidated
+    # its second topic: batches of one time, the last consolidated
     jobs = _jobs()
     history, frontier, violations, _ = read_history(
-        kafka_bootstrap, topic + jobs.ONE_JOB, CdcCodec(DATA)
+        kafka_bootstrap, topic + jobs.ONE_TIME, CdcCodec(DATA)
     )
-    assert (violations, frontier) == ([], (len(jobs.ONE_JOB_TIMES),))
+    assert (violations, frontier) == ([], (len(jobs.ONE_TIME_TIMES),))
     assert history == as_history(
         ((r["k"], r["v"]), time_, r["diff"])
-        for time_ in jobs.ONE_JOB_TIMES
-        for r in jobs.one_job_rows(time_)
+        for time_ in jobs.ONE_TIME_TIMES
+        for r in jobs.one_time_rows(time_)
     )
     history, frontier, violations, reader = read_history(kafka_bootstrap, topic, CdcCodec(DATA))
     assert violations == []

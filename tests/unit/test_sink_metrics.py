@@ -31,7 +31,7 @@ def test_phase_clock_adds_a_phase_marked_twice_and_refuses_an_unknown_one():
     clock.mark("write")
     clock.mark("write")
     assert clock.seconds() == {"write": 3.0, "total": 6.0}
-    with pytest.raises(ValueError, match="unknown phase 'send'.*plan, check, write, commit"):
+    with pytest.raises(ValueError, match="unknown phase 'send'.*plan, check, commit, write"):
         clock.mark("send")
 
 
@@ -61,6 +61,7 @@ def test_batch_result_as_dict_is_plain_json_and_the_log_text_names_every_figure(
         "bytes": 4817,
         "counts": {"12": 3, "14": 2},
         "reused": False,
+        "redundant": False,
         "encoder": "jvm",
         "finished_on": "driver",
         "consolidated_on": "executors",

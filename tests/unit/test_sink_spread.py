@@ -7,13 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cdc_emitter.sink.distributed import BUCKET_BYTES, FANOUT_ARRAYS, spread
-from cdc_emitter.sink.plan import large_diff, packed_groups
-from cdc_emitter.spark.settings import (
-    FALLBACK_THRESHOLD,
-    V1_SOURCES,
-    GroupsInMemory,
-    KafkaWriteObserved,
-)
+from cdc_emitter.sink.plan import packed_groups
+from cdc_emitter.spark.settings import FALLBACK_THRESHOLD, GroupsInMemory
 
 LIMIT = 900_000
 
@@ -44,7 +39,7 @@ def test_the_arrays_hold_four_times_the_bytes(n_bytes, limit, partitions):
 class FakeConf:
     """A session's settings as ``spark.conf`` shows them: its own values, over Spark's defaults."""
 
-    DEFAULTS = {FALLBACK_THRESHOLD: "128", V1_SOURCES: "avro,csv,json,kafka,orc,parquet,text"}
+    DEFAULTS = {FALLBACK_THRESHOLD: "128"}
 
     def __init__(self, **own: str) -> None:
         self.own = dict(own)
@@ -116,54 +111,3 @@ def test_a_session_that_refuses_the_setting_still_writes_the_batch():
     held.at_least(1040)  # not asked again for this batch
     held.restore()
     assert session.conf.own == {} and session.conf.calls == []
-
-
-def test_kafkas_v2_writer_is_set_for_a_one_job_write_and_put_back_as_the_user_left_it():
-    session = FakeSession()  # Spark's default: Kafka among the V1 sources
-    observed = KafkaWriteObserved(session)
-    assert observed.in_force and session.conf.get(V1_SOURCES) == "avro,csv,json,orc,parquet,text"
-    observed.restore()
-    assert session.conf.own == {} and session.conf.calls[-1] == ("unset", V1_SOURCES)
-    session = FakeSession(**{V1_SOURCES: "parquet,KAFKA"})  # the user's own list
-    observed = KafkaWriteObserved(session)
-    assert observed.in_force and session.conf.get(V1_SOURCES) == "parquet"
-    observed.restore()
-    assert session.conf.own == {V1_SOURCES: "parquet,KAFKA"}
-
-
-def test_a_session_already_without_kafka_among_the_v1_sources_is_never_touched():
-    session = FakeSession(**{V1_SOURCES: "parquet,text"})
-    observed = KafkaWriteObserved(session)
-    observed.restore()
-    assert observed.in_force and session.conf.calls == []
-
-
-def test_a_session_that_refuses_or_ignores_the_setting_gets_the_two_jobs():
-    class Refusing(FakeConf):
-        def set(self, key, value):
-            raise RuntimeError(f"[CANNOT_MODIFY_CONFIG] {key}")
-
-    class Ignoring(FakeConf):
-        def set(self, key, value):
-            self.calls.append(("set", key, value))
-
-    for conf in (Refusing(), Ignoring()):
-        session = FakeSession()
-        session.conf = conf
-        observed = KafkaWriteObserved(session)
-        assert not observed.in_force
-        observed.restore()
-        assert conf.own == {}
-
-
-def test_a_large_diff_is_told_from_a_bad_row():
-    def failure(kind: str) -> Exception:
-        return RuntimeError(
-            f"[USER_RAISED_EXCEPTION] [cdc-emitter:{kind}] @cdc-emitter-batch@: some text "
-            "SQLSTATE: P0001\n\tat org.apache.spark..."
-        )
-
-    assert large_diff(failure("LargeDiff"))
-    assert not large_diff(failure("BadInputError")) and not large_diff(
-        RuntimeError("a lost executor")
-    )

@@ -21,9 +21,9 @@ DDL = "k long, v string, t long, diff long"
 #: The standalone job's files (part, rows): two batches above its ``small_batch_rows``, two below
 #: (the sink picks a batch's way by the size of the batch before it).
 PARTS = ((0, 60_000), (1, 60_000), (2, 20_000), (3, 20_000))
-#: The Connect job's second topic (TOPIC + this): two batches of one time by one sink.
-ONE_JOB = "-one-job"
-ONE_JOB_ROWS = 3_000
+#: The Connect job's second topic (TOPIC + this): batches of one time by one sink.
+ONE_TIME = "-one-time"
+ONE_TIME_ROWS = 3_000
 
 
 def _spark_4() -> bool:
@@ -36,16 +36,16 @@ SPARK_4 = _spark_4()
 
 
 #: The Connect job's batch times on its second topic: distinct rows, then each row twice.
-ONE_JOB_TIMES = (0, 1, 2)
+ONE_TIME_TIMES = (0, 1, 2)
 #: The one of them whose rows each come twice.
-ONE_JOB_REPEATED = 2
+ONE_TIME_REPEATED = 2
 
 
-def one_job_rows(time: int) -> list[dict]:
+def one_time_rows(time: int) -> list[dict]:
     """The rows of the Connect job's batch of ``time`` on its second topic: distinct, but at
-    :data:`ONE_JOB_REPEATED`, where each row comes twice (``ONE_JOB_ROWS`` updates of diff 2)."""
-    distinct = [{"k": i, "v": f"v{time}-{i}", "t": 0, "diff": 1} for i in range(ONE_JOB_ROWS)]
-    return distinct * 2 if time == ONE_JOB_REPEATED else distinct
+    :data:`ONE_TIME_REPEATED`, where each row comes twice (``ONE_TIME_ROWS`` updates of diff 2)."""
+    distinct = [{"k": i, "v": f"v{time}-{i}", "t": 0, "diff": 1} for i in range(ONE_TIME_ROWS)]
+    return distinct * 2 if time == ONE_TIME_REPEATED else distinct
 
 
 def rows(part: int, n: int) -> list[dict]:
@@ -152,8 +152,7 @@ def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
 
     from cdc_emitter import CdcSink
     from cdc_emitter.sink import plan as sink_jvm
-    from cdc_emitter.sink import plan_stats as sink_figures
-    from cdc_emitter.spark.settings import FALLBACK_THRESHOLD, V1_SOURCES, GroupsInMemory
+    from cdc_emitter.spark.settings import FALLBACK_THRESHOLD, GroupsInMemory
 
     spark = SparkSession.builder.remote(url).getOrCreate()
     source, checkpoint = Path(workdir) / "in", Path(workdir) / "checkpoint"
@@ -187,36 +186,22 @@ def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
     # the executors' way through Connect, and the setting its packing raises (GroupsInMemory),
     # read, raised and put back through Connect's config requests
     CdcSink(bootstrap, topic, time_column="t", small_batch_rows=0).write(final)
-    # a sink's batches of one time, checked, packed and written by one job through Connect
-    # (the first on the spread guessed for it; the third, of repeated rows, consolidated in it,
-    # as the next batch of a layout that repeated rows is): their figures observed (an
-    # Observation), Kafka's V2 writer set and put back
-    observed = []
-    write_observed = sink_figures.write_observed
-    sink_figures.write_observed = lambda *a, **kw: (
-        observed.append(write_observed(*a, **kw)) or observed[-1]
-    )
-    one_job = CdcSink(bootstrap, topic + ONE_JOB, create_topic=True, small_batch_rows=0)
+    # a sink's batches of one time through Connect, each checked and packed by one job and
+    # written by a second (the first on the spread guessed for it; the third, of repeated rows,
+    # consolidated straight away, as the next batch of a layout that repeated rows is)
+    one_time = CdcSink(bootstrap, topic + ONE_TIME, create_topic=True, small_batch_rows=0)
     finished_on = []
-    for time_ in ONE_JOB_TIMES:
-        batch = spark.createDataFrame(one_job_rows(time_), DDL).drop("t")
+    for time_ in ONE_TIME_TIMES:
+        batch = spark.createDataFrame(one_time_rows(time_), DDL).drop("t")
         if (
-            time_ == ONE_JOB_REPEATED
+            time_ == ONE_TIME_REPEATED
         ):  # as the batch of a layout that repeated rows: consolidated straight away
             sink_jvm.note_repeats(batch.schema, ["k", "v"], True)
-        written = one_job.write(batch, time=time_)
-        assert written.updates == ONE_JOB_ROWS, written
+        written = one_time.write(batch, time=time_)
+        assert written.updates == ONE_TIME_ROWS, written
         finished_on.append(written.finished_on)
-    if SPARK_4:
-        assert finished_on == ["executors"] * 3, finished_on
-        assert [(o.updates, o.rows, o.left_out) for o in observed] == [
-            (ONE_JOB_ROWS, ONE_JOB_ROWS, ()),
-            (ONE_JOB_ROWS, ONE_JOB_ROWS, ()),
-            (ONE_JOB_ROWS, 2 * ONE_JOB_ROWS, ()),
-        ], observed
-    else:  # Connect 3.5 DataFrames take no Observation: two jobs each
-        assert observed == [], observed
-    assert spark.conf.get(V1_SOURCES, None) is None
+    # small_batch_rows=0: no batch joined on the driver, the first's small messages included
+    assert finished_on == ["executors"] * 3, finished_on
     held = GroupsInMemory(spark)
     held.at_least(520)
     assert spark.conf.get(FALLBACK_THRESHOLD) == "520"

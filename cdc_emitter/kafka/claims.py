@@ -1,0 +1,174 @@
+"""Claims: a batch's progress statement committed before its updates, one writer at a time.
+
+Every writer of a topic produces its statements through a transactional producer whose
+``transactional.id`` is the same for the whole topic (`claim_transactional_id`). Kafka lets only
+the producer that initialised last commit under that id: a writer that initialises fences every
+other. So "read partition 0, decide the interval, commit the statement" is one atomic step — if
+another writer initialised in between, this writer's commit fails with `Fenced`, and the step is
+taken again on fresh state.
+
+Guarantees: `ClaimProducer.commit` returns only once the statement is committed (readers with
+``isolation.level=read_committed`` see it, and every claim committed before it); it raises
+`Fenced` when another writer may have committed since this producer's last initialisation — and
+then nothing of this attempt is visible to such readers.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from cdc_emitter.errors import DeliveryError
+from cdc_emitter.kafka.config import make_client, producer_config, redact_text
+
+__all__ = ["ClaimProducer", "Fenced", "claim_transactional_id"]
+
+log = logging.getLogger(__name__)
+
+#: A statement message: its value and its headers.
+Message = tuple[bytes, list[tuple[str, bytes]]]
+
+
+class Fenced(Exception):
+    """Another writer of the topic initialised its claims producer: what this one read may be
+    stale. Nothing of the attempt is visible; take the step again (`ClaimProducer.commit`)."""
+
+
+def claim_transactional_id(topic: str) -> str:
+    """The ``transactional.id`` every writer of ``topic`` shares (so that they fence each other).
+
+    Kafka limits nothing on its length, but ACLs are easier to write on a short, fixed prefix:
+    ``cdc-emitter.claims.`` and the topic name (a hash of it for names over 200 characters).
+    """
+    name = topic if len(topic) <= 200 else hashlib.sha256(topic.encode()).hexdigest()
+    return f"cdc-emitter.claims.{name}"
+
+
+class ClaimProducer:
+    """The transactional producer that commits a topic's progress statements (claims).
+
+    Args:
+        bootstrap_servers: Kafka's bootstrap servers.
+        topic: the topic whose partition 0 takes the statements.
+        config: client settings (security and such); ``transactional.id`` is set here.
+        timeout: seconds each transactional call may take.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        config: Mapping[str, Any] | None = None,
+        *,
+        timeout: float = 30.0,
+    ) -> None:
+        self.topic, self.timeout = topic, timeout
+        self.transactional_id = claim_transactional_id(topic)
+        cfg = producer_config(bootstrap_servers, config)
+        cfg["transactional.id"] = self.transactional_id
+        cfg["enable.idempotence"] = True
+        cfg["linger.ms"] = 0  # a claim is one small transaction: send it at once
+        # a transaction outlives its messages' delivery timeout (librdkafka refuses less)
+        cfg.setdefault("transaction.timeout.ms", max(60_000, int(cfg.get("message.timeout.ms", 0))))
+        self._cfg = cfg
+        self._producer: Any = None
+        #: commits since the producer was (re)initialised: 0 means what the writer knows of the
+        #: topic was learnt before this producer fenced the others, and must be read again
+        self.commits = 0
+
+    def ready(self) -> bool:
+        """Initialise the producer if it is not (fencing every other writer of the topic).
+
+        Returns:
+            True when it was just initialised: the caller must read the topic's state afresh.
+        """
+        if self._producer is not None:
+            return False
+        producer = make_client(Producer, dict(self._cfg))
+        try:
+            producer.init_transactions(self.timeout)
+        except KafkaException as exc:
+            raise DeliveryError(
+                f"topic {self.topic!r}: the claims producer (transactional.id "
+                f"{self.transactional_id!r}) could not start: {self._text(exc)}. The broker must "
+                "allow transactions (transaction.state.log.replication.factor no more than its "
+                "brokers) and this client Write on that transactional id"
+            ) from None
+        self._producer, self.commits = producer, 0
+        return True
+
+    def commit(self, messages: Sequence[Message]) -> int:
+        """Commit ``messages`` to partition 0 as one transaction.
+
+        Returns:
+            The offset of the last message.
+
+        Raises:
+            Fenced: another writer initialised since this producer did (nothing is visible).
+            DeliveryError: Kafka refused the messages, or did not answer in time.
+        """
+        assert self._producer is not None, "ready() first"
+        producer, offsets = self._producer, []
+
+        def delivered(err: KafkaError | None, msg: Any) -> None:
+            if err is None:
+                offsets.append(msg.offset())
+
+        try:
+            producer.begin_transaction()
+            for value, headers in messages:
+                producer.produce(
+                    self.topic, value=value, headers=headers, partition=0, on_delivery=delivered
+                )
+            producer.commit_transaction(self.timeout)
+        except KafkaException as exc:
+            err = exc.args[0] if exc.args else None
+            self._drop(abort=isinstance(err, KafkaError) and err.txn_requires_abort())
+            if isinstance(err, KafkaError) and (
+                err.fatal() or err.txn_requires_abort() or err.code() in _FENCING
+            ):
+                raise Fenced(self._text(exc)) from None
+            raise DeliveryError(
+                f"topic {self.topic!r} partition 0: the progress statement was not committed: "
+                f"{self._text(exc)}"
+            ) from None
+        self.commits += 1
+        return max(offsets) if offsets else -1
+
+    def _drop(self, *, abort: bool) -> None:
+        """Let the producer go after a failed transaction; the next `ready` starts a new one."""
+        producer, self._producer = self._producer, None
+        if producer is None:
+            return
+        if abort:
+            try:
+                producer.abort_transaction(self.timeout)
+            except KafkaException:
+                log.debug("aborting a claim transaction failed", exc_info=True)
+
+    def close(self) -> None:
+        """Let the producer go (nothing is pending between commits)."""
+        self._producer = None
+
+    def _text(self, exc: BaseException) -> str:
+        err = exc.args[0] if exc.args else None
+        text = f"{err.str()} [{err.name()}]" if isinstance(err, KafkaError) else str(exc)
+        return redact_text(text, self._cfg)
+
+
+#: Error codes that say another producer took the transactional id over.
+_FENCING = frozenset(
+    code
+    for code in (
+        getattr(KafkaError, "_FENCED", None),
+        getattr(KafkaError, "PRODUCER_FENCED", None),
+        getattr(KafkaError, "INVALID_PRODUCER_EPOCH", None),
+        getattr(KafkaError, "INVALID_PRODUCER_ID_MAPPING", None),
+        getattr(KafkaError, "CONCURRENT_TRANSACTIONS", None),
+    )
+    if code is not None
+)
