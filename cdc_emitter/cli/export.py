@@ -3,6 +3,8 @@ difference of two), or with ``--from-topic`` the other way, the table a topic ho
 
 from __future__ import annotations
 
+import hashlib
+import json
 import sys
 
 import click
@@ -145,9 +147,11 @@ def export(
 
     Every row of SOURCE becomes an update with diff +1 at time N (equal rows add up to a
     higher multiplicity). With --previous SOURCE2 it writes the difference instead: rows of
-    SOURCE +1, rows of SOURCE2 -1, so unchanged rows cancel. The updates are followed by the
-    progress statement that covers them, starting from the topic's current frontier, so the
-    progress chain stays gapless; --close ends the history (upper: []).
+    SOURCE +1, rows of SOURCE2 -1, so unchanged rows cancel. The progress statement that covers
+    them is claimed first, from the topic's current frontier, so the progress chain stays
+    gapless; --close ends the history (upper: []). An export interrupted after its claim leaves
+    readers waiting on its time: the same command run again completes it (and, when that export
+    was complete, writes only duplicates of the same data).
 
     \b
     Examples:
@@ -229,6 +233,7 @@ def export(
             producer_config=kafka_settings or None,
             create_topic=create_topic,
             broker_timeout=broker_timeout,
+            writer_id=export_writer_id(source, previous, topic),
         )
         written = sink.write(df, time=at_time, close=close)
     finally:
@@ -244,6 +249,14 @@ def export(
             f"frontier {frontier_text(tuple(summary['frontier']))}"
         )
     sys.exit(EXIT_OK)
+
+
+def export_writer_id(source: str, previous: str | None, topic: str) -> str:
+    """The writer id of an export: the same for the same SOURCE, --previous and topic, so that
+    the same command run again completes a batch an interrupted run claimed (readers wait on it
+    until then) — and writes nothing new when that batch is complete with the same data."""
+    text = json.dumps([source, previous, topic])
+    return "export-" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _snapshot_updates(spark, source, previous, fmt, read_options):

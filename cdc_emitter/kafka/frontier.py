@@ -58,7 +58,7 @@ class TopicFrontier:
     found: bool = False
     #: ``{(writer, batch): (lower, upper)}`` of every progress statement with our headers seen
     #: in the tail that was read (a re-run batch finds its interval here even if another
-    #: statement came after it)
+    #: statement came after it); ``batch`` None: the writer's newest batch without an id
     batches: dict = field(default_factory=dict)
     #: the data schema (compact JSON) the newest progress statement in the tail was written
     #: with, when it says so (our header); else None
@@ -211,8 +211,10 @@ def topic_frontier(
             found_p0 = found_p0 or record.partition == 0
             if record.partition == 0 and (lowest_p0 is None or p[0] < lowest_p0):
                 lowest_p0 = p[0]
-            if HEADER_WRITER in p[2] and p[2].get(HEADER_BATCH):
-                key = (p[2][HEADER_WRITER].decode(), int(p[2][HEADER_BATCH]))
+            if HEADER_WRITER in p[2]:
+                # a batch without an id (`CdcSink.write`): the writer's newest one is kept
+                batch_header = p[2].get(HEADER_BATCH)
+                key = (p[2][HEADER_WRITER].decode(), int(batch_header) if batch_header else None)
                 batches[key] = p[:2]
                 if HEADER_BATCH_LOWER in p[2]:  # one of several statements: the batch's interval
                     batch_upper = p[2].get(HEADER_BATCH_UPPER, b"")

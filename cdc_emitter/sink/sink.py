@@ -136,6 +136,10 @@ class Unfinished(NamedTuple):
     digest_text: str
 
 
+class _NotThatBatch(Exception):
+    """A `write` batch with other data than the one its writer left unfinished: a new batch."""
+
+
 class _Overtaken(Exception):
     """A batch whose time was the frontier, which another writer's claim moved: plan it again."""
 
@@ -288,6 +292,7 @@ class CdcSink:
         self.redundant = redundant
         #: a `write` batch claimed whose updates were not all written (see _complete_unfinished)
         self._unfinished: Unfinished | None = None
+        self._looked_back = False  # whether the first write looked for its writer's last batch
         self._claims: ClaimProducer | None = None  # commits the progress statements (claims)
         self._clock = PhaseClock()  # the current batch's phases (see sink.result)
         self._upper_hint: int | None = None  # write_upto's upper, for the batch being written
@@ -409,12 +414,19 @@ class CdcSink:
     ) -> BatchResult:
         """Write one batch (`_write_once`); a default-mode batch whose time was the frontier,
         overtaken by another writer before its claim, is planned again at the new frontier —
-        nothing of it was written (at most `CLAIM_ATTEMPTS` times)."""
+        nothing of it was written (at most `CLAIM_ATTEMPTS` times); so is a `write` batch that
+        turned out not to be the one its writer left unfinished."""
+        resume = True
         for _attempt in range(CLAIM_ATTEMPTS - 1):
             try:
-                return self._write_once(df, batch_id, fixed_time=fixed_time, close=close)
+                return self._write_once(
+                    df, batch_id, fixed_time=fixed_time, close=close, resume=resume
+                )
             except _Overtaken as exc:
                 log.info("%s: planned again at the topic's new frontier", exc)
+            except _NotThatBatch as exc:
+                log.info("%s: other data than its writer's last batch: a new batch", exc)
+                self._unfinished, resume = None, False
         return self._write_once(df, batch_id, fixed_time=fixed_time, close=close, last=True)
 
     def _write_once(
@@ -425,6 +437,7 @@ class CdcSink:
         fixed_time: int | None,
         close: bool,
         last: bool = False,
+        resume: bool = False,
     ) -> BatchResult:
         """Write one batch: its layout and topic checked, its interval decided once, its rows
         checked, its updates written, then its progress statement (the module docstring's
@@ -455,8 +468,15 @@ class CdcSink:
             column_mode=self.time_column is not None,
             learn_frontier=self._learn_frontier,
         )
-        if batch_id is None and self._unfinished is not None and decided.recorded is None:
-            decided = self._complete_unfinished(decided, fixed_time)
+        resuming = False
+        if batch_id is None and decided.recorded is None:
+            if self._unfinished is None and resume and not last and not self._looked_back:
+                # a new sink (a new process): its writer may have left a batch unfinished
+                self._looked_back = True
+                self._unfinished = self._left_by_writer(decided.state, writer, fixed_time)
+                resuming = self._unfinished is not None
+            if self._unfinished is not None:
+                decided = self._complete_unfinished(decided, fixed_time)
         encoder = self._encoder(spark)
         if not self._followed:
             self._followed = True
@@ -495,7 +515,15 @@ class CdcSink:
         )
         # 4. and 5. the progress statement claimed, then the updates written
         return self._write_checked(
-            batch, checked, encoder, path, sinklog, decided.digest, close, floats=floats
+            batch,
+            checked,
+            encoder,
+            path,
+            sinklog,
+            decided.digest,
+            close,
+            floats=floats,
+            resuming=resuming,
         )
 
     def _prepared(self, df: DataFrame, batch: Batch, encoder: Encoder) -> DataFrame:
@@ -551,6 +579,7 @@ class CdcSink:
         close: bool,
         *,
         floats: bool = False,
+        resuming: bool = False,
     ) -> BatchResult:
         """The checked batch's progress statement claimed (`_claim`), its interval recorded,
         then its updates written: a re-run's compared with its first attempt first."""
@@ -560,6 +589,8 @@ class CdcSink:
             check_upper(batch.what, upper)
             now = checked.digest()
             if recorded_digest is not None and digest_form(*now) != recorded_digest:
+                if resuming:  # not the batch its writer left: a new one
+                    raise _NotThatBatch(batch.what)
                 raise ReplayError(
                     replay_message(batch.what, batch.batch_id, recorded_digest, digest_form(*now))
                 )
@@ -624,12 +655,7 @@ class CdcSink:
                 self._carried = None
             state = self._carried or self.frontier()
             first = times[0] if times else batch.lower
-            batch_id = batch.batch_id if batch.batch_id is not None else -1
-            key = (batch.writer, batch_id)
-            own = state.batches.get(key) if batch.batch_id is not None else None
-            if batch.batch_id is None and self._unfinished is not None and batch.recorded:
-                own = (self._unfinished.lower, self._unfinished.upper)
-                state.digests[key] = self._unfinished.digest_text
+            own = self._own_claim(state, batch)
             moved = state.frontier != batch.lower
             if own is None and (
                 batch.recorded is not None or moved and times and first < (state.frontier or 0)
@@ -637,7 +663,7 @@ class CdcSink:
                 # a re-run's claim, or the statements a redundant batch compares with, may be
                 # older than the tail read: read back to them
                 state = self.frontier(back_to=min(first, batch.lower))
-                own = state.batches.get(key) if batch.batch_id is not None else None
+                own = self._own_claim(state, batch)
             if floats and state.frontier is not None and state.frontier > batch.lower:
                 raise _Overtaken(batch.what)
             claim = decide_claim(
@@ -647,9 +673,7 @@ class CdcSink:
                 lower=batch.lower,
                 upper=upper,
                 frontier=state.frontier,
-                own=None
-                if own is None
-                else Stated(batch.writer, batch_id, own[0], own[1], state.digests.get(key)),
+                own=own,
                 counts=counts,
                 digest=now,
                 covering=self._covering(state, first, times[-1] if times else first),
@@ -965,6 +989,25 @@ class CdcSink:
 
     # -- the driver's Kafka clients -------------------------------------------------------------
 
+    def _left_by_writer(
+        self, state: TopicFrontier, writer: str, fixed_time: int | None
+    ) -> Unfinished | None:
+        """The newest `write` batch this sink's ``writer_id`` claimed, as a candidate to
+        complete (default mode): a process that died between a claim and its last update
+        leaves its readers waiting, and the same command run again — the same writer id, the
+        same data — completes it. Other data is found out by its digest, and written as a new
+        batch."""
+        if not self.writer_id or self.time_column is not None or self.redundant:
+            return None
+        key = (writer, None)
+        found, digest_text = state.batches.get(key), state.digests.get(key)
+        if found is None or found[1] is None or not digest_text:
+            return None
+        lower, upper = found
+        if fixed_time is not None and fixed_time != upper - 1:
+            return None
+        return Unfinished(lower, upper, upper - 1, digest_text)
+
     def _complete_unfinished(
         self, decided: decide.Decided, fixed_time: int | None
     ) -> decide.Decided:
@@ -984,6 +1027,22 @@ class CdcSink:
         recorded = Recorded(unfinished.lower, unfinished.upper, unfinished.time)
         digest = parse_digest(unfinished.digest_text)
         return decide.Decided(decided.writer, unfinished.lower, recorded, digest, decided.state)
+
+    def _own_claim(self, state: TopicFrontier, batch: Batch) -> Stated | None:
+        """This batch's committed claim: a re-run's, found in ``state`` by writer and batch id;
+        a `write` batch's, the one this sink left unfinished (or found its writer left)."""
+        if batch.batch_id is not None:
+            key = (batch.writer, batch.batch_id)
+            found = state.batches.get(key)
+            if found is None:
+                return None
+            return Stated(batch.writer, batch.batch_id, found[0], found[1], state.digests.get(key))
+        unfinished = self._unfinished
+        if unfinished is None or batch.recorded is None:
+            return None
+        return Stated(
+            batch.writer, None, unfinished.lower, unfinished.upper, unfinished.digest_text
+        )
 
     @staticmethod
     def _covering(state: TopicFrontier, first: int, last: int) -> list[Stated]:

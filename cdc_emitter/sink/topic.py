@@ -95,12 +95,11 @@ def carried_frontier(
         return None
     batches = dict(before.batches) if before is not None else {}
     digests = dict(before.digests) if before is not None else {}
-    if batch_id is not None:
-        batches[(writer, batch_id)] = (lower, upper)
-        digests[(writer, batch_id)] = digest
-        for key in list(batches)[:-CARRIED_BATCHES]:
-            batches.pop(key)
-            digests.pop(key, None)
+    batches[(writer, batch_id)] = (lower, upper)
+    digests[(writer, batch_id)] = digest
+    for key in list(batches)[:-CARRIED_BATCHES]:
+        batches.pop(key)
+        digests.pop(key, None)
     return TopicFrontier(
         upper,
         writer,

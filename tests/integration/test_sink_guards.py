@@ -379,3 +379,41 @@ def test_an_unreachable_broker_fails_the_batch_within_broker_timeout(spark):
         ConfigError, match=r"broker_timeout must be a positive number of seconds, not 0"
     ):
         CdcSink("127.0.0.1:1", "t", broker_timeout=0)
+
+
+def test_a_write_interrupted_after_its_claim_is_completed_by_the_same_writer_run_again(
+    spark, kafka_bootstrap, topic_factory, monkeypatch
+):
+    """A process dies between its claim and its updates (readers wait on its time); the same
+    command run again — a new sink, the same writer_id, the same data — completes that batch
+    instead of writing a new one; then other data is a new batch after it."""
+    from cdc_emitter.kafka.claims import ClaimProducer
+
+    topic = topic_factory(2)
+    ddl = "k long, v string"
+    df = spark.createDataFrame([(1, "a"), (2, "b")], ddl)
+    CdcSink(kafka_bootstrap, topic).write(spark.createDataFrame([(0, "z")], ddl))
+    commit = ClaimProducer.commit
+
+    def commit_then_die(self, messages):
+        commit(self, messages)
+        raise KeyboardInterrupt  # the process is gone right after its claim
+
+    monkeypatch.setattr(ClaimProducer, "commit", commit_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        CdcSink(kafka_bootstrap, topic, writer_id="export-1").write(df)
+    monkeypatch.undo()
+    codec = CdcCodec(data_schema(df.schema))
+    _, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
+    assert (frontier, violations) == ((1,), [])  # claimed [1, 2), no update: readers wait
+
+    again = CdcSink(kafka_bootstrap, topic, writer_id="export-1").write(df)
+    assert (again.lower, again.upper, again.reused) == (1, 2, True)
+    history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
+    assert (frontier, violations) == ((2,), [])
+    assert history == as_history([((0, "z"), 0, 1), ((1, "a"), 1, 1), ((2, "b"), 1, 1)])
+
+    other = CdcSink(kafka_bootstrap, topic, writer_id="export-1").write(
+        spark.createDataFrame([(3, "c")], ddl)
+    )
+    assert (other.lower, other.upper, other.reused) == (2, 3, False)
