@@ -72,8 +72,12 @@ class ClaimProducer:
         cfg["transactional.id"] = self.transactional_id
         cfg["enable.idempotence"] = True
         cfg["linger.ms"] = 0  # a claim is one small transaction: send it at once
-        # a transaction outlives its messages' delivery timeout (librdkafka refuses less)
-        cfg.setdefault("transaction.timeout.ms", max(60_000, int(cfg.get("message.timeout.ms", 0))))
+        # a writer frozen inside its claim's transaction holds read_committed readers back until
+        # another writer fences it or the broker aborts it: after the transaction timeout, kept
+        # short (a claim is one small message); its delivery timeout may not exceed it
+        limit = int(max(10.0, timeout) * 1000)
+        cfg["transaction.timeout.ms"] = limit
+        cfg["message.timeout.ms"] = min(int(cfg.get("message.timeout.ms", limit)), limit)
         self._cfg = cfg
         self._producer: Any = None
         #: commits since the producer was (re)initialised: 0 means what the writer knows of the
