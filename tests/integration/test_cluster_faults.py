@@ -39,7 +39,7 @@ def _write(spark, sink, batch: int):
 
 
 def test_a_partition_leader_stopped_mid_batch(spark, kafka_cluster, tmp_path, monkeypatch):
-    from cdc_emitter.kafka import reading as kafka_reading
+    from cdc_emitter.kafka.claims import ClaimProducer
 
     bootstrap = kafka_cluster.bootstrap_servers
     topic = f"cluster-leader-{uuid.uuid4().hex[:8]}"
@@ -47,25 +47,24 @@ def test_a_partition_leader_stopped_mid_batch(spark, kafka_cluster, tmp_path, mo
     checkpoint = str(tmp_path / "checkpoint")
     _write(spark, CdcSink(bootstrap, topic, checkpoint_location=checkpoint), 0)
     sink = CdcSink(bootstrap, topic, checkpoint_location=checkpoint)
-    checked, stopped = kafka_reading.TopicOffsets.end, []
+    claimed, stopped = ClaimProducer.commit, []
 
-    def check_then_leader_down(
-        *args, **kwargs
-    ):  # partition 0's leader dies before the first message
-        end = checked(*args, **kwargs)
+    def claim_then_leader_down(*args, **kwargs):
+        # the batch is claimed; the leader of partition 1, where updates go, dies before them
+        offset = claimed(*args, **kwargs)
         if not stopped:
-            stopped.append(_leader(bootstrap, topic, 0))
+            stopped.append(_leader(bootstrap, topic, 1))
             kafka_cluster.stop_node(stopped[0])
-        return end
+        return offset
 
-    monkeypatch.setattr(kafka_reading.TopicOffsets, "end", check_then_leader_down)
+    monkeypatch.setattr(ClaimProducer, "commit", claim_then_leader_down)
     try:
         result, df = _write(spark, sink, 1)  # replicas take over: the batch goes through
     finally:
         monkeypatch.undo()
         kafka_cluster.start_node(stopped[0])
     assert (result.lower, result.upper, result.updates) == (1, 2, ROWS)
-    assert _leader(bootstrap, topic, 0) != -1
+    assert _leader(bootstrap, topic, 1) != -1
     history, frontier, violations, _ = read_history(
         bootstrap, topic, CdcCodec(data_schema(df.schema))
     )
@@ -76,7 +75,7 @@ def test_a_partition_leader_stopped_mid_batch(spark, kafka_cluster, tmp_path, mo
 def test_two_nodes_down_fail_the_batch_and_a_rerun_after_recovery_is_exact(
     spark, kafka_cluster, tmp_path, monkeypatch
 ):
-    from cdc_emitter.kafka import reading as kafka_reading
+    from cdc_emitter.kafka.claims import ClaimProducer
 
     bootstrap = kafka_cluster.bootstrap_servers
     topic = f"cluster-down-{uuid.uuid4().hex[:8]}"
@@ -84,16 +83,16 @@ def test_two_nodes_down_fail_the_batch_and_a_rerun_after_recovery_is_exact(
     checkpoint = str(tmp_path / "checkpoint")
     settings = {"message.timeout.ms": 6_000}  # the delivery error within seconds, not 2 minutes
     sink = CdcSink(bootstrap, topic, checkpoint_location=checkpoint, producer_config=settings)
-    checked, down = kafka_reading.TopicOffsets.end, []
+    claimed, down = ClaimProducer.commit, []
 
-    def check_then_two_down(*args, **kwargs):  # two of three nodes die once the interval is checked
-        end = checked(*args, **kwargs)
+    def claim_then_two_down(*args, **kwargs):  # two of three nodes die once the batch is claimed
+        offset = claimed(*args, **kwargs)
         if not down:
             down.append(1)
             kafka_cluster.stop_node(2, 3)
-        return end
+        return offset
 
-    monkeypatch.setattr(kafka_reading.TopicOffsets, "end", check_then_two_down)
+    monkeypatch.setattr(ClaimProducer, "commit", claim_then_two_down)
     began = time.monotonic()
     try:
         with pytest.raises(CdcError) as info:
@@ -107,7 +106,7 @@ def test_two_nodes_down_fail_the_batch_and_a_rerun_after_recovery_is_exact(
         waited,
         first,
     )  # bounded by message.timeout.ms, not its default
-    # the query restarts: batch 0 again, with its recorded interval
+    # readers wait on the claimed time; the query restarts: batch 0 again, under its claim
     for _attempt in range(5):
         try:
             result, df = _write(spark, CdcSink(bootstrap, topic, checkpoint_location=checkpoint), 0)

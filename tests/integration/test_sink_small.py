@@ -99,8 +99,8 @@ def test_a_small_first_batch_is_joined_into_few_messages_on_the_driver(
     spark, kafka_bootstrap, topic_factory, monkeypatch
 ):
     """A first batch is spread before its size is known (hundreds of arrays): a small one's
-    messages are brought back by the one job that checks and packs them — none written by it —
-    and joined on the driver into as few as hold them, the same updates as the executors write
+    messages are brought back by the job that checks and packs them — none written by it — and
+    joined on the driver into as few as hold them, the same updates as the executors write
     them with small_batch_rows=0, where every message is Spark's."""
     df = spark.createDataFrame([(i, f"v{i % 7}") for i in range(3000)], "k long, v string")
     codec = CdcCodec(data_schema(df.schema))
@@ -114,7 +114,7 @@ def test_a_small_first_batch_is_joined_into_few_messages_on_the_driver(
         history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
         assert (violations, frontier, result.counts) == ([], (5,), {4: 3000})
         seen[rows] = (result, as_history(history))
-        assert calls == [(False, False)]  # one job, unconsolidated: nothing computed again
+        assert calls == [(False, False)]  # packed unconsolidated once: nothing computed again
         calls.clear()
     joined, spread = seen[SMALL_DEFAULT][0], seen[0][0]
     assert (joined.finished_on, joined.consolidated_on) == ("driver", "executors")
@@ -129,7 +129,7 @@ def test_a_small_first_batch_with_repeated_rows_is_consolidated_and_joined(
     spark, kafka_bootstrap, topic_factory, monkeypatch
 ):
     """A small first batch bet unconsolidated whose every row comes twice: every array has a
-    repeat, so the one job writes none; they are consolidated after it and joined on the
+    repeat, so the batch is consolidated again before anything is written, and joined on the
     driver — a few full messages, each update once with its diffs summed."""
     rows = [(i, f"v{i % 7}", 1 + i % 3) for i in range(2000)]
     df = spark.createDataFrame(rows * 2, "k long, v string, diff long")
@@ -138,8 +138,8 @@ def test_a_small_first_batch_with_repeated_rows_is_consolidated_and_joined(
     result = CdcSink(kafka_bootstrap, topic, max_message_bytes=20_000).write(df, time=2)
     assert calls == [
         (False, False),
-        (True, True),
-    ]  # the one job, then the repeated arrays consolidated
+        (True, False),
+    ]  # packed unconsolidated, then (most arrays repeated) the whole batch consolidated
     assert (result.finished_on, result.consolidated_on, result.counts) == (
         "driver",
         "executors",
@@ -148,7 +148,8 @@ def test_a_small_first_batch_with_repeated_rows_is_consolidated_and_joined(
     assert (
         result.messages == 1 + 1
     )  # about 18 KB of updates in one message, and the progress statement
-    assert count_messages(kafka_bootstrap, topic) == 2
+    # the statement, its transaction's commit marker, the update message
+    assert count_messages(kafka_bootstrap, topic) == 3
     history, frontier, violations, _ = read_history(
         kafka_bootstrap, topic, CdcCodec(data_schema(df.drop("diff").schema))
     )
@@ -388,19 +389,20 @@ def test_a_rerun_is_compared_whichever_way_each_attempt_went(spark, kafka_bootst
     first(spark.createDataFrame([(0, 0.0, 1)], ddl), 0)
     batch = [(1, -0.0, 1), (2, 1.5, 2), (2, 1.5, -1)]
     assert first(spark.createDataFrame(batch, ddl), 1).finished_on == "driver"
-    written = count_messages(kafka_bootstrap, topic)
 
-    # a restarted query re-runs batch 1 the distributed way (its first batch): the same digest
+    # a restarted query re-runs batch 1 the distributed way (its first batch): the same digest,
+    # so its updates are written again under its claim (duplicates) and no statement
     again = CdcSink(kafka_bootstrap, topic, writer_id=writer, small_batch_rows=0)
     rerun = again(spark.createDataFrame(list(reversed(batch)), ddl).repartition(2), 1)
     assert (rerun.reused, rerun.messages, rerun.counts, rerun.finished_on) == (
         True,
-        0,
+        1,
         {1: 2},
         "executors",
     )
     # and the small way, on the sink that wrote it: compared, refused when the data changed
-    assert first(spark.createDataFrame(batch, ddl), 1).messages == 0
+    assert first(spark.createDataFrame(batch, ddl), 1).messages == 1
+    written = count_messages(kafka_bootstrap, topic)
     with pytest.raises(ReplayError, match=r"the same number of updates but other rows"):
         first(spark.createDataFrame([(1, 0.0, 1), (2, 1.5, 2)], ddl), 1)
     assert count_messages(kafka_bootstrap, topic) == written
