@@ -234,6 +234,7 @@ def export(
             create_topic=create_topic,
             broker_timeout=broker_timeout,
             writer_id=export_writer_id(source, previous, topic),
+            complete_last=True,
         )
         written = sink.write(df, time=at_time, close=close)
     finally:

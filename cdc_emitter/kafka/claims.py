@@ -9,8 +9,9 @@ taken again on fresh state.
 
 Guarantees: `ClaimProducer.commit` returns only once the statement is committed (readers with
 ``isolation.level=read_committed`` see it, and every claim committed before it); it raises
-`Fenced` when another writer may have committed since this producer's last initialisation — and
-then nothing of this attempt is visible to such readers.
+`Fenced` when another writer may have committed since this producer's last initialisation. A
+commit that raises may still have landed (its reply lost): the caller looks for it in the topic
+before it claims again.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ Message = tuple[bytes, list[tuple[str, bytes]]]
 
 class Fenced(Exception):
     """Another writer of the topic initialised its claims producer: what this one read may be
-    stale. Nothing of the attempt is visible; take the step again (`ClaimProducer.commit`)."""
+    stale. Take the step again on fresh state (`ClaimProducer.commit`) — which first looks for
+    this attempt's statement: a commit whose reply was lost may have landed before the fence."""
 
 
 def claim_transactional_id(topic: str) -> str:
@@ -132,13 +134,12 @@ class ClaimProducer:
         except KafkaException as exc:
             err = exc.args[0] if exc.args else None
             self._drop(abort=isinstance(err, KafkaError) and err.txn_requires_abort())
-            if isinstance(err, KafkaError) and (
-                err.fatal() or err.txn_requires_abort() or err.code() in _FENCING
-            ):
+            if isinstance(err, KafkaError) and err.code() in _FENCING:
                 raise Fenced(self._text(exc)) from None
             raise DeliveryError(
-                f"topic {self.topic!r} partition 0: the progress statement was not committed: "
-                f"{self._text(exc)}"
+                f"topic {self.topic!r} partition 0: the progress statement's transaction "
+                f"failed ({self._text(exc)}); whether it was committed is for the next attempt "
+                "to find in the topic"
             ) from None
         self.commits += 1
         return max(offsets) if offsets else -1
@@ -146,6 +147,7 @@ class ClaimProducer:
     def _drop(self, *, abort: bool) -> None:
         """Let the producer go after a failed transaction; the next `ready` starts a new one."""
         producer, self._producer = self._producer, None
+        self.commits = 0  # what the writer carried is no longer vouched for by fencing
         if producer is None:
             return
         if abort:
@@ -156,7 +158,7 @@ class ClaimProducer:
 
     def close(self) -> None:
         """Let the producer go (nothing is pending between commits)."""
-        self._producer = None
+        self._producer, self.commits = None, 0
 
     def _text(self, exc: BaseException) -> str:
         err = exc.args[0] if exc.args else None

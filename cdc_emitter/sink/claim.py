@@ -206,7 +206,7 @@ def _conflict(
             f"time {first}"
         )
         way_out = (
-            "Retry the batch: a retried batch writes after the other writer's; or run the "
+            "Retry the batch (it is then decided from the topic's new frontier), or run the "
             "writers with redundant=True if they write the same data"
         )
     return ConcurrentWriterError(f"{what}: {why}. Nothing was written. {way_out}")

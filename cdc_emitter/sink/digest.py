@@ -2,10 +2,11 @@
 
 Every progress statement the sink writes carries, in a header, the digest of its batch: the XOR
 of its updates' 64-bit hashes (`cdc_emitter.spark.columns.digest_share`; any order, any
-batching) and its update counts per time. A re-run of a batch whose first attempt is complete in
-the topic computes the digest of what it would write and compares it before writing anything:
-the same, and it writes nothing; other, and it raises `ReplayError`
-(`replay_message`).
+batching) and its update counts per time. A re-run of a batch whose claim is in the topic
+computes the digest of what it would write and compares it before writing anything: the same,
+and it writes its updates again under that claim (duplicates); other, and it raises
+`ReplayError` (`replay_message`). A redundant writer's batch is compared the same way with
+another writer's claim.
 
 Guarantees: `parse_digest` reads back exactly what `format_digest` wrote, as
 `digest_form` keeps it, and None for a header it cannot compare (absent, unreadable, or of

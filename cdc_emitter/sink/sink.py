@@ -9,10 +9,9 @@ Attach it to a streaming query with ``writeStream.foreachBatch(CdcSink(...))``, 
    beside the checkpoint (`cdc_emitter.sink.log`), or in the headers of the topic's latest
    progress message (same writer id, same batch id) — re-emits exactly that interval. Otherwise
    its lower bound is the topic's current frontier ``F``, learnt from the tail of the topic
-   (never by scanning all of it) and then carried forward from batch to batch while partition 0,
-   where every progress statement goes, has not moved past this sink's last statement (one
-   offset request, through a client kept for the sink's life). Default time mode: ``t = max(time_offset + batch_id, F)`` and
-   the interval is ``[F, t + 1)``. Column mode: ``[F, max_time + 1)``; a time below ``F`` is late.
+   (never by scanning all of it) and then carried forward from batch to batch while no other
+   writer fenced this sink's claims (step 4 checks it again). Default time mode:
+   ``t = max(time_offset + batch_id, F)`` and the interval is ``[F, t + 1)``. Column mode: ``[F, max_time + 1)``; a time below ``F`` is late.
 3. **Every row checked before the first message**, by the path that writes the batch — null,
    negative and late times, null diffs, a consolidated diff over 64 bits, an update too big
    for one message: each a `BadInputError` naming the column, time
@@ -67,7 +66,13 @@ from typing import Any, NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 
-from cdc_emitter.errors import BadInputError, ConcurrentWriterError, ConfigError, ReplayError
+from cdc_emitter.errors import (
+    BadInputError,
+    CdcError,
+    ConcurrentWriterError,
+    ConfigError,
+    ReplayError,
+)
 from cdc_emitter.kafka.claims import ClaimProducer, Fenced
 from cdc_emitter.kafka.frontier import TopicFrontier, retrying, topic_frontier
 from cdc_emitter.kafka.producer import CdcProducer
@@ -125,15 +130,20 @@ log = logging.getLogger("cdc_emitter.sink")  # the name users configure (0.1 had
 
 #: How many times a batch claims again after another writer fenced its claim, at most.
 CLAIM_ATTEMPTS = 12
+#: How many times a batch is planned again (its Spark jobs run again) before its last attempt.
+REPLANS = 3
 
 
 class Unfinished(NamedTuple):
-    """A `CdcSink.write` batch whose claim is committed and whose updates are not all written."""
+    """A `CdcSink.write` batch whose claim was sent and whose updates are not all written."""
 
     lower: int
     upper: int | None
     time: int | None
     digest_text: str
+    #: the claim is known committed; else (its commit failed, its reply maybe lost) it is
+    #: looked for in the topic before it is taken as this batch's
+    confirmed: bool = True
 
 
 class _NotThatBatch(Exception):
@@ -192,10 +202,10 @@ class CdcSink:
             fails with a `BrokerError` that says how long it waited.
             (Deliveries are bounded by ``message.timeout.ms`` in ``producer_config``.)
         on_batch: called with each batch's `BatchResult` (its
-            interval, updates, messages, bytes and seconds per phase) once its progress
-            statement is acknowledged — to chart the sink. What it raises fails the batch
-            *after* it was written; Spark's re-run of the batch then writes nothing new and
-            calls it again.
+            interval, updates, messages, bytes and seconds per phase) once its updates are
+            acknowledged — to chart the sink. What it raises fails the batch *after* it was
+            written; Spark's re-run of the batch then writes only duplicates under its claim,
+            and calls it again.
         small_batch_rows: with the JVM data path, a batch that follows one of at most this many
             rows (and 16 MiB of messages) is finished on the driver: one narrow Spark job brings
             its rows encoded by ``to_avro``, the driver consolidates them and produces them with
@@ -211,6 +221,12 @@ class CdcSink:
             — counts per time and digest — and its updates written as duplicates, completing
             the other writer's batch if it died; a batch that differs is refused before any of
             its updates is written. Not with ``late="advance"``.
+        complete_last: with a ``writer_id``, in the default time mode: the sink's first `write`
+            is first tried as this writer's last `write` batch (its interval and time, from the
+            topic): the same data completes it — a process that died between that batch's claim
+            and its last update left readers waiting on it — and other data is written as a new
+            batch (after one more Spark job). What ``cdc-emitter export`` does, so that the same
+            command run again finishes an interrupted export.
 
     Raises:
         ConfigError: an argument out of its range, conflicting arguments, or
@@ -246,6 +262,7 @@ class CdcSink:
         on_batch: Callable[[BatchResult], None] | None = None,
         small_batch_rows: int = SMALL_BATCH_ROWS,
         redundant: bool = False,
+        complete_last: bool = False,
     ) -> None:
         if redundant and late == "advance":
             raise ConfigError(
@@ -290,6 +307,7 @@ class CdcSink:
         self.on_batch = on_batch
         self.small_batch_rows = small_batch_rows
         self.redundant = redundant
+        self.complete_last = complete_last
         #: a `write` batch claimed whose updates were not all written (see _complete_unfinished)
         self._unfinished: Unfinished | None = None
         self._looked_back = False  # whether the first write looked for its writer's last batch
@@ -414,10 +432,10 @@ class CdcSink:
     ) -> BatchResult:
         """Write one batch (`_write_once`); a default-mode batch whose time was the frontier,
         overtaken by another writer before its claim, is planned again at the new frontier —
-        nothing of it was written (at most `CLAIM_ATTEMPTS` times); so is a `write` batch that
+        nothing of it was written (at most `REPLANS` times); so is a `write` batch that
         turned out not to be the one its writer left unfinished."""
         resume = True
-        for _attempt in range(CLAIM_ATTEMPTS - 1):
+        for _attempt in range(REPLANS):
             try:
                 return self._write_once(
                     df, batch_id, fixed_time=fixed_time, close=close, resume=resume
@@ -440,8 +458,8 @@ class CdcSink:
         resume: bool = False,
     ) -> BatchResult:
         """Write one batch: its layout and topic checked, its interval decided once, its rows
-        checked, its updates written, then its progress statement (the module docstring's
-        steps)."""
+        checked, its progress statement claimed, then its updates written (the module
+        docstring's steps)."""
         self._clock = PhaseClock()
         spark = df.sparkSession
         df = layout.without_collations(df)
@@ -482,9 +500,12 @@ class CdcSink:
             self._followed = True
             if encoder == "jvm":
                 self._follow_topic(decided.state, spark, cols)
-        # opened now, so that its connection and idempotence handshake (~0.5 s on a new sink)
-        # overlap the Spark job instead of delaying the progress statement
+        # opened now, so that their connections and handshakes (~0.5 s each on a new sink)
+        # overlap the Spark job instead of delaying the claim and the driver's updates; the
+        # claim reads the topic again after a new claims producer fenced the others
         self._driver_producer()
+        if self._claims_producer().ready():
+            self._carried = None
         batch = decide.new_batch(
             batch_id,
             cols,
@@ -598,6 +619,8 @@ class CdcSink:
             self._clock.mark("commit")
             if batch.batch_id is None and claim.kind == "new":  # until its updates are written
                 self._unfinished = Unfinished(claim.lower, claim.upper, batch.time, digest_text)
+            elif batch.batch_id is None and claim.kind == "own" and self._unfinished is not None:
+                self._unfinished = self._unfinished._replace(confirmed=True)
             if claim.lower != batch.lower:  # written after another writer's batch
                 batch = dataclasses.replace(batch, lower=claim.lower)
             if claim.kind == "new":
@@ -611,6 +634,14 @@ class CdcSink:
                 self._unfinished = None
         finally:
             checked.release()
+        if {t: n for t, n in written.counts.items() if n} != {t: n for t, n in now[1] if n}:
+            # the job that wrote the updates computed other ones than the job that counted them
+            raise CdcError(
+                f"{batch.what}: the updates written differ from the ones its claim counts "
+                f"({sum(written.counts.values())} written, {sum(n for _t, n in now[1])} "
+                "counted): the batch's input is not deterministic. Readers will report the "
+                "times it claimed; make the query deterministic (no rand(), current_timestamp())"
+            )
         self._clock.mark("write")
         if claim.kind == "redundant":
             log.info(
@@ -664,7 +695,7 @@ class CdcSink:
                 # older than the tail read: read back to them
                 state = self.frontier(back_to=min(first, batch.lower))
                 own = self._own_claim(state, batch)
-            if floats and state.frontier is not None and state.frontier > batch.lower:
+            if own is None and floats and (state.frontier or 0) > batch.lower:
                 raise _Overtaken(batch.what)
             claim = decide_claim(
                 what=batch.what,
@@ -687,6 +718,10 @@ class CdcSink:
             messages, digest_text = commit.progress_messages(
                 claimed, claim.upper, written, checked, self.max_message_bytes
             )
+            if batch.batch_id is None:  # until its updates are written (see _own_claim)
+                self._unfinished = Unfinished(
+                    claim.lower, claim.upper, batch.time, digest_text, confirmed=False
+                )
             try:
                 offset = claims.commit(messages)
             except Fenced as exc:
@@ -705,7 +740,7 @@ class CdcSink:
                 claim.upper,
                 batch.avro_data,
                 digest_text,
-                offset + 1,  # the transaction's commit marker follows the statement
+                offset + 1,  # the last record: the commit marker after the statement
             )
             return claim, messages, digest_text
         raise ConcurrentWriterError(
@@ -807,9 +842,9 @@ class CdcSink:
         return retrying(lambda: self._offsets().end(0), self.broker_timeout)
 
     def _learn_frontier(self) -> TopicFrontier:
-        """The topic's frontier: carried forward from this sink's last progress statement while
-        partition 0 (where every statement goes) has not moved past it — one offset request —
-        else read from the topic's tail."""
+        """The topic's frontier: carried forward from this sink's last claim while no other
+        writer fenced its claims producer (no request at all), or while partition 0 (where every
+        statement goes) has not moved past it (one offset request); else read from the tail."""
         carried = self._carried
         if carried is not None and self._claims is not None and self._claims.commits:
             return carried  # no other writer committed since: it would have fenced our claims
@@ -997,7 +1032,7 @@ class CdcSink:
         leaves its readers waiting, and the same command run again — the same writer id, the
         same data — completes it. Other data is found out by its digest, and written as a new
         batch."""
-        if not self.writer_id or self.time_column is not None or self.redundant:
+        if not (self.complete_last and self.writer_id) or self.time_column is not None:
             return None
         key = (writer, None)
         found, digest_text = state.batches.get(key), state.digests.get(key)
@@ -1038,7 +1073,16 @@ class CdcSink:
                 return None
             return Stated(batch.writer, batch.batch_id, found[0], found[1], state.digests.get(key))
         unfinished = self._unfinished
-        if unfinished is None or batch.recorded is None:
+        if unfinished is None:
+            return None
+        newest: tuple[str, int | None] = (batch.writer, None)  # the writer's newest write batch
+        if not unfinished.confirmed:  # committed after all?
+            if state.batches.get(newest) != (unfinished.lower, unfinished.upper) or (
+                state.digests.get(newest) != unfinished.digest_text
+            ):
+                return None
+            self._unfinished = unfinished = unfinished._replace(confirmed=True)
+        elif batch.recorded is None:
             return None
         return Stated(
             batch.writer, None, unfinished.lower, unfinished.upper, unfinished.digest_text
@@ -1064,8 +1108,9 @@ class CdcSink:
         return self._claims
 
     def _driver_producer(self) -> CdcProducer:
-        """The producer of progress statements: one for the sink's life (a new one per batch
-        would pay a connection and an idempotence handshake every time)."""
+        """The producer of the update messages the driver writes (small batches): one for the
+        sink's life (a new one per batch would pay a connection and an idempotence handshake
+        every time)."""
         if self._producer is None:
             self._producer = CdcProducer(self.bootstrap_servers, self.topic, self.producer_config)
         return self._producer

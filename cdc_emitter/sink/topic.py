@@ -87,11 +87,12 @@ def carried_frontier(
     upper: int | None,
     avro_data: dict,
     digest: str,
-    statement_offset: int | None,
+    last_offset: int | None,
 ) -> TopicFrontier | None:
     """The frontier our statement just set, as the next batch would read it from the tail (with
-    the statements of earlier batches seen, for a re-run to find); None when not known."""
-    if statement_offset is None:
+    the statements of earlier batches seen, for a re-run to find); None when not known.
+    ``last_offset``: of the last record written to partition 0 (the claim's commit marker)."""
+    if last_offset is None:
         return None
     batches = dict(before.batches) if before is not None else {}
     digests = dict(before.digests) if before is not None else {}
@@ -110,7 +111,7 @@ def carried_frontier(
         batches,
         schema=json.dumps(avro_data, separators=(",", ":")),
         digests=digests,
-        partition0_end=statement_offset + 1,
+        partition0_end=last_offset + 1,
     )
 
 

@@ -284,7 +284,7 @@ def test_a_writer_overtaken_before_its_claim_writes_after_the_other(
     _racing(c, stale)
     with pytest.raises(
         ConcurrentWriterError,
-        match=r"writer writer-b \[2, 3\) claimed up to frontier 3 while this batch was "
+        match=r"writer writer-a \[1, 2\) claimed up to frontier 3 while this batch was "
         r"prepared from frontier 1 \(interval \[1, 2\)\), and this batch has updates from time 1",
     ) as err:
         c.write(spark.createDataFrame([(4, "d")], ddl), time=1)
@@ -385,8 +385,8 @@ def test_a_write_interrupted_after_its_claim_is_completed_by_the_same_writer_run
     spark, kafka_bootstrap, topic_factory, monkeypatch
 ):
     """A process dies between its claim and its updates (readers wait on its time); the same
-    command run again — a new sink, the same writer_id, the same data — completes that batch
-    instead of writing a new one; then other data is a new batch after it."""
+    command run again — a new sink, the same writer_id, complete_last, the same data — completes
+    that batch instead of writing a new one; then other data is a new batch after it."""
     from cdc_emitter.kafka.claims import ClaimProducer
 
     topic = topic_factory(2)
@@ -401,19 +401,52 @@ def test_a_write_interrupted_after_its_claim_is_completed_by_the_same_writer_run
 
     monkeypatch.setattr(ClaimProducer, "commit", commit_then_die)
     with pytest.raises(KeyboardInterrupt):
-        CdcSink(kafka_bootstrap, topic, writer_id="export-1").write(df)
+        CdcSink(kafka_bootstrap, topic, writer_id="export-1", complete_last=True).write(df)
     monkeypatch.undo()
     codec = CdcCodec(data_schema(df.schema))
     _, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
     assert (frontier, violations) == ((1,), [])  # claimed [1, 2), no update: readers wait
 
-    again = CdcSink(kafka_bootstrap, topic, writer_id="export-1").write(df)
+    again = CdcSink(kafka_bootstrap, topic, writer_id="export-1", complete_last=True).write(df)
     assert (again.lower, again.upper, again.reused) == (1, 2, True)
     history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
     assert (frontier, violations) == ((2,), [])
     assert history == as_history([((0, "z"), 0, 1), ((1, "a"), 1, 1), ((2, "b"), 1, 1)])
 
-    other = CdcSink(kafka_bootstrap, topic, writer_id="export-1").write(
+    other = CdcSink(kafka_bootstrap, topic, writer_id="export-1", complete_last=True).write(
         spark.createDataFrame([(3, "c")], ddl)
     )
     assert (other.lower, other.upper, other.reused) == (2, 3, False)
+
+
+def test_a_claim_whose_commit_reply_was_lost_is_found_by_the_retry(
+    spark, kafka_bootstrap, topic_factory, monkeypatch
+):
+    """The claim's transaction committed, but its reply was lost (a timeout): the batch fails;
+    its retry finds the claim in the topic and writes the updates under it — not a second
+    claim after it, which would leave the first waiting for updates forever."""
+    from cdc_emitter.errors import DeliveryError
+    from cdc_emitter.kafka.claims import ClaimProducer
+
+    topic = topic_factory(2)
+    df = spark.createDataFrame([(1, "a"), (2, "b")], "k long, v string")
+    commit, lost = ClaimProducer.commit, []
+
+    def commit_reply_lost(self, messages):
+        offset = commit(self, messages)
+        if not lost:  # as ClaimProducer does on a failed transaction: the producer is let go
+            lost.append(1)
+            self._drop(abort=False)
+            raise DeliveryError("the transaction's reply timed out")
+        return offset
+
+    monkeypatch.setattr(ClaimProducer, "commit", commit_reply_lost)
+    sink = CdcSink(kafka_bootstrap, topic)
+    with pytest.raises(DeliveryError, match="timed out"):
+        sink.write(df, time=0)
+    result = sink.write(df, time=0)
+    assert (result.lower, result.upper, result.reused) == (0, 1, True)
+    codec = CdcCodec(data_schema(df.schema))
+    history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
+    assert (frontier, violations) == ((1,), [])
+    assert history == as_history([((1, "a"), 0, 1), ((2, "b"), 0, 1)])
