@@ -91,7 +91,7 @@ from cdc_emitter.sink.claim import Claim, Stated, check_upper, decide_claim, sta
 from cdc_emitter.sink.digest import digest_form, parse_digest, replay_message
 from cdc_emitter.sink.distributed import DistributedPath
 from cdc_emitter.sink.driver import DriverPath
-from cdc_emitter.sink.interval import Recorded, batch_upper
+from cdc_emitter.sink.interval import Recorded, batch_upper, recorded_from_statement
 from cdc_emitter.sink.layout import Layout, RowColumns
 from cdc_emitter.sink.log import (
     DataFrameSinkLog,
@@ -310,7 +310,7 @@ class CdcSink:
         self.complete_last = complete_last
         #: a `write` batch claimed whose updates were not all written (see _complete_unfinished)
         self._unfinished: Unfinished | None = None
-        self._looked_back = False  # whether the first write looked for its writer's last batch
+        self._looked_back = False  # whether the first batch looked back for its own earlier claim
         self._claims: ClaimProducer | None = None  # commits the progress statements (claims)
         self._clock = PhaseClock()  # the current batch's phases (see sink.result)
         self._upper_hint: int | None = None  # write_upto's upper, for the batch being written
@@ -486,6 +486,8 @@ class CdcSink:
             column_mode=self.time_column is not None,
             learn_frontier=self._learn_frontier,
         )
+        if batch_id is not None and decided.recorded is None and not self._looked_back:
+            decided = self._claimed_before_record(decided, sinklog, batch_id)
         resuming = False
         if batch_id is None and decided.recorded is None:
             if self._unfinished is None and resume and not last and not self._looked_back:
@@ -1023,6 +1025,28 @@ class CdcSink:
         )
 
     # -- the driver's Kafka clients -------------------------------------------------------------
+
+    def _claimed_before_record(
+        self,
+        decided: decide.Decided,
+        sinklog: SinkLog | DataFrameSinkLog | None,
+        batch_id: int,
+    ) -> decide.Decided:
+        """A restarted query's first batch with no record may still have claimed before it died
+        (between its claim and its sink log record), with other writers' claims since pushing
+        that claim out of the tail read: its claim lies after the previous batch's, which the
+        sink log knows, so the topic is read back that far once. Found, the batch keeps it."""
+        self._looked_back = True
+        previous = sinklog.get(batch_id - 1) if sinklog is not None and batch_id else None
+        if previous is None or previous.topic not in (None, self.topic):
+            return decided
+        state = self.frontier(back_to=previous.lower)
+        found = state.recorded(decided.writer, batch_id)
+        if found is None:
+            return decided
+        recorded = recorded_from_statement(*found, column_mode=self.time_column is not None)
+        digest = parse_digest(state.digests.get((decided.writer, batch_id)))
+        return decide.Decided(decided.writer, recorded.lower, recorded, digest, state)
 
     def _left_by_writer(
         self, state: TopicFrontier, writer: str, fixed_time: int | None
