@@ -36,7 +36,7 @@ PHASES = ("plan", "check", "commit", "write")
 class BatchResult:
     """What one batch wrote: its interval and how much.
 
-    A re-run whose first attempt was complete in the topic writes nothing (``messages == 0``).
+    A re-run whose claim is in the topic writes its updates again and no statement (``reused``).
 
     Attributes:
         batch_id: the streaming micro-batch's id (None: a batch written by ``CdcSink.write``).
