@@ -74,6 +74,9 @@ class ClaimProducer:
         cfg["transactional.id"] = self.transactional_id
         cfg["enable.idempotence"] = True
         cfg["linger.ms"] = 0  # a claim is one small transaction: send it at once
+        # a claim right after the last one's commit meets CONCURRENT_TRANSACTIONS until the
+        # coordinator has written its markers: retried soon, not after librdkafka's 100 ms
+        cfg["retry.backoff.ms"] = 10
         # a writer frozen inside its claim's transaction holds read_committed readers back until
         # another writer fences it or the broker aborts it: after the transaction timeout, kept
         # short (a claim is one small message); its delivery timeout may not exceed it
