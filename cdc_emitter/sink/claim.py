@@ -27,13 +27,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Literal, NamedTuple
 
-from cdc_emitter.errors import BadInputError, ConcurrentWriterError, ReplayError
+from cdc_emitter.errors import ConcurrentWriterError, ReplayError
 from cdc_emitter.sink.digest import digest_form, parse_digest, replay_message
 
 __all__ = ["Claim", "Stated", "decide_claim", "stated_covering"]
-
-#: The largest long: no statement can say an interval whose upper is beyond it.
-MAX_LONG = 2**63 - 1
 
 
 class Stated(NamedTuple):
@@ -106,7 +103,6 @@ def decide_claim(
 
     Raises:
         ConcurrentWriterError: another writer's statement conflicts with this batch.
-        BadInputError: the interval cannot be stated (an upper beyond the largest long).
     """
     if own is not None:
         first = parse_digest(own.digest)
@@ -132,17 +128,6 @@ def decide_claim(
     if upper is not None and upper <= frontier:  # an empty batch the others went past
         return Claim("new", frontier, frontier)
     return Claim("new", frontier, upper)
-
-
-def check_upper(what: str, upper: int | None) -> None:
-    """Refuse an interval whose upper does not fit a long (a batch at time 2^63 − 1 that does not
-    close the history), before anything is written."""
-    if upper is not None and upper > MAX_LONG:
-        raise BadInputError(
-            f"{what}: an update at time {upper - 1} needs an interval up to {upper}, which does "
-            f"not fit a 64-bit long: times must be below {MAX_LONG}, unless the batch closes the "
-            "history (close=True). Nothing was written"
-        )
 
 
 def _same_as_stated(

@@ -70,9 +70,9 @@ def decide_interval(
             writer = entry.writer or writer  # the batch's writer, as first recorded
     if recorded is None:
         state = state or learn_frontier()
-        found = state.recorded(writer, batch_id) if batch_id is not None else None
-        if found is not None:
-            recorded = recorded_from_statement(*found, column_mode=column_mode)
+        claimed = claimed_in(state, writer, batch_id, column_mode=column_mode)
+        if claimed is not None:
+            return claimed
     if recorded is not None:
         # what the first attempt wrote, if its progress statement made it to the topic
         state = state or learn_frontier()
@@ -85,6 +85,19 @@ def decide_interval(
             "nothing more can be written to it"
         )
     return Decided(writer, state.frontier, None, None, state)
+
+
+def claimed_in(
+    state: TopicFrontier, writer: str, batch_id: int | None, *, column_mode: bool
+) -> Decided | None:
+    """The batch as its claim among ``state``'s statements recorded it (same writer and batch
+    id), with the digest of its first attempt; None when ``state`` holds no such claim."""
+    found = state.recorded(writer, batch_id) if batch_id is not None else None
+    if found is None:
+        return None
+    recorded = recorded_from_statement(*found, column_mode=column_mode)
+    digest = parse_digest(state.digests.get((writer, batch_id)))
+    return Decided(writer, recorded.lower, recorded, digest, state)
 
 
 def new_batch(

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from cdc_emitter.errors import BadInputError, LateUpdateError
+from cdc_emitter.protocol.updates import MAX_LONG
 
 
 class Recorded(NamedTuple):
@@ -98,7 +99,7 @@ def batch_upper(
         return None
     if not column_mode:
         assert time is not None, "a default-mode batch has a time"
-        return time + 1
+        return check_upper(what, time + 1)
     if upper_hint is not None:
         if max_time is not None and max_time >= upper_hint:
             raise BadInputError(
@@ -106,4 +107,16 @@ def batch_upper(
                 f"{upper_hint} (write_upto)"
             )
         return max(upper_hint, lower)
-    return max(max_time + 1 if max_time is not None else lower, lower)
+    return check_upper(what, max(max_time + 1 if max_time is not None else lower, lower))
+
+
+def check_upper(what: str, upper: int) -> int:
+    """``upper``, refused when it does not fit a long (a batch at time 2^63 − 1 that does not
+    close the history): no statement could say the interval, so nothing is written."""
+    if upper > MAX_LONG:
+        raise BadInputError(
+            f"{what}: an update at time {upper - 1} needs an interval up to {upper}, which does "
+            f"not fit a 64-bit long: times must be below {MAX_LONG}, unless the batch closes the "
+            "history (close=True). Nothing was written"
+        )
+    return upper

@@ -87,11 +87,11 @@ from cdc_emitter.protocol.headers import (
 )
 from cdc_emitter.sink import commit, decide, layout, options, paths, topic
 from cdc_emitter.sink.batch import Batch, Checked, Written
-from cdc_emitter.sink.claim import Claim, Stated, check_upper, decide_claim, stated_covering
+from cdc_emitter.sink.claim import Claim, Stated, decide_claim, stated_covering
 from cdc_emitter.sink.digest import digest_form, parse_digest, replay_message
 from cdc_emitter.sink.distributed import DistributedPath
 from cdc_emitter.sink.driver import DriverPath
-from cdc_emitter.sink.interval import Recorded, batch_upper, recorded_from_statement
+from cdc_emitter.sink.interval import Recorded, batch_upper
 from cdc_emitter.sink.layout import Layout, RowColumns
 from cdc_emitter.sink.log import (
     DataFrameSinkLog,
@@ -609,7 +609,6 @@ class CdcSink:
         try:
             self._clock.mark("check")
             upper = self._upper(batch, close, checked.max_time)
-            check_upper(batch.what, upper)
             now = checked.digest()
             if recorded_digest is not None and digest_form(*now) != recorded_digest:
                 if resuming:  # not the batch its writer left: a new one
@@ -1041,12 +1040,10 @@ class CdcSink:
         if previous is None or previous.topic not in (None, self.topic):
             return decided
         state = self.frontier(back_to=previous.lower)
-        found = state.recorded(decided.writer, batch_id)
-        if found is None:
-            return decided
-        recorded = recorded_from_statement(*found, column_mode=self.time_column is not None)
-        digest = parse_digest(state.digests.get((decided.writer, batch_id)))
-        return decide.Decided(decided.writer, recorded.lower, recorded, digest, state)
+        claimed = decide.claimed_in(
+            state, decided.writer, batch_id, column_mode=self.time_column is not None
+        )
+        return decided if claimed is None else claimed
 
     def _left_by_writer(
         self, state: TopicFrontier, writer: str, fixed_time: int | None

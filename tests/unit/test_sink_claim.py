@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from cdc_emitter.errors import BadInputError, ConcurrentWriterError, ReplayError
-from cdc_emitter.sink.claim import Stated, check_upper, decide_claim, stated_covering
+from cdc_emitter.sink.claim import Stated, decide_claim, stated_covering
 from cdc_emitter.sink.digest import format_digest
+from cdc_emitter.sink.interval import batch_upper, check_upper
 
 
 def stated(
@@ -110,7 +111,10 @@ def test_stated_covering_finds_the_statements_that_meet_the_times_in_order():
 
 def test_an_interval_beyond_the_largest_long_is_refused_unless_it_closes_the_history():
     check_upper("b", 2**63 - 1)
-    check_upper("b", None)
+    closing = dict(lower=0, recorded=None, column_mode=False, max_time=None, upper_hint=None)
+    assert batch_upper(what="b", close=True, time=2**63 - 1, **closing) is None
+    with pytest.raises(BadInputError, match="time 9223372036854775807"):
+        batch_upper(what="b", close=False, time=2**63 - 1, **closing)
     with pytest.raises(BadInputError, match="time 9223372036854775807.*close=True"):
         check_upper("b", 2**63)
 
