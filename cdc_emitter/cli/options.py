@@ -231,17 +231,16 @@ def load_data_schema(path: str) -> dict:
 
 
 def _topic_schema_id(servers: str, topic: str, settings: dict) -> int:
-    """The schema id in the Confluent header of the newest message found in ``topic``."""
-    from cdc_emitter.kafka.reading import last_messages
+    """The schema id in the Confluent header of the newest message at the end of ``topic``."""
+    from cdc_emitter.kafka.registry import newest_schema_id
 
-    for record in last_messages(servers, topic, 1, config=settings):
-        value = record.value or b""
-        if len(value) >= 5 and value[0] == 0:
-            return int.from_bytes(value[1:5], "big")
-    raise SchemaError(
-        f"topic {topic!r} has no message with a Confluent header to take a schema id from; "
-        "pass --schema-id"
-    )
+    schema_id = newest_schema_id(servers, topic, settings)
+    if schema_id is None:
+        raise SchemaError(
+            f"topic {topic!r} has no message with a Confluent header to take a schema id from; "
+            "pass --schema-id"
+        )
+    return schema_id
 
 
 def load_codec(

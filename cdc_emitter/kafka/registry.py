@@ -187,6 +187,29 @@ def _no_secrets(exc: Any, config: Mapping[str, Any]) -> str:
     return text
 
 
+# Messages read back from each partition's end to find a framed one: a transaction marker (a
+# claim's commit, written by the broker a moment after the commit returns) can come last.
+TAIL_FOR_SCHEMA_ID = 16
+
+
+def newest_schema_id(
+    bootstrap_servers: str, topic: str, config: Mapping[str, Any] | None = None
+) -> int | None:
+    """The schema id in the Confluent header of the newest framed message at the end of
+    ``topic`` (by timestamp across partitions), or None when the tail holds none."""
+    from cdc_emitter.kafka.reading import last_messages
+
+    framed = [
+        r
+        for r in last_messages(bootstrap_servers, topic, TAIL_FOR_SCHEMA_ID, config=config)
+        if r.value is not None and len(r.value) >= 5 and r.value[0] == 0
+    ]
+    if not framed:
+        return None
+    newest = max(framed, key=lambda r: (r.timestamp or 0, r.offset))
+    return int.from_bytes(newest.value[1:5], "big")  # type: ignore[index]
+
+
 def fetch_registry_schema(url: str, schema_id: int, config: Mapping[str, Any] | None = None) -> str:
     """The schema text registered under ``schema_id`` in a Confluent schema registry."""
     return SchemaRegistry(url, config).schema_text(schema_id)

@@ -225,8 +225,7 @@ def read_cdc(
     if schema_registry_url is None:
         codec = CdcCodec(_data_schema(schema), framing=framing)
     else:
-        from cdc_emitter.kafka.reading import last_messages
-        from cdc_emitter.kafka.registry import SchemaRegistry
+        from cdc_emitter.kafka.registry import SchemaRegistry, newest_schema_id
 
         if framing != "confluent":
             raise CdcError(
@@ -234,17 +233,12 @@ def read_cdc(
             )
         registry = SchemaRegistry(schema_registry_url, schema_registry_config)
         if schema_id is None:
-            newest = [
-                r.value
-                for r in last_messages(bootstrap_servers, topic, 1, config=config)
-                if r.value is not None and len(r.value) >= 5 and r.value[0] == 0
-            ]
-            if not newest:
-                raise SchemaError(
-                    f"topic {topic!r} has no message with a Confluent header to take a "
-                    "schema id from; pass schema_id"
-                )
-            schema_id = int.from_bytes(newest[0][1:5], "big")
+            schema_id = newest_schema_id(bootstrap_servers, topic, config)
+        if schema_id is None:
+            raise SchemaError(
+                f"topic {topic!r} has no message with a Confluent header to take a "
+                "schema id from; pass schema_id"
+            )
         codec = CdcCodec(
             registry.data_schema(schema_id),
             framing=framing,

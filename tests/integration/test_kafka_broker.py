@@ -199,3 +199,26 @@ def test_config_not_mutated_and_secrets_redacted(kafka_bootstrap, topic_factory)
             kafka_bootstrap, topic, config={"bogus.setting": 1, "sasl.password": "hunter2"}
         )
     assert "hunter2" not in str(info.value)
+
+
+def test_the_schema_id_is_found_when_a_transaction_marker_ends_the_topic(
+    kafka_bootstrap, topic_factory
+):
+    # a claim's commit marker can land after the updates that follow it; the newest framed
+    # message is then a few offsets before the end
+    from confluent_kafka import Producer
+
+    from cdc_emitter.kafka.registry import newest_schema_id
+
+    topic = topic_factory(1)
+    with CdcProducer(kafka_bootstrap, topic) as producer:
+        producer.produce(b"\x00\x00\x00\x00\x07rest")
+    transactional = Producer(
+        {"bootstrap.servers": kafka_bootstrap, "transactional.id": f"{topic}-test"}
+    )
+    transactional.init_transactions(30)
+    transactional.begin_transaction()
+    transactional.produce(topic, b"\x00\x00\x00\x00\x09rest")
+    transactional.commit_transaction(30)
+    assert end_offsets(kafka_bootstrap, topic)[0][1] == 3  # the last offset is the marker
+    assert newest_schema_id(kafka_bootstrap, topic) == 9
