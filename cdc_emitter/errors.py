@@ -5,6 +5,17 @@ Messages name the topic/partition/offset, time, column or option involved, and s
 
 from __future__ import annotations
 
+#: How many characters of a value (a row, a setting, a path) a message shows.
+SHOWN_CHARS = 200
+
+
+def shorten(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text``, or its first ``limit`` characters and how many were cut: a message shows a
+    value, never a whole megabyte row."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… ({len(text) - limit} more characters)"
+
 
 class CdcError(Exception):
     """Root of every error raised by cdc-emitter."""

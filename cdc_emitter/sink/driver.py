@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import DataFrame, SparkSession
 
+from cdc_emitter.errors import shorten
 from cdc_emitter.sink import small_batch
 from cdc_emitter.sink.batch import Batch, Known
 from cdc_emitter.sink.plan import ENVELOPE, Check, task_error
@@ -57,7 +58,7 @@ class _RowText:
         record = fastavro.schemaless_reader(
             io.BytesIO(self.data[i].as_py()), fastavro.parse_schema(self.data_record)
         )
-        return json.dumps(record, default=str, separators=(",", ":"), ensure_ascii=False)
+        return shorten(json.dumps(record, default=str, separators=(",", ":"), ensure_ascii=False))
 
 
 class DriverPath:

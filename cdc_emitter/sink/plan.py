@@ -52,7 +52,7 @@ from pyspark.sql import Column, Window
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 
-from cdc_emitter.errors import BadInputError, CdcError, LateUpdateError
+from cdc_emitter.errors import SHOWN_CHARS, BadInputError, CdcError, LateUpdateError
 from cdc_emitter.protocol.updates import MAX_LONG, MIN_LONG
 from cdc_emitter.spark.columns import (
     DIFF,
@@ -180,6 +180,17 @@ def row_checks(
             )
         )
     return checks
+
+
+def _shortened(text: Any) -> Any:
+    """The Spark string ``text`` cut as `shorten` cuts a Python one."""
+    cut = F.concat(
+        F.substring(text, 1, SHOWN_CHARS),
+        F.lit("… ("),
+        (F.length(text) - F.lit(SHOWN_CHARS)).cast("string"),
+        F.lit(" more characters)"),
+    )
+    return F.when(F.length(text) > F.lit(SHOWN_CHARS), cut).otherwise(text)
 
 
 def _fail(kind: str, *parts: Any) -> Any:
@@ -384,7 +395,8 @@ class MessagePlan:
         partitions: Sequence[int] | None,
     ) -> None:
         d = F.col(DIFF)
-        self.row_json = F.to_json(F.struct(*[F.col(c) for c in data_cols]))  # before the shuffle
+        # before the shuffle; a message shows SHOWN_CHARS of it (a row may be a megabyte)
+        self.row_json = _shortened(F.to_json(F.struct(*[F.col(c) for c in data_cols])))
         # 1. before the shuffle: each row's hash of data and time (its bucket, its order in
         # packing, and the seed of its digest share) and, unless the data holds maps (equal
         # maps can encode their entries in other orders), its data record as to_avro bytes: rows
@@ -400,8 +412,8 @@ class MessagePlan:
             self._firsts: list[Column] = []
             self._keys, self._data = [F.col(DATA)], [F.col(DATA)]
             self._columns = [F.col(c) for c in data_cols]  # what a combined batch groups on
-            self._after_json = F.to_json(
-                from_avro(F.col(DATA), json.dumps(self._record))
+            self._after_json = _shortened(
+                F.to_json(from_avro(F.col(DATA), json.dumps(self._record)))
             )  # only for an error's text
         else:
             self._keys, self._firsts = group_keys(schema, data_cols)

@@ -19,7 +19,7 @@ from typing import Any, Literal
 from pyspark import TaskContext
 from pyspark.sql import types as T
 
-from cdc_emitter.errors import BadInputError
+from cdc_emitter.errors import BadInputError, shorten
 from cdc_emitter.protocol.updates import Update
 
 __all__ = ["TaskSpec", "produce_partition", "check_sizes"]
@@ -277,7 +277,7 @@ def check_sizes(spec: TaskSpec, batches: Iterator[Any]) -> Iterator[Any]:
                 size = -1  # does not fit in one message at all
             if size < 0 or size > spec.max_message_bytes:
                 sizes.append(size)
-                examples.append(js[:200])
+                examples.append(shorten(js))
                 times.append(t)
     yield pa.RecordBatch.from_pydict(
         {

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 import decimal
 import os
+import re
 import time
 import uuid
 from typing import Any
@@ -1748,3 +1749,18 @@ def test_message_plans_are_shared_by_sinks_of_one_layout(
         sink_jvm.MessagePlan.shared(type(spark), buckets=buckets, **layout)
     assert len(sink_jvm._shared) == sink_jvm.SHARED_PLANS
     assert sink_jvm.MessagePlan.shared(type(spark), buckets=2, **layout) is not first
+
+
+@pytest.mark.parametrize("encoder", ["jvm", "python"])
+def test_a_megabyte_row_over_the_limit_is_shown_cut_and_nothing_is_written(
+    spark, kafka_bootstrap, topic_factory, encoder
+):
+    topic = topic_factory(1)
+    rows = [(k, "z" * (1_000_000 if k == 7 else 3), 1) for k in range(20)]
+    sink = CdcSink(kafka_bootstrap, topic, encoder=encoder, small_batch_rows=0, create_topic=True)
+    with pytest.raises(BadInputError) as info:
+        sink.write(spark.createDataFrame(rows, KV), time=0)
+    text = str(info.value)
+    assert len(text) < 600 and "\n" not in text, text[:1000]
+    assert re.search(r'row \{"k":7,"v":"z{100}.*… \(\d+ more characters\)', text), text
+    assert count_messages(kafka_bootstrap, topic) == 0
