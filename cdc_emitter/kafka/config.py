@@ -43,6 +43,8 @@ __all__ = [
     "redact_config",
     "redact_text",
     "refused_error",
+    "reported_errors",
+    "setting_error_text",
 ]
 
 log = logging.getLogger(__name__)
@@ -299,10 +301,43 @@ def make_client(kind: type, cfg: dict[str, Any]) -> Any:
         _CLIENT_ERRORS[id(client)] = seen
         return client
     except (KafkaException, ValueError, TypeError) as exc:
-        raise ConfigError(
-            f"invalid Kafka client configuration: {redact_text(str(exc), cfg)} "
-            f"(configuration: {redact_config(cfg)})"
-        ) from None  # the cause's text may hold a value
+        raise ConfigError(setting_error_text(exc, cfg)) from None  # the cause may hold a value
+
+
+#: librdkafka's names for the settings it also takes under another name (errors use these).
+_ALIASES = {
+    "acks": "request.required.acks",
+    "linger.ms": "queue.buffering.max.ms",
+    "retries": "message.send.max.retries",
+    "compression.type": "compression.codec",
+    "sasl.mechanism": "sasl.mechanisms",
+}
+
+#: Where librdkafka's settings are listed, for a key it does not know.
+SETTINGS_URL = "https://github.com/confluentinc/librdkafka/blob/master/CONFIGURATION.md"
+
+
+def setting_error_text(exc: BaseException, cfg: Mapping[str, Any]) -> str:
+    """One line for a configuration librdkafka refuses: its reason (which names the key), what
+    to change, and never a value that could be a secret nor the rest of the configuration."""
+    err = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else None
+    reason = redact_text(err.str() if err is not None else str(exc), cfg).strip()
+    reason = reason.removeprefix("Failed to create admin client: ")
+    match = re.search(r'configuration property:? "([^"]+)"', reason)
+    if match is None:
+        return f"invalid Kafka client configuration: {reason}"
+    key = match.group(1)
+    if reason.startswith("No such"):
+        return f"unknown Kafka setting -X {key}: librdkafka has no such key (check its spelling: {SETTINGS_URL})"
+    given = key if key in cfg else next((k for k in cfg if _ALIASES.get(k) == key), key)
+    shown = f"={cfg[given]!r}" if given in cfg and _public(str(given)) else ""
+    return f"invalid value for Kafka setting -X {given}{shown}: {reason}"
+
+
+def reported_errors(client: Any) -> list:
+    """The errors (``KafkaError``) ``client`` has reported through its error callback so far
+    (served by its ``poll``), oldest first."""
+    return list(_CLIENT_ERRORS.get(id(client), ()))
 
 
 def refused_error(client: Any, bootstrap_servers: str) -> RefusedError | None:

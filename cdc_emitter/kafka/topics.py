@@ -9,6 +9,7 @@ names the topic and the bootstrap servers; an unreachable cluster is waited for 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, ResourceType
 
-from cdc_emitter.errors import BrokerError
+from cdc_emitter.errors import BrokerError, ConfigError
 from cdc_emitter.kafka.config import (
     BROKER_TIMEOUT,
     check_bootstrap,
@@ -25,9 +26,45 @@ from cdc_emitter.kafka.config import (
     refused_error,
 )
 
-__all__ = ["ensure_topic", "metadata", "missing_topic", "topic_partitions", "topic_settings"]
+__all__ = [
+    "check_topic_name",
+    "ensure_topic",
+    "metadata",
+    "missing_topic",
+    "topic_partitions",
+    "topic_settings",
+]
 
 log = logging.getLogger(__name__)
+
+#: Kafka's own rule for a topic name (its ``Topic.validate``).
+_TOPIC_NAME = re.compile(r"[a-zA-Z0-9._-]+")
+MAX_TOPIC_NAME = 249
+
+
+def check_topic_name(topic: str) -> str:
+    """``topic`` if Kafka accepts it as a topic name, else a `ConfigError` naming the first
+    character it refuses — before any client connects.
+
+    Kafka takes 1 to 249 of ``a-z A-Z 0-9 . _ -``, and neither ``.`` nor ``..``.
+    """
+    if not isinstance(topic, str) or not topic:
+        raise ConfigError("a topic name is required")
+    shown = topic if len(topic) <= 80 else f"{topic[:60]}… ({len(topic)} characters)"
+    if len(topic) > MAX_TOPIC_NAME:
+        raise ConfigError(
+            f"topic name {shown!r} is {len(topic)} characters long; Kafka takes at most "
+            f"{MAX_TOPIC_NAME}"
+        )
+    if topic in (".", ".."):
+        raise ConfigError(f"topic name {topic!r} is not allowed by Kafka")
+    if not _TOPIC_NAME.fullmatch(topic):
+        bad = next(c for c in topic if not _TOPIC_NAME.fullmatch(c))
+        raise ConfigError(
+            f"topic name {shown!r} has {bad!r}, which Kafka refuses: use letters, digits, "
+            "'.', '_' and '-'"
+        )
+    return topic
 
 
 def metadata(client: Any, bootstrap_servers: str, topic: str, timeout: float) -> Any:

@@ -20,6 +20,7 @@ from typing import Any, Literal, NamedTuple
 from cdc_emitter.errors import ConfigError
 from cdc_emitter.kafka.config import PRODUCER_DEFAULTS
 from cdc_emitter.kafka.registry import SchemaRegistry
+from cdc_emitter.kafka.topics import check_topic_name
 from cdc_emitter.protocol.updates import MAX_LONG
 
 DEFAULT_MAX_MESSAGE_BYTES = 900_000
@@ -109,15 +110,15 @@ def check_modes(*, late: Any, framing: Any, encoder: Any) -> None:
 
 
 def check_numbers(*, topic: str, time_offset: int, broker_timeout: float) -> None:
-    """``time_offset`` is a non-negative long, the topic is named, ``broker_timeout`` positive."""
+    """``time_offset`` is a non-negative long, the topic a name Kafka takes, ``broker_timeout``
+    positive."""
     if (
         isinstance(time_offset, bool)
         or not isinstance(time_offset, int)
         or not 0 <= time_offset <= MAX_LONG
     ):
         raise ConfigError(f"time_offset must be a non-negative integer, not {time_offset!r}")
-    if not topic:
-        raise ConfigError("a topic name is required")
+    check_topic_name(topic)
     if (
         isinstance(broker_timeout, bool)
         or not isinstance(broker_timeout, (int, float))

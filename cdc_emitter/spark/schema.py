@@ -29,6 +29,7 @@ a sink fails before anything is written.
 
 from __future__ import annotations
 
+import difflib
 import re
 from typing import Any
 
@@ -240,6 +241,17 @@ _SIMPLE_TYPES = {
 }
 
 
+#: Spark types the pure parser leaves to Spark (Spark's parser knows them; the CDC format may not).
+_SPARK_ONLY_TYPES = frozenset(
+    ("interval", "variant", "void", "character", "time", "geometry", "geography", "object")
+)
+_TYPE_NAMES = ", ".join(
+    sorted(
+        {*_SIMPLE_TYPES, "varchar(n)", "char(n)", "decimal(p,s)", "array<>", "map<,>", "struct<>"}
+    )
+)
+
+
 class DdlUnknown(Exception):
     """Syntax the pure parser does not handle: let Spark parse it."""
 
@@ -259,7 +271,9 @@ def _ddl_tokens(text: str) -> list[str]:
 def parse_ddl_columns(text: str) -> Any:
     """``"id long not null, price int"`` → a pyspark StructType, without starting Spark.
 
-    Raises DdlUnknown for syntax it does not know (the caller then asks Spark).
+    Raises:
+        SchemaError: A column without a type, or a type Spark does not know either (``lng``).
+        DdlUnknown: Syntax it does not know (the caller then asks Spark).
     """
     toks = _ddl_tokens(text)
     pos = 0
@@ -327,10 +341,19 @@ def parse_ddl_columns(text: str) -> Any:
                     take(",")
             take(">")
             return T.StructType(fields)
-        raise DdlUnknown(word)
+        if word in _SPARK_ONLY_TYPES or not re.fullmatch(r"[a-z_][a-z0-9_]*", word):
+            raise DdlUnknown(word)
+        close = difflib.get_close_matches(word, [*_SIMPLE_TYPES, "decimal", "varchar"], 1)
+        hint = f"did you mean {close[0]!r}?" if close else f"Spark's types are {_TYPE_NAMES}"
+        raise SchemaError(f"unknown type {word!r} ({hint})")
 
     def field(fname: str) -> Any:
-        ftype = dtype()
+        if peek() in (None, ",", ">"):
+            raise SchemaError(f"column {fname!r} has no type (write it as: {fname} TYPE)")
+        try:
+            ftype = dtype()
+        except SchemaError as exc:
+            raise SchemaError(f"column {fname!r}: {exc}") from None
         nullable = True
         while (word := peek()) is not None and word.lower() in ("not", "comment"):
             if take().lower() == "not":

@@ -220,5 +220,8 @@ def test_the_schema_id_is_found_when_a_transaction_marker_ends_the_topic(
     transactional.begin_transaction()
     transactional.produce(topic, b"\x00\x00\x00\x00\x09rest")
     transactional.commit_transaction(30)
+    deadline = time.monotonic() + 30  # the broker writes the marker after the commit returns
+    while end_offsets(kafka_bootstrap, topic)[0][1] < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert end_offsets(kafka_bootstrap, topic)[0][1] == 3  # the last offset is the marker
     assert newest_schema_id(kafka_bootstrap, topic) == 9
