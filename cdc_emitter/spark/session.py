@@ -3,7 +3,10 @@
 Guarantees:
   * a session that fails to start raises `ConfigError` whose first
     line is Spark's own cause (the Java exception behind a Py4J error);
-  * the session's executors run the interpreter this process runs (the sink encodes there).
+  * the session's executors run the interpreter this process runs (the sink encodes there);
+  * a JVM that `spark_session` launches prints nothing on this process's terminal unless
+    ``verbose``: its standard output and error (Ivy's resolution log, Spark's warnings) go to a
+    log file, which a failure to start names; this process's own output is untouched.
 
 Imports PySpark only when a session is made: the CLI's commands that need no Spark start fast.
 """
@@ -11,8 +14,11 @@ Imports PySpark only when a session is made: the CLI's commands that need no Spa
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import re
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -22,7 +28,7 @@ from cdc_emitter.spark.errors import spark_error_text
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["DELTA_PACKAGES", "delta_package", "reader_conf", "spark_session"]
+__all__ = ["DELTA_PACKAGES", "delta_package", "log_cause", "reader_conf", "spark_session"]
 
 #: The Delta Lake package built for each Spark major.minor version (the one --format delta needs).
 DELTA_PACKAGES = {
@@ -51,10 +57,33 @@ def spark_session(
     conf: Mapping[str, str] | None = None,
     fmt: str | None = None,
     remote: str | None = None,
+    *,
+    verbose: bool = False,
 ) -> SparkSession:
-    """A Spark session loading the sink's packages and ``packages``, with ``conf`` and the
-    settings reading ``fmt`` needs; with ``remote`` (``sc://host:port``, or ``SPARK_REMOTE``), a
-    Spark Connect session instead, which loads nothing itself (its server does)."""
+    """A Spark session for a CLI command.
+
+    Args:
+        app: The application's name.
+        packages: Maven coordinates to load besides the sink's (`configure_spark`).
+        conf: Spark settings (``--conf``); they win over the ones set here.
+        fmt: The format the command reads: ``delta`` adds Delta's extension and catalog when
+            its package is loaded (`reader_conf`).
+        remote: A Spark Connect server (``sc://host:port``; default ``$SPARK_REMOTE``): a
+            Connect session instead, which loads nothing itself (its server does).
+        verbose: Let the JVM print on this process's standard error as it starts and runs
+            (Ivy's resolution log, Spark's warnings, the console progress bar). Otherwise a JVM
+            launched here writes its standard output and error to a log file in the temporary
+            directory (``cdc-emitter-spark-*.log``, kept), and PySpark's and Py4J's Python
+            warnings during the start are silenced. A process whose JVM already runs (a
+            session made before) uses that session as it is.
+
+    Returns:
+        The session (an existing one when there is: ``getOrCreate``).
+
+    Raises:
+        ConfigError: ``packages`` or ``conf`` with a Connect session; the session cannot be
+            made: Spark's cause, and when quiet, `` (Spark's log: FILE)`` at the end.
+    """
     from pyspark.sql import SparkSession
 
     remote = remote or os.environ.get("SPARK_REMOTE") or None
@@ -76,22 +105,150 @@ def spark_session(
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from cdc_emitter.spark.setup import configure_spark
 
+    progress = verbose and sys.stderr.isatty()  # quiet, the JVM's standard error is the log
     builder = (
         SparkSession.builder.appName(app)
         .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "true" if sys.stderr.isatty() else "false")
+        .config("spark.ui.showConsoleProgress", "true" if progress else "false")
         .config("spark.sql.session.timeZone", "UTC")
     )
     builder = configure_spark(builder, packages)
     for key, value in reader_conf(fmt, packages, conf).items():
         builder = builder.config(key, value)
+    log = None if verbose or not _launches_jvm() else _new_log()
     try:
-        with _jvm_output_to_stderr():
-            spark = builder.getOrCreate()
+        if log is None:
+            with _jvm_output_to_stderr():
+                spark = builder.getOrCreate()
+        else:
+            with _fds_to(log[0]), _quiet_loggers():
+                spark = builder.getOrCreate()
     except Exception as exc:  # noqa: BLE001 - e.g. a package Maven Central does not have
-        raise ConfigError(f"cannot start Spark: {spark_error_text(exc)}") from exc
+        raise ConfigError(_start_failure(exc, log[1] if log else None)) from exc
+    finally:
+        if log is not None:
+            os.close(log[0])
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+#: The Python loggers silenced while a quiet session starts.
+_QUIET_LOGGERS = ("py4j", "pyspark")
+
+
+def _launches_jvm() -> bool:
+    """Whether making a classic session launches a JVM: none runs for this process yet (PySpark
+    launches one per process, on the first session) nor was one given (``spark-submit``)."""
+    from pyspark import SparkContext
+
+    return (
+        getattr(SparkContext, "_gateway", None) is None and "PYSPARK_GATEWAY_PORT" not in os.environ
+    )
+
+
+def _new_log() -> tuple[int, str] | None:
+    """A new log file for the JVM (its descriptor and path), or None when none can be made."""
+    try:
+        return tempfile.mkstemp(prefix="cdc-emitter-spark-", suffix=".log")
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def _fds_to(target: int, fds: Sequence[int] = (1, 2)) -> Iterator[None]:
+    """While inside, the file descriptors ``fds`` (standard output and error) are copies of
+    ``target``: a child process started meanwhile (the JVM) inherits them, and keeps writing
+    there after. Python's buffered output is flushed before and after, then ``fds`` are put
+    back; a descriptor that is not open is left alone."""
+    _flush()
+    saved: list[tuple[int, int]] = []
+    try:
+        for fd in fds:
+            try:
+                saved.append((fd, os.dup(fd)))
+            except OSError:
+                continue
+        for fd, _copy in saved:
+            os.dup2(target, fd)
+        yield
+    finally:
+        _flush()
+        for fd, copy in saved:
+            os.dup2(copy, fd)
+            os.close(copy)
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # closed, or a broken pipe
+            pass
+
+
+@contextlib.contextmanager
+def _quiet_loggers() -> Iterator[None]:
+    """While inside, the `_QUIET_LOGGERS` log errors only (their levels put back after)."""
+    loggers = [logging.getLogger(name) for name in _QUIET_LOGGERS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        if logger.getEffectiveLevel() < logging.ERROR:
+            logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
+def _start_failure(exc: BaseException, log: str | None) -> str:
+    """The message of a session that did not start: Spark's cause — the JVM's own last words in
+    ``log`` when PySpark only says that it exited — and the log file."""
+    text = spark_error_text(exc)
+    if log is None:
+        return f"cannot start Spark: {text}"
+    if "JAVA_GATEWAY_EXITED" in text or "Java gateway process exited" in text:
+        cause = log_cause(log)
+        if cause is not None:
+            text = f"the JVM exited: {cause}"
+    return f"cannot start Spark: {text} (Spark's log: {log})"
+
+
+#: Lines of a JVM's output that say why it exited, best first.
+_LOG_CAUSES = (
+    re.compile(r'^Exception in thread "main" (.+)$'),
+    re.compile(r"^Error: (.+)$"),
+    re.compile(r"^(.*JAVA_HOME is not set.*)$"),
+    re.compile(r"^(Error: Could not (?:find|create) .+)$"),
+)
+
+
+def log_cause(path: str, limit: int = 65536) -> str | None:
+    """Why a JVM that exited did, by the last ``limit`` bytes of its output in ``path``.
+
+    Args:
+        path: The JVM's log (standard output and error).
+        limit: How much of the end of the log to read.
+
+    Returns:
+        The first line that says (``java.lang.RuntimeException: [unresolved dependency:
+        ...]`` of ``Exception in thread "main" ...``, spark-submit's ``Error: ...``), cut to 300
+        characters; None when the log is unreadable or says nothing of the kind.
+    """
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(max(os.fstat(fh.fileno()).st_size - limit, 0))
+            lines = fh.read().decode("utf-8", "replace").splitlines()
+    except OSError:
+        return None
+    for pattern in _LOG_CAUSES:
+        for line in lines:
+            match = pattern.match(line.strip())
+            if match:
+                cause = match.group(1).strip()
+                return cause if len(cause) <= 300 else cause[:297] + "..."
+    return None
 
 
 @contextlib.contextmanager
@@ -100,14 +257,8 @@ def _jvm_output_to_stderr() -> Iterator[None]:
     that PySpark launches inherits it, and what the JVM prints (Spark 3.5's Ivy prints
     ``:: loading settings ::`` when it resolves packages) must not mix into a command's output
     (``--json``). Python's own standard output is put back after."""
-    sys.stdout.flush()
-    saved = os.dup(1)
-    try:
-        os.dup2(2, 1)
+    with _fds_to(2, fds=(1,)):
         yield
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
 
 
 def reader_conf(

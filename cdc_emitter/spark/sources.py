@@ -1,0 +1,366 @@
+"""Local inputs checked before Spark starts: missing, empty, or another format than said.
+
+Pure: imports neither PySpark nor confluent_kafka, so the CLI checks a SOURCE in milliseconds,
+before the seconds a JVM takes to start, and phrases what Spark's readers would report late or
+not at all (a Parquet file read as csv becomes rows of junk).
+
+Guarantees:
+  * `check_source` raises only `ConfigError`, with one line naming the path and what to change;
+    it never refuses what it cannot see: a path of another file system (``s3a://``, ``hdfs://``,
+    ...), a glob, a table or JDBC source, or any path when Spark runs elsewhere (Spark Connect)
+    or the default file system is not the local one;
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator, Mapping
+from urllib.parse import unquote, urlsplit
+
+from cdc_emitter.errors import ConfigError
+
+__all__ = [
+    "COMPRESSED_SUFFIXES",
+    "FILE_FORMATS",
+    "check_source",
+    "cut",
+    "data_files",
+    "local_path",
+]
+
+#: The formats whose SOURCE is a path of files (`cdc_emitter.spark.tables.FORMATS` less jdbc and
+#: table).
+FILE_FORMATS = ("parquet", "csv", "json", "orc", "delta", "avro", "text")
+_TEXT_FORMATS = ("csv", "json", "text")
+_BINARY_NAMES = {"parquet": "a Parquet file", "orc": "an ORC file", "avro": "an Avro file"}
+#: file name endings Hadoop decompresses by (the bytes inside are not text)
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".deflate", ".lz4", ".snappy", ".zst", ".zstd", ".xz", ".br")
+_COMPRESSED_MAGIC = {
+    b"\x1f\x8b": "gzip",
+    b"BZh": "bzip2",
+    b"\x28\xb5\x2f\xfd": "zstd",
+    b"\xfd7zXZ\x00": "xz",
+    b"PK\x03\x04": "zip",
+}
+#: byte order marks of UTF-16 and UTF-32 text, whose characters hold NUL bytes
+_WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
+_HEAD = 4096
+_GLOB_CHARS = "*?[{"
+
+
+def cut(text: str, limit: int = 80) -> str:
+    """``text`` cut to at most ``limit`` characters, ``...`` marking a cut.
+
+    Args:
+        text: Any text (a line of a file, a path).
+        limit: The most characters returned (at least 4).
+
+    Returns:
+        ``text`` itself when short enough, else its start and ``...``.
+    """
+    return text if len(text) <= limit else text[: max(limit - 3, 1)] + "..."
+
+
+def local_path(path: str) -> str | None:
+    """The local file system path ``path`` names, or None for another file system's URI.
+
+    Args:
+        path: A SOURCE as given: a path, a ``file:`` URI, or another scheme's URI.
+
+    Returns:
+        ``path`` itself when it has no scheme (a Windows drive letter is no scheme), the path of
+        a ``file:`` URI of this host, else None (``s3a://``, ``hdfs://``, ``abfss://``, ...).
+    """
+    match = re.match(r"([A-Za-z][A-Za-z0-9+.\-]*):", path)
+    if match is None or len(match.group(1)) == 1:
+        return path
+    if match.group(1).lower() != "file":
+        return None
+    parts = urlsplit(path)
+    if parts.netloc not in ("", "localhost"):
+        return None
+    return unquote(parts.path) or None
+
+
+def check_source(
+    path: str,
+    fmt: str,
+    *,
+    remote: str | None = None,
+    conf: Mapping[str, str] | None = None,
+) -> None:
+    """Check, before Spark starts, that a local SOURCE exists and holds data of format ``fmt``.
+
+    Sniffs the first bytes of the file (or of a directory's first data file, in name order):
+    Parquet starts and ends with ``PAR1``, ORC starts with ``ORC``, an Avro container with
+    ``Obj\\x01``; csv, json and text are text (no NUL byte in the first 4 KiB unless compressed),
+    and JSON lines start with ``{`` or ``[``. A Delta table is a directory with ``_delta_log/``.
+
+    Args:
+        path: SOURCE as given on the command line (a path or a URI).
+        fmt: The ``--format`` it is read with. Formats other than `FILE_FORMATS` (jdbc, table)
+            are not checked.
+        remote: The Spark Connect server (``--remote``) the path is read by, if any: its server
+            reads the path on its own machine, so nothing is checked (nor with ``SPARK_REMOTE``).
+        conf: The ``--conf`` settings: with ``spark.hadoop.fs.defaultFS`` naming another file
+            system, a path without a scheme is that file system's and is not checked.
+
+    Raises:
+        ConfigError: the local path does not exist; a directory holds no data files; a Delta
+            table is not one, or is read as another format; the content is another format than
+            ``fmt`` (the message names the ``--format`` to pass).
+    """
+    if fmt not in FILE_FORMATS or remote or os.environ.get("SPARK_REMOTE"):
+        return
+    local = local_path(path)
+    if local is None:
+        return
+    if local == path and not _default_fs_is_local(conf):
+        return
+    if not os.path.exists(local):
+        if any(c in local for c in _GLOB_CHARS):
+            return  # a Hadoop glob: Spark expands it
+        where = "" if os.path.isabs(local) else f" (relative to {cut(os.getcwd(), 120)})"
+        raise ConfigError(
+            f"input path {cut(path, 160)!r} does not exist{where}: check the path; a path "
+            "on another file system needs its URI (s3a://..., hdfs://..., abfss://...)"
+        )
+    if os.path.isdir(local):
+        _check_directory(path, local, fmt)
+    else:
+        _check_file(path, local, fmt)
+
+
+def _check_directory(path: str, local: str, fmt: str) -> None:
+    shown = cut(path, 160)
+    is_delta = os.path.isdir(os.path.join(local, "_delta_log"))
+    if fmt == "delta":
+        if is_delta:
+            return
+        first = next(_nonempty(data_files(local)), None)
+        kind = _sniff_file(first)[0] if first is not None else None
+        hint = (
+            f": it holds {_BINARY_NAMES[kind].split()[-2]} files, pass --format {kind}"
+            if kind in _BINARY_NAMES
+            else ": pass the table's root directory (the one holding _delta_log/)"
+        )
+        raise ConfigError(
+            f"input directory {shown!r} is not a Delta table (it has no _delta_log/ directory)"
+            + hint
+        )
+    if is_delta:
+        raise ConfigError(
+            f"input directory {shown!r} is a Delta table (it has _delta_log/), not plain {fmt} "
+            "files: pass --format delta (read as files, Spark would also read the data files "
+            "the table has removed)"
+        )
+    files = data_files(local)
+    first = next(files, None)
+    if first is None:
+        raise ConfigError(
+            f"input directory {shown!r} holds no data files (_SUCCESS, .crc and other files "
+            "starting with '.' or '_' do not count): check the path"
+        )
+    sample = next(_nonempty(_chain(first, files)), None)
+    if sample is not None:
+        rel = os.path.relpath(sample, local)
+        _check_content(f"{cut(os.path.join(path, rel), 160)!r} (in {shown!r})", sample, fmt)
+
+
+def _check_file(path: str, local: str, fmt: str) -> None:
+    shown = repr(cut(path, 160))
+    if fmt == "delta":
+        kind = _sniff_file(local)[0]
+        hint = (
+            f"it is {_describe(kind)}, pass --format {kind}"
+            if kind in _BINARY_NAMES
+            else "pass the table's root directory (the one holding _delta_log/)"
+        )
+        raise ConfigError(f"input {shown} is a file, not a Delta table (a directory): {hint}")
+    _check_content(shown, local, fmt)
+
+
+def _check_content(shown: str, local: str, fmt: str) -> None:
+    """Raise when the file ``local`` (named ``shown`` in the message) is not ``fmt``."""
+    kind, head = _sniff_file(local)
+    if kind == "parquet-truncated" and fmt == "parquet":
+        raise ConfigError(
+            f"input {shown} is not a complete Parquet file (it starts with PAR1 but does not "
+            "end with it): it is truncated or still being written"
+        )
+    if kind == "parquet-truncated":
+        kind = "parquet"
+    if kind == fmt:
+        return
+    if kind in _BINARY_NAMES:
+        raise ConfigError(f"input {shown} is {_describe(kind)}, not {fmt}: pass --format {kind}")
+    if fmt in _TEXT_FORMATS:
+        if kind == "binary":
+            raise ConfigError(
+                f"input {shown} is not text (it has NUL bytes in its first 4 KiB and is not "
+                f"gzip-compressed), so not {fmt}: check the path and --format"
+            )
+        if kind == "text" and fmt == "json":
+            _check_json_start(shown, head)
+        return  # text, empty, or compressed (Spark decompresses by the file's suffix)
+    # a binary format expected: say what the file holds instead
+    if kind == "empty":
+        guess = "it is empty (a file still being written?)"
+    elif kind == "text":
+        guess = (
+            "it looks like JSON lines: pass --format json"
+            if _first_char(head) in ("{", "[")
+            else "it is text: pass --format csv (or json, text)"
+        )
+    elif kind in _COMPRESSED_MAGIC.values():
+        guess = f"it is {kind}-compressed data"
+    else:
+        guess = f"its first bytes are {head[:8]!r}"
+    raise ConfigError(f"input {shown} is not {_describe(fmt)}: {guess}")
+
+
+def _check_json_start(shown: str, head: bytes) -> None:
+    first = _first_char(head)
+    if first and first not in "{[":
+        line = head.decode("utf-8", "replace").lstrip("\ufeff \t\r\n").splitlines()[0]
+        raise ConfigError(
+            f"input {shown} is not JSON lines (it starts with {cut(line, 40)!r}, not '{{' or "
+            "'['): pass the --format of its content (csv, text)"
+        )
+
+
+def _describe(kind: str | None) -> str:
+    names = {**_BINARY_NAMES, "delta": "a Delta table"}
+    return names.get(kind or "", f"a {kind} file")
+
+
+def _first_char(head: bytes) -> str:
+    """The first character of ``head`` that is not blank (nor a byte order mark), or ''."""
+    text = head.decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
+    return text[:1]
+
+
+def _sniff_file(path: str) -> tuple[str, bytes]:
+    """What ``path`` holds by its first and last bytes (`_sniff`), and its first 4 KiB."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_HEAD)
+            size = os.fstat(fh.fileno()).st_size
+            tail = b""
+            if size >= 8:
+                fh.seek(size - 4)
+                tail = fh.read(4)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read input file {cut(path, 160)!r}: {exc.strerror or exc}"
+        ) from exc
+    return _sniff(head, tail, compressed=path.lower().endswith(COMPRESSED_SUFFIXES)), head
+
+
+def _sniff(head: bytes, tail: bytes, *, compressed: bool = False) -> str:
+    """``parquet``, ``parquet-truncated``, ``orc``, ``avro``, a compression (``gzip``, ...),
+    ``empty``, ``binary`` (NUL bytes, not compressed) or ``text``."""
+    if not head:
+        return "empty"
+    if head[:4] in (b"PAR1", b"PARE"):
+        return "parquet" if tail == head[:4] else "parquet-truncated"
+    if head[:3] == b"ORC":
+        return "orc"
+    if head[:4] == b"Obj\x01":
+        return "avro"
+    for magic, name in _COMPRESSED_MAGIC.items():
+        if head.startswith(magic):
+            return name
+    if compressed or head.startswith(_WIDE_BOMS):
+        return "text"
+    return "binary" if b"\x00" in head else "text"
+
+
+def _default_fs_is_local(conf: Mapping[str, str] | None) -> bool:
+    """Whether a path without a scheme is a local one: no ``spark.hadoop.fs.defaultFS`` of
+    another file system in ``conf``, nor ``fs.defaultFS`` in ``$HADOOP_CONF_DIR/core-site.xml``."""
+    default = (conf or {}).get("spark.hadoop.fs.defaultFS")
+    if default is None:
+        for var in ("HADOOP_CONF_DIR", "YARN_CONF_DIR"):
+            site = os.path.join(os.environ.get(var, ""), "core-site.xml")
+            if os.environ.get(var) and os.path.isfile(site):
+                default = _core_site_default_fs(site)
+                if default is not None:
+                    break
+    return default is None or default.strip().lower().startswith("file:")
+
+
+def _core_site_default_fs(site: str) -> str | None:
+    try:
+        root = ET.parse(site).getroot()
+    except (OSError, ET.ParseError):
+        return None
+    for prop in root.iter("property"):
+        if (prop.findtext("name") or "").strip() in ("fs.defaultFS", "fs.default.name"):
+            return prop.findtext("value")
+    return None
+
+
+# --- the data files of a directory ----------------------------------------------------------
+
+
+def _hidden(name: str) -> bool:
+    """Spark's rule for files it does not read in a directory (``_SUCCESS``, ``.x.crc``, ...);
+    a partition directory ``_k=v`` is read."""
+    return (
+        name.startswith(".")
+        or name.startswith("_")
+        and "=" not in name
+        or name.endswith(("._COPYING_", ".crc"))
+    )
+
+
+def data_files(directory: str) -> Iterator[str]:
+    """The files Spark reads in ``directory`` (and its partition directories), in name order.
+
+    Args:
+        directory: A local directory.
+
+    Yields:
+        Each data file's path, depth first; files and directories whose names start with ``.``
+        or ``_`` (``_SUCCESS``, ``_delta_log``, ``.part-0.crc``) and ``.crc`` files left out.
+    """
+    return _walk(directory, _MAX_DEPTH)
+
+
+#: How deep `data_files` looks (partition directories nest a few levels; links may loop).
+_MAX_DEPTH = 32
+
+
+def _walk(directory: str, depth: int) -> Iterator[str]:
+    try:
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
+    except OSError:
+        return
+    for entry in entries:
+        if _hidden(entry.name):
+            continue
+        try:
+            if entry.is_dir():
+                if depth > 0:
+                    yield from _walk(entry.path, depth - 1)
+            elif entry.is_file():
+                yield entry.path
+        except OSError:
+            continue
+
+
+def _nonempty(files: Iterator[str]) -> Iterator[str]:
+    for path in files:
+        try:
+            if os.path.getsize(path) > 0:
+                yield path
+        except OSError:
+            continue
+
+
+def _chain(first: str, rest: Iterator[str]) -> Iterator[str]:
+    yield first
+    yield from rest
