@@ -632,17 +632,15 @@ def conversion_error(exc: BaseException) -> str:
 
 
 def await_conversion(start: Callable[[], Any], *, restarts: int = 3) -> Any:
-    """Start a converter's query with ``start()`` and wait for its end (``once``) or until
-    interrupted; returns the query. A failure that is Spark 4.1.1's SPARK-55271 (see above) starts
+    """Start a converter's query with ``start()`` and wait for its end (``once``); returns the
+    query. An interrupt (KeyboardInterrupt, SIGTERM's exception) stops the query and is raised
+    again. A failure that is Spark 4.1.1's SPARK-55271 (see above) starts
     the query again, at most ``restarts`` times in a row; any other failure is raised."""
     left = restarts
     while True:
         query = start()
         try:
             query.awaitTermination()
-            return query
-        except KeyboardInterrupt:
-            query.stop()
             return query
         except Exception as exc:  # noqa: BLE001 - re-raised unless it is the known Spark bug
             if _SPARK_55271 not in str(exc) or left == 0:
@@ -652,3 +650,6 @@ def await_conversion(start: Callable[[], Any], *, restarts: int = 3) -> Any:
                 "the query failed in Spark's Kafka source progress report after a restart "
                 "(SPARK-55271, fixed after Spark 4.1.1); its batch was committed: starting it again"
             )
+        except BaseException:  # Ctrl-C, SIGTERM: the query stops where it is; the caller says so
+            query.stop()
+            raise

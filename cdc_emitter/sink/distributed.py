@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from cdc_emitter.errors import DeliveryError
+from cdc_emitter.errors import DeliveryError, shorten
 from cdc_emitter.protocol.codec import union_schema
 from cdc_emitter.sink import plan_stats
 from cdc_emitter.sink.batch import Batch, Known
@@ -374,14 +374,14 @@ class DistributedPath:
 
     def delivery_error(self, exc: BaseException, options: dict, batch: Batch) -> DeliveryError:
         """Our error for a failed write by Spark's Kafka writer: the producer's cause, and that
-        no progress statement was written."""
-        cause = kafka_cause(exc) or spark_error_text(exc)
+        the batch's claim waits for a re-run (its claim is committed before its updates)."""
+        cause = shorten(kafka_cause(exc) or spark_error_text(exc))
         timeout = options["kafka.delivery.timeout.ms"]
         return DeliveryError(
             f"delivery to topic {self.topic!r} failed in Spark's Kafka writer "
-            f"(delivery.timeout.ms={timeout} per attempt): {cause}. No progress "
-            f"statement was written for {batch.what}; a re-run of the batch writes the same "
-            "updates again"
+            f"(delivery.timeout.ms={timeout} per attempt): {cause}. The claim of {batch.what} "
+            "is in the topic, so readers wait on its times until a re-run of the batch writes "
+            "its updates again"
         )
 
 

@@ -59,6 +59,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import random
+import re
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -72,6 +73,7 @@ from cdc_emitter.errors import (
     ConcurrentWriterError,
     ConfigError,
     ReplayError,
+    shorten,
 )
 from cdc_emitter.kafka.claims import ClaimProducer, Fenced
 from cdc_emitter.kafka.frontier import TopicFrontier, retrying, topic_frontier
@@ -152,6 +154,61 @@ class _NotThatBatch(Exception):
 
 class _Overtaken(Exception):
     """A batch whose time was the frontier, which another writer's claim moved: plan it again."""
+
+
+class InterruptedBatchError(CdcError):
+    """A ``foreachBatch`` batch whose Spark work was interrupted or cancelled: its query was
+    stopped (``query.stop()``) while the batch was being written. Its text is short and ends the
+    way Spark's stream thread recognises an interruption, so a stopped query ends quietly (see
+    `interrupted_batch`)."""
+
+
+#: What a stopped query's interruption looks like in the Java error behind a Py4J call: the Java
+#: exceptions Spark takes for an interruption (``StreamExecution.IO_EXCEPTION_NAMES``), or the
+#: cancellation of a job.
+_INTERRUPTION = re.compile(
+    r"java\.lang\.InterruptedException|java\.io\.InterruptedIOException"
+    r"|java\.nio\.channels\.ClosedByInterruptException"
+    r"|org\.apache\.spark\.SparkException: [^\n]*\bcancelled\b[^\n]*"
+)
+
+
+def interrupted_batch(exc: BaseException, what: str) -> InterruptedBatchError | None:
+    """A short `InterruptedBatchError` for ``exc`` when it (or an error it was raised from) is a
+    Py4J error whose Java side was interrupted or whose job was cancelled; else None.
+
+    Spark's stream thread tells a stopped query's interruption from a failure by matching the
+    text of the ``foreachBatch`` function's Python traceback against
+    ``py4j.protocol.Py4JJavaError: An error occurred while calling(.|\\n)*InterruptedException``
+    (SPARK-39218, SPARK-48717). A Py4J error's text carries the whole Java stack trace, and that
+    regex overflows the stream thread's stack on about a thousand characters after its first
+    words: the query then ends with 1,000 lines of ``java.lang.StackOverflowError`` instead of
+    quietly. This error's text names the Py4J call and the Java exception in a last line of a few
+    hundred characters — the only text after those words — and it is raised without its cause.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if getattr(current, "java_exception", None) is not None:  # a Py4JJavaError
+            try:
+                text = str(current)
+            except Exception:  # noqa: BLE001 - the JVM may be gone
+                text = ""
+            found = _INTERRUPTION.search(text)
+            if found is not None:
+                # its first line: "An error occurred while calling o94.save."
+                call = text.split("\n", 1)[0].strip().rstrip(".")
+                return InterruptedBatchError(
+                    f"{what} was interrupted: its streaming query was stopped (or its Spark job "
+                    "cancelled) while the batch was being written. Restarted from its checkpoint, "
+                    "the query writes the batch again; if its progress statement was claimed, "
+                    "readers wait on its times until then.\n"
+                    f"py4j.protocol.Py4JJavaError: {shorten(call, 100)}: "
+                    f"{shorten(found.group(0), 300)}"
+                )
+        current = current.__cause__ or current.__context__
+    return None
 
 
 class CdcSink:
@@ -367,9 +424,10 @@ class CdcSink:
                 the topic's.
             ReplayError: a re-run whose data differs from its first attempt's.
             ConcurrentWriterError: another writer wrote a progress statement for the interval.
+            InterruptedBatchError: the query was stopped while the batch was being written.
             CdcError: any other of the sink's errors (broker, delivery, configuration).
         """
-        return self._write(batch_df, int(batch_id), fixed_time=None, close=False)
+        return self._write_streamed(batch_df, int(batch_id))
 
     def write_upto(self, df: DataFrame, batch_id: int, upper: int) -> BatchResult:
         """Write micro-batch ``batch_id`` and close every time below ``upper`` (column mode).
@@ -398,9 +456,30 @@ class CdcSink:
             raise ConfigError(f"upper must be a non-negative integer, not {upper!r}")
         self._upper_hint = upper
         try:
-            return self._write(df, int(batch_id), fixed_time=None, close=False)
+            return self._write_streamed(df, int(batch_id))
         finally:
             self._upper_hint = None
+
+    def _write_streamed(self, df: DataFrame, batch_id: int) -> BatchResult:
+        """Write micro-batch ``batch_id``; a batch interrupted by its query's stop raises a short
+        `InterruptedBatchError` (`interrupted_batch`), without the long Py4J error behind it."""
+        try:
+            return self._write(df, batch_id, fixed_time=None, close=False)
+        except Exception as exc:
+            stopped = interrupted_batch(exc, f"topic {self.topic!r} batch {batch_id}")
+            if stopped is None:
+                raise
+            log.info("topic %r batch %d was interrupted: its query stopped", self.topic, batch_id)
+            log.debug("topic %r batch %d: the interruption", self.topic, batch_id, exc_info=exc)
+            raise stopped from None
+
+    @property
+    def unfinished(self) -> Unfinished | None:
+        """The batch of `write` that was claimed (or whose claim was sent: ``confirmed`` false)
+        and whose updates are not all written, as an interrupted or failed `write` left it; None
+        when there is none. Readers wait at its ``lower`` until the same batch is written again
+        (by this sink, or by a new one with the same ``writer_id`` and ``complete_last=True``)."""
+        return self._unfinished
 
     def write(self, df: DataFrame, time: int | None = None, close: bool = False) -> BatchResult:
         """Write one batch DataFrame outside streaming.
