@@ -63,6 +63,11 @@ def expected_table() -> list[tuple[dict, int]]:
     ]
 
 
+def say(text: str) -> None:
+    """One step of the demo, as it happens."""
+    print(f"   {text}", file=sys.stderr, flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"))
@@ -93,6 +98,11 @@ def main() -> int:
         path.write_text("".join(json.dumps(r) + "\n" for r in batch))
         os.utime(path, (base + i, base + i))  # the file source takes files in mtime order
 
+    say(
+        f"wrote {len(BATCHES)} files of changes (inserts, updates, deletes) to "
+        f"{incoming.name}/; starting Spark (its first start downloads the Kafka and Avro "
+        "packages, a minute or two)"
+    )
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("cdc-emitter-demo")
@@ -123,7 +133,12 @@ def main() -> int:
         args.topic,
         create_topic=True,
         checkpoint_location=str(work / "checkpoint"),
+        on_batch=lambda r: say(
+            f"micro-batch {r.batch_id}: {r.updates} updates at time {r.lower} and their "
+            f"progress statement [{r.lower}, {r.upper}) written"
+        ),
     )
+    say(f"Spark is up; streaming the changes, one micro-batch per file, to topic {args.topic}")
     query = (
         changes.writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(work / "checkpoint"))

@@ -9,17 +9,20 @@ from typing import TYPE_CHECKING, Any, cast
 
 import click
 
-from cdc_emitter.cli.console import EXIT_OK, handle_errors, main
+from cdc_emitter.cli.console import EXIT_OK, handle_errors, main, on_interrupt
 from cdc_emitter.cli.options import (
+    check_inputs,
+    check_kafka,
     check_registry_options,
     kafka_options,
     registry_options,
     require_servers,
     spark_options,
+    start_spark,
 )
 from cdc_emitter.cli.output import StatusLine, dumps, frontier_text
 from cdc_emitter.errors import CdcError
-from cdc_emitter.spark.session import delta_package, spark_session
+from cdc_emitter.spark.session import delta_package
 
 if TYPE_CHECKING:  # Spark is imported when a command runs: --help stays fast
     from pyspark.sql.streaming import StreamingQuery
@@ -172,6 +175,11 @@ def convert(
     )
     check_registry_options(schema_registry, registry_settings, "confluent", None)
     servers = require_servers(bootstrap_servers)
+    from cdc_emitter.convert.delta import is_path
+
+    if fmt == "delta" and is_path(source):
+        check_inputs([source], "delta", spark_remote, spark_conf)
+    check_kafka(servers, kafka_settings, broker_timeout, topic, require_topic=not create_topic)
     status = StatusLine()
     results: list[BatchResult] = []
 
@@ -183,9 +191,16 @@ def convert(
             f"({sum(r.updates for r in results)} in all)"
         )
 
+    on_interrupt(
+        lambda: (
+            f"the query stopped after {len(results)} batches written to topic {topic}; run "
+            f"the same command again to go on from checkpoint {checkpoint} (a batch it was "
+            "writing is completed first: readers wait on its times until then)"
+        )
+    )
     status.show(f"starting Spark to read {source}")
     try:
-        spark = spark_session(
+        spark = start_spark(
             "cdc-emitter convert",
             _packages(kafka_source, spark_packages, spark_remote),
             spark_conf,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
+from typing import Any
 
 import click
 
@@ -15,15 +16,19 @@ from cdc_emitter.cli.console import (
     EXIT_VIOLATIONS,
     handle_errors,
     main,
+    on_interrupt,
 )
 from cdc_emitter.cli.options import (
+    check_inputs,
+    check_kafka,
     check_registry_options,
     kafka_options,
-    load_data_schema,
     parse_settings,
+    reader_data_schema,
     registry_options,
     require_servers,
     spark_options,
+    start_spark,
 )
 from cdc_emitter.cli.output import (
     StatusLine,
@@ -34,8 +39,7 @@ from cdc_emitter.cli.output import (
 )
 from cdc_emitter.errors import ConfigError, SchemaError
 from cdc_emitter.spark.errors import spark_error_text
-from cdc_emitter.spark.session import spark_session
-from cdc_emitter.spark.tables import FORMATS, read_table
+from cdc_emitter.spark.tables import FORMATS, malformed_input_error, read_table
 
 
 @main.command()
@@ -60,7 +64,8 @@ from cdc_emitter.spark.tables import FORMATS, read_table
     "--schema",
     "schema_file",
     type=click.Path(exists=True, dir_okay=False, readable=True),
-    help="With --from-topic: the topic's Avro schema file (the union or the data record).",
+    help="With --from-topic: the topic's Avro schema file (the union or the data record; "
+    "default: the schema the sink wrote into the topic's progress statements).",
 )
 @click.option(
     "--mode",
@@ -167,10 +172,12 @@ def export(
     to --to (--format, -O as writer options): each row as many times as its multiplicity,
     so an exported table comes back as it was. Nothing is written when the topic has
     violations (exit 1, the summary printed), when the time asked for is not proven (exit 3),
-    or when a row's multiplicity is negative (exit 2).
+    or when a row's multiplicity is negative (exit 2). The topic is read with the schema the
+    sink wrote into its progress statements, or with --schema FILE (a topic another tool
+    wrote; refused when it differs from the sink's).
 
     \b
-      cdc-emitter export --from-topic products --schema products.avsc --to products_v2.parquet
+      cdc-emitter export --from-topic products --to products_v2.parquet
     """
     if from_topic is not None and (schema_registry or registry_settings):
         raise click.UsageError("--schema-registry is for writing a topic, not with --from-topic")
@@ -215,10 +222,12 @@ def export(
         raise click.UsageError(f"{', '.join(stray)}: only with --from-topic")
     check_registry_options(schema_registry, registry_settings, framing, schema_id)
     servers = require_servers(bootstrap_servers)
+    check_inputs([source, previous], fmt, spark_remote, spark_conf)
+    check_kafka(servers, kafka_settings, broker_timeout, topic, require_topic=not create_topic)
     status = StatusLine()
     status.show(f"starting Spark to read {source}")
     try:
-        spark = spark_session("cdc-emitter export", spark_packages, spark_conf, fmt, spark_remote)
+        spark = start_spark("cdc-emitter export", spark_packages, spark_conf, fmt, spark_remote)
         df = _snapshot_updates(spark, source, previous, fmt, read_options)
         status.show(f"writing {source} to topic {topic}")
         from cdc_emitter.sink.sink import CdcSink
@@ -236,7 +245,16 @@ def export(
             writer_id=export_writer_id(source, previous, topic),
             complete_last=True,
         )
-        written = sink.write(df, time=at_time, close=close)
+        on_interrupt(lambda: export_left(sink, topic))
+        try:
+            written = sink.write(df, time=at_time, close=close)
+        except Exception as exc:
+            # Spark reads a CSV lazily: a malformed line fails the sink's first job (before
+            # anything is claimed); say which line, not Spark's stack
+            malformed = malformed_input_error(exc, [source, previous], fmt, read_options)
+            if malformed is None:
+                raise
+            raise malformed from exc
     finally:
         status.done()
     summary = export_summary(source, previous, topic, at_time, written)
@@ -250,6 +268,24 @@ def export(
             f"frontier {frontier_text(tuple(summary['frontier']))}"
         )
     sys.exit(EXIT_OK)
+
+
+def export_left(sink: Any, topic: str) -> str:
+    """What an export stopped in its write left on ``topic``, and how to complete it."""
+    unfinished = sink.unfinished
+    if unfinished is None:
+        return f"nothing was written to topic {topic}"
+    times = f"[{unfinished.lower}, {'∞' if unfinished.upper is None else unfinished.upper})"
+    if not unfinished.confirmed:
+        return (
+            f"the claim of times {times} on topic {topic} may have been committed, with part of "
+            "its updates; run the same command again: it completes them"
+        )
+    return (
+        f"topic {topic} has times {times} claimed and only part of their updates written; "
+        f"readers wait at time {unfinished.lower} until the same command is run again, which "
+        "completes them"
+    )
 
 
 def export_writer_id(source: str, previous: str | None, topic: str) -> str:
@@ -301,18 +337,21 @@ def _export_from_topic(
     """``export --from-topic``: the table a CDC topic holds, verified, written by Spark."""
     if stray:
         raise click.UsageError(f"--from-topic does not go with {', '.join(stray)}")
-    if destination is None or schema_file is None:
-        raise click.UsageError("--from-topic needs --to PATH and --schema FILE")
+    if destination is None:
+        raise click.UsageError("--from-topic needs --to PATH")
     if fmt in ("jdbc", "table", "text"):
         raise click.UsageError(f"--from-topic writes files: --format {fmt} is not one of them")
     servers = require_servers(bootstrap_servers)
-    data_schema = load_data_schema(schema_file)
+    check_kafka(servers, kafka_settings, broker_timeout, topic, require_topic=True, reading=True)
+    data_schema = reader_data_schema(
+        schema_file, servers, topic, kafka_settings, broker_timeout, hint="pass --schema FILE"
+    )
     status = StatusLine()
     from cdc_emitter.read.spark_reader import read_cdc
 
     status.show(f"starting Spark to read topic {topic}")
     try:
-        spark = spark_session("cdc-emitter export", spark_packages, spark_conf, fmt, spark_remote)
+        spark = start_spark("cdc-emitter export", spark_packages, spark_conf, fmt, spark_remote)
         status.show(f"reading and verifying topic {topic}")
         result = read_cdc(
             spark,

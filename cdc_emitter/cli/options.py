@@ -3,7 +3,8 @@ resolve to: the bootstrap servers, the data schema, the codec."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import click
@@ -163,14 +164,59 @@ def codec_options(func: Callable) -> Callable:
         "schema_file",
         type=click.Path(exists=True, dir_okay=False, readable=True),
         help="Avro schema file: the full CDC union schema or just the `data` record schema "
-        "(required unless --schema-registry).",
+        "(default: the schema the sink wrote into the topic's progress statements).",
     )(func)
     return func
 
 
+def _remember_verbose(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.find_root().meta[VERBOSE] = True
+        logging.getLogger("cdc_emitter.kafka.librdkafka").setLevel(logging.WARNING)
+
+
+VERBOSE = "cdc_emitter.verbose"
+
+
+def start_spark(
+    app: str,
+    packages: Sequence[str] = (),
+    conf: Mapping[str, str] | None = None,
+    fmt: str | None = None,
+    remote: str | None = None,
+) -> Any:
+    """`spark_session` for a command: quiet (Spark's own output into a log file) unless the
+    command was given --verbose."""
+    from cdc_emitter.spark.session import spark_session
+
+    ctx = click.get_current_context(silent=True)
+    verbose = bool(ctx is not None and ctx.find_root().meta.get(VERBOSE))
+    return spark_session(app, packages, conf, fmt, remote, verbose=verbose)
+
+
+def check_inputs(
+    paths: Sequence[str | None], fmt: str, remote: str | None, conf: Mapping[str, str] | None
+) -> None:
+    """Local input paths checked before Spark starts: missing, empty, or another format."""
+    from cdc_emitter.spark.sources import check_source
+
+    for path in paths:
+        if path is not None:
+            check_source(path, fmt, remote=remote, conf=conf)
+
+
 def spark_options(func: Callable) -> Callable:
-    """--remote, --packages and --conf: which Spark export, schema --from and verify --engine spark
-    run on, and what it loads."""
+    """--remote, --packages, --conf and --verbose: which Spark export, schema --from and verify
+    --engine spark run on, what it loads, and whether its own output is shown."""
+    func = click.option(
+        "--verbose",
+        "-v",
+        is_flag=True,
+        expose_value=False,
+        callback=_remember_verbose,
+        help="Show Spark's own output (package downloads, warnings, progress bars) and "
+        "librdkafka's warnings; by default Spark's go to a log file named only when it fails.",
+    )(func)
     func = click.option(
         "--remote",
         "spark_remote",
@@ -216,6 +262,30 @@ def require_servers(bootstrap_servers: str | None) -> str:
     return bootstrap_servers.strip()
 
 
+def check_kafka(
+    servers: str,
+    settings: dict | None,
+    broker_timeout: float,
+    topic: str | None = None,
+    *,
+    require_topic: bool = False,
+    reading: bool = False,
+) -> int | None:
+    """The command's first question to Kafka, before Spark or any real work: the -X settings,
+    the topic's name, a cluster that answers and accepts us (and with ``require_topic`` the
+    topic), each answered in seconds. Returns the topic's partitions, None if it is missing."""
+    from cdc_emitter.kafka.preflight import PREFLIGHT_TIMEOUT, check_cluster
+
+    return check_cluster(
+        servers,
+        settings or None,
+        topic=topic,
+        require_topic=require_topic,
+        reading=reading,
+        timeout=min(broker_timeout, PREFLIGHT_TIMEOUT),
+    )
+
+
 def load_data_schema(path: str) -> dict:
     """The data record schema from a schema file (full union schema or data record schema)."""
     from cdc_emitter.protocol.codec import data_schema_from_text
@@ -243,6 +313,87 @@ def _topic_schema_id(servers: str, topic: str, settings: dict) -> int:
     return schema_id
 
 
+#: what a reader without a schema file or registry is told when the topic names no schema
+NO_SCHEMA_HINT = "pass --schema FILE or --schema-registry URL"
+
+
+def reader_data_schema(
+    path: str | None,
+    servers: str,
+    topic: str,
+    settings: dict | None = None,
+    broker_timeout: float | None = None,
+    *,
+    hint: str = NO_SCHEMA_HINT,
+) -> dict:
+    """The data schema to read ``topic`` with: --schema FILE's, or else the one the sink wrote
+    into the header of the topic's newest progress statement.
+
+    A schema file is checked against that header when the topic has one: a file that does not
+    read the data as written (other columns, types, nullability or order) is refused, naming the
+    columns, rather than decoded into what would look like protocol violations.
+
+    Args:
+        path: The --schema file, or None.
+        servers: The bootstrap servers.
+        topic: The topic to read.
+        settings: librdkafka settings (-X).
+        broker_timeout: Seconds to wait for a broker that does not answer (--broker-timeout).
+        hint: What to pass instead, said when the topic names no schema.
+
+    Returns:
+        The data record schema.
+
+    Raises:
+        SchemaError: The file is no usable schema or differs from the topic's, or (no file)
+            no progress statement of the topic carries the schema header.
+        BrokerError: The topic does not exist or the broker cannot be reached.
+    """
+    from cdc_emitter.kafka.config import BROKER_TIMEOUT
+    from cdc_emitter.kafka.topic_schema import writer_schema
+    from cdc_emitter.protocol.headers import HEADER_SCHEMA
+    from cdc_emitter.protocol.schema_match import column_differences
+
+    wait = BROKER_TIMEOUT if broker_timeout is None else broker_timeout
+    if path is not None:
+        given = load_data_schema(path)  # a bad file is said before the topic is read
+        written = writer_schema(servers, topic, settings, timeout=wait, scan_foreign=False)
+        differences = [] if written is None else column_differences(given, written)
+        if differences:
+            raise SchemaError(
+                f"--schema {path} differs from the schema topic {topic!r} was written with: "
+                f"{', '.join(differences)}; drop --schema to read with the writer's schema"
+            )
+        return given
+    written = writer_schema(servers, topic, settings, timeout=wait)
+    if written is None:
+        raise SchemaError(
+            f"topic {topic!r} has no progress statement with a {HEADER_SCHEMA} header to take "
+            f"the schema from; {hint}"
+        )
+    return written
+
+
+def check_schema_options(
+    path: str | None,
+    registry: str | None,
+    registry_settings: dict | None,
+    framing: str = "confluent",
+    schema_id: int | None = None,
+) -> None:
+    """Usage errors for a reader's --schema, --schema-registry and --schema-registry-config
+    that exclude each other, and a --schema file that is no usable schema: said before Kafka is
+    asked anything."""
+    if path is not None and registry is not None:
+        raise click.UsageError("--schema and --schema-registry exclude each other")
+    if registry is None and registry_settings:
+        raise click.UsageError("--schema-registry-config needs --schema-registry")
+    if registry is not None and schema_id is None and framing != "confluent":
+        raise click.UsageError("--schema-registry with --framing raw needs --schema-id")
+    if path is not None:
+        load_data_schema(path)
+
+
 def load_codec(
     path: str | None,
     framing: Literal["confluent", "raw"],
@@ -252,16 +403,15 @@ def load_codec(
     topic: str | None = None,
     settings: dict | None = None,
     registry_settings: dict | None = None,
+    broker_timeout: float | None = None,
 ) -> Any:
     """The codec from --schema FILE, or from --schema-registry URL (by id; other ids in the
-    topic's headers are resolved into that schema)."""
+    topic's headers are resolved into that schema), or without either from the schema the sink
+    wrote into the topic's progress statements (`reader_data_schema`)."""
     from cdc_emitter.kafka.registry import SchemaRegistry
     from cdc_emitter.protocol.codec import CdcCodec
 
-    if (path is None) == (registry is None):
-        raise click.UsageError("give exactly one of --schema FILE or --schema-registry URL")
-    if registry is None and registry_settings:
-        raise click.UsageError("--schema-registry-config needs --schema-registry")
+    check_schema_options(path, registry, registry_settings)
     if registry is not None:
         if schema_id is None:
             if framing != "confluent":
@@ -276,5 +426,6 @@ def load_codec(
             schema_id=schema_id,
             writer_schemas=source.data_schema if framing == "confluent" else None,
         )
-    assert path is not None  # exactly one of path and registry
-    return CdcCodec(load_data_schema(path), framing=framing, schema_id=schema_id or 0)
+    assert servers is not None and topic is not None  # a reader's: it names both
+    data_schema = reader_data_schema(path, servers, topic, settings, broker_timeout)
+    return CdcCodec(data_schema, framing=framing, schema_id=schema_id or 0)

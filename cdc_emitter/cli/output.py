@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+from time import monotonic, sleep
 from typing import Any
 
 import click
@@ -44,21 +46,49 @@ def write_history(fh: Any, history: Any, codec: Any) -> None:
 
 
 class StatusLine:
-    """One rewritten status line on stderr, only when stderr is a terminal."""
+    """One rewritten status line on stderr, only when stderr is a terminal.
+
+    A step that takes long (Spark starting, a job writing) shows its elapsed seconds, counted
+    up once a second by a daemon thread, so that a long stretch is never silent."""
 
     def __init__(self) -> None:
         self.enabled = sys.stderr.isatty()
         self.shown = False
+        self._text = ""
+        self._since = 0.0
+        self._lock = threading.Lock()
+        self._ticker: threading.Thread | None = None
 
     def show(self, text: str) -> None:
-        if self.enabled:
-            click.echo(f"\r\x1b[K{text}", err=True, nl=False)
-            self.shown = True
+        if not self.enabled:
+            return
+        with self._lock:
+            self._text, self._since = text, monotonic()
+            self._draw()
+        if self._ticker is None:
+            self._ticker = threading.Thread(target=self._tick, name="status-line", daemon=True)
+            self._ticker.start()
+
+    def _draw(self) -> None:
+        elapsed = monotonic() - self._since
+        suffix = f" ({elapsed:.0f}s)" if elapsed >= 2 else ""
+        click.echo(f"\r\x1b[K{self._text}{suffix}", err=True, nl=False)
+        self.shown = True
+
+    def _tick(self) -> None:
+        while True:
+            sleep(1)
+            with self._lock:
+                if not self.shown:
+                    return
+                self._draw()
 
     def done(self) -> None:
-        if self.shown:
-            click.echo("", err=True)
-            self.shown = False
+        with self._lock:
+            if self.shown:
+                click.echo("", err=True)
+                self.shown = False
+        self._ticker = None
 
 
 #: Violations of one kind listed one per line in the text summary (``--json`` has them all).

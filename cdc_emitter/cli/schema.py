@@ -10,14 +10,15 @@ import click
 from cdc_emitter.cli.console import handle_errors, main
 from cdc_emitter.cli.options import (
     ENV_BOOTSTRAP,
+    check_inputs,
     load_data_schema,
     parse_settings,
     require_servers,
     spark_options,
+    start_spark,
 )
 from cdc_emitter.protocol.materialize import create_source_sql
 from cdc_emitter.protocol.materialize import source_name as default_source_name
-from cdc_emitter.spark.session import spark_session
 from cdc_emitter.spark.tables import FORMATS, columns_struct, read_table
 
 
@@ -127,7 +128,8 @@ def schema(
     elif columns is not None:
         data_schema = spark_to_avro(columns_struct(columns))
     else:
-        spark = spark_session("cdc-emitter schema", spark_packages, spark_conf, fmt, spark_remote)
+        check_inputs([source], fmt, spark_remote, spark_conf)
+        spark = start_spark("cdc-emitter schema", spark_packages, spark_conf, fmt, spark_remote)
         data_schema = spark_to_avro(read_table(spark, source, fmt, read_options).schema)
     union = union_schema(data_schema)
     if sql:

@@ -6,8 +6,15 @@ import sys
 
 import click
 
-from cdc_emitter.cli.console import EXIT_OK, EXIT_VIOLATIONS, handle_errors, main
-from cdc_emitter.cli.options import codec_options, kafka_options, load_codec, require_servers
+from cdc_emitter.cli.console import EXIT_OK, EXIT_VIOLATIONS, handle_errors, main, on_interrupt
+from cdc_emitter.cli.options import (
+    check_kafka,
+    check_schema_options,
+    codec_options,
+    kafka_options,
+    load_codec,
+    require_servers,
+)
 
 
 @main.command()
@@ -45,10 +52,12 @@ def tail(
     {"array":[...]} for update statements, {"com.materialize.cdc.progress":{...}} for progress
     statements. Partitions are read in offset order each (interleaved between partitions).
     A message that cannot be decoded is reported on stderr (exit code 1 at the end).
+    Without --schema or --schema-registry the schema is the one the sink wrote into the
+    header of the topic's newest progress statement.
 
     \b
     Example:
-      cdc-emitter tail --bootstrap-servers 127.0.0.1:9092 --topic products --schema products.avsc
+      cdc-emitter tail --bootstrap-servers 127.0.0.1:9092 --topic products
       {"array":[{"data":{"id":5,"price":{"int":10}},"time":5,"diff":1}]}
       {"com.materialize.cdc.progress":{"lower":[0],"upper":[3],"counts":[]}}
     """
@@ -56,6 +65,8 @@ def tail(
     from cdc_emitter.kafka.reading import read_topic
 
     servers = require_servers(bootstrap_servers)
+    check_schema_options(schema_file, schema_registry, registry_settings, framing, schema_id)
+    check_kafka(servers, kafka_settings, broker_timeout, topic)
     codec = load_codec(
         schema_file,
         framing,
@@ -65,38 +76,37 @@ def tail(
         topic,
         kafka_settings,
         registry_settings,
+        broker_timeout,
     )
     if max_messages == 0:
         sys.exit(EXIT_OK)
     printed = bad = 0
-    try:
-        for record in read_topic(
-            servers,
-            topic,
-            config=kafka_settings,
-            timeout=timeout,
-            stop_at_end=not follow,
-            poll_timeout=0.5,
-            broker_timeout=broker_timeout,
-        ):
-            try:
-                if record.value is None:
-                    raise DecodeError("the message has no value (a tombstone)")
-                line = codec.to_avro_json(record.value)
-            except DecodeError as exc:
-                bad += 1
-                click.echo(
-                    f"undecodable message at partition {record.partition} offset "
-                    f"{record.offset}: {exc}",
-                    err=True,
-                )
-            else:
-                click.echo(line)
-                if follow:
-                    sys.stdout.flush()
-            printed += 1
-            if max_messages is not None and printed >= max_messages:
-                break
-    except KeyboardInterrupt:
-        pass
+    on_interrupt(lambda: f"stopped reading topic {topic} after {printed} messages")
+    for record in read_topic(
+        servers,
+        topic,
+        config=kafka_settings,
+        timeout=timeout,
+        stop_at_end=not follow,
+        poll_timeout=0.5,
+        broker_timeout=broker_timeout,
+    ):
+        try:
+            if record.value is None:
+                raise DecodeError("the message has no value (a tombstone)")
+            line = codec.to_avro_json(record.value)
+        except DecodeError as exc:
+            bad += 1
+            click.echo(
+                f"undecodable message at partition {record.partition} offset "
+                f"{record.offset}: {exc}",
+                err=True,
+            )
+        else:
+            click.echo(line)
+            if follow:
+                sys.stdout.flush()
+        printed += 1
+        if max_messages is not None and printed >= max_messages:
+            break
     sys.exit(EXIT_VIOLATIONS if bad else EXIT_OK)

@@ -13,13 +13,17 @@ from cdc_emitter.cli.console import (
     EXIT_VIOLATIONS,
     handle_errors,
     main,
+    on_interrupt,
 )
 from cdc_emitter.cli.options import (
+    check_kafka,
+    check_schema_options,
     codec_options,
     kafka_options,
     load_codec,
     require_servers,
     spark_options,
+    start_spark,
 )
 from cdc_emitter.cli.output import (
     StatusLine,
@@ -32,7 +36,6 @@ from cdc_emitter.cli.output import (
 )
 from cdc_emitter.errors import CdcError, ConfigError
 from cdc_emitter.spark.errors import spark_error_text
-from cdc_emitter.spark.session import spark_session
 
 
 @main.command()
@@ -143,6 +146,10 @@ def verify(
     than its memory verify; Spark's start-up costs seconds, and with a target it reads the
     topic again whenever it grows.
 
+    The schema: without --schema or --schema-registry, the one the sink wrote into the
+    header of the topic's newest progress statement. A --schema file that differs from it
+    (other columns, types, nullability or order) is refused, naming the columns (exit 2).
+
     \b
     Exit codes: 0 verified, 1 violations found (takes precedence), 2 usage, schema or
     connection error, 3 not proven: the target was not reached within --timeout, or (without a
@@ -151,12 +158,14 @@ def verify(
     \b
     Example:
       cdc-emitter verify --bootstrap-servers 127.0.0.1:9092 --topic products \\
-          --schema products.avsc --until-frontier 10 --timeout 60 --output products.jsonl
-      cdc-emitter verify --topic products --schema products.avsc --engine spark \\
-          --conf spark.driver.memory=2g --json
+          --until-frontier 10 --timeout 60 --output products.jsonl
+      cdc-emitter verify --topic products --engine spark --conf spark.driver.memory=2g --json
+      cdc-emitter verify --topic orders --schema orders.avsc   # a topic another tool wrote
     """
     _check_engine_options(engine, until_frontier, until_closed, workers, spark_packages, spark_conf)
     servers = require_servers(bootstrap_servers)
+    check_schema_options(schema_file, schema_registry, registry_settings, framing, schema_id)
+    check_kafka(servers, kafka_settings, broker_timeout, topic)
     codec = load_codec(
         schema_file,
         framing,
@@ -166,8 +175,12 @@ def verify(
         topic,
         kafka_settings,
         registry_settings,
+        broker_timeout,
     )
     status = StatusLine()
+    on_interrupt(
+        lambda: f"verify of topic {topic} stopped before its end: nothing proven, nothing written"
+    )
     if engine == "spark":
         result = _verify_with_spark(
             status,
@@ -269,10 +282,6 @@ def _verify_locally(
             workers=workers,
             broker_timeout=broker_timeout,
         )
-    except KeyboardInterrupt:
-        status.done()
-        click.echo("interrupted", err=True)
-        sys.exit(130)
     finally:
         status.done()
 
@@ -297,7 +306,7 @@ def _verify_with_spark(
 
     status.show(f"starting Spark to read topic {topic}")
     try:
-        spark = spark_session("cdc-emitter verify", spark_packages, spark_conf, None, spark_remote)
+        spark = start_spark("cdc-emitter verify", spark_packages, spark_conf, None, spark_remote)
         status.show(f"reading topic {topic} with Spark")
         registry = getattr(codec.writer_schemas, "__self__", None)  # --schema-registry's
         by_registry = (
@@ -323,10 +332,6 @@ def _verify_with_spark(
             broker_timeout=broker_timeout,
             **by_registry,
         )
-    except KeyboardInterrupt:
-        status.done()
-        click.echo("interrupted", err=True)
-        sys.exit(130)
     except CdcError:
         raise
     except Exception as exc:  # noqa: BLE001 - Spark's own failure: its cause, not a traceback

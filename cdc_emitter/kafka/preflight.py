@@ -38,7 +38,7 @@ __all__ = ["PREFLIGHT_TIMEOUT", "check_cluster"]
 PREFLIGHT_TIMEOUT = 10.0
 #: Seconds it goes on trying after librdkafka has said why it cannot connect (a broker that
 #: is just starting refuses connections for a moment).
-_GRACE = 2.0
+_GRACE = 1.0
 
 _RESOLVE = re.compile(r"Failed to resolve '([^']*)'")
 _LOG_PREFIX = re.compile(r"^\S+/bootstrap: |^\S+: ")

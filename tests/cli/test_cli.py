@@ -158,8 +158,25 @@ def test_a_misspelt_or_misplaced_secret_is_never_echoed(schema_file, setting):
         setting,
     )
     assert result.exit_code == 2
-    assert result.stderr.startswith("error: invalid Kafka client configuration: ")
+    key = setting.split("=")[0]
+    assert result.stderr == (
+        f"error: unknown Kafka setting -X {key}: librdkafka has no such key (check its "
+        "spelling: https://github.com/confluentinc/librdkafka/blob/master/CONFIGURATION.md)\n"
+    )
     assert "hunter2" not in result.output
+
+
+def test_a_bad_setting_value_names_the_key_given_and_only_a_public_value(schema_file):
+    result = run(
+        "verify",
+        *("--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--schema", schema_file),
+        *("-X", "acks=maybe", "-X", "sasl.password=hunter2"),
+    )
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: invalid value for Kafka setting -X acks='maybe': Invalid value for "
+        'configuration property "request.required.acks"\n'
+    )
 
 
 def test_missing_schema_file(tmp_path):
@@ -338,7 +355,7 @@ def test_export_bad_reader_option():
             ["x.parquet", "--topic", "t", "--as-of", "3", "--to", "y"],
             "--to, --as-of: only with --from-topic",
         ),
-        (["--from-topic", "t", "--to", "y"], "--from-topic needs --to PATH and --schema FILE"),
+        (["--from-topic", "t"], "--from-topic needs --to PATH"),
         (
             ["--from-topic", "t", "--topic", "u", "--close"],
             "--from-topic does not go with --topic, --close",
@@ -370,7 +387,7 @@ def test_verify_engine_options_are_usage_errors(schema_file):
 
 
 @pytest.mark.parametrize("command", ["verify", "tail"])
-def test_unreachable_broker_names_the_servers_and_the_time_waited(schema_file, command):
+def test_unreachable_broker_is_answered_in_seconds_naming_the_servers(schema_file, command):
     began = time.monotonic()
     result = run(
         command,
@@ -386,10 +403,10 @@ def test_unreachable_broker_names_the_servers_and_the_time_waited(schema_file, c
     assert time.monotonic() - began < 10
     assert result.exit_code == 2
     assert result.stdout == ""
-    assert result.stderr.startswith(
-        "error: cannot reach Kafka at 127.0.0.1:1 (asking for topic 't', waited 2s)"
+    assert result.stderr == (
+        "error: cannot reach Kafka at 127.0.0.1:1: connection refused; is a broker listening "
+        "there? check --bootstrap-servers\n"
     )
-    assert result.stderr.count("\n") == 1
 
 
 @pytest.mark.kafka
@@ -429,8 +446,8 @@ def test_bad_librdkafka_setting_hides_secrets(kafka_bootstrap, schema_file):
     )
     assert result.exit_code == 2
     assert "hunter2" not in result.output
-    assert result.stderr.startswith("error: invalid Kafka client configuration: ")
-    assert "'sasl.password': '***'" in result.stderr
+    assert result.stderr.startswith("error: unknown Kafka setting -X no.such.setting: ")
+    assert result.stderr.count("\n") == 1
 
 
 @pytest.mark.kafka
@@ -530,12 +547,7 @@ def test_schema_and_schema_registry_exclude_each_other(schema_file):
     )
     assert result.exit_code == 2
     assert result.stderr == usage_error(
-        "verify", "give exactly one of --schema FILE or --schema-registry URL"
-    )
-    result = run("tail", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t")
-    assert result.exit_code == 2
-    assert result.stderr == usage_error(
-        "tail", "give exactly one of --schema FILE or --schema-registry URL"
+        "verify", "--schema and --schema-registry exclude each other"
     )
 
 
@@ -548,12 +560,12 @@ def _registry_settings(settings: dict) -> list[str]:
 
 
 @pytest.mark.kafka
-def test_schema_registry_unknown_id(schema_registry):
+def test_schema_registry_unknown_id(schema_registry, kafka_bootstrap):
     url, settings = schema_registry
     result = run(
         "verify",
         "--bootstrap-servers",
-        "127.0.0.1:1",
+        kafka_bootstrap,
         "--topic",
         "t",
         "--schema-registry",
@@ -630,11 +642,12 @@ def test_schema_registry_options_that_exclude_each_other(schema_file):
     )
 
 
-def test_schema_registry_unreachable():
+@pytest.mark.kafka
+def test_schema_registry_unreachable(kafka_bootstrap):
     result = run(
         "tail",
         "--bootstrap-servers",
-        "127.0.0.1:1",
+        kafka_bootstrap,
         "--topic",
         "t",
         "--schema-registry",

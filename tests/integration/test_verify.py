@@ -565,9 +565,10 @@ def test_missing_topic_and_unreachable_broker_exit_2(engine, kafka_bootstrap, sc
         "--broker-timeout",
         "2",
     )
-    assert (down.exit_code, down.stdout, down.stderr.count("\n")) == (2, "", 1)
-    assert down.stderr.startswith(
-        "error: cannot reach Kafka at 127.0.0.1:1 (asking for topic 't', waited 2s)"
+    assert (down.exit_code, down.stdout) == (2, "")
+    assert down.stderr == (
+        "error: cannot reach Kafka at 127.0.0.1:1: connection refused; is a broker listening "
+        "there? check --bootstrap-servers\n"
     )
 
 
@@ -841,24 +842,6 @@ def test_export_from_topic_gives_back_each_exported_table(
     assert (mixed.exit_code, mixed.stderr.splitlines()[-1]) == (
         2,
         "Error: --from-topic does not go with SOURCE",
-    )
-
-
-@pytest.mark.spark
-def test_export_missing_source_is_an_error(kafka_bootstrap, topic_factory, spark, tmp_path):
-    topic = topic_factory()
-    result = cli(
-        "export",
-        str(tmp_path / "nope.parquet"),
-        "--bootstrap-servers",
-        kafka_bootstrap,
-        "--topic",
-        topic,
-    )
-    assert result.exit_code == 2
-    assert result.stdout == ""
-    assert result.stderr.startswith(
-        f"error: cannot read parquet source '{tmp_path / 'nope.parquet'}': "
     )
 
 
