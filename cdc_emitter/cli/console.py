@@ -115,7 +115,7 @@ def main() -> None:
     Kafka: --bootstrap-servers HOST:PORT (or KAFKA_BOOTSTRAP_SERVERS), librdkafka settings as
     repeated -X key=value. Exit codes: 0 ok, 1 violations (verify) or undecodable messages
     (tail), 2 usage/schema/connection error, 3 not proven (verify: target not reached in time,
-    or an empty or incomplete topic).
+    or an empty or incomplete topic), 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).
     """
     # librdkafka's transient complaints (retries, coordinator loading) are not the user's
     # concern: lasting problems surface as `error: ...` with the servers named.
