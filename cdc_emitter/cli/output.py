@@ -83,6 +83,15 @@ class StatusLine:
                     return
                 self._draw()
 
+    def __getstate__(self) -> dict:
+        # a callback holding the line is pickled with a foreachBatch function on Spark Connect
+        # (whose server runs it): a copy there draws nothing
+        return {"enabled": False, "shown": False}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__()  # type: ignore[misc]
+        self.enabled = state["enabled"]
+
     def done(self) -> None:
         with self._lock:
             if self.shown:

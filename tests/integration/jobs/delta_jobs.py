@@ -123,6 +123,7 @@ def main(package: str, bootstrap: str, topic: str, workdir: str, cli_topic: str)
         str(work / "plain"),
         "--topic",
         "never-created",
+        "--create-topic",  # else the missing topic is said first, before Spark starts
         "--checkpoint",
         str(work / "plain-checkpoint"),
         "--once",
