@@ -72,6 +72,10 @@ def test_an_export_stopped_after_its_claim_says_so_and_the_same_command_complete
             job.kill()
     assert job.returncode == code, err[-3000:]
     assert out == ""
+    # a new JVM resolved the sink's packages: Spark's own output (Ivy's log) went to its log file
+    seen_text = "".join(seen) + err
+    for ivy in (":: resolving dependencies", "Ivy Default Cache", ":: loading settings"):
+        assert ivy not in seen_text, seen_text[-3000:]
     assert err.strip().splitlines()[-1] == (
         f"{how}: topic {topic} has times [0, 1) claimed and only part of their updates written; "
         "readers wait at time 0 until the same command is run again, which completes them"
