@@ -366,6 +366,12 @@ def _export_from_topic(
         _check_provable(status, topic, result, as_of)
         rows, written = _table_rows(result, topic, as_of)
         status.show(f"writing the table of topic {topic} to {destination}")
+        on_interrupt(
+            lambda: (
+                f"{destination} may be partly written: run the same command again "
+                "with --mode overwrite"
+            )
+        )
         _save_table(rows, fmt, write_options, mode, destination)
     finally:
         status.done()

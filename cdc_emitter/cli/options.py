@@ -357,7 +357,7 @@ def reader_data_schema(
     wait = BROKER_TIMEOUT if broker_timeout is None else broker_timeout
     if path is not None:
         given = load_data_schema(path)  # a bad file is said before the topic is read
-        written = writer_schema(servers, topic, settings, timeout=wait, scan_foreign=False)
+        written = writer_schema(servers, topic, settings, timeout=wait, full_scan=False)
         differences = [] if written is None else column_differences(given, written)
         if differences:
             raise SchemaError(

@@ -7,12 +7,11 @@ script reading ``--json``) sees, so the CLI tests can pin it.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import threading
 from time import monotonic, sleep
 from typing import Any
-
-import click
 
 
 def frontier_text(frontier: tuple[int, ...]) -> str:
@@ -49,15 +48,21 @@ class StatusLine:
     """One rewritten status line on stderr, only when stderr is a terminal.
 
     A step that takes long (Spark starting, a job writing) shows its elapsed seconds, counted
-    up once a second by a daemon thread, so that a long stretch is never silent."""
+    up once a second by a daemon thread, so that a long stretch is never silent. The line goes
+    to a copy of the terminal made when the line is made: a quiet Spark start points the
+    process's stderr at Spark's log file meanwhile."""
 
-    def __init__(self) -> None:
-        self.enabled = sys.stderr.isatty()
+    def __init__(self, enabled: bool | None = None) -> None:
+        self.enabled = sys.stderr.isatty() if enabled is None else enabled
         self.shown = False
         self._text = ""
         self._since = 0.0
         self._lock = threading.Lock()
-        self._ticker: threading.Thread | None = None
+        self._ticking = threading.Event()  # set while a ticker thread runs
+        self._out: Any = None
+        if self.enabled:
+            sys.stderr.flush()
+            self._out = os.fdopen(os.dup(sys.stderr.fileno()), "w", encoding="utf-8")
 
     def show(self, text: str) -> None:
         if not self.enabled:
@@ -65,14 +70,15 @@ class StatusLine:
         with self._lock:
             self._text, self._since = text, monotonic()
             self._draw()
-        if self._ticker is None:
-            self._ticker = threading.Thread(target=self._tick, name="status-line", daemon=True)
-            self._ticker.start()
+            if not self._ticking.is_set():
+                self._ticking.set()
+                threading.Thread(target=self._tick, name="status-line", daemon=True).start()
 
     def _draw(self) -> None:
         elapsed = monotonic() - self._since
         suffix = f" ({elapsed:.0f}s)" if elapsed >= 2 else ""
-        click.echo(f"\r\x1b[K{self._text}{suffix}", err=True, nl=False)
+        self._out.write(f"\r\x1b[K{self._text}{suffix}")
+        self._out.flush()
         self.shown = True
 
     def _tick(self) -> None:
@@ -80,24 +86,24 @@ class StatusLine:
             sleep(1)
             with self._lock:
                 if not self.shown:
+                    self._ticking.clear()
                     return
                 self._draw()
 
     def __getstate__(self) -> dict:
         # a callback holding the line is pickled with a foreachBatch function on Spark Connect
         # (whose server runs it): a copy there draws nothing
-        return {"enabled": False, "shown": False}
+        return {}
 
     def __setstate__(self, state: dict) -> None:
-        self.__init__()  # type: ignore[misc]
-        self.enabled = state["enabled"]
+        self.__init__(enabled=False)  # type: ignore[misc]
 
     def done(self) -> None:
         with self._lock:
             if self.shown:
-                click.echo("", err=True)
+                self._out.write("\n")
+                self._out.flush()
                 self.shown = False
-        self._ticker = None
 
 
 #: Violations of one kind listed one per line in the text summary (``--json`` has them all).

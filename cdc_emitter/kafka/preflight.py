@@ -97,8 +97,14 @@ def check_cluster(
         if refused is not None:
             raise refused
         now = time.monotonic()
-        cause = _unreachable_cause(reported_errors(admin))
-        if cause is not None and first_cause is None:
+        errors = reported_errors(admin)
+        cause = _unreachable_cause(errors)
+        # with several servers, one that refuses says nothing of the others: wait until
+        # librdkafka says that all are down
+        decided = len(servers.split(",")) == 1 or any(
+            e.code() == KafkaError._ALL_BROKERS_DOWN for e in errors
+        )
+        if cause is not None and decided and first_cause is None:
             first_cause = now
         waited = now - began
         if (first_cause is not None and now - first_cause >= _GRACE) or waited >= timeout:
@@ -110,20 +116,14 @@ def check_cluster(
     if topic is None:
         return None
     tmd = md.topics.get(topic)
-    exists = (
-        tmd is not None
-        and bool(tmd.partitions)
-        and (
-            tmd.error is None
-            or tmd.error.code() not in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
-        )
-    )
-    if not exists:
+    missing = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
+    if tmd is not None and tmd.error is not None and tmd.error.code() not in missing:
+        # e.g. TOPIC_AUTHORIZATION_FAILED: the topic may well exist; say what the broker said
+        raise BrokerError(f"topic {topic!r} on broker {servers} is unusable: {tmd.error.str()}")
+    if tmd is None or tmd.error is not None or not tmd.partitions:
         if require_topic:
             raise missing_topic(topic, servers, reading=reading)
         return None
-    if tmd.error is not None:
-        raise BrokerError(f"topic {topic!r} on broker {servers} is unusable: {tmd.error.str()}")
     return len(tmd.partitions)
 
 

@@ -31,13 +31,14 @@ def writer_schema(
     *,
     tail: int = TAIL_FOR_SCHEMA,
     timeout: float = BROKER_TIMEOUT,
-    scan_foreign: bool = True,
+    full_scan: bool = True,
 ) -> dict | None:
     """The data record schema in the `HEADER_SCHEMA` header of the newest progress statement
     of ``topic``.
 
     Reads the last ``tail`` messages of every partition; when they hold no statement with the
-    header, reads the whole topic from the beginning (up to its end offsets at that moment).
+    header (and ``full_scan``), reads the whole topic from the beginning (up to its end offsets
+    at that moment).
 
     Args:
         bootstrap_servers: The Kafka servers.
@@ -45,9 +46,8 @@ def writer_schema(
         config: librdkafka client settings.
         tail: Messages to read back from each partition's end first.
         timeout: Seconds to wait for a broker that does not answer.
-        scan_foreign: Read the whole topic also when the tail holds no message a sink wrote
-            (no `HEADER_KIND` header): False spares a caller that has a schema already a
-            second reading of another tool's topic.
+        full_scan: Read the whole topic when the tail holds no statement: False for a caller
+            that has a schema already and only compares it (a long topic is not read twice).
 
     Returns:
         The data record schema (a dict), or None when no statement carries the header.
@@ -59,7 +59,7 @@ def writer_schema(
     """
     records = last_messages(bootstrap_servers, topic, tail, config=config, timeout=timeout)
     found = _newest_statement(records)
-    if found is None and (scan_foreign or any(_header(r, HEADER_KIND) for r in records)):
+    if found is None and full_scan:
         found = _newest_statement(
             read_topic(bootstrap_servers, topic, config=config, broker_timeout=timeout)
         )

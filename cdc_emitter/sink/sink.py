@@ -169,7 +169,7 @@ class InterruptedBatchError(CdcError):
 _INTERRUPTION = re.compile(
     r"java\.lang\.InterruptedException|java\.io\.InterruptedIOException"
     r"|java\.nio\.channels\.ClosedByInterruptException"
-    r"|org\.apache\.spark\.SparkException: [^\n]*\bcancelled\b[^\n]*"
+    r"|org\.apache\.spark\.SparkException: Job \d+ cancelled\b[^\n]*"
 )
 
 

@@ -94,7 +94,7 @@ def check_source(
     """Check, before Spark starts, that a local SOURCE exists and holds data of format ``fmt``.
 
     Sniffs the first bytes of the file (or of a directory's first data file, in name order):
-    Parquet starts and ends with ``PAR1``, ORC starts with ``ORC``, an Avro container with
+    Parquet starts and ends with ``PAR1``, ORC starts and ends with ``ORC``, an Avro container with
     ``Obj\\x01``; csv, json and text are text (no NUL byte in the first 4 KiB unless compressed),
     and JSON lines start with ``{`` or ``[``. A Delta table is a directory with ``_delta_log/``.
 
@@ -202,7 +202,8 @@ def _check_content(shown: str, local: str, fmt: str) -> None:
                 f"input {shown} is not text (it has NUL bytes in its first 4 KiB and is not "
                 f"gzip-compressed), so not {fmt}: check the path and --format"
             )
-        if kind == "text" and fmt == "json":
+        plain = not local.lower().endswith(COMPRESSED_SUFFIXES) and not head.startswith(_WIDE_BOMS)
+        if kind == "text" and fmt == "json" and plain:
             _check_json_start(shown, head)
         return  # text, empty, or compressed (Spark decompresses by the file's suffix)
     # a binary format expected: say what the file holds instead
@@ -223,7 +224,7 @@ def _check_content(shown: str, local: str, fmt: str) -> None:
 
 def _check_json_start(shown: str, head: bytes) -> None:
     first = _first_char(head)
-    if first and first not in "{[":
+    if first and first not in "{[/":  # "/": a comment, read with -O allowComments=true
         line = head.decode("utf-8", "replace").lstrip("\ufeff \t\r\n").splitlines()[0]
         raise ConfigError(
             f"input {shown} is not JSON lines (it starts with {cut(line, 40)!r}, not '{{' or "
@@ -266,7 +267,7 @@ def _sniff(head: bytes, tail: bytes, *, compressed: bool = False) -> str:
         return "empty"
     if head[:4] in (b"PAR1", b"PARE"):
         return "parquet" if tail == head[:4] else "parquet-truncated"
-    if head[:3] == b"ORC":
+    if head[:3] == b"ORC" and tail[:3] == b"ORC":  # the postscript ends "ORC" + its length
         return "orc"
     if head[:4] == b"Obj\x01":
         return "avro"

@@ -157,8 +157,24 @@ def test_a_parquet_file_named_csv(tmp_path):
 )
 def test_orc_and_avro_are_named(tmp_path, magic, kind, fmt):
     path = tmp_path / "data"
-    path.write_bytes(magic + b"\x00" * 64)
+    end = b"ORC\x17" if kind == "orc" else b""  # an ORC file's postscript ends "ORC" + length
+    path.write_bytes(magic + b"\x00" * 64 + end)
     assert refused(path, fmt).endswith(f", not {fmt}: pass --format {kind}")
+
+
+def test_text_that_starts_like_orc_or_is_compressed_json_passes(tmp_path):
+    import zlib
+
+    from cdc_emitter.spark.sources import check_source
+
+    (tmp_path / "ids.csv").write_text("ORCID,name\n0000-0001,Ann\n")
+    check_source(str(tmp_path / "ids.csv"), "csv")
+    (tmp_path / "d.json.deflate").write_bytes(zlib.compress(b'{"a": 1}\n'))
+    check_source(str(tmp_path / "d.json.deflate"), "json")
+    (tmp_path / "u.json").write_bytes('{"a": 1}\n'.encode("utf-16"))
+    check_source(str(tmp_path / "u.json"), "json")
+    (tmp_path / "c.json").write_text('// made by hand\n{"a": 1}\n')
+    check_source(str(tmp_path / "c.json"), "json")
 
 
 def test_text_read_as_parquet_says_what_it_looks_like(tmp_path):
