@@ -19,13 +19,12 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Mapping
 from urllib.parse import unquote, urlsplit
 
-from cdc_emitter.errors import ConfigError
+from cdc_emitter.errors import ConfigError, shorten
 
 __all__ = [
     "COMPRESSED_SUFFIXES",
     "FILE_FORMATS",
     "check_source",
-    "cut",
     "data_files",
     "local_path",
 ]
@@ -48,19 +47,6 @@ _COMPRESSED_MAGIC = {
 _WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
 _HEAD = 4096
 _GLOB_CHARS = "*?[{"
-
-
-def cut(text: str, limit: int = 80) -> str:
-    """``text`` cut to at most ``limit`` characters, ``...`` marking a cut.
-
-    Args:
-        text: Any text (a line of a file, a path).
-        limit: The most characters returned (at least 4).
-
-    Returns:
-        ``text`` itself when short enough, else its start and ``...``.
-    """
-    return text if len(text) <= limit else text[: max(limit - 3, 1)] + "..."
 
 
 def local_path(path: str) -> str | None:
@@ -122,9 +108,9 @@ def check_source(
     if not os.path.exists(local):
         if any(c in local for c in _GLOB_CHARS):
             return  # a Hadoop glob: Spark expands it
-        where = "" if os.path.isabs(local) else f" (relative to {cut(os.getcwd(), 120)})"
+        where = "" if os.path.isabs(local) else f" (relative to {shorten(os.getcwd(), 120)})"
         raise ConfigError(
-            f"input path {cut(path, 160)!r} does not exist{where}: check the path; a path "
+            f"input path {shorten(path, 160)!r} does not exist{where}: check the path; a path "
             "on another file system needs its URI (s3a://..., hdfs://..., abfss://...)"
         )
     if os.path.isdir(local):
@@ -134,7 +120,7 @@ def check_source(
 
 
 def _check_directory(path: str, local: str, fmt: str) -> None:
-    shown = cut(path, 160)
+    shown = shorten(path, 160)
     is_delta = os.path.isdir(os.path.join(local, "_delta_log"))
     if fmt == "delta":
         if is_delta:
@@ -166,11 +152,11 @@ def _check_directory(path: str, local: str, fmt: str) -> None:
     sample = next(_nonempty(_chain(first, files)), None)
     if sample is not None:
         rel = os.path.relpath(sample, local)
-        _check_content(f"{cut(os.path.join(path, rel), 160)!r} (in {shown!r})", sample, fmt)
+        _check_content(f"{shorten(os.path.join(path, rel), 160)!r} (in {shown!r})", sample, fmt)
 
 
 def _check_file(path: str, local: str, fmt: str) -> None:
-    shown = repr(cut(path, 160))
+    shown = repr(shorten(path, 160))
     if fmt == "delta":
         kind = _sniff_file(local)[0]
         hint = (
@@ -227,7 +213,7 @@ def _check_json_start(shown: str, head: bytes) -> None:
     if first and first not in "{[/":  # "/": a comment, read with -O allowComments=true
         line = head.decode("utf-8", "replace").lstrip("\ufeff \t\r\n").splitlines()[0]
         raise ConfigError(
-            f"input {shown} is not JSON lines (it starts with {cut(line, 40)!r}, not '{{' or "
+            f"input {shown} is not JSON lines (it starts with {shorten(line, 40)!r}, not '{{' or "
             "'['): pass the --format of its content (csv, text)"
         )
 
@@ -255,7 +241,7 @@ def _sniff_file(path: str) -> tuple[str, bytes]:
                 tail = fh.read(4)
     except OSError as exc:
         raise ConfigError(
-            f"cannot read input file {cut(path, 160)!r}: {exc.strerror or exc}"
+            f"cannot read input file {shorten(path, 160)!r}: {exc.strerror or exc}"
         ) from exc
     return _sniff(head, tail, compressed=path.lower().endswith(COMPRESSED_SUFFIXES)), head
 

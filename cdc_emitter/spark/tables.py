@@ -18,11 +18,11 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
-from cdc_emitter.errors import ConfigError, SchemaError
+from cdc_emitter.errors import ConfigError, SchemaError, shorten
 from cdc_emitter.spark.errors import spark_error_text
 from cdc_emitter.spark.malformed import find_malformed_line
 from cdc_emitter.spark.session import delta_package, spark_session
-from cdc_emitter.spark.sources import cut, local_path
+from cdc_emitter.spark.sources import local_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -177,11 +177,11 @@ def malformed_input_error(
             if found.path != local:
                 shown = _shown(found.path, sources)
             return ConfigError(
-                f"malformed {fmt} record in {cut(shown, 160)!r} at line {found.number} "
-                f"({found.reason}): {cut(found.text)!r}; {_OPT_OUT}"
+                f"malformed {fmt} record in {shorten(shown, 160)!r} at line {found.number} "
+                f"({found.reason}): {shorten(found.text, 80)!r}; {_OPT_OUT}"
             )
-    where = " or ".join(repr(cut(shown, 160)) for _, shown in candidates) or "the input"
-    quoted = f": {cut(record)!r}" if record else ""
+    where = " or ".join(repr(shorten(shown, 160)) for _, shown in candidates) or "the input"
+    quoted = f": {shorten(record, 80)!r}" if record else ""
     return ConfigError(f"malformed {fmt} record in {where}{quoted}; {_OPT_OUT}")
 
 

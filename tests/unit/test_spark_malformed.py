@@ -152,7 +152,7 @@ def test_the_file_of_a_directory_and_of_previous(tmp_path):
     exc = spark4_failure(f"file://{before}/part-0.csv", "whatever")
     message = str(malformed_input_error(exc, [now, before], "csv", {}))
     assert f"in '{before}/part-0.csv' at line 3 (3 fields, the first line has 2): 'xxx" in message
-    assert "...'; fix the file" in message  # the line cut
+    assert "… (124 more characters)'; fix the file" in message  # the line cut, saying how much
 
 
 def test_json_at_load_names_no_file_each_source_is_scanned(tmp_path):
