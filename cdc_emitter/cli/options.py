@@ -429,3 +429,35 @@ def load_codec(
     assert servers is not None and topic is not None  # a reader's: it names both
     data_schema = reader_data_schema(path, servers, topic, settings, broker_timeout)
     return CdcCodec(data_schema, framing=framing, schema_id=schema_id or 0)
+
+
+def open_reader(
+    bootstrap_servers: str | None,
+    topic: str,
+    settings: dict,
+    broker_timeout: float,
+    schema_file: str | None,
+    framing: Literal["confluent", "raw"],
+    schema_id: int | None,
+    registry: str | None,
+    registry_settings: dict | None,
+) -> tuple[str, Any]:
+    """What every reading command (verify, tail) does first, in this order: the servers given,
+    the schema options' usage, Kafka's first answer (`check_kafka`), then the codec
+    (`load_codec`). Returns ``(servers, codec)``; each failure is the one-line error of its step.
+    """
+    servers = require_servers(bootstrap_servers)
+    check_schema_options(schema_file, registry, registry_settings, framing, schema_id)
+    check_kafka(servers, settings, broker_timeout, topic)
+    codec = load_codec(
+        schema_file,
+        framing,
+        schema_id,
+        registry,
+        servers,
+        topic,
+        settings,
+        registry_settings,
+        broker_timeout,
+    )
+    return servers, codec

@@ -8,12 +8,9 @@ import click
 
 from cdc_emitter.cli.console import EXIT_OK, EXIT_VIOLATIONS, handle_errors, main, on_interrupt
 from cdc_emitter.cli.options import (
-    check_kafka,
-    check_schema_options,
     codec_options,
     kafka_options,
-    load_codec,
-    require_servers,
+    open_reader,
 )
 
 
@@ -64,19 +61,16 @@ def tail(
     from cdc_emitter.errors import DecodeError
     from cdc_emitter.kafka.reading import read_topic
 
-    servers = require_servers(bootstrap_servers)
-    check_schema_options(schema_file, schema_registry, registry_settings, framing, schema_id)
-    check_kafka(servers, kafka_settings, broker_timeout, topic)
-    codec = load_codec(
+    servers, codec = open_reader(
+        bootstrap_servers,
+        topic,
+        kafka_settings,
+        broker_timeout,
         schema_file,
         framing,
         schema_id,
         schema_registry,
-        servers,
-        topic,
-        kafka_settings,
         registry_settings,
-        broker_timeout,
     )
     if max_messages == 0:
         sys.exit(EXIT_OK)

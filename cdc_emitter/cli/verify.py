@@ -16,12 +16,9 @@ from cdc_emitter.cli.console import (
     on_interrupt,
 )
 from cdc_emitter.cli.options import (
-    check_kafka,
-    check_schema_options,
     codec_options,
     kafka_options,
-    load_codec,
-    require_servers,
+    open_reader,
     spark_options,
     start_spark,
 )
@@ -163,19 +160,16 @@ def verify(
       cdc-emitter verify --topic orders --schema orders.avsc   # a topic another tool wrote
     """
     _check_engine_options(engine, until_frontier, until_closed, workers, spark_packages, spark_conf)
-    servers = require_servers(bootstrap_servers)
-    check_schema_options(schema_file, schema_registry, registry_settings, framing, schema_id)
-    check_kafka(servers, kafka_settings, broker_timeout, topic)
-    codec = load_codec(
+    servers, codec = open_reader(
+        bootstrap_servers,
+        topic,
+        kafka_settings,
+        broker_timeout,
         schema_file,
         framing,
         schema_id,
         schema_registry,
-        servers,
-        topic,
-        kafka_settings,
         registry_settings,
-        broker_timeout,
     )
     status = StatusLine()
     on_interrupt(
