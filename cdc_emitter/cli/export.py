@@ -222,7 +222,7 @@ def export(
         raise click.UsageError(f"{', '.join(stray)}: only with --from-topic")
     check_registry_options(schema_registry, registry_settings, framing, schema_id)
     servers = require_servers(bootstrap_servers)
-    check_inputs([source, previous], fmt, spark_remote, spark_conf)
+    check_inputs([source, previous], fmt, spark_remote, spark_conf, read_options)
     check_kafka(servers, kafka_settings, broker_timeout, topic, require_topic=not create_topic)
     status = StatusLine()
     status.show(f"starting Spark to read {source}")

@@ -195,14 +195,19 @@ def start_spark(
 
 
 def check_inputs(
-    paths: Sequence[str | None], fmt: str, remote: str | None, conf: Mapping[str, str] | None
+    paths: Sequence[str | None],
+    fmt: str,
+    remote: str | None,
+    conf: Mapping[str, str] | None,
+    options: Mapping[str, str] | None = None,
 ) -> None:
-    """Local input paths checked before Spark starts: missing, empty, or another format."""
+    """Local input paths checked before Spark starts: missing, empty, or another format (read
+    with the reader ``options``, whose ``encoding`` says how text is encoded)."""
     from cdc_emitter.spark.sources import check_source
 
     for path in paths:
         if path is not None:
-            check_source(path, fmt, remote=remote, conf=conf)
+            check_source(path, fmt, remote=remote, conf=conf, options=options)
 
 
 def spark_options(func: Callable) -> Callable:

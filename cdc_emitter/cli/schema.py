@@ -128,7 +128,7 @@ def schema(
     elif columns is not None:
         data_schema = spark_to_avro(columns_struct(columns))
     else:
-        check_inputs([source], fmt, spark_remote, spark_conf)
+        check_inputs([source], fmt, spark_remote, spark_conf, read_options)
         spark = start_spark("cdc-emitter schema", spark_packages, spark_conf, fmt, spark_remote)
         data_schema = spark_to_avro(read_table(spark, source, fmt, read_options).schema)
     union = union_schema(data_schema)

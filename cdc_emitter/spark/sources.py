@@ -17,6 +17,7 @@ import os
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Mapping
+from typing import NamedTuple
 from urllib.parse import unquote, urlsplit
 
 from cdc_emitter.errors import ConfigError, shorten
@@ -76,6 +77,7 @@ def check_source(
     *,
     remote: str | None = None,
     conf: Mapping[str, str] | None = None,
+    options: Mapping[str, str] | None = None,
 ) -> None:
     """Check, before Spark starts, that a local SOURCE exists and holds data of format ``fmt``.
 
@@ -92,6 +94,9 @@ def check_source(
             reads the path on its own machine, so nothing is checked (nor with ``SPARK_REMOTE``).
         conf: The ``--conf`` settings: with ``spark.hadoop.fs.defaultFS`` naming another file
             system, a path without a scheme is that file system's and is not checked.
+        options: The reader options (``-O``). An ``encoding`` (or ``charset``) for csv, json
+            or text is the text's: a file in UTF-16 or UTF-32 without a byte order mark is then
+            text, not binary, and JSON's first character is read in that encoding.
 
     Raises:
         ConfigError: the local path does not exist; a directory holds no data files; a Delta
@@ -113,13 +118,35 @@ def check_source(
             f"input path {shorten(path, 160)!r} does not exist{where}: check the path; a path "
             "on another file system needs its URI (s3a://..., hdfs://..., abfss://...)"
         )
+    text = _TextOptions.of(options)
     if os.path.isdir(local):
-        _check_directory(path, local, fmt)
+        _check_directory(path, local, fmt, text)
     else:
-        _check_file(path, local, fmt)
+        _check_file(path, local, fmt, text)
 
 
-def _check_directory(path: str, local: str, fmt: str) -> None:
+class _TextOptions(NamedTuple):
+    """What the reader options say about text: its declared encoding, whether a record may
+    span lines (``multiLine``), whether a line separator is given (``lineSep``)."""
+
+    encoding: str | None
+    multiline: bool
+    line_sep: bool
+
+    @classmethod
+    def of(cls, options: Mapping[str, str] | None) -> _TextOptions:
+        given = {key.lower(): value.strip() for key, value in (options or {}).items()}
+        encoding = given.get("encoding") or given.get("charset") or None
+        return cls(encoding, given.get("multiline", "").lower() == "true", "linesep" in given)
+
+    @property
+    def wide(self) -> bool:
+        """The declared encoding has more than one byte per ASCII character (UTF-16, UTF-32)."""
+        name = re.sub(r"[^a-z0-9]", "", (self.encoding or "").lower())
+        return name.startswith(("utf16", "utf32", "ucs2", "ucs4", "unicode"))
+
+
+def _check_directory(path: str, local: str, fmt: str, text: _TextOptions) -> None:
     shown = shorten(path, 160)
     is_delta = os.path.isdir(os.path.join(local, "_delta_log"))
     if fmt == "delta":
@@ -152,10 +179,11 @@ def _check_directory(path: str, local: str, fmt: str) -> None:
     sample = next(_nonempty(_chain(first, files)), None)
     if sample is not None:
         rel = os.path.relpath(sample, local)
-        _check_content(f"{shorten(os.path.join(path, rel), 160)!r} (in {shown!r})", sample, fmt)
+        shown_file = f"{shorten(os.path.join(path, rel), 160)!r} (in {shown!r})"
+        _check_content(shown_file, sample, fmt, text)
 
 
-def _check_file(path: str, local: str, fmt: str) -> None:
+def _check_file(path: str, local: str, fmt: str, text: _TextOptions) -> None:
     shown = repr(shorten(path, 160))
     if fmt == "delta":
         kind = _sniff_file(local)[0]
@@ -165,11 +193,12 @@ def _check_file(path: str, local: str, fmt: str) -> None:
             else "pass the table's root directory (the one holding _delta_log/)"
         )
         raise ConfigError(f"input {shown} is a file, not a Delta table (a directory): {hint}")
-    _check_content(shown, local, fmt)
+    _check_content(shown, local, fmt, text)
 
 
-def _check_content(shown: str, local: str, fmt: str) -> None:
-    """Raise when the file ``local`` (named ``shown`` in the message) is not ``fmt``."""
+def _check_content(shown: str, local: str, fmt: str, text: _TextOptions) -> None:
+    """Raise when the file ``local`` (named ``shown`` in the message) is not ``fmt``; a text
+    format read in a declared encoding is its text whatever its bytes (NULs included)."""
     kind, head = _sniff_file(local)
     if kind == "parquet-truncated" and fmt == "parquet":
         raise ConfigError(
@@ -183,13 +212,26 @@ def _check_content(shown: str, local: str, fmt: str) -> None:
     if kind in _BINARY_NAMES:
         raise ConfigError(f"input {shown} is {_describe(kind)}, not {fmt}: pass --format {kind}")
     if fmt in _TEXT_FORMATS:
+        plain = not local.lower().endswith(COMPRESSED_SUFFIXES)
+        if fmt == "csv" and plain:
+            _check_csv_encoding(shown, head, text)
+        if text.encoding is not None:  # the user says how the text is encoded: trust it
+            if fmt == "json" and plain and kind in ("text", "binary"):
+                _check_json_start(shown, head, text.encoding)
+            return
         if kind == "binary":
+            looks = _looks_utf16(head)
+            hint = (
+                f"it looks like {looks} text without a byte order mark: pass -O encoding={looks}"
+                + (" -O multiLine=true" if fmt == "csv" else "")
+                if looks
+                else "check the path and --format"
+            )
             raise ConfigError(
                 f"input {shown} is not text (it has NUL bytes in its first 4 KiB and is not "
-                f"gzip-compressed), so not {fmt}: check the path and --format"
+                f"gzip-compressed), so not {fmt}: {hint}"
             )
-        plain = not local.lower().endswith(COMPRESSED_SUFFIXES) and not head.startswith(_WIDE_BOMS)
-        if kind == "text" and fmt == "json" and plain:
+        if kind == "text" and fmt == "json" and plain and not head.startswith(_WIDE_BOMS):
             _check_json_start(shown, head)
         return  # text, empty, or compressed (Spark decompresses by the file's suffix)
     # a binary format expected: say what the file holds instead
@@ -208,10 +250,54 @@ def _check_content(shown: str, local: str, fmt: str) -> None:
     raise ConfigError(f"input {shown} is not {_describe(fmt)}: {guess}")
 
 
-def _check_json_start(shown: str, head: bytes) -> None:
-    first = _first_char(head)
+def _check_csv_encoding(shown: str, head: bytes, text: _TextOptions) -> None:
+    """Spark reads CSV line by line at single ``\\n`` bytes unless ``multiLine`` (or
+    ``lineSep``) is set: text of two or four bytes per character is then cut mid-character and
+    read as garbage rows, silently. Refuse that, and UTF-16/32 text read as UTF-8."""
+    bom = _wide_bom(head)
+    if text.encoding is None and bom is not None:
+        raise ConfigError(
+            f"input {shown} is {bom} text (it starts with a byte order mark); read as UTF-8 every "
+            f"row would be garbage: pass -O encoding={bom} -O multiLine=true"
+        )
+    if text.wide and not (text.multiline or text.line_sep):
+        raise ConfigError(
+            f"input {shown} is read as {text.encoding} one line at a time, which Spark cuts at "
+            "single '\\n' bytes, mid-character: every row would be garbage; add -O multiLine=true"
+        )
+
+
+def _wide_bom(head: bytes) -> str | None:
+    """``UTF-16`` or ``UTF-32`` when ``head`` starts with that encoding's byte order mark."""
+    if head.startswith((b"\x00\x00\xfe\xff", b"\xff\xfe\x00\x00")):
+        return "UTF-32"
+    if head.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return "UTF-16"
+    return None
+
+
+def _looks_utf16(head: bytes) -> str | None:
+    """``UTF-16LE`` / ``UTF-16BE`` when ``head`` reads as mostly Latin text in that encoding:
+    at least 90 % of every second (first) byte is NUL, and none of the others."""
+    if len(head) < 4:
+        return None
+    for name, high, low in (
+        ("UTF-16LE", head[1::2], head[0::2]),
+        ("UTF-16BE", head[0::2], head[1::2]),
+    ):
+        if high.count(0) >= 0.9 * len(high) and low.count(0) == 0:
+            return name
+    return None
+
+
+def _check_json_start(shown: str, head: bytes, encoding: str = "utf-8") -> None:
+    try:
+        text = head.decode(encoding, "replace")
+    except LookupError:  # a name Python does not know (Java may): Spark will say
+        return
+    first = _first_char(text)
     if first and first not in "{[/":  # "/": a comment, read with -O allowComments=true
-        line = head.decode("utf-8", "replace").lstrip("\ufeff \t\r\n").splitlines()[0]
+        line = text.lstrip("\ufeff \t\r\n").splitlines()[0]
         raise ConfigError(
             f"input {shown} is not JSON lines (it starts with {shorten(line, 40)!r}, not '{{' or "
             "'['): pass the --format of its content (csv, text)"
@@ -223,10 +309,11 @@ def _describe(kind: str | None) -> str:
     return names.get(kind or "", f"a {kind} file")
 
 
-def _first_char(head: bytes) -> str:
-    """The first character of ``head`` that is not blank (nor a byte order mark), or ''."""
-    text = head.decode("utf-8", "replace").lstrip("\ufeff \t\r\n")
-    return text[:1]
+def _first_char(head: bytes | str) -> str:
+    """The first character of ``head`` (UTF-8 bytes, or text) that is not blank (nor a byte
+    order mark), or ''."""
+    text = head.decode("utf-8", "replace") if isinstance(head, bytes) else head
+    return text.lstrip("\ufeff \t\r\n")[:1]
 
 
 def _sniff_file(path: str) -> tuple[str, bytes]:

@@ -206,6 +206,58 @@ def test_binary_is_not_text(tmp_path):
     assert "is not text" in message and "not csv" in message
 
 
+def test_text_in_a_declared_wide_encoding_is_text(tmp_path):
+    """UTF-16 without a byte order mark has a NUL in every ASCII character: with -O encoding
+    (or Spark's alias charset) it is the text the user says it is; without, it looks binary."""
+    (tmp_path / "x.csv").write_bytes("id,name\n1,a\n".encode("utf-16-le"))
+    (tmp_path / "x.json").write_bytes('{"id": 1}\n'.encode("utf-32-be"))
+    (tmp_path / "y.json").write_bytes("id,name\n1,a\n".encode("utf-16-le"))
+    wide = {"encoding": "UTF-16LE", "multiLine": "true"}
+    check_source(str(tmp_path / "x.csv"), "csv", options=wide)
+    check_source(
+        str(tmp_path / "x.csv"), "csv", options={"CharSet": "utf_16le", "multiline": "TRUE"}
+    )
+    check_source(str(tmp_path / "x.json"), "json", options={"encoding": "UTF-32BE"})
+    check_source(str(tmp_path / "x.csv"), "csv", options={"encoding": "x-java-only-name"})
+    assert refused(tmp_path / "x.csv", "csv").endswith(
+        "is not text (it has NUL bytes in its first 4 KiB and is not gzip-compressed), so not "
+        "csv: it looks like UTF-16LE text without a byte order mark: pass -O encoding=UTF-16LE "
+        "-O multiLine=true"
+    )
+    assert "is not JSON lines (it starts with 'id,name'" in refused(
+        tmp_path / "y.json", "json", options={"encoding": "UTF-16LE"}
+    )
+    parquet_file(tmp_path / "p.csv")  # an encoding makes no Parquet file text
+    assert "--format parquet" in refused(tmp_path / "p.csv", "csv", options={"encoding": "utf-8"})
+
+
+@pytest.mark.parametrize("encoding", ["UTF-16LE", "utf-16", "UTF-32"])
+def test_csv_in_a_wide_encoding_needs_multiline(tmp_path, encoding):
+    """Spark cuts CSV lines at single newline bytes unless multiLine is on: UTF-16 and UTF-32
+    rows would be read as garbage, silently (measured on Spark 4.1: rows like '\\u3100...')."""
+    path = tmp_path / "x.csv"
+    path.write_bytes("id,name\n1,a\n".encode(encoding.lower().replace("le", "-le")))
+    assert refused(path, "csv", options={"encoding": encoding}) == (
+        f"input {str(path)!r} is read as {encoding} one line at a time, which Spark cuts at "
+        "single '\\n' bytes, mid-character: every row would be garbage; add -O multiLine=true"
+    )
+    check_source(str(path), "csv", options={"encoding": encoding, "multiLine": "true"})
+    check_source(str(path), "csv", options={"encoding": encoding, "lineSep": "\n"})
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32"])
+def test_csv_with_a_wide_byte_order_mark_needs_its_encoding(tmp_path, encoding):
+    path = tmp_path / "x.csv"
+    path.write_bytes("id,name\n1,a\n".encode(encoding))  # Python writes the BOM
+    name = encoding.upper()
+    assert refused(path, "csv") == (
+        f"input {str(path)!r} is {name} text (it starts with a byte order mark); read as UTF-8 "
+        f"every row would be garbage: pass -O encoding={name} -O multiLine=true"
+    )
+    check_source(str(path), "csv", options={"encoding": name, "multiLine": "true"})
+    check_source(str(path), "text")  # text and json are left to Spark
+
+
 def test_json_that_is_not_json_lines(tmp_path):
     (tmp_path / "x.json").write_text("id,name\n1,a\n")
     message = refused(tmp_path / "x.json", "json")
