@@ -4,6 +4,7 @@ resolve to: the bootstrap servers, the data schema, the codec."""
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
@@ -330,6 +331,7 @@ def reader_data_schema(
     broker_timeout: float | None = None,
     *,
     hint: str = NO_SCHEMA_HINT,
+    wait: float = 0.0,
 ) -> dict:
     """The data schema to read ``topic`` with: --schema FILE's, or else the one the sink wrote
     into the header of the topic's newest progress statement.
@@ -345,13 +347,17 @@ def reader_data_schema(
         settings: librdkafka settings (-X).
         broker_timeout: Seconds to wait for a broker that does not answer (--broker-timeout).
         hint: What to pass instead, said when the topic names no schema.
+        wait: Seconds to wait (no file) for a first statement when the topic has none yet: a
+            command that follows a topic may start before its writer (``math.inf``: as long as
+            it takes).
 
     Returns:
         The data record schema.
 
     Raises:
-        SchemaError: The file is no usable schema or differs from the topic's, or (no file)
-            no progress statement of the topic carries the schema header.
+        NoSchemaYet: No progress statement of the topic carries the schema header (within
+            ``wait``); it is a SchemaError.
+        SchemaError: The file is no usable schema or differs from the topic's.
         BrokerError: The topic does not exist or the broker cannot be reached.
     """
     from cdc_emitter.kafka.config import BROKER_TIMEOUT
@@ -359,10 +365,10 @@ def reader_data_schema(
     from cdc_emitter.protocol.headers import HEADER_SCHEMA
     from cdc_emitter.protocol.schema_match import column_differences
 
-    wait = BROKER_TIMEOUT if broker_timeout is None else broker_timeout
     if path is not None:
         given = load_data_schema(path)  # a bad file is said before the topic is read
-        written = writer_schema(servers, topic, settings, timeout=wait, full_scan=False)
+        patience = BROKER_TIMEOUT if broker_timeout is None else broker_timeout
+        written = writer_schema(servers, topic, settings, timeout=patience, full_scan=False)
         differences = [] if written is None else column_differences(given, written)
         if differences:
             raise SchemaError(
@@ -370,13 +376,27 @@ def reader_data_schema(
                 f"{', '.join(differences)}; drop --schema to read with the writer's schema"
             )
         return given
-    written = writer_schema(servers, topic, settings, timeout=wait)
+    patience = BROKER_TIMEOUT if broker_timeout is None else broker_timeout
+    deadline = time.monotonic() + wait
+    written = writer_schema(servers, topic, settings, timeout=patience)
+    while written is None and time.monotonic() < deadline:
+        time.sleep(min(SCHEMA_POLL, max(0.0, deadline - time.monotonic())))
+        written = writer_schema(servers, topic, settings, timeout=patience, full_scan=False)
     if written is None:
-        raise SchemaError(
-            f"topic {topic!r} has no progress statement with a {HEADER_SCHEMA} header to take "
-            f"the schema from; {hint}"
+        within = f" within {wait:g}s" if wait > 0 else ""
+        raise NoSchemaYet(
+            f"topic {topic!r} has no progress statement with a {HEADER_SCHEMA} header{within} "
+            f"to take the schema from; {hint}"
         )
     return written
+
+
+#: Seconds between two looks for a topic's first progress statement.
+SCHEMA_POLL = 0.5
+
+
+class NoSchemaYet(SchemaError):
+    """The topic has no progress statement carrying the writer's schema (yet)."""
 
 
 def check_schema_options(
@@ -409,6 +429,7 @@ def load_codec(
     settings: dict | None = None,
     registry_settings: dict | None = None,
     broker_timeout: float | None = None,
+    wait_for_schema: float = 0.0,
 ) -> Any:
     """The codec from --schema FILE, or from --schema-registry URL (by id; other ids in the
     topic's headers are resolved into that schema), or without either from the schema the sink
@@ -432,7 +453,9 @@ def load_codec(
             writer_schemas=source.data_schema if framing == "confluent" else None,
         )
     assert servers is not None and topic is not None  # a reader's: it names both
-    data_schema = reader_data_schema(path, servers, topic, settings, broker_timeout)
+    data_schema = reader_data_schema(
+        path, servers, topic, settings, broker_timeout, wait=wait_for_schema
+    )
     return CdcCodec(data_schema, framing=framing, schema_id=schema_id or 0)
 
 
@@ -446,10 +469,13 @@ def open_reader(
     schema_id: int | None,
     registry: str | None,
     registry_settings: dict | None,
+    wait_for_schema: float = 0.0,
 ) -> tuple[str, Any]:
     """What every reading command (verify, tail) does first, in this order: the servers given,
     the schema options' usage, Kafka's first answer (`check_kafka`), then the codec
-    (`load_codec`). Returns ``(servers, codec)``; each failure is the one-line error of its step.
+    (`load_codec`, which waits up to ``wait_for_schema`` seconds for a first progress statement
+    when the schema comes from the topic). Returns ``(servers, codec)``; each failure is the
+    one-line error of its step.
     """
     servers = require_servers(bootstrap_servers)
     check_schema_options(schema_file, registry, registry_settings, framing, schema_id)
@@ -464,5 +490,6 @@ def open_reader(
         settings,
         registry_settings,
         broker_timeout,
+        wait_for_schema,
     )
     return servers, codec

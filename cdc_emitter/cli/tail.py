@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 import click
@@ -50,7 +51,8 @@ def tail(
     statements. Partitions are read in offset order each (interleaved between partitions).
     A message that cannot be decoded is reported on stderr (exit code 1 at the end).
     Without --schema or --schema-registry the schema is the one the sink wrote into the
-    header of the topic's newest progress statement.
+    header of the topic's newest progress statement; with --follow, a topic that has none yet
+    is waited on for its first (up to --timeout).
 
     \b
     Example:
@@ -71,6 +73,10 @@ def tail(
         schema_id,
         schema_registry,
         registry_settings,
+        # --follow may start before the writer: wait for its first statement (the schema)
+        wait_for_schema=(math.inf if timeout is None else timeout)
+        if follow and schema_file is None and schema_registry is None
+        else 0.0,
     )
     if max_messages == 0:
         sys.exit(EXIT_OK)

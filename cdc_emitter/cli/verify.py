@@ -3,7 +3,9 @@ process (``--engine local``) or with Spark (``--engine spark``)."""
 
 from __future__ import annotations
 
+import math
 import sys
+import time
 
 import click
 
@@ -16,6 +18,7 @@ from cdc_emitter.cli.console import (
     on_interrupt,
 )
 from cdc_emitter.cli.options import (
+    NoSchemaYet,
     codec_options,
     kafka_options,
     open_reader,
@@ -144,8 +147,10 @@ def verify(
     topic again whenever it grows.
 
     The schema: without --schema or --schema-registry, the one the sink wrote into the
-    header of the topic's newest progress statement. A --schema file that differs from it
-    (other columns, types, nullability or order) is refused, naming the columns (exit 2).
+    header of the topic's newest progress statement. With --until-frontier or --until-closed
+    a topic that has none yet is waited on for its first, within --timeout (exit 3 if none
+    comes). A --schema file that differs from it (other columns, types, nullability or order)
+    is refused, naming the columns (exit 2).
 
     \b
     Exit codes: 0 verified, 1 violations found (takes precedence), 2 usage, schema or
@@ -160,21 +165,39 @@ def verify(
       cdc-emitter verify --topic orders --schema orders.avsc   # a topic another tool wrote
     """
     _check_engine_options(engine, until_frontier, until_closed, workers, spark_packages, spark_conf)
-    servers, codec = open_reader(
-        bootstrap_servers,
-        topic,
-        kafka_settings,
-        broker_timeout,
-        schema_file,
-        framing,
-        schema_id,
-        schema_registry,
-        registry_settings,
-    )
     status = StatusLine()
     on_interrupt(
         lambda: f"verify of topic {topic} stopped before its end: nothing proven, nothing written"
     )
+    target = _target(until_frontier, until_closed)
+    # with a target, verify follows the topic, and may start before its writer: the schema
+    # from the first progress statement is waited for as the target is (up to --timeout)
+    follows = target is not None and schema_file is None and schema_registry is None
+    started = time.monotonic()
+    if follows:
+        status.show(f"waiting for the first progress statement of topic {topic} (its schema)")
+    try:
+        servers, codec = open_reader(
+            bootstrap_servers,
+            topic,
+            kafka_settings,
+            broker_timeout,
+            schema_file,
+            framing,
+            schema_id,
+            schema_registry,
+            registry_settings,
+            wait_for_schema=(math.inf if timeout is None else timeout) if follows else 0.0,
+        )
+    except NoSchemaYet as exc:
+        if not follows:
+            raise
+        from cdc_emitter.read.verify import VerifyResult
+
+        status.done()
+        nothing: VerifyResult[dict, list] = VerifyResult((0,), target=target, hints=[str(exc)])
+        _verify_report(topic, nothing, None, timeout, as_json, None, None, None, None)
+    left = None if timeout is None else max(0.0, timeout - (time.monotonic() - started))
     if engine == "spark":
         result = _verify_with_spark(
             status,
@@ -185,7 +208,7 @@ def verify(
             broker_timeout,
             until_frontier,
             until_closed,
-            timeout,
+            left,
             strict,
             spark_packages,
             spark_conf,
@@ -203,7 +226,7 @@ def verify(
             broker_timeout,
             until_frontier,
             until_closed,
-            timeout,
+            left,
             strict,
             workers,
             keep_collection=output is not None,
@@ -216,6 +239,13 @@ def verify(
     _verify_report(
         topic, result, codec, timeout, as_json, output, collection, history_file, history
     )
+
+
+def _target(until_frontier: int | None, until_closed: bool) -> tuple[int, ...] | None:
+    """The frontier verify follows the topic to: ``(N,)``, ``()`` (closed), or None (its end)."""
+    if until_frontier is not None:
+        return (until_frontier,)
+    return () if until_closed else None
 
 
 def _check_engine_options(

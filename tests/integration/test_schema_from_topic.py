@@ -206,3 +206,72 @@ def test_export_from_a_topic_without_the_header_needs_a_schema(kafka_bootstrap, 
         f"error: topic {foreign_topic!r} has no progress statement with a cdc-emitter-schema "
         "header to take the schema from; pass --schema FILE\n"
     )
+
+
+def test_verify_with_a_target_waits_for_the_writers_first_statement(kafka_bootstrap, topic_factory):
+    """verify --until-frontier may start before the writer: the schema from the first progress
+    statement is waited for as the target is, within --timeout."""
+    import threading
+
+    from cdc_emitter.protocol.headers import HEADER_KIND, HEADER_SCHEMA
+
+    topic = topic_factory()
+    codec = CdcCodec(PRODUCTS)
+    header = [(HEADER_KIND, b"progress"), (HEADER_SCHEMA, json.dumps(PRODUCTS).encode())]
+
+    def write() -> None:
+        with CdcProducer(kafka_bootstrap, topic) as producer:
+            producer.produce(
+                codec.encode_progress(Progress((0,), (4,), ((3, 2),))), headers=header, partition=0
+            )
+            for value in codec.encode_updates([Update((1, 10), 3, 1), Update((2, None), 3, 1)]):
+                producer.produce(value, partition=0)
+
+    writer = threading.Timer(2.0, write)
+    writer.start()
+    try:
+        result = cli(
+            *("verify", "--bootstrap-servers", kafka_bootstrap, "--topic", topic),
+            *("--until-frontier", "4", "--timeout", "60"),
+        )
+    finally:
+        writer.join()
+    assert (result.exit_code, result.stderr) == (0, ""), result.output
+    assert result.stdout == (
+        f"topic {topic}: frontier [4], target [4] reached\n"
+        "2 messages, 2 updates, 0 duplicates dropped\n"
+        "verified: no violations\n"
+    )
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_verify_with_a_target_on_a_topic_never_written_is_not_proven(
+    kafka_bootstrap, topic_factory, as_json
+):
+    import time
+
+    topic = topic_factory()
+    started = time.monotonic()
+    result = cli(
+        *("verify", "--bootstrap-servers", kafka_bootstrap, "--topic", topic),
+        *("--until-frontier", "4", "--timeout", "2", *(["--json"] if as_json else [])),
+    )
+    assert time.monotonic() - started >= 2
+    assert (result.exit_code, result.stderr) == (3, "")
+    hint = (
+        f"topic {topic!r} has no progress statement with a cdc-emitter-schema header within 2s "
+        "to take the schema from; pass --schema FILE or --schema-registry URL"
+    )
+    if as_json:
+        summary = json.loads(result.stdout)
+        assert (summary["verdict"], summary["frontier"], summary["hints"]) == (
+            "not_reached",
+            [0],
+            [hint],
+        )
+    else:
+        assert result.stdout.startswith(
+            f"topic {topic}: frontier [0], target [4] NOT reached within 2s\n"
+            "0 messages, 0 updates, 0 duplicates dropped\n"
+            f"hint: {hint}\n"
+        ), result.stdout
