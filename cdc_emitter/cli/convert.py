@@ -191,13 +191,16 @@ def convert(
             f"({sum(r.updates for r in results)} in all)"
         )
 
-    on_interrupt(
-        lambda: (
-            f"the query stopped after {len(results)} batches written to topic {topic}; run "
-            f"the same command again to go on from checkpoint {checkpoint} (a batch it was "
-            "writing is completed first: readers wait on its times until then)"
+    def stopped() -> str:
+        # on Spark Connect the batches run in the server's Python: this process sees none
+        done = "" if spark_remote else f" after {len(results)} batches written to topic {topic}"
+        return (
+            f"the query stopped{done}; run the same command again to go on from checkpoint "
+            f"{checkpoint} (a batch it was writing is completed first: readers wait on its "
+            "times until then)"
         )
-    )
+
+    on_interrupt(stopped)
     status.show(f"starting Spark to read {source}")
     try:
         spark = start_spark(
