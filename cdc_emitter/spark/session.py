@@ -17,6 +17,7 @@ import contextlib
 import logging
 import os
 import re
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
@@ -168,14 +169,32 @@ def _fds_to(target: int, fds: Sequence[int] = (1, 2)) -> Iterator[None]:
                 saved.append((fd, os.dup(fd)))
             except OSError:
                 continue
-        for fd, _copy in saved:
-            os.dup2(target, fd)
+        with _signals_held():
+            for fd, _copy in saved:
+                os.dup2(target, fd)
         yield
     finally:
         _flush()
-        for fd, copy in saved:
-            os.dup2(copy, fd)
-            os.close(copy)
+        with _signals_held():  # a Ctrl-C amid the loop would leave stderr on the log
+            for fd, copy in saved:
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back while inside (delivered on leaving), so that their handlers
+    never run between two steps that belong together."""
+    block = getattr(signal, "pthread_sigmask", None)  # not on Windows
+    if block is None:
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = block(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        block(signal.SIG_SETMASK, previous)
 
 
 def _flush() -> None:

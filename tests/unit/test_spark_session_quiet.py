@@ -106,6 +106,38 @@ def test_fds_to_sends_a_child_s_output_to_the_file_and_puts_python_s_back(tmp_pa
     assert log.read_text() == "ivy says hello\nWARN NativeCodeLoader\n"
 
 
+def test_a_ctrl_c_while_the_descriptors_are_put_back_waits_until_both_are(tmp_path, capfd):
+    """SIGINT that arrives amid the restore is held until stdout and stderr are both back, so a
+    Ctrl-C never leaves the terminal's stderr on the log."""
+    import signal
+
+    log = tmp_path / "jvm.log"
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT)
+    restored = []
+    real_dup2 = os.dup2
+
+    def dup2_then_ctrl_c(src: int, dst: int) -> int:
+        result = real_dup2(src, dst)
+        if src != fd:  # putting a descriptor back: a Ctrl-C right after the first one
+            restored.append(dst)
+            if len(restored) == 1:
+                os.kill(os.getpid(), signal.SIGINT)
+        return result
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(session_module.os, "dup2", dup2_then_ctrl_c)
+                with session_module._fds_to(fd):
+                    pass
+    finally:
+        os.close(fd)
+    assert restored == [1, 2]  # the interrupt came after both were put back
+    sys.stderr.write("back on the terminal\n")
+    assert capfd.readouterr().err == "back on the terminal\n"
+    assert log.read_text() == ""
+
+
 def test_a_quiet_start_says_nothing(logs, builder, capfd):
     def start(fake):
         jvm_like_child()
