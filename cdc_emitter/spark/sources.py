@@ -352,10 +352,33 @@ def _sniff(head: bytes, tail: bytes, *, compressed: bool = False) -> str:
     return "binary" if b"\x00" in head else "text"
 
 
+def _spark_defaults() -> dict[str, str]:
+    """The settings of ``spark-defaults.conf`` in ``$SPARK_CONF_DIR`` (else
+    ``$SPARK_HOME/conf``), as ``spark-submit`` reads them: ``key value`` lines, ``#`` comments."""
+    folder = os.environ.get("SPARK_CONF_DIR") or (
+        os.path.join(os.environ["SPARK_HOME"], "conf") if os.environ.get("SPARK_HOME") else None
+    )
+    settings: dict[str, str] = {}
+    if folder is None:
+        return settings
+    try:
+        with open(os.path.join(folder, "spark-defaults.conf"), encoding="utf-8") as fh:
+            for line in fh:
+                parts = line.strip().split(None, 1)
+                if len(parts) == 2 and not parts[0].startswith("#"):
+                    settings[parts[0]] = parts[1].strip()
+    except OSError:  # none there: Spark's built-in defaults
+        pass
+    return settings
+
+
 def _default_fs_is_local(conf: Mapping[str, str] | None) -> bool:
     """Whether a path without a scheme is a local one: no ``spark.hadoop.fs.defaultFS`` of
-    another file system in ``conf``, nor ``fs.defaultFS`` in ``$HADOOP_CONF_DIR/core-site.xml``."""
+    another file system in ``conf`` or in Spark's ``spark-defaults.conf``, nor
+    ``fs.defaultFS`` in ``$HADOOP_CONF_DIR/core-site.xml``."""
     default = (conf or {}).get("spark.hadoop.fs.defaultFS")
+    if default is None:
+        default = _spark_defaults().get("spark.hadoop.fs.defaultFS")
     if default is None:
         for var in ("HADOOP_CONF_DIR", "YARN_CONF_DIR"):
             site = os.path.join(os.environ.get(var, ""), "core-site.xml")

@@ -30,7 +30,7 @@ def refused(path, fmt: str, **kwargs) -> str:
 
 @pytest.fixture(autouse=True)
 def _local_spark(monkeypatch):
-    for var in ("SPARK_REMOTE", "HADOOP_CONF_DIR", "YARN_CONF_DIR"):
+    for var in ("SPARK_REMOTE", "HADOOP_CONF_DIR", "YARN_CONF_DIR", "SPARK_CONF_DIR", "SPARK_HOME"):
         monkeypatch.delenv(var, raising=False)
 
 
@@ -76,6 +76,21 @@ def test_a_default_file_system_other_than_the_local_one_takes_paths_without_sche
     check_source("data/nope.parquet", "parquet", conf=conf)
     # a file: URI is still local
     assert "does not exist" in refused(f"file://{tmp_path}/nope", "parquet", conf=conf)
+
+
+def test_spark_defaults_conf_default_fs(tmp_path, monkeypatch):
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "spark-defaults.conf").write_text(
+        "# a cluster's defaults\nspark.hadoop.fs.defaultFS   hdfs://namenode:8020\n"
+    )
+    monkeypatch.setenv("SPARK_HOME", str(tmp_path))
+    monkeypatch.delenv("SPARK_CONF_DIR", raising=False)
+    check_source("no/such/path.parquet", "parquet")  # HDFS's, not checked here
+    check_source(str(tmp_path / "missing.parquet"), "parquet")  # an absolute path too
+    assert "does not exist" in refused(f"file://{tmp_path}/missing.parquet", "parquet")
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path))  # SPARK_CONF_DIR wins: no file there
+    assert "does not exist" in refused("no/such/path.parquet", "parquet")
 
 
 def test_hadoop_conf_dir_core_site_default_fs(tmp_path, monkeypatch):
