@@ -8,7 +8,8 @@ The package by domain, each layer importing only those before it:
 - `cdc_emitter.sink`, `cdc_emitter.read`, `cdc_emitter.convert`: what users run;
 - `cdc_emitter.cli`: the ``cdc-emitter`` command.
 
-``CdcSink``, ``read_cdc`` and ``configure_spark`` are imported lazily, so ``import cdc_emitter``
+``CdcSink``, ``read_cdc``, ``register`` (the ``cdcv2`` streaming source) and
+``configure_spark`` are imported lazily, so ``import cdc_emitter``
 needs neither Spark nor a broker.
 """
 
@@ -27,6 +28,7 @@ from cdc_emitter.errors import (
     RefusedError,
     ReplayError,
     SchemaError,
+    ViolationError,
 )
 from cdc_emitter.protocol.reader import CdcReader
 from cdc_emitter.protocol.updates import (
@@ -41,6 +43,7 @@ from cdc_emitter.sink.result import BatchResult
 
 if TYPE_CHECKING:
     from cdc_emitter.read.spark_reader import read_cdc
+    from cdc_emitter.read.stream_source import register
     from cdc_emitter.sink.sink import CdcSink
     from cdc_emitter.spark.setup import configure_spark
 
@@ -64,11 +67,13 @@ __all__ = [
     "SchemaError",
     "Update",
     "Violation",
+    "ViolationError",
     "configure_spark",
     "consolidate",
     "progress_for",
     "progress_from_counts",
     "read_cdc",
+    "register",
 ]
 
 _moved.install()
@@ -76,6 +81,7 @@ _moved.install()
 _LAZY = {
     "CdcSink": "cdc_emitter.sink.sink",
     "read_cdc": "cdc_emitter.read.spark_reader",
+    "register": "cdc_emitter.read.stream_source",
     "configure_spark": "cdc_emitter.spark.setup",
 }
 

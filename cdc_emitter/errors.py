@@ -55,6 +55,33 @@ class DecodeError(CdcError):
     """A message cannot be decoded with the given schema and framing."""
 
 
+class ViolationError(CdcError):
+    """A topic broke the CDCv2 protocol while it was followed (as ``verify`` reports it).
+
+    Attributes:
+        topic: The topic.
+        violations: The violations found (`cdc_emitter.Violation`), in reading order.
+    """
+
+    #: Violations named in the message; the rest are counted.
+    NAMED = 3
+
+    def __init__(self, topic: str, violations: list) -> None:
+        self.topic, self.violations = topic, list(violations)
+        named = []
+        for v in self.violations[: self.NAMED]:
+            at = [] if v.time is None else [f"at time {v.time}"]
+            if v.partition is not None:
+                at.append(f"(partition {v.partition}, offset {v.offset})")
+            named.append(" ".join([v.kind, *at]) + f": {shorten(v.detail)}")
+        more = len(self.violations) - len(named)
+        tail = f"; and {more} more" if more > 0 else ""
+        super().__init__(
+            f"topic {topic!r} breaks the CDCv2 protocol: {'; '.join(named)}{tail} (run "
+            f"cdc-emitter verify --topic {topic} for the whole report)"
+        )
+
+
 class BrokerError(CdcError):
     """The Kafka cluster cannot be reached, or a topic is missing or unusable."""
 

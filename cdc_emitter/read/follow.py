@@ -1,0 +1,195 @@
+"""Following a CDCv2 topic time by time: what a streaming consumer delivers.
+
+`TopicFollower` reads a topic from its first offset with the reader (`CdcReader`) and hands out
+the consolidated updates of each time as soon as the progress chain proves it complete, each
+time once, never one of an open time. Its position is the frontier: every time below it has
+been handed out. `replay` gives the updates of a range of times again, read afresh, for a
+consumer that restarts.
+
+Guarantees:
+
+* `advance` returns exactly the updates of the times between the frontier before and after
+  it, consolidated (one update per data and time, no zero diff), duplicates dropped;
+* memory holds only the updates of open times (those at or beyond the frontier);
+* a protocol violation (a count disagreement, an over-count, an undecodable message, ...)
+  raises `ViolationError` naming the topic, partition, offset and time, as ``verify`` reports
+  it; nothing of a time it concerns has been handed out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from cdc_emitter.errors import DecodeError, ViolationError
+from cdc_emitter.kafka.config import BROKER_TIMEOUT
+from cdc_emitter.kafka.reading import TopicScan
+from cdc_emitter.protocol.codec import CdcCodec
+from cdc_emitter.protocol.headers import HEADER_KIND
+from cdc_emitter.protocol.reader import CdcReader
+from cdc_emitter.protocol.updates import Update, Violation
+
+#: How long `advance` waits for a message once the topic has gone quiet.
+IDLE_WAIT = 0.2
+#: Records taken from the consumer per poll.
+POLL_RECORDS = 2000
+
+
+class TopicFollower:
+    """A topic read from its beginning, handing out complete times as they are proven.
+
+    Args:
+        bootstrap_servers: The Kafka servers.
+        topic: The topic.
+        codec: The codec its messages are decoded with.
+        config: librdkafka client settings (``security.protocol``, ...).
+        broker_timeout: Seconds a broker may be unreachable before `BrokerError`.
+        start: Times below this frontier are taken as handed out already: their updates are
+            read (the reader needs them to prove later times) but not returned.
+
+    Raises:
+        BrokerError: The topic does not exist or the broker cannot be reached.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        codec: CdcCodec,
+        config: Mapping[str, Any] | None = None,
+        *,
+        broker_timeout: float = BROKER_TIMEOUT,
+        start: int = 0,
+    ) -> None:
+        self.topic, self.codec, self.start = topic, codec, start
+        self.reader = CdcReader()
+        self._scan = TopicScan(bootstrap_servers, topic, config, broker_timeout)
+        self._ready: list[Update] = []  # proven, at or beyond `start`, not handed out yet
+        self._headers: dict[tuple[int, int], list] = {}
+        self._reported = 0  # violations raised so far
+
+    @property
+    def frontier(self) -> tuple[int, ...]:
+        """``(t,)``: every time below ``t`` is proven; ``()``: the history is closed."""
+        return self.reader.frontier
+
+    def advance(self, max_seconds: float = 1.0, until: int | None = None) -> list[Update]:
+        """Read what the topic holds now (for at most ``max_seconds``) and return the updates of
+        the times it proved complete, in time order.
+
+        Args:
+            max_seconds: The most time spent reading; it stops sooner once the topic is quiet
+                for `IDLE_WAIT` seconds.
+            until: Stop reading once the frontier reaches this time (for a replay).
+
+        Returns:
+            The updates of the newly complete times (at or beyond ``start``), consolidated.
+
+        Raises:
+            ViolationError: The topic broke the protocol.
+            BrokerError: The broker is unreachable for longer than the broker timeout.
+        """
+        deadline = time.monotonic() + max_seconds
+        while time.monotonic() < deadline:
+            if until is not None and _reached(self.frontier, until):
+                break
+            records = self._scan.poll(IDLE_WAIT, POLL_RECORDS, self._keep_headers)
+            if not records and not self._scan.pending:
+                break  # quiet: the end of what the topic holds now
+            for partition, offset, value in records:
+                self._feed(partition, offset, value)
+        self._raise_violations()
+        out, self._ready = self._ready, []
+        return out
+
+    def close(self) -> None:
+        """Close the consumer."""
+        self._scan.close()
+
+    def __enter__(self) -> TopicFollower:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- inside ---------------------------------------------------------------------------
+
+    def _keep_headers(self, partition: int, offset: int, headers: list) -> None:
+        for key, value in headers:
+            if key == HEADER_KIND:
+                if value == b"updates":
+                    return
+                break
+        self._headers[(partition, offset)] = headers
+
+    def _feed(self, partition: int, offset: int, value: bytes | None) -> None:
+        headers = self._headers.pop((partition, offset), None)
+        try:
+            message = self.codec.decode(value)
+        except DecodeError as exc:
+            self.reader.messages += 1
+            self.reader.violate(
+                "undecodable",
+                None,
+                f"partition {partition} offset {offset}: {exc}",
+                partition=partition,
+                offset=offset,
+            )
+            return
+        for finished, _frontier in self.reader.push(
+            message, partition=partition, offset=offset, headers=headers
+        ):
+            start = self.start
+            self._ready.extend(u for u in finished if u.time >= start)
+
+    def _raise_violations(self) -> None:
+        violations = self.reader.violations
+        if len(violations) > self._reported:
+            new = violations[self._reported :]
+            self._reported = len(violations)
+            raise ViolationError(self.topic, new)
+
+
+def replay(
+    bootstrap_servers: str,
+    topic: str,
+    codec: CdcCodec,
+    start: int,
+    end: int,
+    config: Mapping[str, Any] | None = None,
+    *,
+    broker_timeout: float = BROKER_TIMEOUT,
+) -> list[Update]:
+    """The updates of the times in ``[start, end)`` again, read afresh from the topic's
+    beginning: what a consumer that restarts delivers once more.
+
+    Raises:
+        ViolationError: The topic broke the protocol on the way.
+        BrokerError: The broker is unreachable for longer than ``broker_timeout``, or the topic
+            no longer proves ``end`` within it (messages deleted by retention).
+    """
+    from cdc_emitter.errors import BrokerError
+
+    out: list[Update] = []
+    with TopicFollower(
+        bootstrap_servers, topic, codec, config, broker_timeout=broker_timeout, start=start
+    ) as follower:
+        deadline = time.monotonic() + broker_timeout
+        while not _reached(follower.frontier, end):
+            out.extend(u for u in follower.advance(1.0, until=end) if u.time < end)
+            if time.monotonic() > deadline and not _reached(follower.frontier, end):
+                raise BrokerError(
+                    f"topic {topic!r} on {bootstrap_servers} no longer proves the times below "
+                    f"{end} (its frontier is {list(follower.frontier)} after reading it all for "
+                    f"{broker_timeout:g}s): were messages deleted by retention?"
+                )
+        out.extend(u for u in follower.advance(0.0) if u.time < end)
+    return out
+
+
+def _reached(frontier: tuple[int, ...], time_: int) -> bool:
+    return not frontier or frontier[0] >= time_
+
+
+__all__ = ["TopicFollower", "Violation", "replay"]

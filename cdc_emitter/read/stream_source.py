@@ -1,0 +1,215 @@
+"""``spark.readStream.format("cdcv2")``: a CDCv2 topic as a stream of proven times.
+
+Each micro-batch holds the consolidated updates ``(data columns…, time, diff)`` of the times
+the topic proved complete since the previous one: never an update of an open time, never a
+duplicate, never a time twice. The batch's offset is the frontier, so a query restarted from
+its checkpoint goes on exactly where it stopped.
+
+The reader runs in Spark's driver-side Python process for the query (PySpark's
+``SimpleDataSourceStreamReader``, Spark 4.0 or newer): it follows the topic with
+`cdc_emitter.read.follow.TopicFollower` and holds only the updates of open times. Nothing of
+ours runs on executors.
+
+Options (``kafka.*`` as for Spark's Kafka source, passed to librdkafka without the prefix):
+
+=============================  ==========================================================
+``kafka.bootstrap.servers``    the Kafka servers (required)
+``topic``                      the topic (required)
+``schema``                     the Avro ``data`` record as JSON; default: the writer's, from
+                               the header of the topic's newest progress statement
+``maxReadSeconds``             the most time one micro-batch spends reading (default 1)
+``brokerTimeout``              seconds a broker may be unreachable (default 30)
+=============================  ==========================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from pyspark.sql import types as T
+
+try:
+    from pyspark.sql.datasource import DataSource, SimpleDataSourceStreamReader
+except ImportError:  # PySpark 3.5 has no Python data sources: `register` says so
+    DataSource = SimpleDataSourceStreamReader = object  # type: ignore[misc,assignment]
+
+from cdc_emitter.errors import ConfigError, SchemaError
+from cdc_emitter.kafka.config import BROKER_TIMEOUT
+from cdc_emitter.protocol.codec import CdcCodec, data_schema_from_text
+from cdc_emitter.read.follow import TopicFollower, replay
+from cdc_emitter.spark.avro_types import row_converter, spark_struct
+
+__all__ = ["FORMAT", "CdcV2DataSource", "CdcV2StreamReader"]
+
+#: The name the source is registered under.
+FORMAT = "cdcv2"
+#: The columns after the data columns.
+EXTRA_COLUMNS = ("time", "diff")
+
+
+class CdcV2DataSource(DataSource):
+    """The ``cdcv2`` data source (streaming reads only). See the module docstring."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> T.StructType:
+        data = spark_struct(_settings(self.options).data_schema())
+        clash = [f.name for f in data.fields if f.name in EXTRA_COLUMNS]
+        if clash:
+            raise SchemaError(
+                f"the topic's data has a column named {clash[0]!r}, which the source adds "
+                "itself (the update's time and diff): rename it in the writer"
+            )
+        return T.StructType(
+            [*data.fields, T.StructField("time", T.LongType(), False)]
+            + [T.StructField("diff", T.LongType(), False)]
+        )
+
+    def simpleStreamReader(self, schema: T.StructType) -> CdcV2StreamReader:
+        return CdcV2StreamReader(_settings(self.options))
+
+
+class _Settings:
+    """The source's options, checked."""
+
+    def __init__(self, options: Mapping[str, str]) -> None:
+        given = {k.lower(): (k, v) for k, v in options.items()}
+        servers = given.get("kafka.bootstrap.servers", ("", ""))[1].strip()
+        topic = given.get("topic", ("", ""))[1].strip()
+        missing = [n for n, v in (("kafka.bootstrap.servers", servers), ("topic", topic)) if not v]
+        if missing:
+            raise ConfigError(
+                f'the {FORMAT} source needs the option {missing[0]!r}: .option("{missing[0]}", ...)'
+            )
+        self.servers, self.topic = servers, topic
+        self.config = {
+            key[len("kafka.") :]: value
+            for low, (key, value) in given.items()
+            if low.startswith("kafka.") and low != "kafka.bootstrap.servers"
+        }
+        self.schema_text = given.get("schema", (None, None))[1]
+        self.max_read = _number(given, "maxreadseconds", 1.0)
+        self.broker_timeout = _number(given, "brokertimeout", BROKER_TIMEOUT)
+
+    def data_schema(self) -> dict:
+        if self.schema_text:
+            try:
+                return data_schema_from_text(self.schema_text)
+            except (SchemaError, ValueError) as exc:
+                raise SchemaError(f"option 'schema': {exc}") from exc
+        from cdc_emitter.kafka.topic_schema import writer_schema
+
+        written = writer_schema(self.servers, self.topic, self.config, timeout=self.broker_timeout)
+        if written is None:
+            raise SchemaError(
+                f"topic {self.topic!r} has no progress statement with the writer's schema yet: "
+                'pass .option("schema", <the Avro data record as JSON>)'
+            )
+        return written
+
+
+def _number(given: dict, key: str, default: float) -> float:
+    if key not in given:
+        return default
+    name, text = given[key]
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise ConfigError(f"option {name!r} must be a positive number of seconds, not {text!r}")
+    return value
+
+
+def _settings(options: Mapping[str, str]) -> _Settings:
+    return _Settings(options)
+
+
+class CdcV2StreamReader(SimpleDataSourceStreamReader):
+    """Reads complete times on the driver. Offsets are ``{"frontier": t, "closed": bool}``."""
+
+    def __init__(self, settings: _Settings) -> None:
+        self.settings = settings
+        data = settings.data_schema()
+        self.codec = CdcCodec(data)
+        self.row = row_converter(data)
+        self._follower: TopicFollower | None = None
+        self._position: dict | None = None
+
+    def initialOffset(self) -> dict:
+        return {"frontier": 0, "closed": False}
+
+    def read(self, start: dict) -> tuple[Iterator[tuple], dict]:
+        if start.get("closed"):
+            return iter(()), start
+        follower = self._follower
+        if follower is None or self._position != start:  # a new query, or one restarted
+            if follower is not None:
+                follower.close()
+            s = self.settings
+            follower = self._follower = TopicFollower(
+                s.servers,
+                s.topic,
+                self.codec,
+                s.config,
+                broker_timeout=s.broker_timeout,
+                start=int(start["frontier"]),
+            )
+        updates = follower.advance(self.settings.max_read)
+        frontier = follower.frontier
+        if not frontier:
+            end = {"frontier": start["frontier"], "closed": True}
+        else:
+            end = {"frontier": max(int(start["frontier"]), frontier[0]), "closed": False}
+        self._position = end
+        return iter(self._rows(updates)), end
+
+    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[tuple]:
+        s = self.settings
+        until = _UNBOUNDED if end.get("closed") else int(end["frontier"])
+        updates = replay(
+            s.servers,
+            s.topic,
+            self.codec,
+            int(start["frontier"]),
+            until,
+            s.config,
+            broker_timeout=s.broker_timeout,
+        )
+        return iter(self._rows(updates))
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: the topic is read without a consumer group."""
+
+    def stop(self) -> None:
+        if self._follower is not None:
+            self._follower.close()
+            self._follower = None
+
+    def _rows(self, updates: list[Any]) -> list[tuple]:
+        row = self.row
+        return [(*row(u.data), u.time, u.diff) for u in sorted(updates, key=lambda u: u.time)]
+
+
+#: A frontier past every time: a closed history's updates are all below it.
+_UNBOUNDED = 2**63 - 1
+
+
+def register(spark: Any) -> None:
+    """Register the ``cdcv2`` source with ``spark`` (PySpark 4.0 or newer).
+
+    Raises:
+        ConfigError: This PySpark has no Python data sources (3.5 and older).
+    """
+    registration = getattr(spark, "dataSource", None)
+    if registration is None:
+        import pyspark
+
+        raise ConfigError(
+            f"the {FORMAT} streaming source needs PySpark 4.0 or newer (Python data sources); "
+            f"this is PySpark {pyspark.__version__}"
+        )
+    registration.register(CdcV2DataSource)
