@@ -10,7 +10,9 @@ Guarantees:
 
 * `advance` returns exactly the updates of the times between the frontier before and after
   it, consolidated (one update per data and time, no zero diff), duplicates dropped;
-* memory holds only the updates of open times (those at or beyond the frontier);
+* memory holds only the updates of open times (those at or beyond the frontier); once they
+  reach `WARN_HELD`, and at every doubling after, a warning says so on the
+  ``cdc_emitter.read.follow`` logger;
 * a protocol violation (a count disagreement, an over-count, an undecodable message, ...)
   raises `ViolationError` naming the topic, partition, offset and time, as ``verify`` reports
   it; nothing of a time it concerns has been handed out.
@@ -18,6 +20,7 @@ Guarantees:
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -34,6 +37,11 @@ from cdc_emitter.protocol.updates import Update, Violation
 IDLE_WAIT = 0.2
 #: Records taken from the consumer per poll.
 POLL_RECORDS = 2000
+#: Held updates (of open times) at which the first memory warning is logged; again at every
+#: doubling after it, as ``verify`` warns.
+WARN_HELD = 1_000_000
+
+log = logging.getLogger(__name__)
 
 
 class TopicFollower:
@@ -47,6 +55,7 @@ class TopicFollower:
         broker_timeout: Seconds a broker may be unreachable before `BrokerError`.
         start: Times below this frontier are taken as handed out already: their updates are
             read (the reader needs them to prove later times) but not returned.
+        warn_held: Held updates at which the first memory warning is logged.
 
     Raises:
         BrokerError: The topic does not exist or the broker cannot be reached.
@@ -61,13 +70,15 @@ class TopicFollower:
         *,
         broker_timeout: float = BROKER_TIMEOUT,
         start: int = 0,
+        warn_held: int = WARN_HELD,
     ) -> None:
         self.topic, self.codec, self.start = topic, codec, start
+        self._next_warning = warn_held
         self.reader = CdcReader()
         self._scan = TopicScan(bootstrap_servers, topic, config, broker_timeout)
         self._ready: list[Update] = []  # proven, at or beyond `start`, not handed out yet
         self._headers: dict[tuple[int, int], list] = {}
-        self._reported = 0  # violations raised so far
+        self._failed: ViolationError | None = None  # once broken, always: nothing more out
 
     @property
     def frontier(self) -> tuple[int, ...]:
@@ -87,9 +98,12 @@ class TopicFollower:
             The updates of the newly complete times (at or beyond ``start``), consolidated.
 
         Raises:
-            ViolationError: The topic broke the protocol.
+            ViolationError: The topic broke the protocol (and again on every call after: a
+                broken history hands out nothing more).
             BrokerError: The broker is unreachable for longer than the broker timeout.
         """
+        if self._failed is not None:
+            raise self._failed
         deadline = time.monotonic() + max_seconds
         while time.monotonic() < deadline:
             if until is not None and _reached(self.frontier, until):
@@ -99,6 +113,7 @@ class TopicFollower:
                 break  # quiet: the end of what the topic holds now
             for partition, offset, value in records:
                 self._feed(partition, offset, value)
+            self._warn_if_held()
         self._raise_violations()
         out, self._ready = self._ready, []
         return out
@@ -143,12 +158,24 @@ class TopicFollower:
             start = self.start
             self._ready.extend(u for u in finished if u.time >= start)
 
+    def _warn_if_held(self) -> None:
+        held = self.reader.held
+        if held < self._next_warning:
+            return
+        self._next_warning = max(self._next_warning * 2, held + 1)
+        log.warning(
+            "topic %s: %s updates are held beyond frontier %s: no progress statement proves "
+            "them complete yet, and memory grows with them until one does",
+            self.topic,
+            f"{held:,}",
+            list(self.frontier),
+        )
+
     def _raise_violations(self) -> None:
-        violations = self.reader.violations
-        if len(violations) > self._reported:
-            new = violations[self._reported :]
-            self._reported = len(violations)
-            raise ViolationError(self.topic, new)
+        if self.reader.violations:
+            self._ready = []
+            self._failed = ViolationError(self.topic, self.reader.violations)
+            raise self._failed
 
 
 def replay(

@@ -1,0 +1,63 @@
+"""TopicFollower and replay on a real broker, without Spark: complete times only, each once;
+a replay gives a range of times again; held updates are warned about; a violation raises."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from test_stream_source import DATA, produce
+
+from cdc_emitter.errors import ViolationError
+from cdc_emitter.protocol import Progress, Update
+from cdc_emitter.protocol.codec import CdcCodec
+from cdc_emitter.read.follow import TopicFollower, replay
+
+pytestmark = pytest.mark.kafka
+
+
+def test_complete_times_once_then_a_replay(kafka_bootstrap, topic_factory):
+    topic = topic_factory()
+    ups = [Update((k, "x"), t, 1) for t in range(4) for k in range(3)]
+    produce(kafka_bootstrap, topic, [ups[:6], Progress((0,), (3,), ((0, 3), (1, 3), (2, 3)))])
+    codec = CdcCodec(DATA)
+    with TopicFollower(kafka_bootstrap, topic, codec) as follower:
+        first = follower.advance(5.0)
+        assert sorted(first) == sorted(ups[:6])  # times 0 and 1; time 2 has none of its 3 yet
+        assert follower.frontier == (2,)
+        assert follower.advance(0.5) == []
+        produce(kafka_bootstrap, topic, [ups[6:], ups[3:9], Progress((3,), (4,), ((3, 3),))])
+        assert sorted(follower.advance(5.0)) == sorted(ups[6:])  # duplicates dropped
+        assert follower.frontier == (4,)
+    assert sorted(replay(kafka_bootstrap, topic, codec, 1, 3)) == sorted(ups[3:9])
+    with TopicFollower(kafka_bootstrap, topic, codec, start=3) as restarted:
+        assert sorted(restarted.advance(5.0)) == sorted(ups[9:])
+
+
+def test_held_updates_are_warned_about(kafka_bootstrap, topic_factory, caplog):
+    topic = topic_factory()
+    produce(kafka_bootstrap, topic, [[Update((k, None), 7, 1) for k in range(5)]])
+    with caplog.at_level(logging.WARNING, logger="cdc_emitter.read.follow"):
+        with TopicFollower(kafka_bootstrap, topic, CdcCodec(DATA), warn_held=4) as follower:
+            assert follower.advance(3.0) == []
+    assert [r.getMessage() for r in caplog.records] == [
+        f"topic {topic}: 5 updates are held beyond frontier [0]: no progress statement proves "
+        "them complete yet, and memory grows with them until one does"
+    ]
+
+
+def test_a_violation_raises_and_nothing_of_its_time_is_handed_out(kafka_bootstrap, topic_factory):
+    topic = topic_factory()
+    produce(
+        kafka_bootstrap,
+        topic,
+        [
+            [Update((1, "a"), 1, 1), Update((2, "b"), 1, 1), Update((3, "c"), 1, 1)],
+            Progress((0,), (2,), ((1, 2),)),  # time 1 over-counted: three arrived
+        ],
+    )
+    with TopicFollower(kafka_bootstrap, topic, CdcCodec(DATA)) as follower:
+        with pytest.raises(ViolationError, match=f"topic '{topic}' breaks the CDCv2 protocol"):
+            follower.advance(3.0)
+        with pytest.raises(ViolationError, match="over_count at time 1"):  # and stays broken
+            follower.advance(0.1)
