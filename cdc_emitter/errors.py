@@ -81,6 +81,9 @@ class ViolationError(CdcError):
             f"cdc-emitter verify --topic {topic} for the whole report)"
         )
 
+    def __reduce__(self) -> tuple:  # pickles (Spark sends errors between processes)
+        return (type(self), (self.topic, self.violations))
+
 
 class BrokerError(CdcError):
     """The Kafka cluster cannot be reached, or a topic is missing or unusable."""

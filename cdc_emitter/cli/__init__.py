@@ -4,6 +4,7 @@ shares, `options` the shared click options, one module per command (`verify`, `t
 text or JSON."""
 
 # importing a command's module registers the command on `main`
+from cdc_emitter.cli import apply as _apply  # noqa: F401
 from cdc_emitter.cli import convert as _convert  # noqa: F401
 from cdc_emitter.cli import export as _export  # noqa: F401
 from cdc_emitter.cli import schema as _schema  # noqa: F401

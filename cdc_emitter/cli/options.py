@@ -347,9 +347,10 @@ def reader_data_schema(
         settings: librdkafka settings (-X).
         broker_timeout: Seconds to wait for a broker that does not answer (--broker-timeout).
         hint: What to pass instead, said when the topic names no schema.
-        wait: Seconds to wait (no file) for a first statement when the topic has none yet: a
-            command that follows a topic may start before its writer (``math.inf``: as long as
-            it takes).
+        wait: Seconds to wait (no file) for a first statement when the topic has no message
+            yet: a command that follows a topic may start before its writer (``math.inf``: as
+            long as it takes). A topic with messages but no schema header is another writer's:
+            it is not waited on.
 
     Returns:
         The data record schema.
@@ -361,6 +362,7 @@ def reader_data_schema(
         BrokerError: The topic does not exist or the broker cannot be reached.
     """
     from cdc_emitter.kafka.config import BROKER_TIMEOUT
+    from cdc_emitter.kafka.reading import last_messages
     from cdc_emitter.kafka.topic_schema import writer_schema
     from cdc_emitter.protocol.headers import HEADER_SCHEMA
     from cdc_emitter.protocol.schema_match import column_differences
@@ -379,12 +381,14 @@ def reader_data_schema(
     patience = BROKER_TIMEOUT if broker_timeout is None else broker_timeout
     deadline = time.monotonic() + wait
     written = writer_schema(servers, topic, settings, timeout=patience)
-    while written is None and time.monotonic() < deadline:
+    # messages, and none names its schema: another writer's topic, not a late one (no wait)
+    late = written is None and wait > 0 and not last_messages(servers, topic, 1, settings, patience)
+    while written is None and late and time.monotonic() < deadline:
         time.sleep(min(SCHEMA_POLL, max(0.0, deadline - time.monotonic())))
         written = writer_schema(servers, topic, settings, timeout=patience, full_scan=False)
     if written is None:
-        within = f" within {wait:g}s" if wait > 0 else ""
-        raise NoSchemaYet(
+        within = f" within {wait:g}s" if late else ""
+        raise (NoSchemaYet if late else SchemaError)(
             f"topic {topic!r} has no progress statement with a {HEADER_SCHEMA} header{within} "
             f"to take the schema from; {hint}"
         )

@@ -15,7 +15,10 @@ Guarantees:
   ``cdc_emitter.read.follow`` logger;
 * a protocol violation (a count disagreement, an over-count, an undecodable message, ...)
   raises `ViolationError` naming the topic, partition, offset and time, as ``verify`` reports
-  it; nothing of a time it concerns has been handed out.
+  it, and nothing more is handed out. A violation found while its time is open stops that time
+  from ever being handed out; one found later (a statement that contradicts the count of a
+  time handed out already) stops the stream after it. As with ``verify`` without ``strict``,
+  a late update at a time handed out already is taken for a duplicate.
 """
 
 from __future__ import annotations
@@ -202,13 +205,17 @@ def replay(
     with TopicFollower(
         bootstrap_servers, topic, codec, config, broker_timeout=broker_timeout, start=start
     ) as follower:
+        # give up after broker_timeout without progress (not in all: a long topic takes long)
         deadline = time.monotonic() + broker_timeout
+        read = follower.reader.messages
         while not _reached(follower.frontier, end):
             out.extend(u for u in follower.advance(1.0, until=end) if u.time < end)
-            if time.monotonic() > deadline and not _reached(follower.frontier, end):
+            if follower.reader.messages > read:
+                read, deadline = follower.reader.messages, time.monotonic() + broker_timeout
+            elif time.monotonic() > deadline and not _reached(follower.frontier, end):
                 raise BrokerError(
                     f"topic {topic!r} on {bootstrap_servers} no longer proves the times below "
-                    f"{end} (its frontier is {list(follower.frontier)} after reading it all for "
+                    f"{end} (its frontier is {list(follower.frontier)}, and nothing more came in "
                     f"{broker_timeout:g}s): were messages deleted by retention?"
                 )
         out.extend(u for u in follower.advance(0.0) if u.time < end)

@@ -24,6 +24,7 @@ Options (``kafka.*`` as for Spark's Kafka source, passed to librdkafka without t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -34,7 +35,7 @@ try:
 except ImportError:  # PySpark 3.5 has no Python data sources: `register` says so
     DataSource = SimpleDataSourceStreamReader = object  # type: ignore[misc,assignment]
 
-from cdc_emitter.errors import ConfigError, SchemaError
+from cdc_emitter.errors import BrokerError, ConfigError, SchemaError
 from cdc_emitter.kafka.config import BROKER_TIMEOUT
 from cdc_emitter.protocol.codec import CdcCodec, data_schema_from_text
 from cdc_emitter.read.follow import TopicFollower, replay
@@ -56,8 +57,11 @@ class CdcV2DataSource(DataSource):
         return FORMAT
 
     def schema(self) -> T.StructType:
-        data = spark_struct(_settings(self.options).data_schema())
-        clash = [f.name for f in data.fields if f.name in EXTRA_COLUMNS]
+        # kept: Spark sends this object to the reader's process (and, for a replay after a
+        # restart, to an executor's Python): every reader then decodes with this schema
+        self._data_schema = _settings(self.options).data_schema()
+        data = spark_struct(self._data_schema)
+        clash = [f.name for f in data.fields if f.name.lower() in EXTRA_COLUMNS]
         if clash:
             raise SchemaError(
                 f"the topic's data has a column named {clash[0]!r}, which the source adds "
@@ -69,7 +73,8 @@ class CdcV2DataSource(DataSource):
         )
 
     def simpleStreamReader(self, schema: T.StructType) -> CdcV2StreamReader:
-        return CdcV2StreamReader(_settings(self.options))
+        settings = _settings(self.options)
+        return CdcV2StreamReader(settings, getattr(self, "_data_schema", None))
 
 
 class _Settings:
@@ -111,10 +116,15 @@ class _Settings:
         return written
 
 
+#: The documented spelling of each option (Spark hands the options over in lower case).
+_OPTION_NAMES = {"maxreadseconds": "maxReadSeconds", "brokertimeout": "brokerTimeout"}
+
+
 def _number(given: dict, key: str, default: float) -> float:
     if key not in given:
         return default
-    name, text = given[key]
+    _, text = given[key]
+    name = _OPTION_NAMES.get(key, key)
     try:
         value = float(text)
     except ValueError:
@@ -131,9 +141,9 @@ def _settings(options: Mapping[str, str]) -> _Settings:
 class CdcV2StreamReader(SimpleDataSourceStreamReader):
     """Reads complete times on the driver. Offsets are ``{"frontier": t, "closed": bool}``."""
 
-    def __init__(self, settings: _Settings) -> None:
+    def __init__(self, settings: _Settings, data_schema: dict | None = None) -> None:
         self.settings = settings
-        data = settings.data_schema()
+        data = data_schema if data_schema is not None else settings.data_schema()
         self.codec = CdcCodec(data)
         self.row = row_converter(data)
         self._follower: TopicFollower | None = None
@@ -158,7 +168,14 @@ class CdcV2StreamReader(SimpleDataSourceStreamReader):
                 broker_timeout=s.broker_timeout,
                 start=int(start["frontier"]),
             )
-        updates = follower.advance(self.settings.max_read)
+        try:
+            updates = follower.advance(self.settings.max_read)
+            if self._position != start:  # just (re)built: catch up to `start` first, or Spark
+                updates += self._catch_up(follower, int(start["frontier"]))  # sees no new data
+        except BaseException:
+            follower.close()
+            self._follower = None
+            raise
         frontier = follower.frontier
         if not frontier:
             end = {"frontier": start["frontier"], "closed": True}
@@ -166,6 +183,29 @@ class CdcV2StreamReader(SimpleDataSourceStreamReader):
             end = {"frontier": max(int(start["frontier"]), frontier[0]), "closed": False}
         self._position = end
         return iter(self._rows(updates)), end
+
+    def _catch_up(self, follower: TopicFollower, start: int) -> list[Any]:
+        """Read until the frontier reaches ``start`` (a restarted query's).
+
+        Raises:
+            BrokerError: Nothing more came for the broker timeout and the frontier is still
+                below ``start`` (messages deleted by retention?).
+        """
+        out: list[Any] = []
+        patience = self.settings.broker_timeout
+        deadline, read = time.monotonic() + patience, follower.reader.messages
+        while follower.frontier and follower.frontier[0] < start:
+            out += follower.advance(self.settings.max_read)
+            if follower.reader.messages > read:
+                deadline, read = time.monotonic() + patience, follower.reader.messages
+            elif time.monotonic() > deadline:
+                raise BrokerError(
+                    f"topic {self.settings.topic!r} on {self.settings.servers} no longer proves "
+                    f"the times below {start}, where the query stopped (its frontier is "
+                    f"{list(follower.frontier)}, and nothing more came in {patience:g}s): were "
+                    "messages deleted by retention?"
+                )
+        return out
 
     def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[tuple]:
         s = self.settings

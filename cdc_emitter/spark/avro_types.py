@@ -30,6 +30,9 @@ _PRIMITIVE = {
     "string": T.StringType(),
     "bytes": T.BinaryType(),
 }
+#: How deep records may nest (deeper: a recursive record, which Spark cannot type).
+_MAX_DEPTH = 64
+
 _LOGICAL = {
     "date": T.DateType(),
     "timestamp-millis": T.TimestampType(),
@@ -37,6 +40,14 @@ _LOGICAL = {
     "local-timestamp-millis": T.TimestampNTZType(),
     "local-timestamp-micros": T.TimestampNTZType(),
 }
+
+
+def _register(schema: dict, named: dict[str, Any], namespace: str | None = None) -> None:
+    """Remember a named type under its short and its full name (``ns.Name``)."""
+    name = schema["name"]
+    space = schema.get("namespace", namespace)
+    named[name.rsplit(".", 1)[-1]] = schema
+    named[name if "." in name or not space else f"{space}.{name}"] = schema
 
 
 def spark_struct(record: dict) -> T.StructType:
@@ -58,7 +69,12 @@ def row_converter(record: dict) -> Callable[[tuple], tuple]:
 
 
 def _struct(record: dict, path: list[str], named: dict[str, Any]) -> T.StructType:
-    named[record["name"]] = record
+    if len(path) > _MAX_DEPTH:
+        raise SchemaError(
+            f"column {'.'.join(path[:3])}... nests records deeper than {_MAX_DEPTH} levels (a "
+            "recursive record?), which Spark types cannot hold"
+        )
+    _register(record, named)
     fields = []
     for field in record["fields"]:
         dtype, nullable = _type(field["type"], [*path, field["name"]], named)
@@ -83,8 +99,15 @@ def _type(schema: Any, path: list[str], named: dict[str, Any]) -> tuple[T.DataTy
             return _type(named[schema], path, named)
         raise SchemaError(f"column {'.'.join(path)!r} has the unknown Avro type {schema!r}")
     kind, logical = schema.get("type"), schema.get("logicalType")
+    if kind in ("enum", "fixed"):
+        _register(schema, named)
     if logical == "decimal":
         return T.DecimalType(schema["precision"], schema.get("scale", 0)), False
+    if logical in ("time-millis", "time-micros"):
+        raise SchemaError(
+            f"column {'.'.join(path)!r} is an Avro {logical}, which has no Spark type here: "
+            "write it as a long (or a string) instead"
+        )
     if logical in _LOGICAL:
         return _LOGICAL[logical], False
     if kind == "record":
@@ -96,12 +119,14 @@ def _type(schema: Any, path: list[str], named: dict[str, Any]) -> tuple[T.DataTy
         value, nullable = _type(schema["values"], [*path, "value"], named)
         return T.MapType(T.StringType(), value, nullable), False
     if kind == "enum":
-        named[schema["name"]] = schema
         return T.StringType(), False
     if kind == "fixed":
-        named[schema["name"]] = schema
         return T.BinaryType(), False
     return _type(kind, path, named)  # {"type": "long"} and the like
+
+
+#: The key of ``named`` under which `_converter` keeps the names it is converting.
+_BUILDING = " building"
 
 
 def _converter(schema: Any, named: dict[str, Any]) -> Callable[[Any], Any] | None:
@@ -111,10 +136,21 @@ def _converter(schema: Any, named: dict[str, Any]) -> Callable[[Any], Any] | Non
         conv = _converter(others[0], named) if len(others) == 1 else None
         return None if conv is None else (lambda v: None if v is None else conv(v))
     if isinstance(schema, str):
-        return _converter(named[schema], named) if schema in named else None
+        # a reference back to a record being converted (a recursive record, which
+        # `spark_struct` refuses anyway) converts nothing more
+        if schema not in named or schema in named.get(_BUILDING, ()):
+            return None
+        named[_BUILDING] = (*named.get(_BUILDING, ()), schema)
+        try:
+            return _converter(named[schema], named)
+        finally:
+            named[_BUILDING] = named[_BUILDING][:-1]
     kind = schema.get("type")
+    if schema.get("logicalType") == "uuid":  # fastavro gives a UUID object
+        return str
+    if kind in ("record", "enum", "fixed"):
+        _register(schema, named)
     if kind == "record":
-        named[schema["name"]] = schema
         convs = [_converter(f["type"], named) for f in schema["fields"]]
         if not any(convs):
             return None

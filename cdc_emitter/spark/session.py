@@ -20,6 +20,7 @@ import re
 import signal
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -183,18 +184,26 @@ def _fds_to(target: int, fds: Sequence[int] = (1, 2)) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
-    """SIGINT and SIGTERM held back while inside (delivered on leaving), so that their handlers
-    never run between two steps that belong together."""
-    block = getattr(signal, "pthread_sigmask", None)  # not on Windows
-    if block is None:
+    """SIGINT and SIGTERM held back while inside, and raised again on leaving, so that their
+    handlers never run between two steps that belong together.
+
+    Python runs signal handlers in the main thread whichever thread the kernel picked (Spark's
+    threads are running by then), so the handlers themselves are swapped for ones that only
+    note the signal. Outside the main thread nothing can be swapped, nor is needed: handlers
+    never run there."""
+    if threading.current_thread() is not threading.main_thread():
         yield
         return
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = block(signal.SIG_BLOCK, held)
+    caught: list[int] = []
+    held = (signal.SIGINT, signal.SIGTERM)
+    previous = {signum: signal.signal(signum, lambda n, _f: caught.append(n)) for signum in held}
     try:
         yield
     finally:
-        block(signal.SIG_SETMASK, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for number in dict.fromkeys(caught):
+            signal.raise_signal(number)  # the real handler runs now, once per signal
 
 
 def _flush() -> None:

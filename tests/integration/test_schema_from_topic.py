@@ -244,6 +244,19 @@ def test_verify_with_a_target_waits_for_the_writers_first_statement(kafka_bootst
     )
 
 
+def test_verify_with_a_target_does_not_wait_on_another_writers_topic(
+    kafka_bootstrap, foreign_topic
+):
+    """Messages, and no statement names its schema: no writer will add one, so the usual error
+    comes at once (not after --timeout, not never without one)."""
+    result = cli(
+        *("verify", "--bootstrap-servers", kafka_bootstrap, "--topic", foreign_topic),
+        "--until-closed",
+    )
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr == NO_HEADER.format(topic=foreign_topic)
+
+
 @pytest.mark.parametrize("as_json", [False, True])
 def test_verify_with_a_target_on_a_topic_never_written_is_not_proven(
     kafka_bootstrap, topic_factory, as_json

@@ -101,3 +101,65 @@ def test_a_violation_error_names_kind_time_partition_offset():
     assert text.endswith(
         "; and 4 more (run cdc-emitter verify --topic orders for the whole report)"
     )
+
+
+def test_named_types_by_full_name_fixed_decimals_uuid_and_refusals():
+    inner = {
+        "type": "record",
+        "name": "In",
+        "namespace": "ns",
+        "fields": [{"name": "x", "type": "long"}],
+    }
+    money = {
+        "type": "fixed",
+        "name": "Money",
+        "size": 8,
+        "logicalType": "decimal",
+        "precision": 10,
+        "scale": 2,
+    }
+    record = {
+        "type": "record",
+        "name": "data",
+        "fields": [
+            {"name": "a", "type": inner},
+            {"name": "b", "type": ["null", "ns.In"]},
+            {"name": "c", "type": money},
+            {"name": "d", "type": "Money"},
+            {"name": "u", "type": {"type": "string", "logicalType": "uuid"}},
+        ],
+    }
+    struct = spark_struct(record)
+    assert [f.dataType.simpleString() for f in struct.fields] == [
+        "struct<x:bigint>",
+        "struct<x:bigint>",
+        "decimal(10,2)",
+        "decimal(10,2)",
+        "string",
+    ]
+    import uuid
+
+    value = uuid.UUID(int=5)
+    assert row_converter(record)(((1,), None, 0, 0, value))[4] == str(value)
+    timed = {
+        "type": "record",
+        "name": "data",
+        "fields": [{"name": "t", "type": {"type": "int", "logicalType": "time-millis"}}],
+    }
+    with pytest.raises(SchemaError, match="column 't' is an Avro time-millis"):
+        spark_struct(timed)
+    looped = {
+        "type": "record",
+        "name": "Node",
+        "fields": [{"name": "next", "type": ["null", "Node"]}],
+    }
+    with pytest.raises(SchemaError, match="recursive record"):
+        spark_struct(looped)
+
+
+def test_a_violation_error_pickles():
+    import pickle
+
+    error = ViolationError("t", [Violation("over_count", 1, "more", 0, 3)])
+    again = pickle.loads(pickle.dumps(error))
+    assert (str(again), again.violations) == (str(error), error.violations)

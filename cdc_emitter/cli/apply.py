@@ -1,0 +1,192 @@
+"""``cdc-emitter apply``: keep a Delta table equal to a CDCv2 topic, exactly once (see
+`cdc_emitter.read.apply`)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from cdc_emitter.cli.console import EXIT_OK, handle_errors, main, on_interrupt
+from cdc_emitter.cli.options import (
+    check_kafka,
+    kafka_options,
+    require_servers,
+    spark_options,
+    start_spark,
+)
+from cdc_emitter.cli.output import StatusLine, dumps
+from cdc_emitter.errors import CdcError, ConfigError
+
+#: Where the query's checkpoint goes without --checkpoint: inside the table's directory, under
+#: a name Delta ignores (it skips names starting with "_").
+DEFAULT_CHECKPOINT = "_cdc_emitter_checkpoint"
+
+
+@main.command(name="apply")
+@kafka_options
+@click.option("--topic", required=True, help="The CDCv2 topic to apply.")
+@click.option(
+    "--to",
+    "table",
+    required=True,
+    metavar="PATH",
+    help="The Delta table's path (any Hadoop path); made if missing.",
+)
+@click.option(
+    "--checkpoint",
+    metavar="DIR",
+    help=f"The streaming query's checkpoint (default: PATH/{DEFAULT_CHECKPOINT}). Losing it "
+    "costs a re-read of the topic, never a time applied twice: the table records its last time.",
+)
+@click.option(
+    "--once",
+    is_flag=True,
+    help="Apply every time that is complete now, then stop. Without it the command follows "
+    "the topic until interrupted (Ctrl-C).",
+)
+@click.option(
+    "--trigger-interval",
+    default="1 second",
+    show_default=True,
+    metavar="INTERVAL",
+    help="Start a micro-batch at most this often.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object at the end.")
+@spark_options
+@handle_errors
+def apply_command(
+    bootstrap_servers: str | None,
+    kafka_settings: dict,
+    broker_timeout: float,
+    topic: str,
+    table: str,
+    checkpoint: str | None,
+    once: bool,
+    trigger_interval: str,
+    as_json: bool,
+    spark_packages: tuple[str, ...],
+    spark_conf: dict,
+    spark_remote: str | None,
+) -> None:
+    """Keep the Delta table at PATH equal to the collection of a CDCv2 topic.
+
+    Each micro-batch holds the updates of whole times the topic proved complete (the cdcv2
+    source: never an open time, never a time twice) and becomes one Delta commit: each row's
+    net change is merged into the table, whose columns are the data columns and "count" (the
+    row's multiplicity; a row whose count reaches 0 is deleted). The commit records the last
+    time applied, so after a crash, or with a lost checkpoint, no time is applied twice, and
+    Delta's time travel shows the collection at every applied time.
+
+    Needs PySpark 4.0 or newer (Python data sources) and Delta Lake (its package for this
+    Spark is added unless --packages names one).
+
+    \b
+    Example:
+      cdc-emitter apply --bootstrap-servers 127.0.0.1:9092 --topic products \\
+          --to /data/products-replica --once
+    """
+    servers = require_servers(bootstrap_servers)
+    _check_pyspark(spark_remote)
+    check_kafka(servers, kafka_settings, broker_timeout, topic)
+    checkpoint = checkpoint or os.path.join(table, DEFAULT_CHECKPOINT)
+    status = StatusLine()
+    applied: list = []
+
+    def stopped() -> str:
+        last = next((r.time for r in reversed(applied) if r.time is not None), None)
+        holds = "no time yet" if last is None else f"every time up to {last}"
+        return (
+            f"apply of topic {topic} stopped: table {table} holds {holds}; run the same command "
+            "again to go on"
+        )
+
+    on_interrupt(stopped)
+    status.show(f"starting Spark to apply topic {topic}")
+    spark = start_spark(
+        "cdc-emitter apply",
+        _packages(spark_packages, spark_remote),
+        spark_conf,
+        "delta",
+        spark_remote,
+    )
+
+    def shown(result) -> None:
+        applied.append(result)
+        if result.version is not None:
+            status.show(
+                f"table {table} at time {result.time} (version {result.version}, "
+                f"{result.rows} rows changed)"
+            )
+
+    status.show(f"applying topic {topic} to {table}")
+    from cdc_emitter.read.apply import apply_topic
+    from cdc_emitter.spark.errors import python_worker_error, spark_error_text
+
+    try:
+        apply_topic(
+            spark,
+            servers,
+            topic,
+            table,
+            checkpoint,
+            once=once,
+            config=kafka_settings,
+            broker_timeout=broker_timeout,
+            trigger_interval=trigger_interval,
+            on_batch=shown,
+        )
+    except CdcError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the query's failure, ours or Spark's
+        cause = python_worker_error(exc) or spark_error_text(exc)
+        raise CdcError(f"applying topic {topic} to {table} failed: {cause}") from None
+    finally:
+        status.done()
+    commits = [r for r in applied if r.version is not None]
+    last = commits[-1] if commits else None
+    summary = {
+        "topic": topic,
+        "table": table,
+        "commits": None if spark_remote else len(commits),
+        "time": None if last is None else last.time,
+        "version": None if last is None else last.version,
+    }
+    if as_json:
+        click.echo(dumps(summary))
+    elif spark_remote:
+        click.echo(f"applied topic {topic} to {table} (each batch's commit is in the server's log)")
+    elif last is None:
+        click.echo(f"applied topic {topic} to {table}: no new complete times")
+    else:
+        click.echo(
+            f"applied topic {topic} to {table}: {len(commits)} commits, the table holds every "
+            f"time up to {last.time} (version {last.version})"
+        )
+    sys.exit(EXIT_OK)
+
+
+def _check_pyspark(spark_remote: str | None) -> None:
+    """PySpark 4.0 or newer, said before Spark starts (a Connect server decides for itself)."""
+    import pyspark
+
+    if spark_remote is None and int(pyspark.__version__.split(".")[0]) < 4:
+        raise ConfigError(
+            "apply reads the topic with the cdcv2 streaming source, which needs PySpark 4.0 or "
+            f"newer (Python data sources); this is PySpark {pyspark.__version__}"
+        )
+
+
+def _packages(spark_packages: tuple[str, ...], spark_remote: str | None) -> list[str]:
+    """--packages, and Delta's build for this Spark unless one is named (a Connect server
+    loads its own)."""
+    packages = list(spark_packages)
+    if not spark_remote and not any(c.startswith("io.delta:") for c in packages):
+        import pyspark
+
+        from cdc_emitter.spark.session import delta_package
+
+        package = delta_package(pyspark.__version__)
+        packages += [package] if package else []
+    return packages

@@ -1,0 +1,261 @@
+"""Keeping a Delta table equal to a CDCv2 topic's collection, exactly once.
+
+The ``cdcv2`` stream (`cdc_emitter.read.stream_source`) hands each micro-batch the updates of
+whole, newly complete times. `apply_changes` turns one such batch into one Delta commit: the
+net change of each row (the sum of its diffs) is merged into the table, which holds the data
+columns and a ``count`` column (the row's multiplicity; a row whose count reaches 0 is
+deleted). The commit records the topic and the last time it applied in its ``userMetadata``,
+so that a batch read again after a crash — or a whole stream read again without its checkpoint
+— applies only the times the table does not have yet.
+
+Guarantees:
+
+* after each commit the table is the topic's collection as of the time recorded with it
+  (every time up to it applied, none after), so Delta's time travel shows the collection at
+  every applied time;
+* a time is applied once, whatever is read again;
+* a batch with nothing new commits nothing.
+
+DataFrame API and SQL only (``MERGE INTO``): it runs on Spark Connect too, where the server
+has Delta.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import functions as F
+
+from cdc_emitter.errors import ConfigError, SchemaError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = [
+    "COUNT_COLUMN",
+    "METADATA_KEY",
+    "ApplyResult",
+    "applied_time",
+    "apply_changes",
+    "apply_topic",
+]
+
+#: The table's column holding each row's multiplicity.
+COUNT_COLUMN = "count"
+#: The key of the commit metadata that records what was applied.
+METADATA_KEY = "cdc-emitter"
+#: Delta's session setting whose value becomes the next commit's ``userMetadata``.
+_USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
+_EXTRA = ("time", "diff")
+
+
+@dataclass
+class ApplyResult:
+    """What `apply_changes` did with one batch.
+
+    Attributes:
+        version: The Delta version committed, or None when the batch held nothing new.
+        time: The last time the table holds after it (None: none applied yet).
+        rows: Rows of the table changed (inserted, updated or deleted).
+    """
+
+    version: int | None
+    time: int | None
+    rows: int
+
+
+def applied_time(spark: SparkSession, table: str, topic: str) -> int | None:
+    """The last time of ``topic`` the Delta table at path ``table`` holds, from the metadata
+    of its newest commit that recorded one; None when the table does not exist or has none.
+
+    Raises:
+        ConfigError: The newest recorded commit is of another topic.
+    """
+    if not _exists(spark, table):
+        return None
+    history = (
+        spark.sql(f"DESCRIBE HISTORY {_ident(table)}")
+        .where(F.col("userMetadata").contains(f'"{METADATA_KEY}"'))
+        .orderBy(F.col("version").desc())
+        .select("userMetadata")
+        .limit(1)
+        .collect()
+    )
+    if not history:
+        return None
+    recorded = json.loads(history[0][0])[METADATA_KEY]
+    if recorded["topic"] != topic:
+        raise ConfigError(
+            f"Delta table {table} holds topic {recorded['topic']!r}, not {topic!r}: apply each "
+            "topic to its own table"
+        )
+    return int(recorded["time"])
+
+
+def apply_changes(batch: DataFrame, table: str, topic: str) -> ApplyResult:
+    """Merge one micro-batch of the ``cdcv2`` source into the Delta table at path ``table``.
+
+    Args:
+        batch: The batch: the data columns, ``time`` and ``diff`` (whole times only).
+        table: The Delta table's path; made (the data columns and ``count``) if missing.
+        topic: The topic the batch is of, recorded with the commit.
+
+    Returns:
+        What was committed.
+
+    Raises:
+        SchemaError: The data has a ``count`` column, or a map column (maps cannot be
+            compared, so their rows cannot be found again).
+        ConfigError: The table holds another topic.
+    """
+    spark = batch.sparkSession
+    data = [name for name in batch.columns if name not in _EXTRA]
+    _check_columns(batch, data)
+    done = applied_time(spark, table, topic)
+    rows = batch if done is None else batch.where(F.col("time") > done)
+    last = rows.agg(F.max("time")).first()
+    newest = None if last is None else last[0]
+    if newest is None:
+        return ApplyResult(None, done, 0)
+    net = (
+        rows.groupBy(*[F.col(f"`{c}`") for c in data])
+        .agg(F.sum("diff").alias("diff"))
+        .where(F.col("diff") != 0)
+    )
+    if not _exists(spark, table):
+        empty = batch.select(*[F.col(f"`{c}`") for c in data]).limit(0)
+        empty.withColumn(COUNT_COLUMN, F.lit(0).cast("long")).write.format("delta").save(table)
+    view = f"cdc_emitter_apply_{abs(hash((table, newest)))}"
+    net.createOrReplaceTempView(view)
+    on = " AND ".join(f"t.`{c}` <=> s.`{c}`" for c in data) or "true"
+    columns = ", ".join(f"`{c}`" for c in data)
+    values = ", ".join(f"s.`{c}`" for c in data)
+    metadata = json.dumps({METADATA_KEY: {"topic": topic, "time": newest}})
+    spark.conf.set(_USER_METADATA, metadata)
+    try:
+        merged = spark.sql(
+            f"MERGE INTO {_ident(table)} t USING {view} s ON {on} "
+            f"WHEN MATCHED AND t.`{COUNT_COLUMN}` + s.diff = 0 THEN DELETE "
+            f"WHEN MATCHED THEN UPDATE SET t.`{COUNT_COLUMN}` = t.`{COUNT_COLUMN}` + s.diff "
+            f"WHEN NOT MATCHED THEN INSERT ({columns}{', ' if data else ''}`{COUNT_COLUMN}`) "
+            f"VALUES ({values}{', ' if data else ''}s.diff)"
+        ).first()
+    finally:
+        spark.conf.unset(_USER_METADATA)
+        spark.catalog.dropTempView(view)
+    changed = int(merged[0]) if merged is not None and merged[0] is not None else 0
+    version = spark.sql(f"DESCRIBE HISTORY {_ident(table)} LIMIT 1").first()
+    return ApplyResult(None if version is None else int(version["version"]), newest, changed)
+
+
+def _check_columns(batch: DataFrame, data: list[str]) -> None:
+    if COUNT_COLUMN in data:
+        raise SchemaError(
+            f"the topic's data has a column named {COUNT_COLUMN!r}, which the table uses for "
+            "each row's multiplicity: rename it in the writer"
+        )
+    maps = [f.name for f in batch.schema.fields if f.name in data and _has_map(f.dataType)]
+    if maps:
+        raise SchemaError(
+            f"column {maps[0]!r} holds a map, which Spark cannot compare: its rows cannot be "
+            "found again in the table to update their count"
+        )
+
+
+def _has_map(dtype: Any) -> bool:
+    from cdc_emitter.spark.schema import contains_map
+
+    return contains_map(dtype)
+
+
+def _exists(spark: SparkSession, table: str) -> bool:
+    try:
+        spark.sql(f"DESCRIBE DETAIL {_ident(table)}").collect()
+    except Exception as exc:  # noqa: BLE001 - "is not a Delta table" / path missing
+        text = str(exc)
+        if "DELTA_MISSING_DELTA_TABLE" in text or "not a Delta table" in text.lower():
+            return False
+        if "PATH_NOT_FOUND" in text or "doesn't exist" in text or "does not exist" in text:
+            return False
+        raise
+    return True
+
+
+def _ident(table: str) -> str:
+    return "delta.`" + table.replace("`", "``") + "`"
+
+
+def apply_topic(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    topic: str,
+    table: str,
+    checkpoint: str,
+    *,
+    once: bool = True,
+    config: dict[str, str] | None = None,
+    broker_timeout: float | None = None,
+    trigger_interval: str = "1 second",
+    on_batch: Any = None,
+) -> list[ApplyResult]:
+    """Apply ``topic`` to the Delta table at path ``table`` with a streaming query of the
+    ``cdcv2`` source, one Delta commit per micro-batch (`apply_changes`).
+
+    Args:
+        spark: A session with Delta (its package and session extension) on PySpark 4.0+.
+        bootstrap_servers: The Kafka servers.
+        topic: The CDCv2 topic.
+        table: The Delta table's path.
+        checkpoint: The query's checkpoint (where it is in the topic).
+        once: Apply what is complete now, then stop; else run until stopped.
+        config: librdkafka settings (``security.protocol``, ...).
+        broker_timeout: Seconds a broker may be unreachable.
+        trigger_interval: How often a micro-batch starts.
+        on_batch: Called with each `ApplyResult` (in the driver; not on Spark Connect).
+
+    Returns:
+        What each micro-batch committed (empty on Spark Connect, whose batches run on the
+        server).
+
+    Raises:
+        ConfigError: PySpark has no Python data sources (3.5), or the table holds another
+            topic.
+        ViolationError: The topic broke the protocol (what was applied before stays).
+    """
+    from cdc_emitter.read.stream_source import FORMAT, register
+
+    register(spark)
+    results: list[ApplyResult] = []
+
+    def batch(df: DataFrame, _batch_id: int) -> None:
+        result = apply_changes(df, table, topic)
+        results.append(result)
+        if on_batch is not None:
+            on_batch(result)
+
+    reader = (
+        spark.readStream.format(FORMAT)
+        .option("kafka.bootstrap.servers", bootstrap_servers)
+        .option("topic", topic)
+    )
+    for key, value in (config or {}).items():
+        reader = reader.option(f"kafka.{key}", value)
+    if broker_timeout is not None:
+        reader = reader.option("brokerTimeout", str(broker_timeout))
+    query = (
+        reader.load()
+        .writeStream.foreachBatch(batch)
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime=trigger_interval)
+        .start()
+    )
+    try:
+        if once:
+            query.processAllAvailable()
+        else:
+            query.awaitTermination()
+    finally:
+        query.stop()
+    return results

@@ -1,0 +1,149 @@
+"""``cdc-emitter apply`` and `apply_topic` in their own process (Delta needs its package and
+session extension when the session starts; the test session has neither).
+
+    python apply_job.py BOOTSTRAP TOPIC WORKDIR
+
+Writes the topic by hand in three rounds (duplicated, reordered and re-batched messages, a time
+left open until the next round) and after each round applies it to ``WORKDIR/table``:
+
+1. ``cdc-emitter apply --once`` (through click's ``CliRunner``, in this session);
+2. `apply_topic` whose batch function crashes right after its Delta commit (before Spark
+   commits the batch), then the same again: the re-read batch must commit nothing;
+3. the checkpoint deleted, then ``apply --once`` again: the whole topic is read again, and only
+   the new times are applied.
+
+Prints one JSON line: each Delta version's rows and recorded time, the updates written (to
+compute the collection at each time), and each command's exit code and output.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+DATA = {
+    "type": "record",
+    "name": "data",
+    "fields": [{"name": "k", "type": "long"}, {"name": "v", "type": ["null", "string"]}],
+}
+
+
+def main(bootstrap: str, topic: str, workdir: str) -> None:
+    import pyspark
+    from click.testing import CliRunner
+
+    from cdc_emitter.cli import main as cli
+    from cdc_emitter.kafka.producer import CdcProducer
+    from cdc_emitter.protocol import Progress, Update
+    from cdc_emitter.protocol.codec import CdcCodec
+    from cdc_emitter.protocol.headers import HEADER_KIND, HEADER_SCHEMA
+    from cdc_emitter.read.apply import apply_changes, apply_topic
+    from cdc_emitter.spark.session import delta_package, spark_session
+
+    spark = spark_session(
+        "apply-job",
+        [delta_package(pyspark.__version__)],
+        {
+            "spark.master": "local[2]",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.databricks.delta.snapshotPartitions": "2",
+        },
+        "delta",
+    )
+    codec = CdcCodec(DATA)
+    headers = [(HEADER_KIND, b"progress"), (HEADER_SCHEMA, json.dumps(DATA).encode())]
+    written: list = []
+
+    def produce(messages) -> None:
+        with CdcProducer(bootstrap, topic) as producer:
+            for message in messages:
+                if isinstance(message, Progress):
+                    producer.produce(codec.encode_progress(message), headers=headers, partition=0)
+                else:
+                    written.extend(message)
+                    for value in codec.encode_updates(message):
+                        producer.produce(value, partition=0)
+
+    table = str(Path(workdir) / "table")
+    args = ["apply", "--bootstrap-servers", bootstrap, "--topic", topic, "--to", table, "--once"]
+    commands = []
+
+    def command(*more: str) -> None:
+        done = CliRunner().invoke(cli, [*args, *more], prog_name="cdc-emitter")
+        commands.append({"exit": done.exit_code, "stdout": done.stdout, "stderr": done.stderr})
+
+    a1, b1 = Update((1, "a"), 1, 1), Update((2, "b"), 1, 2)
+    produce([[a1], [b1, a1], Progress((0,), (2,), ((1, 2),)), [Update((3, None), 2, 1)]])
+    command()  # round 1: time 1 (time 2's statement is not written yet)
+    produce(
+        [
+            [Update((1, "a"), 3, -1), Update((3, None), 2, 1)],
+            Progress((2,), (4,), ((2, 1), (3, 2))),  # time 3 misses one update: open
+            [Update((1, "a"), 3, -1)],
+        ]
+    )
+    commits_before_crash = len(spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect())
+    crashed = []
+
+    def crash_after_commit(df, batch_id):
+        result = apply_changes(df, table, topic)
+        if not crashed:
+            crashed.append(result.time)
+            raise RuntimeError("simulated crash after the Delta commit")
+
+    checkpoint = str(Path(table) / "_cdc_emitter_checkpoint")
+    query = (
+        spark.readStream.format("cdcv2")
+        .option("kafka.bootstrap.servers", bootstrap)
+        .option("topic", topic)
+        .load()
+        .writeStream.foreachBatch(crash_after_commit)
+        .option("checkpointLocation", checkpoint)
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        crash = "no crash"
+    except Exception as exc:  # noqa: BLE001 - the simulated crash
+        crash = "simulated crash" if "simulated crash" in str(exc) else str(exc)[-500:]
+    finally:
+        query.stop()
+    redo = apply_topic(spark, bootstrap, topic, table, checkpoint)  # the crashed batch again
+    # round 3: time 3's last update, a repeated batch and statement, times 4 (empty) and 5
+    produce([[Update((2, "b"), 3, 1)], Progress((4,), (6,), ((5, 1),)), [Update((4, "d"), 5, 1)]])
+    produce([[Update((2, "b"), 3, 1)], Progress((2,), (4,), ((2, 1), (3, 2)))])
+    shutil.rmtree(checkpoint)
+    command("--json")  # read from the start again: only times 3 and 5 are new
+    command()  # nothing new
+    # a statement that contradicts time 3's count: the command stops, naming it
+    produce([Progress((3,), (4,), ((3, 3),))])
+    command()
+    versions = {}
+    for row in spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect():
+        rows = (
+            spark.read.format("delta").option("versionAsOf", row["version"]).load(table).collect()
+        )
+        meta = json.loads(row["userMetadata"]) if row["userMetadata"] else {}
+        versions[row["version"]] = {
+            "time": meta.get("cdc-emitter", {}).get("time"),
+            "rows": sorted([list(r) for r in rows], key=repr),
+        }
+    print(
+        json.dumps(
+            {
+                "versions": versions,
+                "written": [[list(u.data), u.time, u.diff] for u in written],
+                "commands": commands,
+                "crash": crash,
+                "crashed_at": crashed,
+                "commits_before_crash": commits_before_crash,
+                "redo": [[r.version, r.time] for r in redo],
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

@@ -1,0 +1,99 @@
+"""``cdc-emitter apply``: a Delta table kept equal to a topic's collection, one commit per
+micro-batch, checked at every version by time travel; a crash after a commit and a lost
+checkpoint apply no time twice; a violation stops the command naming it.
+
+The scenario runs in its own process (``jobs/apply_job.py``: Delta needs its package when the
+session starts), the command line through click's ``CliRunner`` inside it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from helpers import delta_package_or_skip
+
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
+
+JOB = Path(__file__).parent / "jobs" / "apply_job.py"
+
+
+@pytest.fixture(scope="module")
+def report(kafka_bootstrap, module_topic_factory, tmp_path_factory):
+    import pyspark
+
+    if int(pyspark.__version__.split(".")[0]) < 4:
+        pytest.skip("the cdcv2 source needs PySpark 4.0 or newer (Python data sources)")
+    delta_package_or_skip()
+    topic = module_topic_factory()
+    work = tmp_path_factory.mktemp("apply")
+    done = subprocess.run(
+        [sys.executable, str(JOB), kafka_bootstrap, topic, str(work)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    out["topic"], out["table"] = topic, str(work / "table")
+    return out
+
+
+def collection_at(written, time: int) -> Counter:
+    """The collection at ``time``: every distinct update at a time up to it (duplicates, as
+    the topic has them, counted once)."""
+    out: Counter = Counter()
+    for data, t, diff in {(tuple(d), t, diff) for d, t, diff in written}:
+        if t <= time:
+            out[data] += diff
+    return +out
+
+
+def test_each_version_is_the_collection_at_its_time(report):
+    versions = {int(v): x for v, x in report["versions"].items()}
+    assert versions[0] == {"time": None, "rows": []}  # the table made empty
+    times = [versions[v]["time"] for v in sorted(versions) if v > 0]
+    assert times == [1, 2, 5]  # rounds 1 and 2 (time 3 open), round 3 (3 to 5 at once)
+    for version, state in versions.items():
+        if version > 0:
+            table = Counter({(k, v): count for k, v, count in state["rows"]})
+            assert table == collection_at(report["written"], state["time"]), version
+
+
+def test_a_batch_read_again_after_its_commit_commits_nothing(report):
+    assert report["crash"] == "simulated crash"
+    assert report["crashed_at"] == [2]
+    assert report["redo"] == [[None, 2]]  # the same batch again: no version, time 2 kept
+
+
+def test_the_command_line(report):
+    topic, table = report["topic"], report["table"]
+    first, again, idle, broken = report["commands"]
+    assert first == {
+        "exit": 0,
+        "stdout": f"applied topic {topic} to {table}: 1 commits, the table holds every time up "
+        "to 1 (version 1)\n",
+        "stderr": "",
+    }
+    # the checkpoint deleted: the topic read again, only times 3 to 5 applied
+    assert (again["exit"], again["stderr"]) == (0, "")
+    assert json.loads(again["stdout"]) == {
+        "topic": topic,
+        "table": table,
+        "commits": 1,
+        "time": 5,
+        "version": 3,
+    }
+    assert idle == {
+        "exit": 0,
+        "stdout": f"applied topic {topic} to {table}: no new complete times\n",
+        "stderr": "",
+    }
+    assert (broken["exit"], broken["stdout"]) == (2, "")
+    assert broken["stderr"].startswith(
+        f"error: applying topic {topic} to {table} failed: topic {topic!r} breaks the CDCv2 "
+        "protocol: count_mismatch at time 3"
+    ), broken["stderr"]
