@@ -21,6 +21,7 @@ __all__ = [
     "HEADER_SHAPE",
     "HEADER_UPPER",
     "HEADER_WRITER",
+    "marks_updates",
 ]
 
 HEADER_KIND = "cdc-emitter-kind"  # b"updates" or b"progress", on every message
@@ -37,3 +38,12 @@ HEADER_SHAPE = "cdc-emitter-shape"
 # each carries the batch's interval here (its own in HEADER_LOWER/UPPER); the digest is on the last
 HEADER_BATCH_LOWER = "cdc-emitter-batch-lower"
 HEADER_BATCH_UPPER = "cdc-emitter-batch-upper"
+
+
+def marks_updates(headers: list) -> bool:
+    """Whether a message's headers (``(key, value)`` pairs) mark it as an update message: a
+    reader keeps the headers of the others (statements) for `CdcReader.push`."""
+    for key, value in headers:
+        if key == HEADER_KIND:
+            return value == b"updates"
+    return False

@@ -32,7 +32,7 @@ from cdc_emitter.errors import DecodeError, ViolationError
 from cdc_emitter.kafka.config import BROKER_TIMEOUT
 from cdc_emitter.kafka.reading import TopicScan
 from cdc_emitter.protocol.codec import CdcCodec
-from cdc_emitter.protocol.headers import HEADER_KIND
+from cdc_emitter.protocol.headers import marks_updates
 from cdc_emitter.protocol.reader import CdcReader
 from cdc_emitter.protocol.updates import Update, Violation
 
@@ -134,12 +134,8 @@ class TopicFollower:
     # -- inside ---------------------------------------------------------------------------
 
     def _keep_headers(self, partition: int, offset: int, headers: list) -> None:
-        for key, value in headers:
-            if key == HEADER_KIND:
-                if value == b"updates":
-                    return
-                break
-        self._headers[(partition, offset)] = headers
+        if not marks_updates(headers):
+            self._headers[(partition, offset)] = headers
 
     def _feed(self, partition: int, offset: int, value: bytes | None) -> None:
         headers = self._headers.pop((partition, offset), None)

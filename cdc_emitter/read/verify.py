@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
 
 from cdc_emitter.kafka.config import BROKER_TIMEOUT
 from cdc_emitter.kafka.reading import TopicScan
-from cdc_emitter.protocol.headers import HEADER_KIND
+from cdc_emitter.protocol.headers import marks_updates
 from cdc_emitter.protocol.reader import CdcReader, Pending, Strict
 from cdc_emitter.protocol.updates import Progress, Update, Violation
 from cdc_emitter.read.decode_pool import (
@@ -401,12 +401,8 @@ class _Verification:
 
     def keep_headers(self, partition: int, offset: int, headers: list) -> None:
         """Keep a message's headers for the reader, unless they mark it as updates."""
-        for key, value in headers:
-            if key == HEADER_KIND:
-                if value == b"updates":
-                    return
-                break
-        self.headers[(partition, offset)] = headers
+        if not marks_updates(headers):
+            self.headers[(partition, offset)] = headers
 
     def undecodable(self, partition: int, offset: int, value: bytes | None, error: str) -> None:
         """Count a message that does not decode and report it as a violation."""

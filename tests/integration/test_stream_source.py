@@ -48,21 +48,15 @@ def produce(bootstrap: str, topic: str, messages: list) -> None:
                     producer.produce(value, partition=0)
 
 
-def follow(spark, bootstrap, topic, checkpoint, batches: list) -> None:
-    """Run the stream until it has processed everything the topic holds now; each non-empty
-    micro-batch's rows are appended to ``batches`` as ``(k, v, time, diff)`` tuples."""
-
-    def keep(df, _batch_id):
-        rows = [tuple(r) for r in df.collect()]
-        if rows:
-            batches.append(rows)
-
+def run_stream(spark, bootstrap, topic, checkpoint, function) -> None:
+    """Run a cdcv2 stream into ``function`` (foreachBatch's) until it has processed everything
+    the topic holds now."""
     query = (
         spark.readStream.format("cdcv2")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", topic)
         .load()
-        .writeStream.foreachBatch(keep)
+        .writeStream.foreachBatch(function)
         .option("checkpointLocation", str(checkpoint))
         .trigger(processingTime="200 milliseconds")
         .start()
@@ -71,6 +65,18 @@ def follow(spark, bootstrap, topic, checkpoint, batches: list) -> None:
         query.processAllAvailable()
     finally:
         query.stop()
+
+
+def follow(spark, bootstrap, topic, checkpoint, batches: list) -> None:
+    """`run_stream`, each non-empty micro-batch's rows appended to ``batches`` as
+    ``(k, v, time, diff)`` tuples."""
+
+    def keep(df, _batch_id):
+        rows = [tuple(r) for r in df.collect()]
+        if rows:
+            batches.append(rows)
+
+    run_stream(spark, bootstrap, topic, checkpoint, keep)
 
 
 def as_rows(history) -> list[tuple]:
@@ -192,20 +198,7 @@ def test_a_batch_that_failed_is_read_again_the_same(
             raise RuntimeError("simulated crash in the sink")
 
     def run() -> None:
-        query = (
-            spark.readStream.format("cdcv2")
-            .option("kafka.bootstrap.servers", kafka_bootstrap)
-            .option("topic", topic)
-            .load()
-            .writeStream.foreachBatch(crash_once)
-            .option("checkpointLocation", str(tmp_path / "ck"))
-            .trigger(processingTime="200 milliseconds")
-            .start()
-        )
-        try:
-            query.processAllAvailable()
-        finally:
-            query.stop()
+        run_stream(spark, kafka_bootstrap, topic, tmp_path / "ck", crash_once)
 
     with pytest.raises(Exception, match="simulated crash"):
         run()
@@ -252,19 +245,7 @@ def test_logical_and_nested_types_arrive_as_spark_wrote_them(
     def keep(batch, _id):
         batches.extend(batch.collect())
 
-    query = (
-        spark.readStream.format("cdcv2")
-        .option("kafka.bootstrap.servers", kafka_bootstrap)
-        .option("topic", topic)
-        .load()
-        .writeStream.foreachBatch(keep)
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .start()
-    )
-    try:
-        query.processAllAvailable()
-    finally:
-        query.stop()
+    run_stream(spark, kafka_bootstrap, topic, tmp_path / "ck", keep)
     got = sorted(batches, key=lambda r: r["id"])
     expected = sorted(df.collect(), key=lambda r: r["id"])
     assert [r.asDict(recursive=True) for r in got] == [
