@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Both readers on one topic: the local verifier (``verify_topic``) and Spark (``read_cdc``).
+"""The readers on one topic: the local verifier (``verify_topic``), Spark (``read_cdc``), and
+with ``--engines`` the ``cdcv2`` streaming source (a streaming query until it has read all).
 
 Writes ``--updates`` distinct narrow updates ``(k long, v string)`` in ``--batches`` batches over
 ``--partitions`` partitions with ``CdcSink`` (one CDC time per batch), then reads the topic back
@@ -48,6 +49,34 @@ if engine == "local":
     result = verify_topic(bootstrap, topic, CdcCodec(data), keep_collection=False)
     seconds = time.perf_counter() - began
     out = {{"frontier": list(result.frontier), "verdict": result.verdict, "updates": result.updates}}
+elif engine == "stream":
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    from cdc_emitter import configure_spark, register
+    spark = (configure_spark(SparkSession.builder.master("local[2]").appName("bench-stream"))
+             .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
+             .config("spark.sql.shuffle.partitions", "8")
+             .config("spark.ui.showConsoleProgress", "false").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    spark.range(1).count()  # the session is up before the clock starts
+    counts, times = [], []
+    def batch(df, _id):
+        row = df.groupBy().agg({{"time": "max", "*": "count"}}).first()
+        counts.append(row[1] if row is not None else 0)
+        times.append(row[0] if row is not None and row[0] is not None else -1)
+    began = time.perf_counter()
+    query = (spark.readStream.format("cdcv2").option("kafka.bootstrap.servers", bootstrap)
+             .option("topic", topic).load().writeStream.foreachBatch(batch)
+             .option("checkpointLocation", os.path.join(os.environ.get("TMPDIR", "/tmp"),
+                     "bench-stream-" + str(os.getpid()))).start())
+    query.processAllAvailable()
+    seconds = time.perf_counter() - began
+    query.stop()
+    # a violation would have failed the query (and this process): reaching here is the verdict
+    out = {{"frontier": [max(times) + 1], "verdict": "verified", "updates": sum(counts),
+            "batches": len([c for c in counts if c])}}
+    spark.stop()
 else:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -77,6 +106,12 @@ def main() -> int:
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument(
+        "--engines",
+        default="local,spark",
+        help="comma-separated: local (verify_topic), spark (read_cdc), stream (the cdcv2 "
+        "streaming source, PySpark 4: every complete time through a streaming query)",
+    )
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
@@ -113,7 +148,7 @@ def main() -> int:
         spark.stop()
         script = READER.format(root=str(ROOT))
         for run in range(1, args.runs + 1):
-            for engine in ("local", "spark"):
+            for engine in args.engines.split(","):
                 done = subprocess.run(
                     [sys.executable, "-c", script, engine, bootstrap, topic, json.dumps(DATA)],
                     capture_output=True,
