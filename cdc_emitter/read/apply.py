@@ -46,6 +46,8 @@ __all__ = [
 COUNT_COLUMN = "count"
 #: The key of the commit metadata that records what was applied.
 METADATA_KEY = "cdc-emitter"
+#: Commits read back first to find the last applied time (then, if none is ours, all).
+RECENT_COMMITS = 20
 #: Delta's session setting whose value becomes the next commit's ``userMetadata``.
 _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 _EXTRA = ("time", "diff")
@@ -75,17 +77,24 @@ def applied_time(spark: SparkSession, table: str, topic: str) -> int | None:
     """
     if not _exists(spark, table):
         return None
-    history = (
-        spark.sql(f"DESCRIBE HISTORY {_ident(table)}")
-        .where(F.col("userMetadata").contains(f'"{METADATA_KEY}"'))
-        .orderBy(F.col("version").desc())
-        .select("userMetadata")
-        .limit(1)
-        .collect()
-    )
-    if not history:
+    found = None
+    # the newest commits first: the last one is usually ours; other commits (OPTIMIZE, VACUUM)
+    # may come after it, and only then is the whole history read
+    for limit in (f" LIMIT {RECENT_COMMITS}", ""):
+        history = (
+            spark.sql(f"DESCRIBE HISTORY {_ident(table)}{limit}")
+            .where(F.col("userMetadata").contains(f'"{METADATA_KEY}"'))
+            .orderBy(F.col("version").desc())
+            .select("userMetadata")
+            .limit(1)
+            .collect()
+        )
+        if history:
+            found = history[0][0]
+            break
+    if found is None:
         return None
-    recorded = json.loads(history[0][0])[METADATA_KEY]
+    recorded = json.loads(found)[METADATA_KEY]
     if recorded["topic"] != topic:
         raise ConfigError(
             f"Delta table {table} holds topic {recorded['topic']!r}, not {topic!r}: apply each "
@@ -94,13 +103,21 @@ def applied_time(spark: SparkSession, table: str, topic: str) -> int | None:
     return int(recorded["time"])
 
 
-def apply_changes(batch: DataFrame, table: str, topic: str) -> ApplyResult:
+#: `apply_changes`'s ``after`` when the caller does not know what the table holds.
+UNKNOWN = -(2**63)
+
+
+def apply_changes(
+    batch: DataFrame, table: str, topic: str, *, after: int | None = UNKNOWN
+) -> ApplyResult:
     """Merge one micro-batch of the ``cdcv2`` source into the Delta table at path ``table``.
 
     Args:
         batch: The batch: the data columns, ``time`` and ``diff`` (whole times only).
         table: The Delta table's path; made (the data columns and ``count``) if missing.
         topic: The topic the batch is of, recorded with the commit.
+        after: The last time the table holds (None: none), when the caller knows it from the
+            previous batch's result; by default it is read from the table's history.
 
     Returns:
         What was committed.
@@ -113,7 +130,7 @@ def apply_changes(batch: DataFrame, table: str, topic: str) -> ApplyResult:
     spark = batch.sparkSession
     data = [name for name in batch.columns if name not in _EXTRA]
     _check_columns(batch, data)
-    done = applied_time(spark, table, topic)
+    done = applied_time(spark, table, topic) if after == UNKNOWN else after
     rows = batch if done is None else batch.where(F.col("time") > done)
     last = rows.agg(F.max("time")).first()
     newest = None if last is None else last[0]
@@ -228,9 +245,13 @@ def apply_topic(
 
     register(spark)
     results: list[ApplyResult] = []
+    # what the table holds, once read from its history: each batch then knows it (one writer
+    # per table, as the guide says)
+    holds: list[int | None] = []
 
     def batch(df: DataFrame, _batch_id: int) -> None:
-        result = apply_changes(df, table, topic)
+        result = apply_changes(df, table, topic, after=holds[-1] if holds else UNKNOWN)
+        holds.append(result.time)
         results.append(result)
         if on_batch is not None:
             on_batch(result)
