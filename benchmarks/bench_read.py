@@ -7,7 +7,8 @@ Writes ``--updates`` distinct narrow updates ``(k long, v string)`` in ``--batch
 with each engine in a process of its own, ``--runs`` times, interleaved, and prints for each run:
 seconds, updates per second, and the peak resident memory of the reading Python process (for
 Spark: the driver's Python process; the JVM runs the executors too in ``local[2]`` and is not
-counted; 8 shuffle partitions). Each run checks the frontier and that nothing is left unproven.
+counted; 8 shuffle partitions; for ``stream``: the driver's, not the Python process Spark runs
+the source in). Each run checks the frontier and that nothing is left unproven.
 
 Kafka: ``KAFKA_BOOTSTRAP_SERVERS``, or a broker started here with ``scripts/kafka-local`` (its
 own state dir, stopped at the end).
@@ -61,8 +62,9 @@ elif engine == "stream":
     register(spark)
     spark.range(1).count()  # the session is up before the clock starts
     counts, times = [], []
+    from pyspark.sql import functions as F
     def batch(df, _id):
-        row = df.groupBy().agg({{"time": "max", "*": "count"}}).first()
+        row = df.agg(F.max("time"), F.count("*")).first()
         counts.append(row[1] if row is not None else 0)
         times.append(row[0] if row is not None and row[0] is not None else -1)
     began = time.perf_counter()
