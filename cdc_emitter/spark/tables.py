@@ -119,6 +119,8 @@ def strict_options(fmt: str, options: Mapping[str, str]) -> dict[str, str]:
 _MALFORMED_MARKERS = (
     "MALFORMED_RECORD_IN_PARSING",
     "Malformed records are detected in record parsing",
+    "MALFORMED_RECORD_IN_SCHEMA_INFERENCE",
+    "Malformed records are detected in schema inference",  # Spark 3.5, json's inference
     "MALFORMED_CSV_RECORD",
     "Malformed CSV record",
 )

@@ -163,6 +163,19 @@ def test_json_at_load_names_no_file_each_source_is_scanned(tmp_path):
     assert f"in '{before}' at line 2 (Expecting ':' delimiter at column 6): " in message
 
 
+def test_spark_35_json_inference_failure_is_ours_too(tmp_path):
+    """Spark 3.5 says it differently when json's schema inference meets the record (seen on a
+    live 3.5.7 session: the copied strings above are Spark 4's)."""
+    (tmp_path / "bad.json").write_text('{"a": 1}\n{"a": 2\n')
+    spark35 = Exception(
+        "An error occurred while calling o51.json.\n: org.apache.spark.SparkException: Job "
+        "aborted due to stage failure: ... (executor driver): org.apache.spark.SparkException: "
+        "Malformed records are detected in schema inference. Parse Mode: FAILFAST."
+    )
+    message = str(malformed_input_error(spark35, str(tmp_path / "bad.json"), "json", {}))
+    assert message.startswith(f"malformed json record in '{tmp_path}/bad.json' at line 2 (")
+
+
 def test_without_a_local_file_spark_s_record_is_quoted(tmp_path):
     exc = spark4_failure("s3a://bucket/x.csv", "3,x,y")
     assert str(malformed_input_error(exc, "s3a://bucket/x.csv", "csv", {})).startswith(
