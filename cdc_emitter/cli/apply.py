@@ -15,6 +15,7 @@ from cdc_emitter.cli.options import (
     require_servers,
     spark_options,
     start_spark,
+    with_delta_package,
 )
 from cdc_emitter.cli.output import StatusLine, dumps
 from cdc_emitter.errors import CdcError, ConfigError
@@ -106,7 +107,7 @@ def apply_command(
     status.show(f"starting Spark to apply topic {topic}")
     spark = start_spark(
         "cdc-emitter apply",
-        _packages(spark_packages, spark_remote),
+        with_delta_package(spark_packages, spark_remote),
         spark_conf,
         "delta",
         spark_remote,
@@ -176,17 +177,3 @@ def _check_pyspark(spark_remote: str | None) -> None:
             "apply reads the topic with the cdcv2 streaming source, which needs PySpark 4.0 or "
             f"newer (Python data sources); this is PySpark {pyspark.__version__}"
         )
-
-
-def _packages(spark_packages: tuple[str, ...], spark_remote: str | None) -> list[str]:
-    """--packages, and Delta's build for this Spark unless one is named (a Connect server
-    loads its own)."""
-    packages = list(spark_packages)
-    if not spark_remote and not any(c.startswith("io.delta:") for c in packages):
-        import pyspark
-
-        from cdc_emitter.spark.session import delta_package
-
-        package = delta_package(pyspark.__version__)
-        packages += [package] if package else []
-    return packages

@@ -19,10 +19,10 @@ from cdc_emitter.cli.options import (
     require_servers,
     spark_options,
     start_spark,
+    with_delta_package,
 )
 from cdc_emitter.cli.output import StatusLine, dumps, frontier_text
 from cdc_emitter.errors import CdcError
-from cdc_emitter.spark.session import delta_package
 
 if TYPE_CHECKING:  # Spark is imported when a command runs: --help stays fast
     from pyspark.sql.streaming import StreamingQuery
@@ -205,7 +205,9 @@ def convert(
     try:
         spark = start_spark(
             "cdc-emitter convert",
-            _packages(kafka_source, spark_packages, spark_remote),
+            list(spark_packages)
+            if kafka_source
+            else with_delta_package(spark_packages, spark_remote),
             spark_conf,
             None if kafka_source else "delta",
             spark_remote,
@@ -377,24 +379,6 @@ def _check_format_options(
         raise click.UsageError(
             "ydb needs --key: the primary-key columns, in the order of the messages' 'key'"
         )
-
-
-def _packages(
-    kafka_source: bool, spark_packages: tuple[str, ...], spark_remote: str | None
-) -> list[str]:
-    """The Spark packages to load: ``--packages``, and for a Delta table the Delta build for
-    this Spark unless one is named (a Connect server loads its own)."""
-    packages = list(spark_packages)
-    if (
-        not kafka_source
-        and not spark_remote
-        and not any(c.startswith("io.delta:") for c in packages)
-    ):
-        import pyspark
-
-        package = delta_package(pyspark.__version__)
-        packages += [package] if package else []
-    return packages
 
 
 def _run(start: Callable[[], StreamingQuery], source: str, topic: str) -> None:

@@ -497,3 +497,17 @@ def open_reader(
         wait_for_schema,
     )
     return servers, codec
+
+
+def with_delta_package(spark_packages: Sequence[str], spark_remote: str | None) -> list[str]:
+    """--packages, and the Delta Lake build for this Spark unless one is named (a Spark Connect
+    server loads its own): what a command that reads or writes Delta tables loads."""
+    packages = list(spark_packages)
+    if not spark_remote and not any(c.startswith("io.delta:") for c in packages):
+        import pyspark
+
+        from cdc_emitter.spark.session import delta_package
+
+        package = delta_package(pyspark.__version__)
+        packages += [package] if package else []
+    return packages
