@@ -26,7 +26,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from cdc_emitter.errors import DeliveryError
 from cdc_emitter.kafka.config import make_client, producer_config, redact_text
 
-__all__ = ["ClaimProducer", "Fenced", "claim_transactional_id"]
+__all__ = ["ClaimProducer", "Fenced", "InDoubt", "claim_transactional_id"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,14 @@ class Fenced(Exception):
     """Another writer of the topic initialised its claims producer: what this one read may be
     stale. Take the step again on fresh state (`ClaimProducer.commit`) — which first looks for
     this attempt's statement: a commit whose reply was lost may have landed before the fence."""
+
+
+class InDoubt(Exception):
+    """The claim's transaction failed with an error that leaves its outcome unknown but says
+    nothing against trying again (the coordinator's unknown error, or its state changing under
+    a commit, as when a writer dies while another fences it). Take the step again on fresh
+    state, as after `Fenced`: re-initialising settles the transaction either way, and the
+    attempt's statement, if it landed, is found in the topic."""
 
 
 def claim_transactional_id(topic: str) -> str:
@@ -118,6 +126,8 @@ class ClaimProducer:
 
         Raises:
             Fenced: another writer initialised since this producer did (nothing is visible).
+            InDoubt: the transaction failed with an error worth taking the step again for;
+                whether it landed is for that step to find in the topic.
             DeliveryError: Kafka refused the messages, or did not answer in time.
         """
         assert self._producer is not None, "ready() first"
@@ -139,6 +149,8 @@ class ClaimProducer:
             self._drop(abort=isinstance(err, KafkaError) and err.txn_requires_abort())
             if isinstance(err, KafkaError) and err.code() in _FENCING:
                 raise Fenced(self._text(exc)) from None
+            if isinstance(err, KafkaError) and err.code() in _IN_DOUBT:
+                raise InDoubt(self._text(exc)) from None
             raise DeliveryError(
                 f"topic {self.topic!r} partition 0: the progress statement's transaction "
                 f"failed ({self._text(exc)}); whether it was committed is for the next attempt "
@@ -178,6 +190,23 @@ _FENCING = frozenset(
         getattr(KafkaError, "INVALID_PRODUCER_EPOCH", None),
         getattr(KafkaError, "INVALID_PRODUCER_ID_MAPPING", None),
         getattr(KafkaError, "CONCURRENT_TRANSACTIONS", None),
+    )
+    if code is not None
+)
+
+#: Error codes of a failed claim transaction that say nothing against trying again at once: not
+#: a timeout (a broker that is down would only be waited for again), not a refusal (size,
+#: authorisation), which no retry changes.
+_IN_DOUBT = frozenset(
+    code
+    for code in (
+        getattr(KafkaError, "UNKNOWN", None),
+        getattr(KafkaError, "INVALID_TXN_STATE", None),
+        getattr(KafkaError, "TRANSACTION_ABORTABLE", None),
+        getattr(KafkaError, "UNKNOWN_PRODUCER_ID", None),
+        getattr(KafkaError, "COORDINATOR_NOT_AVAILABLE", None),
+        getattr(KafkaError, "NOT_COORDINATOR", None),
+        getattr(KafkaError, "COORDINATOR_LOAD_IN_PROGRESS", None),
     )
     if code is not None
 )

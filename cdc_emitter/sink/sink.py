@@ -72,10 +72,11 @@ from cdc_emitter.errors import (
     CdcError,
     ConcurrentWriterError,
     ConfigError,
+    DeliveryError,
     ReplayError,
     shorten,
 )
-from cdc_emitter.kafka.claims import ClaimProducer, Fenced
+from cdc_emitter.kafka.claims import ClaimProducer, Fenced, InDoubt
 from cdc_emitter.kafka.frontier import TopicFrontier, retrying, topic_frontier
 from cdc_emitter.kafka.producer import CdcProducer
 from cdc_emitter.kafka.reading import TopicOffsets
@@ -132,6 +133,8 @@ log = logging.getLogger("cdc_emitter.sink")  # the name users configure (0.1 had
 
 #: How many times a batch claims again after another writer fenced its claim, at most.
 CLAIM_ATTEMPTS = 12
+#: How many of those may end in doubt (`InDoubt`: an error of the broker's, not a fence).
+IN_DOUBT_ATTEMPTS = 3
 #: How many times a batch is planned again (its Spark jobs run again) before its last attempt.
 REPLANS = 3
 
@@ -760,7 +763,7 @@ class CdcSink:
         times = sorted(t for t, n in counts.items() if n)
         written = Written(counts, now[0], 0, 0)
         claims = self._claims_producer()
-        pause = 0.05
+        pause, in_doubt = 0.05, 0
         for _attempt in range(CLAIM_ATTEMPTS):
             if claims.ready():  # just fenced the others: what this sink carried may be stale
                 self._carried = None
@@ -807,6 +810,24 @@ class CdcSink:
             except Fenced as exc:
                 log.info(
                     "%s: another writer claimed meanwhile (%s): claiming again", batch.what, exc
+                )
+                self._carried = None
+                time.sleep(pause * (0.5 + random.random()))
+                pause = min(pause * 2, 2.0)
+                continue
+            except InDoubt as exc:
+                in_doubt += 1
+                if in_doubt >= IN_DOUBT_ATTEMPTS:
+                    raise DeliveryError(
+                        f"topic {self.topic!r} partition 0: the progress statement's transaction "
+                        f"failed {in_doubt} times ({exc}); whether the last was committed is "
+                        "for the next attempt to find in the topic"
+                    ) from None
+                log.warning(
+                    "%s: the claim's transaction failed (%s): looking for it in the topic, "
+                    "then claiming again",
+                    batch.what,
+                    exc,
                 )
                 self._carried = None
                 time.sleep(pause * (0.5 + random.random()))

@@ -419,6 +419,38 @@ def test_a_write_interrupted_after_its_claim_is_completed_by_the_same_writer_run
     assert (other.lower, other.upper, other.reused) == (2, 3, False)
 
 
+@pytest.mark.parametrize("landed", [True, False], ids=["landed", "not-landed"])
+def test_a_claim_in_doubt_is_looked_for_and_the_batch_goes_on(
+    spark, kafka_bootstrap, topic_factory, monkeypatch, landed
+):
+    """The claim's transaction fails with an error of the broker's that is not a fence (seen as
+    `UNKNOWN` when another writer dies mid-claim): the same write looks for the claim in the
+    topic and goes on — under it if it landed, with a new one if not — never two claims."""
+    from cdc_emitter.kafka.claims import ClaimProducer, InDoubt
+
+    topic = topic_factory(2)
+    df = spark.createDataFrame([(1, "a"), (2, "b")], "k long, v string")
+    commit, failed = ClaimProducer.commit, []
+
+    def commit_in_doubt(self, messages):
+        if not failed:
+            failed.append(1)
+            if landed:
+                commit(self, messages)
+            self._drop(abort=False)
+            raise InDoubt("Unknown broker error [UNKNOWN]")
+        return commit(self, messages)
+
+    monkeypatch.setattr(ClaimProducer, "commit", commit_in_doubt)
+    result = CdcSink(kafka_bootstrap, topic).write(df, time=0)
+    assert failed and (result.lower, result.upper) == (0, 1)
+    codec = CdcCodec(data_schema(df.schema))
+    history, frontier, violations, reader = read_history(kafka_bootstrap, topic, codec)
+    assert (frontier, violations) == ((1,), [])
+    assert history == as_history([((1, "a"), 0, 1), ((2, "b"), 0, 1)])
+    assert reader.pending().statements == 1  # one claim, not one found and one made again
+
+
 def test_a_claim_whose_commit_reply_was_lost_is_found_by_the_retry(
     spark, kafka_bootstrap, topic_factory, monkeypatch
 ):
