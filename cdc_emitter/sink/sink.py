@@ -202,13 +202,17 @@ def interrupted_batch(exc: BaseException, what: str) -> InterruptedBatchError | 
             if found is not None:
                 # its first line: "An error occurred while calling o94.save."
                 call = text.split("\n", 1)[0].strip().rstrip(".")
+                cause = shorten(found.group(0), 300)
+                if "Interrupt" not in cause:
+                    # Spark 3.5 takes only these names for a stop (a cancelled job it misses);
+                    # a query that was not stopped still fails with this error (isInterruptedByStop)
+                    cause += " (java.lang.InterruptedException)"
                 return InterruptedBatchError(
                     f"{what} was interrupted: its streaming query was stopped (or its Spark job "
                     "cancelled) while the batch was being written. Restarted from its checkpoint, "
                     "the query writes the batch again; if its progress statement was claimed, "
                     "readers wait on its times until then.\n"
-                    f"py4j.protocol.Py4JJavaError: {shorten(call, 100)}: "
-                    f"{shorten(found.group(0), 300)}"
+                    f"py4j.protocol.Py4JJavaError: {shorten(call, 100)}: {cause}"
                 )
         current = current.__cause__ or current.__context__
     return None
