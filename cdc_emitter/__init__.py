@@ -8,7 +8,8 @@ The package by domain, each layer importing only those before it:
 - `cdc_emitter.sink`, `cdc_emitter.read`, `cdc_emitter.convert`: what users run;
 - `cdc_emitter.cli`: the ``cdc-emitter`` command.
 
-``CdcSink``, ``read_cdc``, ``register`` (the ``cdcv2`` streaming source) and
+``CdcSink``, ``read_cdc``, ``register`` (the ``cdcv2`` streaming source),
+``read_cdc_stream`` (the same batches in a loop of the caller's, on any PySpark) and
 ``configure_spark`` are imported lazily, so ``import cdc_emitter``
 needs neither Spark nor a broker.
 """
@@ -42,6 +43,7 @@ from cdc_emitter.protocol.updates import (
 from cdc_emitter.sink.result import BatchResult
 
 if TYPE_CHECKING:
+    from cdc_emitter.read.cdc_stream import read_cdc_stream
     from cdc_emitter.read.spark_reader import read_cdc
     from cdc_emitter.read.stream_source import register
     from cdc_emitter.sink.sink import CdcSink
@@ -73,6 +75,7 @@ __all__ = [
     "progress_for",
     "progress_from_counts",
     "read_cdc",
+    "read_cdc_stream",
     "register",
 ]
 
@@ -81,6 +84,7 @@ _moved.install()
 _LAZY = {
     "CdcSink": "cdc_emitter.sink.sink",
     "read_cdc": "cdc_emitter.read.spark_reader",
+    "read_cdc_stream": "cdc_emitter.read.cdc_stream",
     "register": "cdc_emitter.read.stream_source",
     "configure_spark": "cdc_emitter.spark.setup",
 }

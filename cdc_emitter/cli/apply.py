@@ -18,7 +18,7 @@ from cdc_emitter.cli.options import (
     with_delta_package,
 )
 from cdc_emitter.cli.output import StatusLine, dumps
-from cdc_emitter.errors import CdcError, ConfigError
+from cdc_emitter.errors import CdcError, ViolationError
 
 #: Where the query's checkpoint goes without --checkpoint: inside the table's directory, under
 #: a name Delta ignores (it skips names starting with "_").
@@ -39,7 +39,8 @@ DEFAULT_CHECKPOINT = "_cdc_emitter_checkpoint"
     "--checkpoint",
     metavar="DIR",
     help=f"The streaming query's checkpoint (default: PATH/{DEFAULT_CHECKPOINT}). Losing it "
-    "costs a re-read of the topic, never a time applied twice: the table records its last time.",
+    "costs a re-read of the topic, never a time applied twice: the table records its last time "
+    "(on PySpark 3.5 that record is the only checkpoint, and this option is not used).",
 )
 @click.option(
     "--once",
@@ -80,8 +81,9 @@ def apply_command(
     time applied, so after a crash, or with a lost checkpoint, no time is applied twice, and
     Delta's time travel shows the collection at every applied time.
 
-    Needs PySpark 4.0 or newer (Python data sources) and Delta Lake (its package for this
-    Spark is added unless --packages names one).
+    Needs Delta Lake (its package for this Spark is added unless --packages names one). On
+    PySpark 3.5, which has no Python data sources, the driver follows the topic itself with
+    the same batches and commits; the table's record of its last time is then the checkpoint.
 
     \b
     Example:
@@ -89,7 +91,9 @@ def apply_command(
           --to /data/products-replica --once
     """
     servers = require_servers(bootstrap_servers)
-    _check_pyspark(spark_remote)
+    from cdc_emitter.read.apply import trigger_seconds
+
+    trigger_seconds(trigger_interval)  # a bad interval is said before Spark starts
     check_kafka(servers, kafka_settings, broker_timeout, topic)
     checkpoint = checkpoint or os.path.join(table, DEFAULT_CHECKPOINT)
     status = StatusLine()
@@ -138,6 +142,8 @@ def apply_command(
             trigger_interval=trigger_interval,
             on_batch=shown,
         )
+    except ViolationError as exc:  # raised here on PySpark 3.5, through the query on 4
+        raise CdcError(f"applying topic {topic} to {table} failed: {exc}") from None
     except CdcError:
         raise
     except Exception as exc:  # noqa: BLE001 - the query's failure, ours or Spark's
@@ -166,14 +172,3 @@ def apply_command(
             f"time up to {last.time} (version {last.version})"
         )
     sys.exit(EXIT_OK)
-
-
-def _check_pyspark(spark_remote: str | None) -> None:
-    """PySpark 4.0 or newer, said before Spark starts (a Connect server decides for itself)."""
-    import pyspark
-
-    if spark_remote is None and int(pyspark.__version__.split(".")[0]) < 4:
-        raise ConfigError(
-            "apply reads the topic with the cdcv2 streaming source, which needs PySpark 4.0 or "
-            f"newer (Python data sources); this is PySpark {pyspark.__version__}"
-        )

@@ -23,6 +23,7 @@ has Delta.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -220,8 +221,12 @@ def apply_topic(
     """Apply ``topic`` to the Delta table at path ``table`` with a streaming query of the
     ``cdcv2`` source, one Delta commit per micro-batch (`apply_changes`).
 
+    On PySpark 3.5, which has no Python data sources, the driver follows the topic itself
+    (`cdc_emitter.read.cdc_stream.read_cdc_stream`) with the same batches and commits; the
+    table's own record of its last time is then the only checkpoint (``checkpoint`` is unused).
+
     Args:
-        spark: A session with Delta (its package and session extension) on PySpark 4.0+.
+        spark: A session with Delta (its package and session extension).
         bootstrap_servers: The Kafka servers.
         topic: The CDCv2 topic.
         table: The Delta table's path.
@@ -237,14 +242,22 @@ def apply_topic(
         server).
 
     Raises:
-        ConfigError: PySpark has no Python data sources (3.5), or the table holds another
-            topic.
+        ConfigError: The table holds another topic.
         ViolationError: The topic broke the protocol (what was applied before stays).
     """
+    results: list[ApplyResult] = []
+    if getattr(spark, "dataSource", None) is None:  # PySpark 3.5: no Python data sources
+        for result in _apply_by_driver(
+            spark, bootstrap_servers, topic, table, once, config, broker_timeout, trigger_interval
+        ):
+            results.append(result)
+            if on_batch is not None:
+                on_batch(result)
+        return results
+
     from cdc_emitter.read.stream_source import FORMAT, register
 
     register(spark)
-    results: list[ApplyResult] = []
     # what the table holds, once read from its history: each batch then knows it (one writer
     # per table, as the guide says)
     holds: list[int | None] = []
@@ -280,3 +293,68 @@ def apply_topic(
     finally:
         query.stop()
     return results
+
+
+def _apply_by_driver(
+    spark: SparkSession,
+    bootstrap_servers: str,
+    topic: str,
+    table: str,
+    once: bool,
+    config: dict[str, str] | None,
+    broker_timeout: float | None,
+    trigger_interval: str,
+) -> Iterator[ApplyResult]:
+    """`apply_topic` without a streaming query: each batch of `read_cdc_stream`, from the time
+    after the table's last one, becomes one commit; a batch starts at most every interval."""
+    import time
+
+    from cdc_emitter.kafka.config import BROKER_TIMEOUT
+    from cdc_emitter.read.cdc_stream import read_cdc_stream
+
+    interval = trigger_seconds(trigger_interval)
+    done = applied_time(spark, table, topic)
+    batches = read_cdc_stream(
+        spark,
+        bootstrap_servers,
+        topic,
+        start=0 if done is None else done + 1,
+        config=config,
+        once=once,
+        max_read_seconds=interval,
+        broker_timeout=BROKER_TIMEOUT if broker_timeout is None else broker_timeout,
+    )
+    began = time.monotonic()
+    for batch in batches:
+        if batch.updates:
+            result = apply_changes(batch.df, table, topic, after=done)
+            done = result.time
+            yield result
+        wait = interval - (time.monotonic() - began)
+        if wait > 0 and not once:
+            time.sleep(wait)
+        began = time.monotonic()
+
+
+def trigger_seconds(interval: str) -> float:
+    """Seconds in a trigger interval as Spark spells it: "1 second", "500 milliseconds", "2 min".
+
+    Raises:
+        ConfigError: Not an interval.
+    """
+    import re
+
+    units = {"ms": 0.001, "millisecond": 0.001, "s": 1.0, "sec": 1.0, "second": 1.0}
+    units |= {"m": 60.0, "min": 60.0, "minute": 60.0, "h": 3600.0, "hour": 3600.0}
+    found = re.fullmatch(r"\s*(?:interval\s+)?(\d+(?:\.\d+)?)\s*([a-z]*)\s*", interval.lower())
+    unit = "" if found is None else found.group(2)
+    unit = unit[:-1] if unit not in units and unit.endswith("s") else unit
+    if found is None or unit not in units:
+        raise ConfigError(
+            f"trigger interval {interval!r} is not an interval: write it like '1 second', "
+            "'500 milliseconds' or '2 minutes'"
+        )
+    value = float(found.group(1)) * units[unit]
+    if value <= 0:
+        raise ConfigError(f"trigger interval {interval!r} must be more than 0")
+    return value

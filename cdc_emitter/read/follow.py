@@ -82,6 +82,9 @@ class TopicFollower:
         self._ready: list[Update] = []  # proven, at or beyond `start`, not handed out yet
         self._headers: dict[tuple[int, int], list] = {}
         self._failed: ViolationError | None = None  # once broken, always: nothing more out
+        #: True when the last `advance` stopped because the topic was quiet: it had read
+        #: everything the topic held then
+        self.caught_up = False
 
     @property
     def frontier(self) -> tuple[int, ...]:
@@ -108,12 +111,14 @@ class TopicFollower:
         if self._failed is not None:
             raise self._failed
         deadline = time.monotonic() + max_seconds
+        self.caught_up = False
         while time.monotonic() < deadline:
             if until is not None and _reached(self.frontier, until):
                 break
             records = self._scan.poll(IDLE_WAIT, POLL_RECORDS, self._keep_headers)
             if not records and not self._scan.pending:
-                break  # quiet: the end of what the topic holds now
+                self.caught_up = True  # quiet: the end of what the topic holds now
+                break
             for partition, offset, value in records:
                 self._feed(partition, offset, value)
             self._warn_if_held()

@@ -35,18 +35,17 @@ try:
 except ImportError:  # PySpark 3.5 has no Python data sources: `register` says so
     DataSource = SimpleDataSourceStreamReader = object  # type: ignore[misc,assignment]
 
-from cdc_emitter.errors import BrokerError, ConfigError, SchemaError
+from cdc_emitter.errors import BrokerError, ConfigError
 from cdc_emitter.kafka.config import BROKER_TIMEOUT
-from cdc_emitter.protocol.codec import CdcCodec, data_schema_from_text
+from cdc_emitter.protocol.codec import CdcCodec
+from cdc_emitter.read.cdc_stream import stream_columns, topic_data_schema
 from cdc_emitter.read.follow import TopicFollower, replay
-from cdc_emitter.spark.avro_types import row_converter, spark_struct
+from cdc_emitter.spark.avro_types import row_converter
 
 __all__ = ["FORMAT", "CdcV2DataSource", "CdcV2StreamReader"]
 
 #: The name the source is registered under.
 FORMAT = "cdcv2"
-#: The columns after the data columns.
-EXTRA_COLUMNS = ("time", "diff")
 
 
 class CdcV2DataSource(DataSource):
@@ -60,17 +59,7 @@ class CdcV2DataSource(DataSource):
         # kept: Spark sends this object to the reader's process (and, for a replay after a
         # restart, to an executor's Python): every reader then decodes with this schema
         self._data_schema = _settings(self.options).data_schema()
-        data = spark_struct(self._data_schema)
-        clash = [f.name for f in data.fields if f.name.lower() in EXTRA_COLUMNS]
-        if clash:
-            raise SchemaError(
-                f"the topic's data has a column named {clash[0]!r}, which the source adds "
-                "itself (the update's time and diff): rename it in the writer"
-            )
-        return T.StructType(
-            [*data.fields, T.StructField("time", T.LongType(), False)]
-            + [T.StructField("diff", T.LongType(), False)]
-        )
+        return stream_columns(self._data_schema)
 
     def simpleStreamReader(self, schema: T.StructType) -> CdcV2StreamReader:
         settings = _settings(self.options)
@@ -100,20 +89,14 @@ class _Settings:
         self.broker_timeout = _number(given, "brokertimeout", BROKER_TIMEOUT)
 
     def data_schema(self) -> dict:
-        if self.schema_text:
-            try:
-                return data_schema_from_text(self.schema_text)
-            except (SchemaError, ValueError) as exc:
-                raise SchemaError(f"option 'schema': {exc}") from exc
-        from cdc_emitter.kafka.topic_schema import writer_schema
-
-        written = writer_schema(self.servers, self.topic, self.config, timeout=self.broker_timeout)
-        if written is None:
-            raise SchemaError(
-                f"topic {self.topic!r} has no progress statement with the writer's schema yet: "
-                'pass .option("schema", <the Avro data record as JSON>)'
-            )
-        return written
+        return topic_data_schema(
+            self.servers,
+            self.topic,
+            self.config,
+            schema=self.schema_text,
+            timeout=self.broker_timeout,
+            option="option 'schema'",
+        )
 
 
 #: The documented spelling of each option (Spark hands the options over in lower case).
@@ -250,6 +233,7 @@ def register(spark: Any) -> None:
 
         raise ConfigError(
             f"the {FORMAT} streaming source needs PySpark 4.0 or newer (Python data sources); "
-            f"this is PySpark {pyspark.__version__}"
+            f"this is PySpark {pyspark.__version__}: cdc_emitter.read_cdc_stream hands over "
+            "the same batches in a loop of yours"
         )
     registration.register(CdcV2DataSource)

@@ -154,3 +154,23 @@ def test_a_parquet_file_named_csv_says_what_it_is(tmp_path):
     one_line_error(
         result, seconds, f"input '{source}' is a Parquet file, not csv: pass --format parquet"
     )
+
+
+def test_apply_with_a_trigger_interval_spark_would_refuse():
+    result, seconds = run(
+        "apply",
+        "--bootstrap-servers",
+        "127.0.0.1:1",
+        "--topic",
+        "t",
+        "--to",
+        "/nowhere/table",
+        "--trigger-interval",
+        "1 fortnight",
+    )
+    one_line_error(
+        result,
+        seconds,
+        "trigger interval '1 fortnight' is not an interval: write it like '1 second', "
+        "'500 milliseconds' or '2 minutes'",
+    )

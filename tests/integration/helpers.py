@@ -3,12 +3,42 @@ what Spark logs."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import Any
 
 from cdc_emitter.errors import DecodeError
+from cdc_emitter.kafka.producer import CdcProducer
 from cdc_emitter.kafka.reading import read_topic
-from cdc_emitter.protocol import CdcReader, Update, consolidate
+from cdc_emitter.protocol import CdcReader, Progress, Update, consolidate
+from cdc_emitter.protocol.codec import CdcCodec
+from cdc_emitter.protocol.headers import HEADER_KIND, HEADER_SCHEMA
+
+#: The data record of topics written by hand (`produce_by_hand`): ``k long, v string``.
+BY_HAND_DATA = {
+    "type": "record",
+    "name": "data",
+    "fields": [{"name": "k", "type": "long"}, {"name": "v", "type": ["null", "string"]}],
+}
+_STATEMENT_HEADERS = [
+    (HEADER_KIND, b"progress"),
+    (HEADER_SCHEMA, json.dumps(BY_HAND_DATA).encode()),
+]
+
+
+def produce_by_hand(bootstrap: str, topic: str, messages: list) -> None:
+    """Write ``messages`` (lists of updates of `BY_HAND_DATA`, or Progress) to partition 0 in
+    order, the statements with the headers the sink gives them (the schema among them)."""
+    codec = CdcCodec(BY_HAND_DATA)
+    with CdcProducer(bootstrap, topic) as producer:
+        for message in messages:
+            if isinstance(message, Progress):
+                value = codec.encode_progress(message)
+                producer.produce(value, headers=_STATEMENT_HEADERS, partition=0)
+            else:
+                for value in codec.encode_updates(message):
+                    producer.produce(value, partition=0)
+
 
 #: Spark settings for a test's Delta session: Delta rebuilds a table's state in 50 partitions by
 #: default, which for a table of a few rows on two cores is most of each command's time (the

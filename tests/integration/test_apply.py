@@ -23,10 +23,6 @@ JOB = Path(__file__).parent / "jobs" / "apply_job.py"
 
 @pytest.fixture(scope="module")
 def report(kafka_bootstrap, module_topic_factory, tmp_path_factory):
-    import pyspark
-
-    if int(pyspark.__version__.split(".")[0]) < 4:
-        pytest.skip("the cdcv2 source needs PySpark 4.0 or newer (Python data sources)")
     delta_package_or_skip()
     topic = module_topic_factory()
     work = tmp_path_factory.mktemp("apply")
@@ -66,7 +62,10 @@ def test_each_version_is_the_collection_at_its_time(report):
 def test_a_batch_read_again_after_its_commit_commits_nothing(report):
     assert report["crash"] == "simulated crash"
     assert report["crashed_at"] == [2]
-    assert report["redo"] == [[None, 2]]  # the same batch again: no version, time 2 kept
+    if report["engine"] == "stream":  # Spark reads the uncommitted batch again: no version
+        assert report["redo"] == [[None, 2]]
+    else:  # PySpark 3.5: the driver starts after the table's time 2, and finds nothing new
+        assert report["redo"] == []
 
 
 def test_the_command_line(report):

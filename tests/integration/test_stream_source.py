@@ -5,25 +5,14 @@ checkpoint with no time twice; a violation stops the stream. PySpark 4.0 or newe
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 
 import pytest
-from helpers import as_history
+from helpers import as_history, produce_by_hand
 
-from cdc_emitter.kafka.producer import CdcProducer
 from cdc_emitter.protocol import Progress, Update, consolidate
-from cdc_emitter.protocol.codec import CdcCodec
-from cdc_emitter.protocol.headers import HEADER_KIND, HEADER_SCHEMA
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
-
-DATA = {
-    "type": "record",
-    "name": "data",
-    "fields": [{"name": "k", "type": "long"}, {"name": "v", "type": ["null", "string"]}],
-}
-STATEMENT_HEADERS = [(HEADER_KIND, b"progress"), (HEADER_SCHEMA, json.dumps(DATA).encode())]
 
 
 @pytest.fixture(autouse=True)
@@ -33,19 +22,6 @@ def _spark_4(spark):
     from cdc_emitter import register
 
     register(spark)
-
-
-def produce(bootstrap: str, topic: str, messages: list) -> None:
-    """Write ``messages`` (lists of updates, or Progress) in order, statements with headers."""
-    codec = CdcCodec(DATA)
-    with CdcProducer(bootstrap, topic) as producer:
-        for message in messages:
-            if isinstance(message, Progress):
-                value = codec.encode_progress(message)
-                producer.produce(value, headers=STATEMENT_HEADERS, partition=0)
-            else:
-                for value in codec.encode_updates(message):
-                    producer.produce(value, partition=0)
 
 
 def run_stream(spark, bootstrap, topic, checkpoint, function) -> None:
@@ -103,7 +79,7 @@ def test_a_mangled_topic_streams_each_complete_time_once(
         [Update((4, "x"), 3, 1)],
         [c],
     ]
-    produce(kafka_bootstrap, topic, messages)
+    produce_by_hand(kafka_bootstrap, topic, messages)
     batches: list = []
     follow(spark, kafka_bootstrap, topic, tmp_path / "ck", batches)
     delivered = [row for batch in batches for row in batch]
@@ -111,7 +87,7 @@ def test_a_mangled_topic_streams_each_complete_time_once(
     assert sorted(delivered) == as_rows(as_history([(*u,) for u in (a, b, c, d)]))
     assert all(3 not in times_of(batch) for batch in batches)
     # its last update, and a next statement: time 3 comes, once, in a later batch
-    produce(
+    produce_by_hand(
         kafka_bootstrap,
         topic,
         [[Update((5, "y"), 3, 1), Update((4, "x"), 3, 1)], Progress((4,), (5,), ())],
@@ -153,7 +129,7 @@ def test_a_restarted_query_goes_on_from_its_checkpoint(
 
 def test_a_violation_stops_the_stream(spark, kafka_bootstrap, topic_factory, tmp_path):
     topic = topic_factory()
-    produce(
+    produce_by_hand(
         kafka_bootstrap,
         topic,
         [
@@ -172,7 +148,7 @@ def test_consolidated_updates_only(spark, kafka_bootstrap, topic_factory, tmp_pa
     by the writer's statement count: distinct updates), never a zero."""
     topic = topic_factory()
     history = consolidate([Update((1, "a"), 1, 2), Update((2, "b"), 1, 1)])
-    produce(kafka_bootstrap, topic, [history, Progress((0,), (2,), ((1, 2),))])
+    produce_by_hand(kafka_bootstrap, topic, [history, Progress((0,), (2,), ((1, 2),))])
     batches: list = []
     follow(spark, kafka_bootstrap, topic, tmp_path / "ck", batches)
     assert batches == [[(1, "a", 1, 2), (2, "b", 1, 1)]]
@@ -184,7 +160,7 @@ def test_a_batch_that_failed_is_read_again_the_same(
     """A query that crashed in a batch's sink restarts with that batch, read again from the
     topic between the offsets its checkpoint planned (readBetweenOffsets): the same rows."""
     topic = topic_factory()
-    produce(
+    produce_by_hand(
         kafka_bootstrap,
         topic,
         [[Update((1, "a"), 1, 1), Update((2, "b"), 2, 1)], Progress((0,), (3,), ((1, 1), (2, 1)))],
@@ -202,7 +178,9 @@ def test_a_batch_that_failed_is_read_again_the_same(
 
     with pytest.raises(Exception, match="simulated crash"):
         run()
-    produce(kafka_bootstrap, topic, [[Update((3, "c"), 3, 1)], Progress((3,), (4,), ((3, 1),))])
+    produce_by_hand(
+        kafka_bootstrap, topic, [[Update((3, "c"), 3, 1)], Progress((3,), (4,), ((3, 1),))]
+    )
     run()
     non_empty = [rows for rows in attempts if rows]
     assert non_empty[0] == non_empty[1] == [(1, "a", 1, 1), (2, "b", 2, 1)]

@@ -7,8 +7,9 @@ Writes the topic by hand in three rounds (duplicated, reordered and re-batched m
 left open until the next round) and after each round applies it to ``WORKDIR/table``:
 
 1. ``cdc-emitter apply --once`` (through click's ``CliRunner``, in this session);
-2. `apply_topic` whose batch function crashes right after its Delta commit (before Spark
-   commits the batch), then the same again: the re-read batch must commit nothing;
+2. a batch function that crashes right after its Delta commit (before Spark commits the batch;
+   on PySpark 3.5, in a `read_cdc_stream` loop), then `apply_topic`: what was committed is not
+   committed again;
 3. the checkpoint deleted, then ``apply --once`` again: the whole topic is read again, and only
    the new times are applied.
 
@@ -40,6 +41,7 @@ def main(bootstrap: str, topic: str, workdir: str) -> None:
     from cdc_emitter.protocol.codec import CdcCodec
     from cdc_emitter.protocol.headers import HEADER_KIND, HEADER_SCHEMA
     from cdc_emitter.read.apply import apply_changes, apply_topic
+    from cdc_emitter.read.cdc_stream import read_cdc_stream
     from cdc_emitter.spark.session import delta_package, spark_session
 
     spark = spark_session(
@@ -94,22 +96,28 @@ def main(bootstrap: str, topic: str, workdir: str) -> None:
             raise RuntimeError("simulated crash after the Delta commit")
 
     checkpoint = str(Path(table) / "_cdc_emitter_checkpoint")
-    query = (
-        spark.readStream.format("cdcv2")
-        .option("kafka.bootstrap.servers", bootstrap)
-        .option("topic", topic)
-        .load()
-        .writeStream.foreachBatch(crash_after_commit)
-        .option("checkpointLocation", checkpoint)
-        .start()
-    )
+    streaming = hasattr(spark, "dataSource")  # PySpark 4: the cdcv2 source; 3.5: the driver
     try:
-        query.processAllAvailable()
+        if streaming:
+            query = (
+                spark.readStream.format("cdcv2")
+                .option("kafka.bootstrap.servers", bootstrap)
+                .option("topic", topic)
+                .load()
+                .writeStream.foreachBatch(crash_after_commit)
+                .option("checkpointLocation", checkpoint)
+                .start()
+            )
+            try:
+                query.processAllAvailable()
+            finally:
+                query.stop()
+        else:
+            for batch in read_cdc_stream(spark, bootstrap, topic, start=2, once=True):
+                crash_after_commit(batch.df, None)
         crash = "no crash"
     except Exception as exc:  # noqa: BLE001 - the simulated crash
         crash = "simulated crash" if "simulated crash" in str(exc) else str(exc)[-500:]
-    finally:
-        query.stop()
     redo = apply_topic(spark, bootstrap, topic, table, checkpoint)  # the crashed batch again
     # round 3: time 3's last update, a repeated batch and statement, times 4 (empty) and 5
     produce([[Update((2, "b"), 3, 1)], Progress((4,), (6,), ((5, 1),)), [Update((4, "d"), 5, 1)]])
@@ -140,6 +148,7 @@ def main(bootstrap: str, topic: str, workdir: str) -> None:
                 "crashed_at": crashed,
                 "commits_before_crash": commits_before_crash,
                 "redo": [[r.version, r.time] for r in redo],
+                "engine": "stream" if streaming else "driver",
             }
         )
     )

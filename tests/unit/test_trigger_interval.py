@@ -1,0 +1,43 @@
+"""The trigger interval of ``cdc-emitter apply`` read as Spark spells it (the driver's loop on
+PySpark 3.5 keeps the same pace as a streaming query's trigger)."""
+
+from __future__ import annotations
+
+import pytest
+
+from cdc_emitter.errors import ConfigError
+from cdc_emitter.read.apply import trigger_seconds
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("1 second", 1.0),
+        ("500 milliseconds", 0.5),
+        ("10 ms", 0.01),
+        ("2 minutes", 120.0),
+        ("2 mins", 120.0),
+        ("3 secs", 3.0),
+        ("1s", 1.0),
+        ("0.5 seconds", 0.5),
+        ("interval 3 seconds", 3.0),
+        ("1 Hour", 3600.0),
+    ],
+)
+def test_spark_spellings(text, seconds):
+    assert trigger_seconds(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["x", "5", "1 fortnight", "seconds", ""])
+def test_not_an_interval(text):
+    with pytest.raises(ConfigError) as info:
+        trigger_seconds(text)
+    assert str(info.value) == (
+        f"trigger interval {text!r} is not an interval: write it like '1 second', "
+        "'500 milliseconds' or '2 minutes'"
+    )
+
+
+def test_zero_is_refused():
+    with pytest.raises(ConfigError, match=r"trigger interval '0 seconds' must be more than 0"):
+        trigger_seconds("0 seconds")
