@@ -206,7 +206,7 @@ def interrupted_batch(exc: BaseException, what: str) -> InterruptedBatchError | 
                 if "Interrupt" not in cause:
                     # Spark 3.5 takes only these names for a stop (a cancelled job it misses);
                     # a query that was not stopped still fails with this error (isInterruptedByStop)
-                    cause += " (java.lang.InterruptedException)"
+                    cause += " (taken as java.lang.InterruptedException)"
                 return InterruptedBatchError(
                     f"{what} was interrupted: its streaming query was stopped (or its Spark job "
                     "cancelled) while the batch was being written. Restarted from its checkpoint, "
@@ -768,6 +768,9 @@ class CdcSink:
         written = Written(counts, now[0], 0, 0)
         claims = self._claims_producer()
         pause, in_doubt = 0.05, 0
+        # the statement of this call's last commit that raised (fenced or in doubt): it may
+        # have landed, and then the claim found in the topic is this call's new one
+        sent: tuple[list[commit.Message], str] | None = None
         for _attempt in range(CLAIM_ATTEMPTS):
             if claims.ready():  # just fenced the others: what this sink carried may be stale
                 self._carried = None
@@ -797,6 +800,9 @@ class CdcSink:
                 covering=self._covering(state, first, times[-1] if times else first),
                 redundant=self.redundant,
             )
+            if claim.kind == "own" and sent is not None:  # this call's commit landed
+                self._carried = state
+                return claim._replace(kind="new"), sent[0], sent[1]
             if claim.kind != "new":
                 self._carried = state
                 return claim, [], ""
@@ -812,6 +818,7 @@ class CdcSink:
             try:
                 offset = claims.commit(messages)
             except Fenced as exc:
+                sent = (messages, digest_text)
                 log.info(
                     "%s: another writer claimed meanwhile (%s): claiming again", batch.what, exc
                 )
@@ -820,6 +827,7 @@ class CdcSink:
                 pause = min(pause * 2, 2.0)
                 continue
             except InDoubt as exc:
+                sent = (messages, digest_text)
                 in_doubt += 1
                 if in_doubt >= IN_DOUBT_ATTEMPTS:
                     raise DeliveryError(

@@ -420,15 +420,18 @@ def test_a_write_interrupted_after_its_claim_is_completed_by_the_same_writer_run
 
 
 @pytest.mark.parametrize("landed", [True, False], ids=["landed", "not-landed"])
+@pytest.mark.parametrize("streamed", [False, True], ids=["write", "micro-batch"])
 def test_a_claim_in_doubt_is_looked_for_and_the_batch_goes_on(
-    spark, kafka_bootstrap, topic_factory, monkeypatch, landed
+    spark, kafka_bootstrap, topic_factory, monkeypatch, tmp_path, landed, streamed
 ):
     """The claim's transaction fails with an error of the broker's that is not a fence (seen as
-    `UNKNOWN` when another writer dies mid-claim): the same write looks for the claim in the
-    topic and goes on — under it if it landed, with a new one if not — never two claims."""
+    `UNKNOWN` when another writer dies mid-claim): the same call looks for the claim in the
+    topic and goes on — under it if it landed, with a new one if not — never two claims; the
+    claim is this call's new one either way (recorded in the sink log, not a re-run)."""
     from cdc_emitter.kafka.claims import ClaimProducer, InDoubt
+    from cdc_emitter.sink.log import SinkLog
 
-    topic = topic_factory(2)
+    topic, checkpoint = topic_factory(2), f"file://{tmp_path}/checkpoint"
     df = spark.createDataFrame([(1, "a"), (2, "b")], "k long, v string")
     commit, failed = ClaimProducer.commit, []
 
@@ -442,8 +445,13 @@ def test_a_claim_in_doubt_is_looked_for_and_the_batch_goes_on(
         return commit(self, messages)
 
     monkeypatch.setattr(ClaimProducer, "commit", commit_in_doubt)
-    result = CdcSink(kafka_bootstrap, topic).write(df, time=0)
-    assert failed and (result.lower, result.upper) == (0, 1)
+    if streamed:
+        result = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint)(df, 0)
+        entry = SinkLog(spark, checkpoint).get(0)
+        assert entry is not None and (entry.lower, entry.upper) == (0, 1)
+    else:
+        result = CdcSink(kafka_bootstrap, topic).write(df, time=0)
+    assert failed and (result.lower, result.upper, result.reused) == (0, 1, False)
     codec = CdcCodec(data_schema(df.schema))
     history, frontier, violations, reader = read_history(kafka_bootstrap, topic, codec)
     assert (frontier, violations) == ((1,), [])
