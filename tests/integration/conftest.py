@@ -28,6 +28,17 @@ def spark_packages() -> str:
     return ",".join(sink_packages())
 
 
+def extra_conf() -> dict[str, str]:
+    """Settings for the test session from ``CDC_TEST_SPARK_CONF`` (``key=value`` pairs, comma
+    separated): to measure what a setting does to the suite without editing it."""
+    text = os.environ.get("CDC_TEST_SPARK_CONF", "").strip()
+    pairs = [item.split("=", 1) for item in text.split(",") if item.strip()]
+    bad = [item for item in pairs if len(item) != 2]
+    if bad:
+        raise pytest.UsageError(f"CDC_TEST_SPARK_CONF: {'='.join(bad[0])!r} is not key=value")
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
 @pytest.fixture(scope="session")
 def spark(request, tmp_path_factory):
     if request.config.getoption("quick"):  # see tests/conftest.py
@@ -55,6 +66,7 @@ def spark(request, tmp_path_factory):
         .config("spark.sql.warehouse.dir", str(warehouse))
         .config("spark.sql.streaming.minBatchesToRetain", "5")
         .config("spark.sql.adaptive.enabled", "false")
+        .config(map=extra_conf())
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")
