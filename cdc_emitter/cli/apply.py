@@ -32,13 +32,15 @@ DEFAULT_CHECKPOINT = "_cdc_emitter_checkpoint"
     "--to",
     "table",
     required=True,
-    metavar="PATH",
-    help="The Delta table's path (any Hadoop path); made if missing.",
+    metavar="PATH_OR_TABLE",
+    help="The Delta table: a path (any Hadoop path; it has a '/', so write ./name for a "
+    "relative one) or a catalog table's name (db.table); made if missing.",
 )
 @click.option(
     "--checkpoint",
     metavar="DIR",
-    help=f"The streaming query's checkpoint (default: PATH/{DEFAULT_CHECKPOINT}). Losing it "
+    help=f"The streaming query's checkpoint (default: PATH/{DEFAULT_CHECKPOINT}; needed for a "
+    "catalog table). Losing it "
     "costs a re-read of the topic, never a time applied twice: the table records its last time "
     "(on PySpark 3.5 that record is the only checkpoint, and this option is not used).",
 )
@@ -55,6 +57,15 @@ DEFAULT_CHECKPOINT = "_cdc_emitter_checkpoint"
     metavar="INTERVAL",
     help="Start a micro-batch at most this often.",
 )
+@click.option(
+    "--multiplicity",
+    type=click.Choice(["count", "rows"]),
+    default="count",
+    show_default=True,
+    help="How a row held more than once is kept: a 'count' column beside the data columns "
+    "(a row whose count reaches 0 is deleted), or as that many copies of the row ('rows': the "
+    "table has the data columns only; a multiplicity below 0 is refused).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary object at the end.")
 @spark_options
 @handle_errors
@@ -67,17 +78,19 @@ def apply_command(
     checkpoint: str | None,
     once: bool,
     trigger_interval: str,
+    multiplicity: str,
     as_json: bool,
     spark_packages: tuple[str, ...],
     spark_conf: dict,
     spark_remote: str | None,
 ) -> None:
-    """Keep the Delta table at PATH equal to the collection of a CDCv2 topic.
+    """Keep a Delta table (PATH_OR_TABLE) equal to the collection of a CDCv2 topic.
 
     Each micro-batch holds the updates of whole times the topic proved complete (the cdcv2
     source: never an open time, never a time twice) and becomes one Delta commit: each row's
     net change is merged into the table, whose columns are the data columns and "count" (the
-    row's multiplicity; a row whose count reaches 0 is deleted). The commit records the last
+    row's multiplicity; a row whose count reaches 0 is deleted), or, with --multiplicity rows,
+    the data columns only, a row held n times being there n times. The commit records the last
     time applied, so after a crash, or with a lost checkpoint, no time is applied twice, and
     Delta's time travel shows the collection at every applied time.
 
@@ -93,9 +106,9 @@ def apply_command(
     servers = require_servers(bootstrap_servers)
     from cdc_emitter.read.apply import trigger_seconds
 
-    trigger_seconds(trigger_interval)  # a bad interval is said before Spark starts
+    trigger_seconds(trigger_interval)  # said before Spark starts, as is what follows
     check_kafka(servers, kafka_settings, broker_timeout, topic)
-    checkpoint = checkpoint or os.path.join(table, DEFAULT_CHECKPOINT)
+    checkpoint = checkpoint or _default_checkpoint(table, spark_remote)
     status = StatusLine()
     applied: list = []
 
@@ -141,6 +154,7 @@ def apply_command(
             broker_timeout=broker_timeout,
             trigger_interval=trigger_interval,
             on_batch=shown,
+            multiplicity=multiplicity,
         )
     except ViolationError as exc:  # raised here on PySpark 3.5, through the query on 4
         raise CdcError(f"applying topic {topic} to {table} failed: {exc}") from None
@@ -172,3 +186,23 @@ def apply_command(
             f"time up to {last.time} (version {last.version})"
         )
     sys.exit(EXIT_OK)
+
+
+def _default_checkpoint(table: str, spark_remote: str | None) -> str:
+    """PATH/_cdc_emitter_checkpoint; a catalog table has no path of ours to put it in.
+
+    Raises:
+        UsageError: A catalog table on PySpark 4 (whose streaming query needs a checkpoint).
+    """
+    from cdc_emitter.read.apply import is_path
+
+    if is_path(table):
+        return os.path.join(table, DEFAULT_CHECKPOINT)
+    import pyspark
+
+    if spark_remote is None and int(pyspark.__version__.split(".")[0]) < 4:
+        return ""  # PySpark 3.5: the table's recorded time is the checkpoint
+    raise click.UsageError(
+        f"--to {table} names a catalog table, which has no directory of ours for the "
+        "streaming query's checkpoint: pass --checkpoint DIR (or --to a path: ./name)"
+    )

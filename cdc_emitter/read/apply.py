@@ -1,10 +1,12 @@
 """Keeping a Delta table equal to a CDCv2 topic's collection, exactly once.
 
 The ``cdcv2`` stream (`cdc_emitter.read.stream_source`) hands each micro-batch the updates of
-whole, newly complete times. `apply_changes` turns one such batch into one Delta commit: the
-net change of each row (the sum of its diffs) is merged into the table, which holds the data
-columns and a ``count`` column (the row's multiplicity; a row whose count reaches 0 is
-deleted). The commit records the topic and the last time it applied in its ``userMetadata``,
+whole, newly complete times. `apply_changes` turns one such batch into one Delta commit (a
+``MERGE``): the net change of each row (the sum of its diffs) is merged into the table. A row's
+multiplicity is kept one of two ways: as a ``count`` column beside the data columns (`COUNT`,
+the default; a row whose count reaches 0 is deleted), or as that many copies of the row
+(`ROWS`: the table has the data columns only, as the source table had). The table is a Delta
+path or a catalog table's name (`is_path` tells them apart). The commit records the topic and the last time it applied in its ``userMetadata``,
 so that a batch read again after a crash — or a whole stream read again without its checkpoint
 — applies only the times the table does not have yet.
 
@@ -23,19 +25,23 @@ has Delta.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from cdc_emitter.errors import ConfigError, SchemaError
+from cdc_emitter.errors import ConfigError, SchemaError, shorten
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
+    "COUNT",
     "COUNT_COLUMN",
+    "MULTIPLICITIES",
+    "ROWS",
     "METADATA_KEY",
     "ApplyResult",
     "applied_time",
@@ -43,12 +49,22 @@ __all__ = [
     "apply_topic",
 ]
 
-#: The table's column holding each row's multiplicity.
+#: The table's column holding each row's multiplicity (`COUNT`).
 COUNT_COLUMN = "count"
+#: A row's multiplicity as a `COUNT_COLUMN` beside the data columns.
+COUNT = "count"
+#: A row's multiplicity as that many copies of the row.
+ROWS = "rows"
+MULTIPLICITIES = (COUNT, ROWS)
+#: The column of `ROWS`'s merge source that tells a row to delete from one to insert.
+_OP = "__cdc_emitter_op"
 #: The key of the commit metadata that records what was applied.
 METADATA_KEY = "cdc-emitter"
 #: Commits read back first to find the last applied time (then, if none is ours, all).
 RECENT_COMMITS = 20
+#: The most time the driver's loop (PySpark 3.5) reads before it applies what it read, as the
+#: ``cdcv2`` source's ``maxReadSeconds``; the trigger interval paces the batches.
+DRIVER_READ_SECONDS = 1.0
 #: Delta's session setting whose value becomes the next commit's ``userMetadata``.
 _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 _EXTRA = ("time", "diff")
@@ -109,57 +125,72 @@ UNKNOWN = -(2**63)
 
 
 def apply_changes(
-    batch: DataFrame, table: str, topic: str, *, after: int | None = UNKNOWN
+    batch: DataFrame,
+    table: str,
+    topic: str,
+    *,
+    after: int | None = UNKNOWN,
+    multiplicity: str = COUNT,
 ) -> ApplyResult:
-    """Merge one micro-batch of the ``cdcv2`` source into the Delta table at path ``table``.
+    """Merge one micro-batch of the ``cdcv2`` source into a Delta table, as one commit.
 
     Args:
         batch: The batch: the data columns, ``time`` and ``diff`` (whole times only).
-        table: The Delta table's path; made (the data columns and ``count``) if missing.
+        table: The Delta table: a path, or a catalog table's name (see `is_path`); made if
+            missing.
         topic: The topic the batch is of, recorded with the commit.
         after: The last time the table holds (None: none), when the caller knows it from the
             previous batch's result; by default it is read from the table's history.
+        multiplicity: How a row's multiplicity is kept: `COUNT` (a ``count`` column) or
+            `ROWS` (that many copies of the row).
 
     Returns:
         What was committed.
 
     Raises:
-        SchemaError: The data has a ``count`` column, or a map column (maps cannot be
-            compared, so their rows cannot be found again).
-        ConfigError: The table holds another topic.
+        SchemaError: The data has a map column (maps cannot be compared, so their rows cannot
+            be found again), or a ``count`` column with `COUNT`.
+        ConfigError: The table holds another topic, or keeps multiplicities the other way.
+        BadInputError: With `ROWS`, a row's multiplicity would fall below 0 (the topic's
+            collection holds more deletions than insertions of it), which copies cannot hold.
     """
+    if multiplicity not in MULTIPLICITIES:
+        raise ConfigError(
+            f"multiplicity {multiplicity!r}: say {COUNT!r} (a count column) or {ROWS!r} "
+            "(that many copies of each row)"
+        )
     spark = batch.sparkSession
     data = [name for name in batch.columns if name not in _EXTRA]
-    _check_columns(batch, data)
+    _check_columns(batch, data, multiplicity)
     done = applied_time(spark, table, topic) if after == UNKNOWN else after
     rows = batch if done is None else batch.where(F.col("time") > done)
     last = rows.agg(F.max("time")).first()
     newest = None if last is None else last[0]
     if newest is None:
         return ApplyResult(None, done, 0)
-    net = (
-        rows.groupBy(*[F.col(f"`{c}`") for c in data])
-        .agg(F.sum("diff").alias("diff"))
-        .where(F.col("diff") != 0)
-    )
-    if not _exists(spark, table):
-        empty = batch.select(*[F.col(f"`{c}`") for c in data]).limit(0)
-        empty.withColumn(COUNT_COLUMN, F.lit(0).cast("long")).write.format("delta").save(table)
+    columns = [F.col(f"`{c}`") for c in data]
+    net = rows.groupBy(*columns).agg(F.sum("diff").alias("diff")).where(F.col("diff") != 0)
+    if _exists(spark, table):
+        _check_table(spark, table, data, multiplicity)
+    else:
+        empty = batch.select(*columns).limit(0)
+        if multiplicity == COUNT:
+            empty = empty.withColumn(COUNT_COLUMN, F.lit(0).cast("long"))
+        writer = empty.write.format("delta")
+        if is_path(table):
+            writer.save(table)
+        else:
+            writer.saveAsTable(table)
+    if multiplicity == ROWS:
+        source, merge = _rows_source(spark, table, net, data, newest), _rows_merge
+    else:
+        source, merge = net, _count_merge
     view = f"cdc_emitter_apply_{abs(hash((table, newest)))}"
-    net.createOrReplaceTempView(view)
-    on = " AND ".join(f"t.`{c}` <=> s.`{c}`" for c in data) or "true"
-    columns = ", ".join(f"`{c}`" for c in data)
-    values = ", ".join(f"s.`{c}`" for c in data)
-    metadata = json.dumps({METADATA_KEY: {"topic": topic, "time": newest}})
-    spark.conf.set(_USER_METADATA, metadata)
+    source.createOrReplaceTempView(view)
+    metadata = {"topic": topic, "time": newest, "multiplicity": multiplicity}
+    spark.conf.set(_USER_METADATA, json.dumps({METADATA_KEY: metadata}))
     try:
-        merged = spark.sql(
-            f"MERGE INTO {_ident(table)} t USING {view} s ON {on} "
-            f"WHEN MATCHED AND t.`{COUNT_COLUMN}` + s.diff = 0 THEN DELETE "
-            f"WHEN MATCHED THEN UPDATE SET t.`{COUNT_COLUMN}` = t.`{COUNT_COLUMN}` + s.diff "
-            f"WHEN NOT MATCHED THEN INSERT ({columns}{', ' if data else ''}`{COUNT_COLUMN}`) "
-            f"VALUES ({values}{', ' if data else ''}s.diff)"
-        ).first()
+        merged = spark.sql(merge(_ident(table), view, data)).first()
     finally:
         spark.conf.unset(_USER_METADATA)
         spark.catalog.dropTempView(view)
@@ -168,17 +199,109 @@ def apply_changes(
     return ApplyResult(None if version is None else int(version["version"]), newest, changed)
 
 
-def _check_columns(batch: DataFrame, data: list[str]) -> None:
-    if COUNT_COLUMN in data:
+def _count_merge(target: str, view: str, data: list[str]) -> str:
+    """`COUNT`: add each row's net change to its count; a count that reaches 0 deletes it."""
+    on = " AND ".join(f"t.`{c}` <=> s.`{c}`" for c in data) or "true"
+    columns = "".join(f"`{c}`, " for c in data)
+    values = "".join(f"s.`{c}`, " for c in data)
+    return (
+        f"MERGE INTO {target} t USING {view} s ON {on} "
+        f"WHEN MATCHED AND t.`{COUNT_COLUMN}` + s.diff = 0 THEN DELETE "
+        f"WHEN MATCHED THEN UPDATE SET t.`{COUNT_COLUMN}` = t.`{COUNT_COLUMN}` + s.diff "
+        f"WHEN NOT MATCHED THEN INSERT ({columns}`{COUNT_COLUMN}`) VALUES ({values}s.diff)"
+    )
+
+
+def _rows_source(
+    spark: SparkSession, table: str, net: DataFrame, data: list[str], newest: int
+) -> DataFrame:
+    """`ROWS`: for each changed row, one row that deletes its copies in the table and as many
+    rows as its new multiplicity that insert it again (one ``MERGE``, so one commit).
+
+    Raises:
+        BadInputError: A row's new multiplicity is below 0.
+    """
+    from functools import reduce
+
+    from cdc_emitter.errors import BadInputError
+
+    def same(left: str, right: str) -> Any:
+        pairs = [F.col(f"{left}.`{c}`").eqNullSafe(F.col(f"{right}.`{c}`")) for c in data]
+        return reduce(lambda a, b: a & b, pairs, F.lit(True))
+
+    held = (
+        spark.sql(f"SELECT * FROM {_ident(table)}")
+        .alias("t")
+        .join(net.alias("s"), same("t", "s"), "left_semi")
+        .groupBy(*[F.col(f"`{c}`") for c in data])
+        .agg(F.count(F.lit(1)).alias("_held"))
+    )
+    counted = (
+        net.alias("s")
+        .join(held.alias("h"), same("s", "h"), "left")
+        .select(
+            *[F.col(f"s.`{c}`") for c in data],
+            (F.coalesce(F.col("h._held"), F.lit(0)) + F.col("s.diff")).alias("_n"),
+        )
+    )
+    negative = counted.where(F.col("_n") < 0).limit(1).collect()
+    if negative:
+        row = shorten(repr(tuple(negative[0][c] for c in data)), 200)
+        raise BadInputError(
+            f"row {row} would be held {negative[0]['_n']} times at time {newest}: copies of a "
+            f"row cannot hold a multiplicity below 0; keep a {COUNT_COLUMN!r} column instead "
+            f"(multiplicity {COUNT!r})"
+        )
+    plain = [F.col(f"`{c}`") for c in data]
+    deletes = counted.select(*plain, F.lit("delete").alias(_OP))
+    inserts = counted.where(F.col("_n") > 0).select(
+        *plain, F.explode(F.array_repeat(F.lit("insert"), F.col("_n").cast("int"))).alias(_OP)
+    )
+    return deletes.unionByName(inserts)
+
+
+def _rows_merge(target: str, view: str, data: list[str]) -> str:
+    """`ROWS`: delete every copy of a changed row, insert its new copies."""
+    same = "".join(f" AND t.`{c}` <=> s.`{c}`" for c in data)
+    columns = ", ".join(f"`{c}`" for c in data)
+    values = ", ".join(f"s.`{c}`" for c in data)
+    return (
+        f"MERGE INTO {target} t USING {view} s ON s.`{_OP}` = 'delete'{same} "
+        "WHEN MATCHED THEN DELETE "
+        f"WHEN NOT MATCHED AND s.`{_OP}` = 'insert' THEN INSERT ({columns}) VALUES ({values})"
+    )
+
+
+def _check_columns(batch: DataFrame, data: list[str], multiplicity: str) -> None:
+    if multiplicity == COUNT and COUNT_COLUMN in data:
         raise SchemaError(
             f"the topic's data has a column named {COUNT_COLUMN!r}, which the table uses for "
-            "each row's multiplicity: rename it in the writer"
+            f"each row's multiplicity: rename it in the writer, or keep copies of each row "
+            f"(multiplicity {ROWS!r})"
         )
+    if _OP in data:
+        raise SchemaError(f"the topic's data has a column named {_OP!r}, which apply uses itself")
     maps = [f.name for f in batch.schema.fields if f.name in data and _has_map(f.dataType)]
     if maps:
         raise SchemaError(
             f"column {maps[0]!r} holds a map, which Spark cannot compare: its rows cannot be "
             "found again in the table to update their count"
+        )
+
+
+def _check_table(spark: SparkSession, table: str, data: list[str], multiplicity: str) -> None:
+    """The existing table keeps multiplicities the way asked (its columns say which)."""
+    columns = spark.sql(f"SELECT * FROM {_ident(table)} LIMIT 0").columns
+    counted = COUNT_COLUMN in columns and COUNT_COLUMN not in data
+    if counted and multiplicity == ROWS:
+        raise ConfigError(
+            f"Delta table {table} keeps each row's multiplicity in a {COUNT_COLUMN!r} column: "
+            f"apply to it with multiplicity {COUNT!r}, or to a new table"
+        )
+    if not counted and multiplicity == COUNT:
+        raise ConfigError(
+            f"Delta table {table} has no {COUNT_COLUMN!r} column (it keeps copies of each "
+            f"row?): apply to it with multiplicity {ROWS!r}, or to a new table"
         )
 
 
@@ -188,21 +311,34 @@ def _has_map(dtype: Any) -> bool:
     return contains_map(dtype)
 
 
+def is_path(table: str) -> bool:
+    """Whether ``table`` names a path (it holds ``/``, ``\\`` or ``:``) rather than a catalog
+    table (``db.table``, ``catalog.db.table``)."""
+    return any(mark in table for mark in "/\\:")
+
+
 def _exists(spark: SparkSession, table: str) -> bool:
     try:
         spark.sql(f"DESCRIBE DETAIL {_ident(table)}").collect()
-    except Exception as exc:  # noqa: BLE001 - "is not a Delta table" / path missing
+    except Exception as exc:  # noqa: BLE001 - "is not a Delta table" / path or table missing
         text = str(exc)
         if "DELTA_MISSING_DELTA_TABLE" in text or "not a Delta table" in text.lower():
             return False
         if "PATH_NOT_FOUND" in text or "doesn't exist" in text or "does not exist" in text:
+            return False
+        if "TABLE_OR_VIEW_NOT_FOUND" in text or "Table or view not found" in text:
             return False
         raise
     return True
 
 
 def _ident(table: str) -> str:
-    return "delta.`" + table.replace("`", "``") + "`"
+    """``table`` as SQL: ``delta.`path``` for a path, each part quoted for a table's name."""
+    if is_path(table):
+        return "delta.`" + table.replace("`", "``") + "`"
+    if "`" in table:  # quoted by the caller already
+        return table
+    return ".".join(f"`{part}`" for part in table.split("."))
 
 
 def apply_topic(
@@ -217,25 +353,31 @@ def apply_topic(
     broker_timeout: float | None = None,
     trigger_interval: str = "1 second",
     on_batch: Any = None,
+    multiplicity: str = COUNT,
+    driver: bool | None = None,
 ) -> list[ApplyResult]:
     """Apply ``topic`` to the Delta table at path ``table`` with a streaming query of the
     ``cdcv2`` source, one Delta commit per micro-batch (`apply_changes`).
 
-    On PySpark 3.5, which has no Python data sources, the driver follows the topic itself
-    (`cdc_emitter.read.cdc_stream.read_cdc_stream`) with the same batches and commits; the
-    table's own record of its last time is then the only checkpoint (``checkpoint`` is unused).
+    On PySpark 3.5, which has no Python data sources (or with ``driver=True``), the driver
+    follows the topic itself (`cdc_emitter.read.cdc_stream.read_cdc_stream`) with the same
+    batches and commits, one batch at most every trigger interval; the table's own record of
+    its last time is then the only checkpoint (``checkpoint`` is unused).
 
     Args:
         spark: A session with Delta (its package and session extension).
         bootstrap_servers: The Kafka servers.
         topic: The CDCv2 topic.
-        table: The Delta table's path.
+        table: The Delta table: a path, or a catalog table's name (see `is_path`).
         checkpoint: The query's checkpoint (where it is in the topic).
         once: Apply what is complete now, then stop; else run until stopped.
         config: librdkafka settings (``security.protocol``, ...).
         broker_timeout: Seconds a broker may be unreachable.
         trigger_interval: How often a micro-batch starts.
         on_batch: Called with each `ApplyResult` (in the driver; not on Spark Connect).
+        multiplicity: `COUNT` or `ROWS` (see `apply_changes`).
+        driver: Follow the topic in the driver rather than with a streaming query; default:
+            where PySpark has no Python data sources.
 
     Returns:
         What each micro-batch committed (empty on Spark Connect, whose batches run on the
@@ -246,9 +388,17 @@ def apply_topic(
         ViolationError: The topic broke the protocol (what was applied before stays).
     """
     results: list[ApplyResult] = []
-    if getattr(spark, "dataSource", None) is None:  # PySpark 3.5: no Python data sources
+    if driver or driver is None and getattr(spark, "dataSource", None) is None:
         for result in _apply_by_driver(
-            spark, bootstrap_servers, topic, table, once, config, broker_timeout, trigger_interval
+            spark,
+            bootstrap_servers,
+            topic,
+            table,
+            once,
+            config,
+            broker_timeout,
+            trigger_interval,
+            multiplicity,
         ):
             results.append(result)
             if on_batch is not None:
@@ -263,7 +413,9 @@ def apply_topic(
     holds: list[int | None] = []
 
     def batch(df: DataFrame, _batch_id: int) -> None:
-        result = apply_changes(df, table, topic, after=holds[-1] if holds else UNKNOWN)
+        result = apply_changes(
+            df, table, topic, after=holds[-1] if holds else UNKNOWN, multiplicity=multiplicity
+        )
         holds.append(result.time)
         results.append(result)
         if on_batch is not None:
@@ -304,6 +456,7 @@ def _apply_by_driver(
     config: dict[str, str] | None,
     broker_timeout: float | None,
     trigger_interval: str,
+    multiplicity: str,
 ) -> Iterator[ApplyResult]:
     """`apply_topic` without a streaming query: each batch of `read_cdc_stream`, from the time
     after the table's last one, becomes one commit; a batch starts at most every interval."""
@@ -321,13 +474,13 @@ def _apply_by_driver(
         start=0 if done is None else done + 1,
         config=config,
         once=once,
-        max_read_seconds=interval,
+        max_read_seconds=DRIVER_READ_SECONDS,
         broker_timeout=BROKER_TIMEOUT if broker_timeout is None else broker_timeout,
     )
     began = time.monotonic()
     for batch in batches:
         if batch.updates:
-            result = apply_changes(batch.df, table, topic, after=done)
+            result = apply_changes(batch.df, table, topic, after=done, multiplicity=multiplicity)
             done = result.time
             yield result
         wait = interval - (time.monotonic() - began)
@@ -337,24 +490,40 @@ def _apply_by_driver(
 
 
 def trigger_seconds(interval: str) -> float:
-    """Seconds in a trigger interval as Spark spells it: "1 second", "500 milliseconds", "2 min".
+    """Seconds in a trigger interval, read as Spark reads ``processingTime``: numbers with whole
+    unit names, singular or plural ("1 second", "500 milliseconds", "1 minute 30 seconds");
+    a fraction only on seconds; 0 means as often as possible.
 
     Raises:
-        ConfigError: Not an interval.
+        ConfigError: Not such an interval.
     """
-    import re
-
-    units = {"ms": 0.001, "millisecond": 0.001, "s": 1.0, "sec": 1.0, "second": 1.0}
-    units |= {"m": 60.0, "min": 60.0, "minute": 60.0, "h": 3600.0, "hour": 3600.0}
-    found = re.fullmatch(r"\s*(?:interval\s+)?(\d+(?:\.\d+)?)\s*([a-z]*)\s*", interval.lower())
-    unit = "" if found is None else found.group(2)
-    unit = unit[:-1] if unit not in units and unit.endswith("s") else unit
-    if found is None or unit not in units:
+    text = interval.strip().lower()
+    text = text[len("interval") :].strip() if text.startswith("interval") else text
+    parts = _INTERVAL_PART.findall(text)
+    if not text or not parts or _INTERVAL_PART.sub("", text).strip():
         raise ConfigError(
             f"trigger interval {interval!r} is not an interval: write it like '1 second', "
-            "'500 milliseconds' or '2 minutes'"
+            "'500 milliseconds' or '1 minute 30 seconds'"
         )
-    value = float(found.group(1)) * units[unit]
-    if value <= 0:
-        raise ConfigError(f"trigger interval {interval!r} must be more than 0")
-    return value
+    total = 0.0
+    for number, unit in parts:
+        if "." in number and unit != "second":
+            raise ConfigError(
+                f"trigger interval {interval!r}: only seconds take a fraction ({number} {unit}); "
+                "write it in a smaller unit"
+            )
+        total += float(number) * _INTERVAL_UNITS[unit]
+    return total
+
+
+#: Seconds in each unit Spark's interval strings name.
+_INTERVAL_UNITS = {
+    "week": 604800.0,
+    "day": 86400.0,
+    "hour": 3600.0,
+    "minute": 60.0,
+    "second": 1.0,
+    "millisecond": 0.001,
+    "microsecond": 0.000001,
+}
+_INTERVAL_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(" + "|".join(_INTERVAL_UNITS) + r")s?(?![a-z])")

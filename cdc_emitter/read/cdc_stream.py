@@ -16,7 +16,8 @@ Guarantees:
   update per data and time, no zero diff): never an update of an open time, never a duplicate,
   never a time twice; the batches follow one another (each ``lower`` is the previous
   ``upper``);
-* memory holds only the updates of open times, warned about as ``verify`` warns;
+* memory holds the updates of open times (warned about as ``verify`` warns) and those of the
+  batch being handed over (what one step read, at most ``max_read_seconds`` of reading);
 * a protocol violation raises `ViolationError` and nothing more is handed out.
 """
 
@@ -29,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import types as T
 
-from cdc_emitter.errors import BrokerError, SchemaError
+from cdc_emitter.errors import BrokerError, ConfigError, SchemaError
 from cdc_emitter.kafka.config import BROKER_TIMEOUT
 from cdc_emitter.protocol.codec import CdcCodec, data_schema_from_text
 from cdc_emitter.protocol.updates import Update
@@ -119,7 +120,7 @@ def read_cdc_stream(
     bootstrap_servers: str,
     topic: str,
     *,
-    start: int = 0,
+    start: int | None = 0,
     schema: str | None = None,
     config: Mapping[str, Any] | None = None,
     once: bool = False,
@@ -133,11 +134,12 @@ def read_cdc_stream(
         bootstrap_servers: The Kafka servers.
         topic: The CDCv2 topic.
         start: The first time to hand over: the ``upper`` of the last batch the caller made
-            durable (times below it are read, to prove later ones, but not handed over).
+            durable (times below it are read, to prove later ones, but not handed over); None,
+            the upper of a closed history's last batch, hands over nothing.
         schema: The Avro ``data`` record as JSON; default: the writer's, from the topic.
         config: librdkafka settings (``security.protocol``, ...).
-        once: Stop once the topic's messages of now are read (else follow it until the caller
-            stops iterating).
+        once: Stop once every message the topic held at the start is read (else follow it
+            until the caller stops iterating).
         max_read_seconds: The most time one step spends reading before it hands over.
         broker_timeout: Seconds a broker may be unreachable.
 
@@ -148,9 +150,16 @@ def read_cdc_stream(
     Raises:
         ViolationError: The topic broke the protocol (nothing of the broken time is handed
             over).
-        BrokerError: The broker is unreachable for longer than ``broker_timeout``.
+        BrokerError: The broker is unreachable for longer than ``broker_timeout``, or the
+            topic does not prove the times below ``start`` (messages deleted by retention, or
+            another topic).
         SchemaError: See `topic_data_schema`.
+        ConfigError: ``max_read_seconds`` is not above 0.
     """
+    if max_read_seconds <= 0:
+        raise ConfigError(f"max_read_seconds must be more than 0, not {max_read_seconds!r}")
+    if start is None:  # the upper of a closed history's last batch: nothing comes after it
+        return
     data = topic_data_schema(
         bootstrap_servers,
         topic,
@@ -182,7 +191,11 @@ def read_cdc_stream(
                 lower = upper
             if follower.reader.messages > read:
                 read, quiet_since = follower.reader.messages, time.monotonic()
-            if follower.caught_up and upper is not None and upper < start:
+            if (
+                (follower.caught_up or once and follower.read_all_at_start)
+                and upper is not None
+                and upper < start
+            ):
                 # the times below `start` were proven once: only a topic that lost messages
                 # (or another topic) proves less; a follower waits for the broker timeout
                 if once or time.monotonic() - quiet_since > broker_timeout:
@@ -192,7 +205,7 @@ def read_cdc_stream(
                         f"{upper}): were messages deleted by retention, or is this another "
                         "topic?"
                     )
-            elif once and follower.caught_up:
+            elif once and follower.read_all_at_start:
                 return
 
 

@@ -87,6 +87,11 @@ class TopicFollower:
         self.caught_up = False
 
     @property
+    def read_all_at_start(self) -> bool:
+        """True once every message the topic held when this follower started has been read."""
+        return not self._scan.pending
+
+    @property
     def frontier(self) -> tuple[int, ...]:
         """``(t,)``: every time below ``t`` is proven; ``()``: the history is closed."""
         return self.reader.frontier

@@ -172,5 +172,5 @@ def test_apply_with_a_trigger_interval_spark_would_refuse():
         result,
         seconds,
         "trigger interval '1 fortnight' is not an interval: write it like '1 second', "
-        "'500 milliseconds' or '2 minutes'",
+        "'500 milliseconds' or '1 minute 30 seconds'",
     )

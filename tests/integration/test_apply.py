@@ -1,6 +1,8 @@
 """``cdc-emitter apply``: a Delta table kept equal to a topic's collection, one commit per
 micro-batch, checked at every version by time travel; a crash after a commit and a lost
-checkpoint apply no time twice; a violation stops the command naming it.
+checkpoint apply no time twice; a violation stops the command naming it. Multiplicities as a
+count column and as copies of rows; a Delta path and a catalog table; the streaming query and
+the driver's loop (PySpark 3.5's way).
 
 The scenario runs in its own process (``jobs/apply_job.py``: Delta needs its package when the
 session starts), the command line through click's ``CliRunner`` inside it."""
@@ -24,10 +26,10 @@ JOB = Path(__file__).parent / "jobs" / "apply_job.py"
 @pytest.fixture(scope="module")
 def report(kafka_bootstrap, module_topic_factory, tmp_path_factory):
     delta_package_or_skip()
-    topic = module_topic_factory()
+    topic, other = module_topic_factory(), module_topic_factory()
     work = tmp_path_factory.mktemp("apply")
     done = subprocess.run(
-        [sys.executable, str(JOB), kafka_bootstrap, topic, str(work)],
+        [sys.executable, str(JOB), kafka_bootstrap, topic, other, str(work)],
         capture_output=True,
         text=True,
         timeout=900,
@@ -96,3 +98,37 @@ def test_the_command_line(report):
         f"error: applying topic {topic} to {table} failed: topic {topic!r} breaks the CDCv2 "
         "protocol: count_mismatch at time 3"
     ), broken["stderr"]
+
+
+def test_multiplicity_as_copies_of_rows(report):
+    """Applied by the driver's loop (PySpark 3.5's way), crashed after its first commit, then
+    run again: the second run commits only later times."""
+    (crashed_at,) = report["rows_crash"]  # one batch of all times, as a rule: then no redo
+    assert all(time > crashed_at for _, time in report["rows_redo"]), report["rows_redo"]
+    versions = {int(v): x for v, x in report["rows_versions"].items()}
+    times = [versions[v]["time"] for v in sorted(versions) if v > 0]
+    assert times == sorted(set(times))  # no time applied twice
+    assert versions[0] == {"time": None, "rows": []}
+    assert [versions[v]["time"] for v in sorted(versions) if v > 0][-1] == 5
+    for version, state in versions.items():
+        if version > 0:  # the data columns only, a row held n times there n times
+            assert all(len(row) == 2 for row in state["rows"])
+            table = Counter(tuple(row) for row in state["rows"])
+            assert table == collection_at(report["written"], state["time"]), version
+    last = Counter(tuple(r) for r in versions[max(versions)]["rows"])
+    assert last[(2, "b")] == 3  # 2 at time 1, 1 at time 3
+
+
+def test_a_catalog_table_through_the_command_line(report):
+    named = report["named"]
+    assert (named["exit"], named["stderr"]) == (0, ""), named
+    summary = json.loads(named["stdout"])
+    assert (summary["table"], summary["time"]) == ("replica", 5)
+    assert Counter(tuple(r) for r in named["rows"]) == collection_at(report["written"], 5)
+
+
+def test_copies_cannot_hold_a_multiplicity_below_zero(report):
+    assert (
+        "row (9, 'z') would be held -1 times at time 1: copies of a row cannot hold a "
+        in (report["negative"])
+    ), report["negative"]

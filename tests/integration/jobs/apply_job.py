@@ -1,7 +1,7 @@
 """``cdc-emitter apply`` and `apply_topic` in their own process (Delta needs its package and
 session extension when the session starts; the test session has neither).
 
-    python apply_job.py BOOTSTRAP TOPIC WORKDIR
+    python apply_job.py BOOTSTRAP TOPIC OTHER_TOPIC WORKDIR
 
 Writes the topic by hand in three rounds (duplicated, reordered and re-batched messages, a time
 left open until the next round) and after each round applies it to ``WORKDIR/table``:
@@ -11,7 +11,10 @@ left open until the next round) and after each round applies it to ``WORKDIR/tab
    on PySpark 3.5, in a `read_cdc_stream` loop), then `apply_topic`: what was committed is not
    committed again;
 3. the checkpoint deleted, then ``apply --once`` again: the whole topic is read again, and only
-   the new times are applied.
+   the new times are applied;
+4. the same topic kept as copies of rows (``multiplicity="rows"``) in another table, and through
+   the command line in a catalog table; then OTHER_TOPIC, whose collection holds a row -1 times,
+   which copies cannot hold.
 
 Prints one JSON line: each Delta version's rows and recorded time, the updates written (to
 compute the collection at each time), and each command's exit code and output.
@@ -31,7 +34,7 @@ DATA = {
 }
 
 
-def main(bootstrap: str, topic: str, workdir: str) -> None:
+def main(bootstrap: str, topic: str, other_topic: str, workdir: str) -> None:
     import pyspark
     from click.testing import CliRunner
 
@@ -51,6 +54,7 @@ def main(bootstrap: str, topic: str, workdir: str) -> None:
             "spark.master": "local[2]",
             "spark.sql.shuffle.partitions": "2",
             "spark.databricks.delta.snapshotPartitions": "2",
+            "spark.sql.warehouse.dir": str(Path(workdir) / "warehouse"),
         },
         "delta",
     )
@@ -58,13 +62,14 @@ def main(bootstrap: str, topic: str, workdir: str) -> None:
     headers = [(HEADER_KIND, b"progress"), (HEADER_SCHEMA, json.dumps(DATA).encode())]
     written: list = []
 
-    def produce(messages) -> None:
-        with CdcProducer(bootstrap, topic) as producer:
+    def produce(messages, to: str = topic) -> None:
+        with CdcProducer(bootstrap, to) as producer:
             for message in messages:
                 if isinstance(message, Progress):
                     producer.produce(codec.encode_progress(message), headers=headers, partition=0)
                 else:
-                    written.extend(message)
+                    if to == topic:
+                        written.extend(message)
                     for value in codec.encode_updates(message):
                         producer.produce(value, partition=0)
 
@@ -125,23 +130,82 @@ def main(bootstrap: str, topic: str, workdir: str) -> None:
     shutil.rmtree(checkpoint)
     command("--json")  # read from the start again: only times 3 and 5 are new
     command()  # nothing new
+    # the same times as copies of rows: in a table of its own, and in a catalog table
+    # (by the driver's loop, PySpark 3.5's way, whichever PySpark this is), with a crash right
+    # after the first commit: run again, it commits nothing more
+    rows_table = str(Path(workdir) / "table-rows")
+    import cdc_emitter.read.apply as applying
+
+    rows_crash: list = []
+
+    def commit_then_crash(*args, **kwargs):
+        result = apply_changes(*args, **kwargs)
+        if not rows_crash:
+            rows_crash.append(result.time)
+            raise RuntimeError("simulated crash after the Delta commit")
+        return result
+
+    applying.apply_changes = commit_then_crash
+    try:
+        apply_topic(spark, bootstrap, topic, rows_table, "", multiplicity="rows", driver=True)
+    except RuntimeError:
+        pass
+    finally:
+        applying.apply_changes = apply_changes
+    rows_redo = apply_topic(
+        spark, bootstrap, topic, rows_table, "", multiplicity="rows", driver=True
+    )
+    named = CliRunner().invoke(
+        cli,
+        [*args[:-3], "--to", "replica", "--checkpoint", str(Path(workdir) / "named-ck")]
+        + ["--multiplicity", "rows", "--once", "--json"],
+        prog_name="cdc-emitter",
+    )
+    produce([[Update((9, "z"), 1, -1)], Progress((0,), (2,), ((1, 1),))], to=other_topic)
+    try:
+        negative_table = str(Path(workdir) / "table-negative")
+        apply_topic(
+            spark,
+            bootstrap,
+            other_topic,
+            negative_table,
+            negative_table + "/_ck",
+            multiplicity="rows",
+        )
+        negative = "applied"
+    except Exception as exc:  # noqa: BLE001 - the refusal, through the query on PySpark 4
+        negative = str(exc)
     # a statement that contradicts time 3's count: the command stops, naming it
     produce([Progress((3,), (4,), ((3, 3),))])
     command()
-    versions = {}
-    for row in spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect():
-        rows = (
-            spark.read.format("delta").option("versionAsOf", row["version"]).load(table).collect()
-        )
-        meta = json.loads(row["userMetadata"]) if row["userMetadata"] else {}
-        versions[row["version"]] = {
-            "time": meta.get("cdc-emitter", {}).get("time"),
-            "rows": sorted([list(r) for r in rows], key=repr),
-        }
+
+    def versions_of(path: str) -> dict:
+        versions = {}
+        for row in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect():
+            rows = (
+                spark.read.format("delta").option("versionAsOf", row["version"]).load(path)
+            ).collect()
+            meta = json.loads(row["userMetadata"]) if row["userMetadata"] else {}
+            versions[row["version"]] = {
+                "time": meta.get("cdc-emitter", {}).get("time"),
+                "rows": sorted([list(r) for r in rows], key=repr),
+            }
+        return versions
+
     print(
         json.dumps(
             {
-                "versions": versions,
+                "versions": versions_of(table),
+                "rows_versions": versions_of(rows_table),
+                "rows_crash": rows_crash,
+                "rows_redo": [[r.version, r.time] for r in rows_redo],
+                "named": {
+                    "exit": named.exit_code,
+                    "stdout": named.stdout,
+                    "stderr": named.stderr,
+                    "rows": sorted([list(r) for r in spark.table("replica").collect()], key=repr),
+                },
+                "negative": negative[-2000:],
                 "written": [[list(u.data), u.time, u.diff] for u in written],
                 "commands": commands,
                 "crash": crash,
