@@ -186,8 +186,10 @@ def interrupted_batch(exc: BaseException, what: str) -> InterruptedBatchError | 
     (SPARK-39218, SPARK-48717). A Py4J error's text carries the whole Java stack trace, and that
     regex overflows the stream thread's stack on about a thousand characters after its first
     words: the query then ends with 1,000 lines of ``java.lang.StackOverflowError`` instead of
-    quietly. This error's text names the Py4J call and the Java exception in a last line of a few
-    hundred characters — the only text after those words — and it is raised without its cause.
+    quietly. This error's text names the Py4J call and the Java exception in its last two lines,
+    a few hundred characters — the only text after those words — in the form Spark 3.5's regex
+    wants too (``calling .+<newline>: java.lang.InterruptedException``), and it is raised without
+    its cause.
     """
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -206,13 +208,14 @@ def interrupted_batch(exc: BaseException, what: str) -> InterruptedBatchError | 
                 if "Interrupt" not in cause:
                     # Spark 3.5 takes only these names for a stop (a cancelled job it misses);
                     # a query that was not stopped still fails with this error (isInterruptedByStop)
-                    cause += " (taken as java.lang.InterruptedException)"
+                    cause = f"java.lang.InterruptedException (taken for {cause})"
                 return InterruptedBatchError(
                     f"{what} was interrupted: its streaming query was stopped (or its Spark job "
                     "cancelled) while the batch was being written. Restarted from its checkpoint, "
                     "the query writes the batch again; if its progress statement was claimed, "
                     "readers wait on its times until then.\n"
-                    f"py4j.protocol.Py4JJavaError: {shorten(call, 100)}: {cause}"
+                    # Spark 3.5 reads "calling<...><newline>: <name>", Spark 4 "calling<...><name>"
+                    f"py4j.protocol.Py4JJavaError: {shorten(call, 100)}.\n: {cause}"
                 )
         current = current.__cause__ or current.__context__
     return None
