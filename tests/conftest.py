@@ -20,8 +20,9 @@ schema-registry or Spark fixture, or a ``verify --engine spark`` run — is mark
 ``pytest --quick`` (``scripts/test --quick``) is the fast tier: it does not collect
 ``tests/integration``, deselects every ``integration`` and ``slow`` test, fails any test that
 would still start a broker or Spark, and runs each Hypothesis property at most
-``QUICK_MAX_EXAMPLES`` times (the same properties; the full run keeps each test's own
-``max_examples``). ``-m "not integration"`` selects the unit and CLI tests at full strength.
+``QUICK_MAX_EXAMPLES`` times (the same properties). The full run caps them at
+``FULL_MAX_EXAMPLES``; ``HYPOTHESIS_PROFILE=thorough`` keeps each test's own ``max_examples``
+(up to 3,000: for a change to the reader).
 
 Hypothesis runs under the ``cdc-emitter`` profile: no per-example deadline (on a shared 2-core
 machine a deadline fails a test for its timing, not its property; a test's own ``deadline``
@@ -46,6 +47,7 @@ import pytest
 from hypothesis import settings as hypothesis_settings
 
 hypothesis_settings.register_profile("cdc-emitter", deadline=None)
+hypothesis_settings.register_profile("thorough", deadline=None)
 hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "cdc-emitter"))
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,6 +79,10 @@ SERVICE_FIXTURES = KAFKA_FIXTURES | SPARK_FIXTURES | {"schema_registry"}
 SHARED_KAFKA_HOME = "CDC_TEST_XDIST_KAFKA_HOME"  # set by the xdist controller for its workers
 INTEGRATION_DIR = ROOT / "tests" / "integration"
 QUICK_MAX_EXAMPLES = 100  # Hypothesis's own default
+# The whole suite runs each property at most this many times (about 25 s for the reader's
+# properties on 2 cores, against 2 minutes at their own budgets of 1,000 to 3,000); the
+# ``thorough`` profile (HYPOTHESIS_PROFILE=thorough) keeps each test's own budget.
+FULL_MAX_EXAMPLES = 500
 # How long a broker or registry may take to start (the scripts' default is 90 s): on a busy
 # shared 2-core machine a JVM service takes longer, and a fixture that gives up fails every test.
 SERVICE_START_TIMEOUT = "300"
@@ -147,24 +153,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             or item.get_closest_marker("spark")
         ):
             item.add_marker(pytest.mark.integration)
-    if not _quick(config):
-        return
+    if _quick(config):
 
-    def out(item: pytest.Item) -> bool:
-        return bool(item.get_closest_marker("integration") or item.get_closest_marker("slow"))
+        def out(item: pytest.Item) -> bool:
+            return bool(item.get_closest_marker("integration") or item.get_closest_marker("slow"))
 
-    dropped = [item for item in items if out(item)]
-    if dropped:
-        config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if not out(item)]
+        dropped = [item for item in items if out(item)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if not out(item)]
+        _cap_examples(items, QUICK_MAX_EXAMPLES)
+    elif os.environ.get("HYPOTHESIS_PROFILE") != "thorough":
+        _cap_examples(items, FULL_MAX_EXAMPLES)
+
+
+def _cap_examples(items: list[pytest.Item], cap: int) -> None:
+    """Each Hypothesis property among ``items`` runs at most ``cap`` examples."""
     for item in items:
         test = getattr(item, "obj", None)
         if getattr(test, "is_hypothesis_test", False):
             own = test._hypothesis_internal_use_settings  # what the test's @settings says
-            if own.max_examples > QUICK_MAX_EXAMPLES:
-                test._hypothesis_internal_use_settings = hypothesis_settings(
-                    own, max_examples=QUICK_MAX_EXAMPLES
-                )
+            if own.max_examples > cap:
+                test._hypothesis_internal_use_settings = hypothesis_settings(own, max_examples=cap)
 
 
 def refuse_in_quick_tier(request: pytest.FixtureRequest, what: str) -> None:

@@ -2,7 +2,9 @@
 
 ``local[2,2]``: two cores, and a failed task is retried once (Spark's local mode only retries
 with the ``local[N,F]`` master), which the task-retry test relies on. Shuffles use 4 partitions;
-the UI is off; times are UTC.
+the UI is off; times are UTC; plans run interpreted, without generated code (the tests' data is
+tiny; the benchmarks, on real sizes, keep Spark's defaults). ``CDC_TEST_SPARK_CONF`` adds or
+overrides settings (``spark.sql.codegen.wholeStage=true,...``).
 """
 
 from __future__ import annotations
@@ -66,6 +68,10 @@ def spark(request, tmp_path_factory):
         .config("spark.sql.warehouse.dir", str(warehouse))
         .config("spark.sql.streaming.minBatchesToRetain", "5")
         .config("spark.sql.adaptive.enabled", "false")
+        # the tests' batches are a few rows: compiling each plan's Java costs more than running
+        # it interpreted (two modules: 269 s with code generation, 224 s without)
+        .config("spark.sql.codegen.wholeStage", "false")
+        .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
         .config(map=extra_conf())
         .getOrCreate()
     )
