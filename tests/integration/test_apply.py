@@ -26,10 +26,10 @@ JOB = Path(__file__).parent / "jobs" / "apply_job.py"
 @pytest.fixture(scope="module")
 def report(kafka_bootstrap, module_topic_factory, tmp_path_factory):
     delta_package_or_skip()
-    topic, other = module_topic_factory(), module_topic_factory()
+    topic, other, trip = module_topic_factory(), module_topic_factory(), module_topic_factory(2)
     work = tmp_path_factory.mktemp("apply")
     done = subprocess.run(
-        [sys.executable, str(JOB), kafka_bootstrap, topic, other, str(work)],
+        [sys.executable, str(JOB), kafka_bootstrap, topic, other, trip, str(work)],
         capture_output=True,
         text=True,
         timeout=900,
@@ -132,3 +132,16 @@ def test_copies_cannot_hold_a_multiplicity_below_zero(report):
         "row (9, 'z') would be held -1 times at time 1: copies of a row cannot hold a "
         in (report["negative"])
     ), report["negative"]
+
+
+def test_the_round_trip_with_a_crash_at_every_step(report):
+    """``examples/round_trip.py``: each Delta version equals the source table at its time."""
+    trip = report["round_trip"]
+    assert trip["crashes"] == [
+        "sink after writing batch 1",
+        "apply after reading a batch",
+        "apply after its Delta commit",
+    ]
+    assert trip["wrong"] == []
+    times = [v["time"] for v in trip["versions"]]
+    assert times == sorted(set(times)) and times[-1] == 3  # every round, none applied twice

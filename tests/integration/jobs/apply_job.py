@@ -1,7 +1,7 @@
 """``cdc-emitter apply`` and `apply_topic` in their own process (Delta needs its package and
 session extension when the session starts; the test session has neither).
 
-    python apply_job.py BOOTSTRAP TOPIC OTHER_TOPIC WORKDIR
+    python apply_job.py BOOTSTRAP TOPIC OTHER_TOPIC ROUND_TRIP_TOPIC WORKDIR
 
 Writes the topic by hand in three rounds (duplicated, reordered and re-batched messages, a time
 left open until the next round) and after each round applies it to ``WORKDIR/table``:
@@ -14,7 +14,9 @@ left open until the next round) and after each round applies it to ``WORKDIR/tab
    the new times are applied;
 4. the same topic kept as copies of rows (``multiplicity="rows"``) in another table, and through
    the command line in a catalog table; then OTHER_TOPIC, whose collection holds a row -1 times,
-   which copies cannot hold.
+   which copies cannot hold;
+5. ``examples/round_trip.py`` in this session: Spark → CdcSink → Kafka → cdcv2 → Delta with a
+   crash at every step, each Delta version compared with the source table by time travel.
 
 Prints one JSON line: each Delta version's rows and recorded time, the updates written (to
 compute the collection at each time), and each command's exit code and output.
@@ -22,6 +24,7 @@ compute the collection at each time), and each command's exit code and output.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import sys
@@ -34,7 +37,7 @@ DATA = {
 }
 
 
-def main(bootstrap: str, topic: str, other_topic: str, workdir: str) -> None:
+def main(bootstrap: str, topic: str, other_topic: str, round_trip_topic: str, workdir: str) -> None:
     import pyspark
     from click.testing import CliRunner
 
@@ -46,10 +49,11 @@ def main(bootstrap: str, topic: str, other_topic: str, workdir: str) -> None:
     from cdc_emitter.read.apply import apply_changes, apply_topic
     from cdc_emitter.read.cdc_stream import read_cdc_stream
     from cdc_emitter.spark.session import delta_package, spark_session
+    from cdc_emitter.spark.setup import sink_packages
 
     spark = spark_session(
         "apply-job",
-        [delta_package(pyspark.__version__)],
+        [delta_package(pyspark.__version__), *sink_packages()],
         {
             "spark.master": "local[2]",
             "spark.sql.shuffle.partitions": "2",
@@ -179,6 +183,13 @@ def main(bootstrap: str, topic: str, other_topic: str, workdir: str) -> None:
     produce([Progress((3,), (4,), ((3, 3),))])
     command()
 
+    example = Path(__file__).resolve().parents[3] / "examples" / "round_trip.py"
+    spec = importlib.util.spec_from_file_location("round_trip", example)
+    assert spec is not None and spec.loader is not None
+    round_trip = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(round_trip)
+    trip = round_trip.run(spark, bootstrap, round_trip_topic, str(Path(workdir) / "round-trip"))
+
     def versions_of(path: str) -> dict:
         versions = {}
         for row in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect():
@@ -206,6 +217,7 @@ def main(bootstrap: str, topic: str, other_topic: str, workdir: str) -> None:
                     "rows": sorted([list(r) for r in spark.table("replica").collect()], key=repr),
                 },
                 "negative": negative[-2000:],
+                "round_trip": trip,
                 "written": [[list(u.data), u.time, u.diff] for u in written],
                 "commands": commands,
                 "crash": crash,
