@@ -26,6 +26,15 @@ _STATEMENT_HEADERS = [
 ]
 
 
+#: A topic by hand (`produce_by_hand`) that breaks the protocol: two statements that disagree on
+#: time 1's count (a ``count_mismatch`` at time 1).
+DISAGREEING = [
+    [Update((1, "a"), 1, 1)],
+    Progress((0,), (2,), ((1, 1),)),
+    Progress((0,), (2,), ((1, 2),)),
+]
+
+
 def produce_by_hand(bootstrap: str, topic: str, messages: list) -> None:
     """Write ``messages`` (lists of updates of `BY_HAND_DATA`, or Progress) to partition 0 in
     order, the statements with the headers the sink gives them (the schema among them)."""

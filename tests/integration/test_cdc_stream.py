@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from helpers import as_history, produce_by_hand
+from helpers import DISAGREEING, as_history, produce_by_hand
 
 from cdc_emitter import read_cdc_stream
 from cdc_emitter.errors import BrokerError, ViolationError
@@ -98,15 +98,7 @@ def test_following_a_growing_topic_until_it_closes(spark, kafka_bootstrap, topic
 
 def test_a_violation_stops_the_batches(spark, kafka_bootstrap, topic_factory):
     topic = topic_factory()
-    produce_by_hand(
-        kafka_bootstrap,
-        topic,
-        [
-            [Update((1, "a"), 1, 1)],
-            Progress((0,), (2,), ((1, 1),)),
-            Progress((0,), (2,), ((1, 2),)),  # disagrees with the first on time 1's count
-        ],
-    )
+    produce_by_hand(kafka_bootstrap, topic, DISAGREEING)
     with pytest.raises(ViolationError) as info:
         list(read_cdc_stream(spark, kafka_bootstrap, topic, once=True))
     assert str(info.value).startswith(

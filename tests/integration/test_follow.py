@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 import pytest
-from test_stream_source import DATA, produce
+from helpers import BY_HAND_DATA, produce_by_hand
 
 from cdc_emitter.errors import ViolationError
 from cdc_emitter.protocol import Progress, Update
@@ -19,14 +19,18 @@ pytestmark = pytest.mark.kafka
 def test_complete_times_once_then_a_replay(kafka_bootstrap, topic_factory):
     topic = topic_factory()
     ups = [Update((k, "x"), t, 1) for t in range(4) for k in range(3)]
-    produce(kafka_bootstrap, topic, [ups[:6], Progress((0,), (3,), ((0, 3), (1, 3), (2, 3)))])
-    codec = CdcCodec(DATA)
+    produce_by_hand(
+        kafka_bootstrap, topic, [ups[:6], Progress((0,), (3,), ((0, 3), (1, 3), (2, 3)))]
+    )
+    codec = CdcCodec(BY_HAND_DATA)
     with TopicFollower(kafka_bootstrap, topic, codec) as follower:
         first = follower.advance(5.0)
         assert sorted(first) == sorted(ups[:6])  # times 0 and 1; time 2 has none of its 3 yet
         assert follower.frontier == (2,)
         assert follower.advance(0.5) == []
-        produce(kafka_bootstrap, topic, [ups[6:], ups[3:9], Progress((3,), (4,), ((3, 3),))])
+        produce_by_hand(
+            kafka_bootstrap, topic, [ups[6:], ups[3:9], Progress((3,), (4,), ((3, 3),))]
+        )
         assert sorted(follower.advance(5.0)) == sorted(ups[6:])  # duplicates dropped
         assert follower.frontier == (4,)
     assert sorted(replay(kafka_bootstrap, topic, codec, 1, 3)) == sorted(ups[3:9])
@@ -36,9 +40,9 @@ def test_complete_times_once_then_a_replay(kafka_bootstrap, topic_factory):
 
 def test_held_updates_are_warned_about(kafka_bootstrap, topic_factory, caplog):
     topic = topic_factory()
-    produce(kafka_bootstrap, topic, [[Update((k, None), 7, 1) for k in range(5)]])
+    produce_by_hand(kafka_bootstrap, topic, [[Update((k, None), 7, 1) for k in range(5)]])
     with caplog.at_level(logging.WARNING, logger="cdc_emitter.read.follow"):
-        with TopicFollower(kafka_bootstrap, topic, CdcCodec(DATA), warn_held=4) as follower:
+        with TopicFollower(kafka_bootstrap, topic, CdcCodec(BY_HAND_DATA), warn_held=4) as follower:
             assert follower.advance(3.0) == []
     assert [r.getMessage() for r in caplog.records] == [
         f"topic {topic}: 5 updates are held beyond frontier [0]: no progress statement proves "
@@ -48,7 +52,7 @@ def test_held_updates_are_warned_about(kafka_bootstrap, topic_factory, caplog):
 
 def test_a_violation_raises_and_nothing_of_its_time_is_handed_out(kafka_bootstrap, topic_factory):
     topic = topic_factory()
-    produce(
+    produce_by_hand(
         kafka_bootstrap,
         topic,
         [
@@ -56,7 +60,7 @@ def test_a_violation_raises_and_nothing_of_its_time_is_handed_out(kafka_bootstra
             Progress((0,), (2,), ((1, 2),)),  # time 1 over-counted: three arrived
         ],
     )
-    with TopicFollower(kafka_bootstrap, topic, CdcCodec(DATA)) as follower:
+    with TopicFollower(kafka_bootstrap, topic, CdcCodec(BY_HAND_DATA)) as follower:
         with pytest.raises(ViolationError, match=f"topic '{topic}' breaks the CDCv2 protocol"):
             follower.advance(3.0)
         with pytest.raises(ViolationError, match="over_count at time 1"):  # and stays broken

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from helpers import as_history, produce_by_hand
+from helpers import DISAGREEING, as_history, produce_by_hand
 
 from cdc_emitter.protocol import Progress, Update, consolidate
 
@@ -129,15 +129,7 @@ def test_a_restarted_query_goes_on_from_its_checkpoint(
 
 def test_a_violation_stops_the_stream(spark, kafka_bootstrap, topic_factory, tmp_path):
     topic = topic_factory()
-    produce_by_hand(
-        kafka_bootstrap,
-        topic,
-        [
-            [Update((1, "a"), 1, 1)],
-            Progress((0,), (2,), ((1, 1),)),
-            Progress((0,), (2,), ((1, 2),)),  # disagrees with the first on time 1's count
-        ],
-    )
+    produce_by_hand(kafka_bootstrap, topic, DISAGREEING)
     with pytest.raises(Exception) as info:
         follow(spark, kafka_bootstrap, topic, tmp_path / "ck", [])
     assert f"topic {topic!r} breaks the CDCv2 protocol: count_mismatch at time 1" in str(info.value)
