@@ -21,7 +21,8 @@ schema-registry or Spark fixture, or a ``verify --engine spark`` run — is mark
 ``tests/integration``, deselects every ``integration`` and ``slow`` test, fails any test that
 would still start a broker or Spark, and runs each Hypothesis property at most
 ``QUICK_MAX_EXAMPLES`` times (the same properties). The full run caps them at
-``FULL_MAX_EXAMPLES``; ``HYPOTHESIS_PROFILE=thorough`` keeps each test's own ``max_examples``
+``FULL_MAX_EXAMPLES``; the ``thorough`` profile (``HYPOTHESIS_PROFILE=thorough`` or
+``--hypothesis-profile thorough``) keeps each test's own ``max_examples``
 (up to 3,000: for a change to the reader).
 
 Hypothesis runs under the ``cdc-emitter`` profile: no per-example deadline (on a shared 2-core
@@ -163,7 +164,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             config.hook.pytest_deselected(items=dropped)
             items[:] = [item for item in items if not out(item)]
         _cap_examples(items, QUICK_MAX_EXAMPLES)
-    elif os.environ.get("HYPOTHESIS_PROFILE") != "thorough":
+    elif "thorough" not in (
+        config.getoption("hypothesis_profile", None),
+        os.environ.get("HYPOTHESIS_PROFILE"),
+    ):
         _cap_examples(items, FULL_MAX_EXAMPLES)
 
 

@@ -107,8 +107,8 @@ def apply_command(
     from cdc_emitter.read.apply import trigger_seconds
 
     trigger_seconds(trigger_interval)  # said before Spark starts, as is what follows
+    checkpoint = checkpoint or _default_checkpoint(table)
     check_kafka(servers, kafka_settings, broker_timeout, topic)
-    checkpoint = checkpoint or _default_checkpoint(table, spark_remote)
     status = StatusLine()
     applied: list = []
 
@@ -188,7 +188,7 @@ def apply_command(
     sys.exit(EXIT_OK)
 
 
-def _default_checkpoint(table: str, spark_remote: str | None) -> str:
+def _default_checkpoint(table: str) -> str:
     """PATH/_cdc_emitter_checkpoint; a catalog table has no path of ours to put it in.
 
     Raises:
@@ -200,8 +200,8 @@ def _default_checkpoint(table: str, spark_remote: str | None) -> str:
         return os.path.join(table, DEFAULT_CHECKPOINT)
     import pyspark
 
-    if spark_remote is None and int(pyspark.__version__.split(".")[0]) < 4:
-        return ""  # PySpark 3.5: the table's recorded time is the checkpoint
+    if int(pyspark.__version__.split(".")[0]) < 4:
+        return ""  # PySpark 3.5 (Connect too): the driver's loop, the table its checkpoint
     raise click.UsageError(
         f"--to {table} names a catalog table, which has no directory of ours for the "
         "streaming query's checkpoint: pass --checkpoint DIR (or --to a path: ./name)"

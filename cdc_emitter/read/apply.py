@@ -56,8 +56,11 @@ COUNT = "count"
 #: A row's multiplicity as that many copies of the row.
 ROWS = "rows"
 MULTIPLICITIES = (COUNT, ROWS)
-#: The column of `ROWS`'s merge source that tells a row to delete from one to insert.
-_OP = "__cdc_emitter_op"
+#: The columns `ROWS` adds to its merge source: whether a row deletes or inserts, how many
+#: copies the table holds, how many it will hold.
+_OP, _HELD, _NEW = "__cdc_emitter_op", "__cdc_emitter_held", "__cdc_emitter_n"
+#: The most copies of one row `ROWS` writes (Spark's array_repeat takes an int).
+MAX_COPIES = 2**31 - 1
 #: The key of the commit metadata that records what was applied.
 METADATA_KEY = "cdc-emitter"
 #: Commits read back first to find the last applied time (then, if none is ours, all).
@@ -77,7 +80,8 @@ class ApplyResult:
     Attributes:
         version: The Delta version committed, or None when the batch held nothing new.
         time: The last time the table holds after it (None: none applied yet).
-        rows: Rows of the table changed (inserted, updated or deleted).
+        rows: Rows of the table changed (inserted, updated or deleted; with `ROWS`, every
+            copy of a changed row deleted and every copy inserted again).
     """
 
     version: int | None
@@ -86,7 +90,8 @@ class ApplyResult:
 
 
 def applied_time(spark: SparkSession, table: str, topic: str) -> int | None:
-    """The last time of ``topic`` the Delta table at path ``table`` holds, from the metadata
+    """The last time of ``topic`` the Delta table ``table`` (a path or a catalog table's name)
+    holds, from the metadata
     of its newest commit that recorded one; None when the table does not exist or has none.
 
     Raises:
@@ -151,8 +156,10 @@ def apply_changes(
         SchemaError: The data has a map column (maps cannot be compared, so their rows cannot
             be found again), or a ``count`` column with `COUNT`.
         ConfigError: The table holds another topic, or keeps multiplicities the other way.
-        BadInputError: With `ROWS`, a row's multiplicity would fall below 0 (the topic's
-            collection holds more deletions than insertions of it), which copies cannot hold.
+        BadInputError: With `ROWS`, a row's multiplicity after the batch would be below 0 (the
+            topic's collection holds more deletions than insertions of it) or above
+            `MAX_COPIES`, which copies cannot hold. It is checked at the end of each batch, so
+            a multiplicity below 0 at a time inside a batch and back by its end passes.
     """
     if multiplicity not in MULTIPLICITIES:
         raise ConfigError(
@@ -234,28 +241,29 @@ def _rows_source(
         .alias("t")
         .join(net.alias("s"), same("t", "s"), "left_semi")
         .groupBy(*[F.col(f"`{c}`") for c in data])
-        .agg(F.count(F.lit(1)).alias("_held"))
+        .agg(F.count(F.lit(1)).alias(_HELD))
     )
     counted = (
         net.alias("s")
         .join(held.alias("h"), same("s", "h"), "left")
         .select(
             *[F.col(f"s.`{c}`") for c in data],
-            (F.coalesce(F.col("h._held"), F.lit(0)) + F.col("s.diff")).alias("_n"),
+            (F.coalesce(F.col(f"h.`{_HELD}`"), F.lit(0)) + F.col("s.diff")).alias(_NEW),
         )
     )
-    negative = counted.where(F.col("_n") < 0).limit(1).collect()
-    if negative:
-        row = shorten(repr(tuple(negative[0][c] for c in data)), 200)
+    new = F.col(f"`{_NEW}`")
+    wrong = counted.where((new < 0) | (new > MAX_COPIES)).limit(1).collect()
+    if wrong:
+        row, held = shorten(repr(tuple(wrong[0][c] for c in data)), 200), wrong[0][_NEW]
         raise BadInputError(
-            f"row {row} would be held {negative[0]['_n']} times at time {newest}: copies of a "
-            f"row cannot hold a multiplicity below 0; keep a {COUNT_COLUMN!r} column instead "
+            f"row {row} would be held {held} times after time {newest}: copies of a row hold "
+            f"from 0 to {MAX_COPIES:,} of it; keep a {COUNT_COLUMN!r} column instead "
             f"(multiplicity {COUNT!r})"
         )
     plain = [F.col(f"`{c}`") for c in data]
     deletes = counted.select(*plain, F.lit("delete").alias(_OP))
-    inserts = counted.where(F.col("_n") > 0).select(
-        *plain, F.explode(F.array_repeat(F.lit("insert"), F.col("_n").cast("int"))).alias(_OP)
+    inserts = counted.where(new > 0).select(
+        *plain, F.explode(F.array_repeat(F.lit("insert"), new.cast("int"))).alias(_OP)
     )
     return deletes.unionByName(inserts)
 
@@ -279,8 +287,11 @@ def _check_columns(batch: DataFrame, data: list[str], multiplicity: str) -> None
             f"each row's multiplicity: rename it in the writer, or keep copies of each row "
             f"(multiplicity {ROWS!r})"
         )
-    if _OP in data:
-        raise SchemaError(f"the topic's data has a column named {_OP!r}, which apply uses itself")
+    reserved = [name for name in data if name in (_OP, _HELD, _NEW)]
+    if reserved:
+        raise SchemaError(
+            f"the topic's data has a column named {reserved[0]!r}, which apply uses itself"
+        )
     maps = [f.name for f in batch.schema.fields if f.name in data and _has_map(f.dataType)]
     if maps:
         raise SchemaError(
@@ -356,7 +367,7 @@ def apply_topic(
     multiplicity: str = COUNT,
     driver: bool | None = None,
 ) -> list[ApplyResult]:
-    """Apply ``topic`` to the Delta table at path ``table`` with a streaming query of the
+    """Apply ``topic`` to the Delta table ``table`` with a streaming query of the
     ``cdcv2`` source, one Delta commit per micro-batch (`apply_changes`).
 
     On PySpark 3.5, which has no Python data sources (or with ``driver=True``), the driver
@@ -490,29 +501,33 @@ def _apply_by_driver(
 
 
 def trigger_seconds(interval: str) -> float:
-    """Seconds in a trigger interval, read as Spark reads ``processingTime``: numbers with whole
-    unit names, singular or plural ("1 second", "500 milliseconds", "1 minute 30 seconds");
-    a fraction only on seconds; 0 means as often as possible.
+    """Seconds in a trigger interval, read as Spark reads ``processingTime``: signed numbers,
+    each followed by a space and a whole unit name, singular or plural ("1 second",
+    "500 milliseconds", "1 minute 30 seconds", "1 minute -30 seconds"); a fraction of up to 9
+    digits only on seconds; 0 means as often as possible.
 
     Raises:
-        ConfigError: Not such an interval.
+        ConfigError: Not such an interval, or one below 0.
     """
     text = interval.strip().lower()
-    text = text[len("interval") :].strip() if text.startswith("interval") else text
-    parts = _INTERVAL_PART.findall(text)
-    if not text or not parts or _INTERVAL_PART.sub("", text).strip():
+    if text.startswith("interval") and text[len("interval") :][:1].isspace():
+        text = text[len("interval") :].strip()
+    found = _INTERVAL.fullmatch(text)
+    if not text or found is None:
         raise ConfigError(
             f"trigger interval {interval!r} is not an interval: write it like '1 second', "
             "'500 milliseconds' or '1 minute 30 seconds'"
         )
     total = 0.0
-    for number, unit in parts:
+    for number, unit in _INTERVAL_PART.findall(text):
         if "." in number and unit != "second":
             raise ConfigError(
                 f"trigger interval {interval!r}: only seconds take a fraction ({number} {unit}); "
                 "write it in a smaller unit"
             )
         total += float(number) * _INTERVAL_UNITS[unit]
+    if total < 0:
+        raise ConfigError(f"trigger interval {interval!r} is below 0")
     return total
 
 
@@ -526,4 +541,7 @@ _INTERVAL_UNITS = {
     "millisecond": 0.001,
     "microsecond": 0.000001,
 }
-_INTERVAL_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(" + "|".join(_INTERVAL_UNITS) + r")s?(?![a-z])")
+_INTERVAL_PART = re.compile(
+    r"([+-]?(?:\d+(?:\.\d{0,9})?|\.\d{1,9}))\s+(" + "|".join(_INTERVAL_UNITS) + r")s?(?![a-z0-9])"
+)
+_INTERVAL = re.compile(rf"{_INTERVAL_PART.pattern}(?:\s+{_INTERVAL_PART.pattern})*")

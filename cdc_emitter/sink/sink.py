@@ -771,9 +771,10 @@ class CdcSink:
         written = Written(counts, now[0], 0, 0)
         claims = self._claims_producer()
         pause, in_doubt = 0.05, 0
-        # the statement of this call's last commit that raised (fenced or in doubt): it may
-        # have landed, and then the claim found in the topic is this call's new one
-        sent: tuple[list[commit.Message], str] | None = None
+        # the statement of this call's last commit that raised (fenced or in doubt), with its
+        # interval and digest: it may have landed, and then the claim found in the topic with
+        # the same interval and digest is this call's new one
+        sent: tuple[list[commit.Message], str, int, int | None] | None = None
         for _attempt in range(CLAIM_ATTEMPTS):
             if claims.ready():  # just fenced the others: what this sink carried may be stale
                 self._carried = None
@@ -803,7 +804,12 @@ class CdcSink:
                 covering=self._covering(state, first, times[-1] if times else first),
                 redundant=self.redundant,
             )
-            if claim.kind == "own" and sent is not None:  # this call's commit landed
+            if (
+                claim.kind == "own"
+                and own is not None
+                and sent is not None
+                and (own.lower, own.upper, own.digest) == (sent[2], sent[3], sent[1])
+            ):  # this call's commit landed
                 self._carried = state
                 return claim._replace(kind="new"), sent[0], sent[1]
             if claim.kind != "new":
@@ -821,7 +827,7 @@ class CdcSink:
             try:
                 offset = claims.commit(messages)
             except Fenced as exc:
-                sent = (messages, digest_text)
+                sent = (messages, digest_text, claim.lower, claim.upper)
                 log.info(
                     "%s: another writer claimed meanwhile (%s): claiming again", batch.what, exc
                 )
@@ -830,7 +836,7 @@ class CdcSink:
                 pause = min(pause * 2, 2.0)
                 continue
             except InDoubt as exc:
-                sent = (messages, digest_text)
+                sent = (messages, digest_text, claim.lower, claim.upper)
                 in_doubt += 1
                 if in_doubt >= IN_DOUBT_ATTEMPTS:
                     raise DeliveryError(

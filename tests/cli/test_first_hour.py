@@ -174,3 +174,19 @@ def test_apply_with_a_trigger_interval_spark_would_refuse():
         "trigger interval '1 fortnight' is not an interval: write it like '1 second', "
         "'500 milliseconds' or '1 minute 30 seconds'",
     )
+
+
+def test_apply_to_a_catalog_table_without_a_checkpoint():
+    import pyspark
+
+    if int(pyspark.__version__.split(".")[0]) < 4:
+        pytest.skip("PySpark 3.5 follows the topic in the driver: no checkpoint to ask for")
+    result, seconds = run(
+        "apply", "--bootstrap-servers", "127.0.0.1:1", "--topic", "t", "--to", "db.replica"
+    )
+    assert (result.exit_code, result.stdout) == (2, ""), result.output
+    assert result.stderr.endswith(
+        "Error: --to db.replica names a catalog table, which has no directory of ours for the "
+        "streaming query's checkpoint: pass --checkpoint DIR (or --to a path: ./name)\n"
+    ), result.stderr
+    assert seconds < 10

@@ -3,7 +3,8 @@
 ``local[2,2]``: two cores, and a failed task is retried once (Spark's local mode only retries
 with the ``local[N,F]`` master), which the task-retry test relies on. Shuffles use 4 partitions;
 the UI is off; times are UTC; plans run interpreted, without generated code (the tests' data is
-tiny; the benchmarks, on real sizes, keep Spark's defaults). ``CDC_TEST_SPARK_CONF`` adds or
+tiny; the benchmarks, on real sizes, keep Spark's defaults, and so do the tests of wide and
+nested types, through the ``generated_code`` fixture). ``CDC_TEST_SPARK_CONF`` adds or
 overrides settings (``spark.sql.codegen.wholeStage=true,...``).
 """
 
@@ -78,6 +79,20 @@ def spark(request, tmp_path_factory):
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def generated_code(spark):
+    """Spark's own default for the test: plans compiled to Java (the session runs them
+    interpreted), for tests of wide and nested types, where generated code has limits of its
+    own (a method's 64 KB)."""
+    names = ("spark.sql.codegen.wholeStage", "spark.sql.codegen.factoryMode")
+    before = {name: spark.conf.get(name) for name in names}
+    spark.conf.set("spark.sql.codegen.wholeStage", "true")
+    spark.conf.set("spark.sql.codegen.factoryMode", "FALLBACK")
+    yield
+    for name, value in before.items():
+        spark.conf.set(name, value)
 
 
 @pytest.fixture(params=["local", "spark"])

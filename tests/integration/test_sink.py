@@ -1469,7 +1469,7 @@ def test_broker_restart_during_streaming_query(spark, kafka_local, tmp_path):
 
 
 @pytest.mark.parametrize("encoder", ["python", "jvm"])
-def test_spark_types_round_trip(spark, kafka_bootstrap, topic_factory, encoder):
+def test_spark_types_round_trip(spark, kafka_bootstrap, topic_factory, encoder, generated_code):
     from pyspark.sql import types as T
 
     topic = topic_factory(3)

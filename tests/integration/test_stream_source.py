@@ -180,7 +180,7 @@ def test_a_batch_that_failed_is_read_again_the_same(
 
 
 def test_logical_and_nested_types_arrive_as_spark_wrote_them(
-    spark, kafka_bootstrap, topic_factory, tmp_path
+    spark, kafka_bootstrap, topic_factory, tmp_path, generated_code
 ):
     import datetime as dt
     from decimal import Decimal

@@ -23,6 +23,10 @@ from cdc_emitter.read.apply import trigger_seconds
         ("2 weeks", 1209600.0),
         ("100 microseconds", 0.0001),
         ("0 seconds", 0.0),
+        (".5 second", 0.5),
+        ("1. second", 1.0),
+        ("+1 second", 1.0),
+        ("1 minute -30 seconds", 30.0),
     ],
 )
 def test_spark_spellings(text, seconds):
@@ -30,7 +34,22 @@ def test_spark_spellings(text, seconds):
 
 
 @pytest.mark.parametrize(
-    "text", ["x", "5", "1 fortnight", "seconds", "", "1s", "2 mins", "10 ms", "1 month"]
+    "text",
+    [
+        "x",
+        "5",
+        "1 fortnight",
+        "seconds",
+        "",
+        "1s",
+        "2 mins",
+        "10 ms",
+        "1 month",
+        "1second",
+        "1 second2 seconds",
+        "interval1 second",
+        "0.1234567891 seconds",
+    ],
 )
 def test_not_an_interval(text):
     with pytest.raises(ConfigError) as info:
@@ -48,3 +67,9 @@ def test_a_fraction_only_on_seconds():
         "trigger interval '0.5 minutes': only seconds take a fraction (0.5 minute); write it "
         "in a smaller unit"
     )
+
+
+def test_below_zero_is_refused():
+    with pytest.raises(ConfigError) as info:
+        trigger_seconds("-1 second")
+    assert str(info.value) == "trigger interval '-1 second' is below 0"
