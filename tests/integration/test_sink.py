@@ -813,7 +813,7 @@ def _generated_code(df) -> list[str]:
 
 
 @pytest.mark.parametrize("way", ["unconsolidated", "combined", "exact"])
-def test_every_time_of_a_running_sink_runs_the_same_generated_code(spark, way):
+def test_every_time_of_a_running_sink_runs_the_same_generated_code(spark, way, generated_code):
     """A batch of one time holds its time as binary literals, which Spark hands to the code it
     generates as objects: a running sink's next batch, at a new time, runs the code the last one
     compiled (and the JVM made hot) instead of compiling every stage again — whichever way its
