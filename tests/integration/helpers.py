@@ -26,6 +26,26 @@ _STATEMENT_HEADERS = [
 ]
 
 
+#: The updates of times 1 and 2 of `MANGLED`, both complete in it.
+MANGLED_COMPLETE = (
+    Update((1, "a"), 1, 1),
+    Update((2, "b"), 1, 1),
+    Update((1, "a"), 2, -1),
+    Update((3, None), 2, 2),
+)
+_a, _b, _c, _d = MANGLED_COMPLETE
+#: A topic by hand (`produce_by_hand`) with duplicated, reordered and re-batched messages:
+#: times 1 and 2 complete, time 3 open (one of its two updates not written).
+MANGLED = [
+    [_a],
+    [_b, _d],  # time 2's updates before any statement
+    Progress((0,), (2,), ((1, 2),)),
+    [_a, _b],  # duplicates
+    Progress((0,), (2,), ((1, 2),)),  # a repeated statement
+    Progress((2,), (4,), ((2, 2), (3, 2))),  # time 3 has two updates, one comes later
+    [Update((4, "x"), 3, 1)],
+    [_c],
+]
 #: A topic by hand (`produce_by_hand`) that breaks the protocol: two statements that disagree on
 #: time 1's count (a ``count_mismatch`` at time 1).
 DISAGREEING = [

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from helpers import DISAGREEING, as_history, produce_by_hand
+from helpers import DISAGREEING, MANGLED, MANGLED_COMPLETE, as_history, produce_by_hand
 
 from cdc_emitter import read_cdc_stream
 from cdc_emitter.errors import BrokerError, ViolationError
@@ -28,22 +28,8 @@ def as_rows(triples) -> list[tuple]:
 
 def test_a_mangled_topic_hands_over_each_complete_time_once(spark, kafka_bootstrap, topic_factory):
     topic = topic_factory()
-    a, b, c = Update((1, "a"), 1, 1), Update((2, "b"), 1, 1), Update((1, "a"), 2, -1)
-    d = Update((3, None), 2, 2)
-    produce_by_hand(
-        kafka_bootstrap,
-        topic,
-        [
-            [a],
-            [b, d],  # time 2's updates before any statement
-            Progress((0,), (2,), ((1, 2),)),
-            [a, b],  # duplicates
-            Progress((0,), (2,), ((1, 2),)),  # a repeated statement
-            Progress((2,), (4,), ((2, 2), (3, 2))),  # time 3 has two updates, one comes later
-            [Update((4, "x"), 3, 1)],
-            [c],
-        ],
-    )
+    a, b, c, d = MANGLED_COMPLETE
+    produce_by_hand(kafka_bootstrap, topic, MANGLED)
     first = list(read_cdc_stream(spark, kafka_bootstrap, topic, once=True))
     assert first[0].lower == 0 and first[-1].upper == 3  # time 3 is open: nothing of it
     assert all(x.upper == y.lower for x, y in zip(first, first[1:]))  # they follow one another

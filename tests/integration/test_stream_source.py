@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from helpers import DISAGREEING, as_history, produce_by_hand
+from helpers import DISAGREEING, MANGLED, MANGLED_COMPLETE, as_history, produce_by_hand
 
 from cdc_emitter.protocol import Progress, Update, consolidate
 
@@ -67,19 +67,8 @@ def test_a_mangled_topic_streams_each_complete_time_once(
     spark, kafka_bootstrap, topic_factory, tmp_path
 ):
     topic = topic_factory()
-    a, b, c = Update((1, "a"), 1, 1), Update((2, "b"), 1, 1), Update((1, "a"), 2, -1)
-    d = Update((3, None), 2, 2)
-    messages = [
-        [a],
-        [b, d],  # time 2's updates before any statement
-        Progress((0,), (2,), ((1, 2),)),
-        [a, b],  # duplicates
-        Progress((0,), (2,), ((1, 2),)),  # a repeated statement
-        Progress((2,), (4,), ((2, 2), (3, 2))),  # time 3 has two updates, one comes later
-        [Update((4, "x"), 3, 1)],
-        [c],
-    ]
-    produce_by_hand(kafka_bootstrap, topic, messages)
+    a, b, c, d = MANGLED_COMPLETE
+    produce_by_hand(kafka_bootstrap, topic, MANGLED)
     batches: list = []
     follow(spark, kafka_bootstrap, topic, tmp_path / "ck", batches)
     delivered = [row for batch in batches for row in batch]
