@@ -52,10 +52,11 @@ DEFAULT_CHECKPOINT = "_cdc_emitter_checkpoint"
 )
 @click.option(
     "--trigger-interval",
-    default="1 second",
-    show_default=True,
     metavar="INTERVAL",
-    help="Start a micro-batch at most this often.",
+    help="Start a micro-batch at most this often, in Spark's words ('10 seconds', "
+    "'1 minute'). Default: 5 seconds when following the topic, back to back with --once. A "
+    "time is in the table within two intervals when a batch fits in one; shorter intervals "
+    "make more, smaller Delta commits.",
 )
 @click.option(
     "--multiplicity",
@@ -77,7 +78,7 @@ def apply_command(
     table: str,
     checkpoint: str | None,
     once: bool,
-    trigger_interval: str,
+    trigger_interval: str | None,
     multiplicity: str,
     as_json: bool,
     spark_packages: tuple[str, ...],
@@ -106,7 +107,8 @@ def apply_command(
     servers = require_servers(bootstrap_servers)
     from cdc_emitter.read.apply import trigger_seconds
 
-    trigger_seconds(trigger_interval)  # said before Spark starts, as is what follows
+    if trigger_interval is not None:
+        trigger_seconds(trigger_interval)  # said before Spark starts, as is what follows
     checkpoint = checkpoint or _default_checkpoint(table)
     check_kafka(servers, kafka_settings, broker_timeout, topic)
     status = StatusLine()

@@ -68,6 +68,12 @@ RECENT_COMMITS = 20
 #: The most time the driver's loop (PySpark 3.5) reads before it applies what it read, as the
 #: ``cdcv2`` source's ``maxReadSeconds``; the trigger interval paces the batches.
 DRIVER_READ_SECONDS = 1.0
+#: The trigger interval when following a topic. A batch is mostly Delta's ``MERGE`` and commit,
+#: seconds on a small machine: when a batch fits in the interval, a time is in the table within
+#: two intervals of its statement, and the table gets fewer, larger commits.
+FOLLOW_INTERVAL = "5 seconds"
+#: The trigger interval of ``once``: batches back to back, until what was complete is applied.
+ONCE_INTERVAL = "0 seconds"
 #: Delta's session setting whose value becomes the next commit's ``userMetadata``.
 _USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 _EXTRA = ("time", "diff")
@@ -177,8 +183,9 @@ def apply_changes(
         return ApplyResult(None, done, 0)
     columns = [F.col(f"`{c}`") for c in data]
     net = rows.groupBy(*columns).agg(F.sum("diff").alias("diff")).where(F.col("diff") != 0)
-    if _exists(spark, table):
-        _check_table(spark, table, data, multiplicity)
+    columns_now = _columns(spark, table)
+    if columns_now is not None:
+        _check_table(table, columns_now, data, multiplicity)
     else:
         empty = batch.select(*columns).limit(0)
         if multiplicity == COUNT:
@@ -300,9 +307,8 @@ def _check_columns(batch: DataFrame, data: list[str], multiplicity: str) -> None
         )
 
 
-def _check_table(spark: SparkSession, table: str, data: list[str], multiplicity: str) -> None:
-    """The existing table keeps multiplicities the way asked (its columns say which)."""
-    columns = spark.sql(f"SELECT * FROM {_ident(table)} LIMIT 0").columns
+def _check_table(table: str, columns: list[str], data: list[str], multiplicity: str) -> None:
+    """The existing table (of ``columns``) keeps multiplicities the way asked."""
     counted = COUNT_COLUMN in columns and COUNT_COLUMN not in data
     if counted and multiplicity == ROWS:
         raise ConfigError(
@@ -329,18 +335,27 @@ def is_path(table: str) -> bool:
 
 
 def _exists(spark: SparkSession, table: str) -> bool:
+    return _columns(spark, table) is not None
+
+
+def _columns(spark: SparkSession, table: str) -> list[str] | None:
+    """The table's columns, from its schema alone: no Spark job runs (``DESCRIBE DETAIL``
+    cost a second of each batch); None when the table does not exist."""
+    if not is_path(table) and not spark.catalog.tableExists(table):
+        return None  # asked first: Spark logs an ERROR for a query of a missing table
     try:
-        spark.sql(f"DESCRIBE DETAIL {_ident(table)}").collect()
+        return spark.sql(f"SELECT * FROM {_ident(table)} LIMIT 0").columns
     except Exception as exc:  # noqa: BLE001 - "is not a Delta table" / path or table missing
         text = str(exc)
-        if "DELTA_MISSING_DELTA_TABLE" in text or "not a Delta table" in text.lower():
-            return False
+        if "DELTA_MISSING_DELTA_TABLE" in text or "DELTA_TABLE_NOT_FOUND" in text:
+            return None
+        if "not a Delta table" in text.lower():
+            return None
         if "PATH_NOT_FOUND" in text or "doesn't exist" in text or "does not exist" in text:
-            return False
+            return None
         if "TABLE_OR_VIEW_NOT_FOUND" in text or "Table or view not found" in text:
-            return False
+            return None
         raise
-    return True
 
 
 def _ident(table: str) -> str:
@@ -362,7 +377,7 @@ def apply_topic(
     once: bool = True,
     config: dict[str, str] | None = None,
     broker_timeout: float | None = None,
-    trigger_interval: str = "1 second",
+    trigger_interval: str | None = None,
     on_batch: Any = None,
     multiplicity: str = COUNT,
     driver: bool | None = None,
@@ -384,7 +399,8 @@ def apply_topic(
         once: Apply what is complete now, then stop; else run until stopped.
         config: librdkafka settings (``security.protocol``, ...).
         broker_timeout: Seconds a broker may be unreachable.
-        trigger_interval: How often a micro-batch starts.
+        trigger_interval: How often a micro-batch starts, in Spark's words ("5 seconds");
+            default: `FOLLOW_INTERVAL`, or `ONCE_INTERVAL` with ``once``.
         on_batch: Called with each `ApplyResult` (in the driver; not on Spark Connect).
         multiplicity: `COUNT` or `ROWS` (see `apply_changes`).
         driver: Follow the topic in the driver rather than with a streaming query; default:
@@ -399,6 +415,8 @@ def apply_topic(
         ViolationError: The topic broke the protocol (what was applied before stays).
     """
     results: list[ApplyResult] = []
+    if trigger_interval is None:
+        trigger_interval = ONCE_INTERVAL if once else FOLLOW_INTERVAL
     if driver or driver is None and getattr(spark, "dataSource", None) is None:
         for result in _apply_by_driver(
             spark,
