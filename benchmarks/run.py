@@ -12,12 +12,15 @@ this runner keeps, for every ratio, the figure of each round and its min / media
   ``to_avro`` + Spark's Kafka sink — ``bench_small_batches.py``;
 * ``verify``: the verifying consumer against a plain consume-and-decode loop —
   ``bench_verify.py``;
-* ``codec``: the CDC codec against fastavro with the full union schema — ``bench_codec.py``.
+* ``codec``: the CDC codec against fastavro with the full union schema — ``bench_codec.py``;
+* ``freshness``: how soon a written time is in the Delta table ``apply_topic`` keeps, in
+  trigger intervals — ``bench_freshness.py`` (PySpark 4; Delta's package is fetched by Spark).
 
 Writes, under ``--out`` (``benchmarks/results``): ``latest.json`` (the run: date, commit, machine,
 each benchmark's parameters, rounds and ratios), ``latest.md`` (the same as a table, with the
 charts), ``charts/NAME.png`` (one chart per benchmark, from ``latest.json``), and one line per
-run appended to ``history.jsonl``. ``--charts-only`` makes ``latest.md`` and the charts again
+run appended to ``history.jsonl``. A run of some benchmarks (``--only``) keeps the others' last
+results in ``latest.json``, each with the date and commit it was taken at. ``--charts-only`` makes ``latest.md`` and the charts again
 from ``latest.json`` without running anything.
 
 Kafka: ``KAFKA_BOOTSTRAP_SERVERS``, or a broker started here with ``scripts/kafka-local`` for the
@@ -50,14 +53,16 @@ sys.path.insert(0, str(HERE))
 
 from benchkit import kafka  # noqa: E402
 
-BENCHMARKS = ("sink", "small", "verify", "codec")
-NEEDS_KAFKA = {"sink", "small", "verify"}
+BENCHMARKS = ("sink", "small", "verify", "codec", "freshness")
+NEEDS_KAFKA = {"sink", "small", "verify", "freshness"}
 TITLES = {
     "sink": "Sink, one big batch: input rows/s against the peers (higher is better)",
     "small": "Sink, small batches: seconds per batch against Spark's Kafka sink (lower is better)",
     "verify": "Verifying consumer: updates/s against a plain consume-and-decode loop "
     "(higher is better)",
     "codec": "Codec: updates/s against fastavro with the full union schema (higher is better)",
+    "freshness": "Apply: a time's latency from its write to its Delta commit, in trigger "
+    "intervals (lower is better)",
 }
 
 
@@ -93,6 +98,14 @@ def command(name: str, args: argparse.Namespace, rounds: int) -> list[str]:
             "--memory",
             "--strict-memory",
             "0",
+        ]
+    if name == "freshness":
+        return [
+            "benchmarks/bench_freshness.py",
+            "--rounds",
+            str(rounds),
+            "--interval",
+            args.freshness_intervals,
         ]
     return [
         "benchmarks/bench_codec.py",
@@ -165,6 +178,7 @@ def run_one(name: str, argv: list[str]) -> dict:
             return {"command": shlex.join(argv), "error": f"exit code {done.returncode}"}
         result = json.loads(out.read_text())
     result.pop("benchmark", None)
+    result.get("parameters", {}).pop("json", None)  # a temporary file of this machine
     return {"command": shlex.join(argv), "wall_seconds": seconds, **summarise(result)}
 
 
@@ -176,6 +190,12 @@ def target_text(r: dict) -> str:
     if r.get("target") is None:
         return "none"
     return f"{'≥' if r.get('better') != 'lower' else '≤'} {r['target']:g}×"
+
+
+def taken(run: dict, result: dict) -> str:
+    """When and at which commit a benchmark's result was taken (a carried-over one: its own)."""
+    commit = result.get("commit", run["commit"])
+    return f"{commit['hash']}{'+dirty' if commit['dirty'] else ''}, {result.get('date', run['date'])[:10]}"
 
 
 def write_markdown(run: dict, out: Path) -> None:
@@ -197,17 +217,20 @@ def write_markdown(run: dict, out: Path) -> None:
         "Each ratio is taken round by round (ours and the peer measured in the same round, "
         "interleaved); min / median / max over the rounds.",
         "",
-        "| benchmark | ratio | ours | peer | rounds | min | median | max | target | median meets it |",
-        "|---|---|---|---|---:|---:|---:|---:|---|---|",
+        "| benchmark | taken at | ratio | ours | peer | rounds | min | median | max | target "
+        "| median meets it |",
+        "|---|---|---|---|---|---:|---:|---:|---:|---|---|",
     ]
     for name, result in run["benchmarks"].items():
         if "error" in result:
-            lines.append(f"| {name} | failed: {result['error']} | | | | | | | | |")
+            lines.append(
+                f"| {name} | {taken(run, result)} | failed: {result['error']} |" + " |" * 8
+            )
             continue
         for r in result["ratios"]:
             meets = {True: "yes", False: "no", None: "–"}[r["median_meets_target"]]
             lines.append(
-                f"| {name} | {r['name']} | {r['ours']} | {r['peer']} | {len(r['per_round'])} | "
+                f"| {name} | {taken(run, result)} | {r['name']} | {r['ours']} | {r['peer']} | {len(r['per_round'])} | "
                 f"{fmt(r['min'])} | **{fmt(r['median'])}** | {fmt(r['max'])} | "
                 f"{target_text(r)} | {meets} |"
             )
@@ -271,9 +294,8 @@ def write_charts(run: dict, out: Path) -> None:
         ax.set_xlim(left=0)
         ax.set_xlabel("ratio to the peer, round by round (×)")
         ax.grid(axis="x", alpha=0.3)
-        dirty = "+dirty" if run["commit"]["dirty"] else ""
         ax.set_title(
-            f"{TITLES.get(name, name)}\n{run['commit']['hash']}{dirty}, {run['date'][:10]}: "
+            f"{TITLES.get(name, name)}\n{taken(run, result)}: "
             f"dots rounds, diamond median, bar min–max, red target, dotted 1×",
             fontsize=9,
         )
@@ -282,7 +304,9 @@ def write_charts(run: dict, out: Path) -> None:
         plt.close(fig)
 
 
-def history_line(run: dict) -> dict:
+def history_line(run: dict, ran: list[str]) -> dict:
+    """The run's line in ``history.jsonl``: the benchmarks run now, not those carried over."""
+    results = {name: run["benchmarks"][name] for name in ran}
     return {
         "date": run["date"],
         "commit": run["commit"]["hash"],
@@ -290,10 +314,10 @@ def history_line(run: dict) -> dict:
         "command": run["command"],
         "ratios": {
             f"{name}: {r['name']}": {k: r[k] for k in ("min", "median", "max", "target")}
-            for name, result in run["benchmarks"].items()
+            for name, result in results.items()
             for r in result.get("ratios", [])
         },
-        "failed": [name for name, result in run["benchmarks"].items() if "error" in result],
+        "failed": [name for name, result in results.items() if "error" in result],
     }
 
 
@@ -320,6 +344,11 @@ def main() -> int:
     )
     ap.add_argument("--verify-updates", type=int, default=1_000_000)
     ap.add_argument("--codec-updates", type=int, default=500_000)
+    ap.add_argument(
+        "--freshness-intervals",
+        default="1,5",
+        help="freshness: trigger intervals in seconds, a comma list",
+    )
     ap.add_argument("--out", default="benchmarks/results", help="results directory")
     ap.add_argument(
         "--charts-only",
@@ -359,15 +388,29 @@ def main() -> int:
             os.environ["KAFKA_BOOTSTRAP_SERVERS"] = bootstrap
         for name in chosen:
             rounds = args.small_rounds if name == "small" and args.small_rounds else args.rounds
-            run["benchmarks"][name] = run_one(name, command(name, args, rounds))
+            result = run_one(name, command(name, args, rounds))
+            run["benchmarks"][name] = {"date": run["date"], "commit": run["commit"], **result}
 
+    previous = out / "latest.json"
+    if previous.exists():  # the benchmarks not run now keep their last results
+        last = json.loads(previous.read_text())
+        kept = {
+            name: {"date": last["date"], "commit": last["commit"], **result}
+            for name, result in last.get("benchmarks", {}).items()
+            if name not in run["benchmarks"] and name in BENCHMARKS
+        }
+        run["benchmarks"] = {
+            name: run["benchmarks"].get(name) or kept[name]
+            for name in BENCHMARKS
+            if name in run["benchmarks"] or name in kept
+        }
     (out / "latest.json").write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
     write_charts(run, out)
     write_markdown(run, out)
     with open(out / "history.jsonl", "a", encoding="utf-8") as history:
-        history.write(json.dumps(history_line(run)) + "\n")
+        history.write(json.dumps(history_line(run, chosen)) + "\n")
     print((out / "latest.md").read_text(), flush=True)
-    failed = [name for name, result in run["benchmarks"].items() if "error" in result]
+    failed = [name for name in chosen if "error" in run["benchmarks"][name]]
     return 1 if failed else 0
 
 
