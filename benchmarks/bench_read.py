@@ -13,7 +13,12 @@ the source in). Each run checks the frontier and that nothing is left unproven.
 Kafka: ``KAFKA_BOOTSTRAP_SERVERS``, or a broker started here with ``scripts/kafka-local`` (its
 own state dir, stopped at the end).
 
-    .venv/bin/python scripts/bench_read.py --updates 2000000 --partitions 8
+    .venv/bin/python benchmarks/bench_read.py --updates 2000000 --partitions 8 \
+        --engines local,spark,stream --runs 3
+
+With ``--json FILE`` it writes each run's seconds and, run by run, the speed of ``read_cdc`` over
+the local verifier's (issue 57's target: at least 0.8) and of the ``cdcv2`` source over
+``read_cdc``'s (issue 58's: at least 1.0), for the engines it ran.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import benchkit  # noqa: E402
 from benchkit import kafka  # noqa: E402
 
 DATA = {
@@ -108,6 +114,7 @@ def main() -> int:
     ap.add_argument("--batches", type=int, default=20)
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--json", metavar="FILE", help="write the results as JSON")
     ap.add_argument(
         "--engines",
         default="local,spark",
@@ -149,6 +156,7 @@ def main() -> int:
         )
         spark.stop()
         script = READER.format(root=str(ROOT))
+        rounds: list[dict] = []
         for run in range(1, args.runs + 1):
             for engine in args.engines.split(","):
                 done = subprocess.run(
@@ -161,13 +169,39 @@ def main() -> int:
                     return 1
                 out = json.loads(done.stdout.strip().splitlines()[-1])
                 assert out["frontier"] == [args.batches] and out["verdict"] == "verified", out
+                rounds.append({"run": run, "engine": engine, **out})
                 print(
                     f"run {run} {engine:5s} {out['seconds']:7.1f}s "
                     f"{per_batch * args.batches / out['seconds']:>10,.0f} updates/s  "
                     f"peak RSS of the reading Python process {out['peak_rss_mib']:,.0f} MiB",
                     flush=True,
                 )
+    seconds: dict[str, list[float]] = {}
+    for r in rounds:
+        seconds.setdefault(r["engine"], []).append(r["seconds"])
+    ratios = []
+    for ours, peer, target, issue in (("spark", "local", 0.8, 57), ("stream", "spark", 1.0, 58)):
+        if ours in seconds and peer in seconds:
+            ratios.append(
+                benchkit.ratio(
+                    f"{ours}/{peer}",
+                    ENGINES[ours],
+                    ENGINES[peer],
+                    [p / o for o, p in zip(seconds[ours], seconds[peer])],
+                    target=target,
+                    meaning=f"updates/s of {ours} over {peer}'s, same run (issue {issue})",
+                )
+            )
+    benchkit.write_json(args.json, "read", vars(args), rounds, ratios)
     return 0
+
+
+#: What each engine is, as the results name it.
+ENGINES = {
+    "local": "verify_topic (the local verifier, collection not kept)",
+    "spark": "read_cdc (Spark local[2], the collection counted)",
+    "stream": "the cdcv2 streaming source (Spark local[2], every complete time)",
+}
 
 
 if __name__ == "__main__":

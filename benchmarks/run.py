@@ -13,6 +13,8 @@ this runner keeps, for every ratio, the figure of each round and its min / media
 * ``verify``: the verifying consumer against a plain consume-and-decode loop —
   ``bench_verify.py``;
 * ``codec``: the CDC codec against fastavro with the full union schema — ``bench_codec.py``;
+* ``read``: the readers of one topic: ``read_cdc`` against the local verifier, and the ``cdcv2``
+  streaming source against ``read_cdc`` — ``bench_read.py``;
 * ``freshness``: how soon a written time is in the Delta table ``apply_topic`` keeps, in
   trigger intervals — ``bench_freshness.py`` (PySpark 4; Delta's package is fetched by Spark).
 
@@ -53,14 +55,15 @@ sys.path.insert(0, str(HERE))
 
 from benchkit import kafka  # noqa: E402
 
-BENCHMARKS = ("sink", "small", "verify", "codec", "freshness")
-NEEDS_KAFKA = {"sink", "small", "verify", "freshness"}
+BENCHMARKS = ("sink", "small", "verify", "codec", "read", "freshness")
+NEEDS_KAFKA = {"sink", "small", "verify", "read", "freshness"}
 TITLES = {
     "sink": "Sink, one big batch: input rows/s against the peers (higher is better)",
     "small": "Sink, small batches: seconds per batch against Spark's Kafka sink (lower is better)",
     "verify": "Verifying consumer: updates/s against a plain consume-and-decode loop "
     "(higher is better)",
     "codec": "Codec: updates/s against fastavro with the full union schema (higher is better)",
+    "read": "Readers of one topic: updates/s against another reader (higher is better)",
     "freshness": "Apply: a time's latency from its write to its Delta commit, in trigger "
     "intervals (lower is better)",
 }
@@ -98,6 +101,16 @@ def command(name: str, args: argparse.Namespace, rounds: int) -> list[str]:
             "--memory",
             "--strict-memory",
             "0",
+        ]
+    if name == "read":
+        return [
+            "benchmarks/bench_read.py",
+            "--updates",
+            str(args.read_updates),
+            "--engines",
+            "local,spark,stream",
+            "--runs",
+            str(rounds),
         ]
     if name == "freshness":
         return [
@@ -344,6 +357,7 @@ def main() -> int:
     )
     ap.add_argument("--verify-updates", type=int, default=1_000_000)
     ap.add_argument("--codec-updates", type=int, default=500_000)
+    ap.add_argument("--read-updates", type=int, default=2_000_000)
     ap.add_argument(
         "--freshness-intervals",
         default="1,5",
