@@ -103,7 +103,17 @@ else:
             "collection": rows}}
     spark.stop()
 out["seconds"] = seconds
-out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+def peak_rss_mib():
+    # VmHWM starts again at exec; ru_maxrss keeps the forking parent's peak (Linux)
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+out["peak_rss_mib"] = peak_rss_mib()
 print(json.dumps(out))
 """
 
