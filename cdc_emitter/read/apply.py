@@ -341,7 +341,7 @@ def _exists(spark: SparkSession, table: str) -> bool:
 def _columns(spark: SparkSession, table: str) -> list[str] | None:
     """The table's columns, from its schema alone: no Spark job runs (``DESCRIBE DETAIL``
     cost a second of each batch); None when the table does not exist."""
-    if not is_path(table) and not spark.catalog.tableExists(table):
+    if not is_path(table) and not spark.catalog.tableExists(_ident(table)):
         return None  # asked first: Spark logs an ERROR for a query of a missing table
     try:
         return spark.sql(f"SELECT * FROM {_ident(table)} LIMIT 0").columns
@@ -415,8 +415,7 @@ def apply_topic(
         ViolationError: The topic broke the protocol (what was applied before stays).
     """
     results: list[ApplyResult] = []
-    if trigger_interval is None:
-        trigger_interval = ONCE_INTERVAL if once else FOLLOW_INTERVAL
+    trigger_interval = default_interval(trigger_interval, once)
     if driver or driver is None and getattr(spark, "dataSource", None) is None:
         for result in _apply_by_driver(
             spark,
@@ -516,6 +515,14 @@ def _apply_by_driver(
         if wait > 0 and not once:
             time.sleep(wait)
         began = time.monotonic()
+
+
+def default_interval(interval: str | None, once: bool) -> str:
+    """``interval``, or when None the default: `ONCE_INTERVAL` with ``once``, else
+    `FOLLOW_INTERVAL`."""
+    if interval is not None:
+        return interval
+    return ONCE_INTERVAL if once else FOLLOW_INTERVAL
 
 
 def trigger_seconds(interval: str) -> float:

@@ -6,7 +6,12 @@ from __future__ import annotations
 import pytest
 
 from cdc_emitter.errors import ConfigError
-from cdc_emitter.read.apply import trigger_seconds
+from cdc_emitter.read.apply import (
+    FOLLOW_INTERVAL,
+    ONCE_INTERVAL,
+    default_interval,
+    trigger_seconds,
+)
 
 
 @pytest.mark.parametrize(
@@ -73,3 +78,11 @@ def test_below_zero_is_refused():
     with pytest.raises(ConfigError) as info:
         trigger_seconds("-1 second")
     assert str(info.value) == "trigger interval '-1 second' is below 0"
+
+
+def test_the_default_interval_follows_every_5_seconds_and_once_runs_back_to_back():
+    assert (FOLLOW_INTERVAL, ONCE_INTERVAL) == ("5 seconds", "0 seconds")
+    assert default_interval(None, once=False) == FOLLOW_INTERVAL
+    assert default_interval(None, once=True) == ONCE_INTERVAL
+    assert default_interval("2 seconds", once=True) == "2 seconds"
+    assert trigger_seconds(FOLLOW_INTERVAL) == 5.0 and trigger_seconds(ONCE_INTERVAL) == 0.0
