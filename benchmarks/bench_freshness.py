@@ -160,6 +160,11 @@ def measure(spark, servers: str, work: Path, interval: float, args) -> list[dict
         deadline = time.monotonic() + 120
         while not committed and not failed and time.monotonic() < deadline:  # time 0: warm
             time.sleep(0.05)
+        if not committed:
+            print(
+                f"time 0 never reached the table: {failed or 'no commit in 120 s'}", file=sys.stderr
+            )
+            return None
         rng = random.Random(7)
         for time_ in range(1, args.rounds + 1):
             time.sleep(rng.uniform(0, 1.5) * interval)  # a random phase of the trigger
@@ -177,10 +182,12 @@ def measure(spark, servers: str, work: Path, interval: float, args) -> list[dict
             latency = max(0.0, landed - written)
             measured.append({"interval": interval, "time": time_, "seconds": latency})
             print(f"every {interval:g}s: time {time_} in the table {latency:.2f}s after its write")
-    finally:
-        for query in spark.streams.active:
-            query.stop()
-        follower.join(60)
+    finally:  # stop the query, even one that started only now, before the next interval's
+        deadline = time.monotonic() + 60
+        while follower.is_alive() and time.monotonic() < deadline:
+            for query in spark.streams.active:
+                query.stop()
+            follower.join(1)
     return measured
 
 

@@ -14,7 +14,7 @@ this runner keeps, for every ratio, the figure of each round and its min / media
   ``bench_verify.py``;
 * ``codec``: the CDC codec against fastavro with the full union schema — ``bench_codec.py``;
 * ``read``: the readers of one topic: ``read_cdc`` against the local verifier, and the ``cdcv2``
-  streaming source against ``read_cdc`` — ``bench_read.py``;
+  streaming source against ``read_cdc`` (PySpark 4) — ``bench_read.py``;
 * ``freshness``: how soon a written time is in the Delta table ``apply_topic`` keeps, in
   trigger intervals — ``bench_freshness.py`` (PySpark 4; Delta's package is fetched by Spark).
 
@@ -108,7 +108,7 @@ def command(name: str, args: argparse.Namespace, rounds: int) -> list[str]:
             "--updates",
             str(args.read_updates),
             "--engines",
-            "local,spark,stream",
+            "local,spark,stream" if pyspark_major() >= 4 else "local,spark",
             "--runs",
             str(rounds),
         ]
@@ -127,6 +127,14 @@ def command(name: str, args: argparse.Namespace, rounds: int) -> list[str]:
         "--repeat",
         str(rounds),
     ]
+
+
+def pyspark_major() -> int:
+    """The installed PySpark's major version (the ``cdcv2`` source needs 4)."""
+    try:
+        return int(metadata.version("pyspark").split(".")[0])
+    except (metadata.PackageNotFoundError, ValueError):
+        return 0
 
 
 def git(*argv: str) -> str:
@@ -211,14 +219,29 @@ def taken(run: dict, result: dict) -> str:
     return f"{commit['hash']}{'+dirty' if commit['dirty'] else ''}, {result.get('date', run['date'])[:10]}"
 
 
+def machine_text(m: dict | None) -> str:
+    if not m:
+        return ""
+    return (
+        f" on {m['cores']} cores, {m['memory_gib']} GiB, PySpark {m['pyspark']}, load average at "
+        f"the start {m['load_average_at_start']}"
+    )
+
+
 def write_markdown(run: dict, out: Path) -> None:
     commit = run["commit"]
     m = run["machine"]
+    ran = ", ".join(
+        n for n, r in run["benchmarks"].items() if r.get("date", run["date"]) == run["date"]
+    )
     lines = [
-        "# Benchmark results: the latest run",
+        "# Benchmark results: the latest of each benchmark",
         "",
         "Written by `benchmarks/run.py` from `latest.json` — never by hand. The method and the",
-        "targets are in [benchmarks/README.md](../README.md).",
+        "targets are in [benchmarks/README.md](../README.md). A benchmark not in the last run keeps",
+        'its last result: the table\'s "taken at" and each section say when and where it was taken.',
+        "",
+        f"The last run ({ran}):",
         "",
         f"- date: {run['date']}",
         f"- commit: `{commit['hash']}`"
@@ -253,6 +276,7 @@ def write_markdown(run: dict, out: Path) -> None:
             lines.append(f"Failed: {result['error']}.")
             continue
         params = ", ".join(f"{k} {v}" for k, v in result.get("parameters", {}).items())
+        lines += [f"Taken at {taken(run, result)}" + machine_text(result.get("machine")) + ".", ""]
         lines += [f"Parameters: {params}.", ""]
         for r in result["ratios"]:
             rounds = ", ".join(f"{v:.2f}" for v in r["per_round"])
@@ -272,7 +296,8 @@ def write_charts(run: dict, out: Path) -> None:
     charts.mkdir(parents=True, exist_ok=True)
     for name, result in run["benchmarks"].items():
         ratios = [r for r in result.get("ratios", []) if r["per_round"]]
-        if not ratios:
+        if not ratios:  # failed: no chart of an earlier run beside its failure
+            (charts / f"{name}.png").unlink(missing_ok=True)
             continue
         fig, ax = plt.subplots(figsize=(9, 1.2 + 0.9 * len(ratios)), dpi=110)
         for y, r in enumerate(ratios):
@@ -403,7 +428,12 @@ def main() -> int:
         for name in chosen:
             rounds = args.small_rounds if name == "small" and args.small_rounds else args.rounds
             result = run_one(name, command(name, args, rounds))
-            run["benchmarks"][name] = {"date": run["date"], "commit": run["commit"], **result}
+            run["benchmarks"][name] = {
+                "date": run["date"],
+                "commit": run["commit"],
+                "machine": machine(),
+                **result,
+            }
 
     previous = out / "latest.json"
     if previous.exists():  # the benchmarks not run now keep their last results
