@@ -21,7 +21,7 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from cdc_emitter.errors import ConfigError
@@ -117,7 +117,8 @@ def spark_session(
     builder = configure_spark(builder, packages)
     for key, value in reader_conf(fmt, packages, conf).items():
         builder = builder.config(key, value)
-    log = None if verbose or not _launches_jvm() else _new_log()
+    launches = _launches_jvm()
+    log = None if verbose or not launches else _new_log()
     try:
         if log is None:
             with _jvm_output_to_stderr():
@@ -131,7 +132,26 @@ def spark_session(
         if log is not None:
             os.close(log[0])
     spark.sparkContext.setLogLevel("ERROR")
+    if launches and fmt == "delta":
+        sc = spark.sparkContext
+        given = {key for key, _value in sc.getConf().getAll()}
+        for key, value in local_delta_conf(sc.master, given, sc.defaultParallelism).items():
+            spark.conf.set(key, value)
     return spark
+
+
+#: Delta rebuilds a table's state from its log with this many tasks (Delta's default: 50).
+DELTA_SNAPSHOT_PARTITIONS = "spark.databricks.delta.snapshotPartitions"
+
+
+def local_delta_conf(master: str, given: Collection[str], cores: int) -> dict[str, str]:
+    """Settings for Delta in a session this process made on a local master, where the user set
+    none of them: the table state rebuilt with one task per core rather than Delta's 50, which
+    made each ``apply`` batch take 8 s instead of 3 s on 2 cores. A cluster's session, or a
+    setting given (``--conf``, ``spark-defaults.conf``), is left as it is."""
+    if not master.startswith("local") or DELTA_SNAPSHOT_PARTITIONS in given:
+        return {}
+    return {DELTA_SNAPSHOT_PARTITIONS: str(max(1, cores))}
 
 
 #: The Python loggers silenced while a quiet session starts.
