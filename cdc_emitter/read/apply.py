@@ -183,9 +183,9 @@ def apply_changes(
         return ApplyResult(None, done, 0)
     columns = [F.col(f"`{c}`") for c in data]
     net = rows.groupBy(*columns).agg(F.sum("diff").alias("diff")).where(F.col("diff") != 0)
-    columns_now = _columns(spark, table)
-    if columns_now is not None:
-        _check_table(table, columns_now, data, multiplicity)
+    existing = _columns(spark, table)
+    if existing is not None:
+        _check_table(table, existing, data, multiplicity)
     else:
         empty = batch.select(*columns).limit(0)
         if multiplicity == COUNT:
@@ -346,16 +346,21 @@ def _columns(spark: SparkSession, table: str) -> list[str] | None:
     try:
         return spark.sql(f"SELECT * FROM {_ident(table)} LIMIT 0").columns
     except Exception as exc:  # noqa: BLE001 - "is not a Delta table" / path or table missing
-        text = str(exc)
-        if "DELTA_MISSING_DELTA_TABLE" in text or "DELTA_TABLE_NOT_FOUND" in text:
-            return None
-        if "not a Delta table" in text.lower():
-            return None
-        if "PATH_NOT_FOUND" in text or "doesn't exist" in text or "does not exist" in text:
-            return None
-        if "TABLE_OR_VIEW_NOT_FOUND" in text or "Table or view not found" in text:
+        if any(said in str(exc) for said in _MISSING):
             return None
         raise
+
+
+#: What Spark and Delta say of a table that is not there (PySpark 3.5 and 4.x).
+_MISSING = (
+    "DELTA_MISSING_DELTA_TABLE",
+    "DELTA_TABLE_NOT_FOUND",
+    "PATH_NOT_FOUND",
+    "doesn't exist",
+    "does not exist",
+    "TABLE_OR_VIEW_NOT_FOUND",
+    "Table or view not found",
+)
 
 
 def _ident(table: str) -> str:
