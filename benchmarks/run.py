@@ -22,7 +22,8 @@ Writes, under ``--out`` (``benchmarks/results``): ``latest.json`` (the run: date
 each benchmark's parameters, rounds and ratios), ``latest.md`` (the same as a table, with the
 charts), ``charts/NAME.png`` (one chart per benchmark, from ``latest.json``), and one line per
 run appended to ``history.jsonl``. A run of some benchmarks (``--only``) keeps the others' last
-results in ``latest.json``, each with the date and commit it was taken at. ``--charts-only`` makes ``latest.md`` and the charts again
+results in ``latest.json``, each with the date, commit and machine it was taken at.
+``--charts-only`` makes ``latest.md`` and the charts again
 from ``latest.json`` without running anything.
 
 Kafka: ``KAFKA_BOOTSTRAP_SERVERS``, or a broker started here with ``scripts/kafka-local`` for the
@@ -439,7 +440,12 @@ def main() -> int:
     if previous.exists():  # the benchmarks not run now keep their last results
         last = json.loads(previous.read_text())
         kept = {
-            name: {"date": last["date"], "commit": last["commit"], **result}
+            name: {
+                "date": last["date"],
+                "commit": last["commit"],
+                "machine": last.get("machine"),
+                **result,
+            }
             for name, result in last.get("benchmarks", {}).items()
             if name not in run["benchmarks"] and name in BENCHMARKS
         }
