@@ -169,6 +169,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         os.environ.get("HYPOTHESIS_PROFILE"),
     ):
         _cap_examples(items, FULL_MAX_EXAMPLES)
+    if _xdist_distributes(config):
+        _slow_modules_first(items)
+
+
+def _xdist_distributes(config: pytest.Config) -> bool:
+    """True in a pytest-xdist worker, or in its controller, when tests are handed out."""
+    return hasattr(config, "workerinput") or _xdist_controller(config)
+
+
+def _slow_modules_first(items: list[pytest.Item]) -> None:
+    """Modules marked ``slow`` as a whole first, then the others by their number of tests.
+
+    Under ``--dist loadfile`` a module is one unit of work, handed out in this order (the run
+    passes ``--no-loadscope-reorder``). Each slow module is one costly scenario (a job in a JVM
+    of its own, a cluster, broker faults: 20 to 215 s each); handed out first, the other worker
+    fills in around them, instead of one of them running alone at the end. Every worker sorts
+    alike: the order depends on the collection only."""
+    sizes: dict[pytest.Module | None, int] = {}
+    for item in items:
+        module = item.getparent(pytest.Module)
+        sizes[module] = sizes.get(module, 0) + 1
+    order = {module: i for i, module in enumerate(sizes)}
+
+    def key(item: pytest.Item) -> tuple[bool, int, int]:
+        module = item.getparent(pytest.Module)
+        slow = module is not None and any(m.name == "slow" for m in module.own_markers)
+        return (not slow, -sizes[module], order[module])
+
+    items.sort(key=key)  # stable: a module's tests keep their order
 
 
 def _cap_examples(items: list[pytest.Item], cap: int) -> None:

@@ -20,7 +20,7 @@ from helpers import delta_package_or_skip, read_history
 
 from cdc_emitter.protocol.codec import CdcCodec
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 JOB = Path(__file__).parent / "jobs" / "delta_jobs.py"
 COLUMNS = "id long, name string, price int"

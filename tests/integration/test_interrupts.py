@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from cdc_emitter.cli import main
 
-pytestmark = [pytest.mark.kafka, pytest.mark.spark]
+pytestmark = [pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 JOB = Path(__file__).parent / "jobs" / "cli_paused.py"
 

@@ -42,7 +42,7 @@ from pathlib import Path
 import pytest
 from helpers import read_committed_history, topic_ends, watermark
 
-pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark]
+pytestmark = [pytest.mark.integration, pytest.mark.kafka, pytest.mark.spark, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = Path(__file__).resolve().parent / "jobs" / "writer_job.py"
