@@ -14,6 +14,7 @@ import os
 import sys
 
 import pytest
+from helpers import TINY_DATA_CONF
 
 
 def spark_packages() -> str:
@@ -68,11 +69,9 @@ def spark(request, tmp_path_factory):
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.warehouse.dir", str(warehouse))
         .config("spark.sql.streaming.minBatchesToRetain", "5")
-        .config("spark.sql.adaptive.enabled", "false")
         # the tests' batches are a few rows: compiling each plan's Java costs more than running
         # it interpreted (two modules: 269 s with code generation, 224 s without)
-        .config("spark.sql.codegen.wholeStage", "false")
-        .config("spark.sql.codegen.factoryMode", "NO_CODEGEN")
+        .config(map=TINY_DATA_CONF)
         .config(map=extra_conf())
         .getOrCreate()
     )

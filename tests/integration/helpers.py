@@ -69,10 +69,19 @@ def produce_by_hand(bootstrap: str, topic: str, messages: list) -> None:
                     producer.produce(value, partition=0)
 
 
+#: Spark settings for a session on the tests' data, a few rows: plans run interpreted, as in the
+#: test session (compiling each plan's Java costs more than running it) and without adaptive
+#: replanning. The apply job on its own: 202 s with Spark's defaults, 168 s with these; the
+#: converter's module 121-122 s, 103-114 s.
+TINY_DATA_CONF = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.sql.adaptive.enabled": "false",
+}
 #: Spark settings for a test's Delta session: Delta rebuilds a table's state in 50 partitions by
 #: default, which for a table of a few rows on two cores is most of each command's time (the
 #: converter's job took 172 s with them, 82 s with 2).
-DELTA_TEST_CONF = {"spark.databricks.delta.snapshotPartitions": "2"}
+DELTA_TEST_CONF = {"spark.databricks.delta.snapshotPartitions": "2", **TINY_DATA_CONF}
 #: The same as ``--conf`` options of the command line.
 DELTA_TEST_ARGS = [
     arg for key, value in DELTA_TEST_CONF.items() for arg in ("--conf", f"{key}={value}")

@@ -51,14 +51,17 @@ def main(bootstrap: str, topic: str, other_topic: str, round_trip_topic: str, wo
     from cdc_emitter.spark.session import delta_package, spark_session
     from cdc_emitter.spark.setup import sink_packages
 
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the integration tests' helpers
+    from helpers import DELTA_TEST_CONF
+
     spark = spark_session(
         "apply-job",
         [delta_package(pyspark.__version__), *sink_packages()],
         {
             "spark.master": "local[2]",
             "spark.sql.shuffle.partitions": "2",
-            "spark.databricks.delta.snapshotPartitions": "2",
             "spark.sql.warehouse.dir": str(Path(workdir) / "warehouse"),
+            **DELTA_TEST_CONF,
         },
         "delta",
     )
