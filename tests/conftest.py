@@ -190,14 +190,14 @@ def _slow_modules_first(items: list[pytest.Item]) -> None:
     for item in items:
         module = item.getparent(pytest.Module)
         sizes[module] = sizes.get(module, 0) + 1
-    order = {module: i for i, module in enumerate(sizes)}
 
-    def key(item: pytest.Item) -> tuple[bool, int, int]:
+    def key(item: pytest.Item) -> tuple[bool, int]:
         module = item.getparent(pytest.Module)
         slow = module is not None and any(m.name == "slow" for m in module.own_markers)
-        return (not slow, -sizes[module], order[module])
+        return (not slow, -sizes[module])
 
-    items.sort(key=key)  # stable: a module's tests keep their order
+    # stable: modules of one key keep their collection order, a module's tests theirs
+    items.sort(key=key)
 
 
 def _cap_examples(items: list[pytest.Item], cap: int) -> None:
