@@ -43,6 +43,8 @@ class CdcProducer:
     ) -> None:
         self.topic = topic
         self.config = producer_config(bootstrap_servers, config)
+        self.produced = 0  # messages handed to librdkafka
+        self.reported = 0  # delivery reports received, acknowledged or failed
         self.delivered = 0
         self.failed = 0
         #: ``{partition: offset}`` of the latest acknowledged message in each partition
@@ -67,6 +69,7 @@ class CdcProducer:
             self.first_error = f"delivery to topic {self.topic!r} {where} failed: {text}"
 
     def _on_delivery(self, err: KafkaError | None, msg: Any) -> None:
+        self.reported += 1
         if err is None:
             self.delivered += 1
             self.last_offsets[msg.partition()] = msg.offset()
@@ -122,6 +125,7 @@ class CdcProducer:
         while True:
             try:
                 self._producer.produce(self.topic, **kwargs)
+                self.produced += 1
                 break
             except BufferError:  # local queue full: serve delivery reports, then retry
                 self._producer.poll(0.05)
@@ -154,12 +158,13 @@ class CdcProducer:
         began = time.monotonic()
         while True:  # in slices, so a refusal (wrong password) fails now, not at the timeout
             left = None if timeout is None else timeout - (time.monotonic() - began)
-            remaining = self._producer.flush(0.5 if left is None else max(0.0, min(0.5, left)))
+            self._producer.flush(0.5 if left is None else max(0.0, min(0.5, left)))
             if self.refused:
                 self._raise_if_failed()
-            if remaining == 0 or (left is not None and left <= 0.5):
+            if len(self) == 0 or (left is not None and left <= 0.5):
                 break
         self._raise_if_failed()
+        remaining = len(self)
         if remaining > 0:
             raise DeliveryError(
                 f"{remaining} message(s) to topic {self.topic!r} were not delivered within "
@@ -174,8 +179,12 @@ class CdcProducer:
             pass
 
     def __len__(self) -> int:
-        """Messages queued and not yet acknowledged or failed."""
-        return len(self._producer)
+        """Our messages not yet acknowledged or failed.
+
+        Counted from the delivery reports, not librdkafka's queue length, which also counts the
+        client's own protocol requests (an idempotent producer's, for one).
+        """
+        return self.produced - self.reported
 
     def __enter__(self) -> CdcProducer:
         return self
