@@ -350,6 +350,7 @@ def _export_from_topic(
     from cdc_emitter.read.spark_reader import read_cdc
 
     status.show(f"starting Spark to read topic {topic}")
+    result = None
     try:
         spark = start_spark("cdc-emitter export", spark_packages, spark_conf, fmt, spark_remote)
         status.show(f"reading and verifying topic {topic}")
@@ -373,8 +374,10 @@ def _export_from_topic(
             )
         )
         _save_table(rows, fmt, write_options, mode, destination)
-    finally:
+    finally:  # SystemExit too: a session shared with the caller keeps nothing of this reading
         status.done()
+        if result is not None:
+            result.unpersist()
     time = as_of if as_of is not None else (frontier[0] if frontier else None)
     summary = {
         "topic": topic,

@@ -236,9 +236,13 @@ def verify(
         if output is not None and result.collection is not None:  # kept: keep_collection above
             collection = sorted_collection(result.collection, codec)
         history = result.history
-    _verify_report(
-        topic, result, codec, timeout, as_json, output, collection, history_file, history
-    )
+    try:
+        _verify_report(
+            topic, result, codec, timeout, as_json, output, collection, history_file, history
+        )
+    finally:  # SystemExit too: a session shared with the caller keeps nothing of this reading
+        if engine == "spark":
+            result.unpersist()
 
 
 def _target(until_frontier: int | None, until_closed: bool) -> tuple[int, ...] | None:

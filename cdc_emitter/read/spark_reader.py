@@ -19,7 +19,9 @@ same messages in the same order. So the verdicts are the local engine's by const
   to another length (trailing bytes), is decoded again on the driver with the local codec, whose
   error text, partition and offset the violation carries, with the same hints.
 * ``collection`` (data columns + ``count``) and ``history`` (data columns + ``time`` +
-  ``diff``): DataFrames of the updates reported below the frontier (or ``until``).
+  ``diff``): DataFrames of the updates reported below the frontier (or ``until``). They read
+  the reading's grouped updates, kept cached on the executors until `CdcRead.unpersist`, not
+  the topic again.
 
 The driver holds the progress statements (with their headers), the violations and a row per
 (message, time) that brings updates first; never the updates. Messages written after the read
@@ -68,6 +70,19 @@ class CdcRead(VerifyResult[DataFrame, DataFrame]):
 
     statements: int = 0
     codec: Any = field(default=None, repr=False, compare=False)
+    cached: DataFrame | None = field(default=None, repr=False, compare=False)
+
+    def unpersist(self) -> None:
+        """Free the executors' copy that ``collection`` and ``history`` read.
+
+        The reading keeps its grouped updates cached, so that using ``collection`` or
+        ``history`` does not read and decode the topic again. Call this when done with them
+        (they still work afterwards, reading the topic's pinned offsets again); the session's
+        end frees it too.
+        """
+        if self.cached is not None:
+            self.cached.unpersist()
+            self.cached = None
 
     @property
     def collection_frame(self) -> DataFrame:
@@ -262,6 +277,7 @@ def read_cdc(
             if deadline is not None and _time.monotonic() + FOLLOW_INTERVAL > deadline:
                 return result
             _time.sleep(FOLLOW_INTERVAL)
+        result.unpersist()  # read again below
 
 
 def _read_once(
@@ -442,6 +458,7 @@ def _verify(decoded: DataFrame, codec: Any, until: int | None, strict: Strict | 
     extras = _malformed_updates(occurrences, codec, data_fields)
     good = occurrences.filter((F.col("__time") >= 0) & (F.col("__diff") != 0))
     good, key_cols, map_fields = _grouping_keys(good, data_fields)
+    # kept cached for the returned collection and history (`CdcRead.unpersist` frees it)
     groups = _first_arrivals(good, key_cols, map_fields).persist()
     try:
         totals = _one_row(
@@ -461,8 +478,9 @@ def _verify(decoded: DataFrame, codec: Any, until: int | None, strict: Strict | 
             _fill_late_details(counting, groups, data_fields, codec)
         history = _reported_history(counting, groups, data_fields, until)
         collection = _collection(history, data_fields)
-    finally:  # the DataFrames returned read the same pinned offsets again when used
+    except BaseException:
         groups.unpersist()
+        raise
     pending = counting.pending()
     return CdcRead(
         frontier=counting.frontier,
@@ -478,6 +496,7 @@ def _verify(decoded: DataFrame, codec: Any, until: int | None, strict: Strict | 
         hints=hints,
         statements=pending.statements,
         codec=codec,
+        cached=groups,
     )
 
 
@@ -521,19 +540,16 @@ def _malformed_updates(
     """Updates at a negative time or with a zero diff (violations), with their data, by
     ``(partition, offset)``: ``(position, Update)`` in message order."""
     extras: dict[tuple[int, int], list[tuple[int, Any]]] = {}
-    wrong = (
-        occurrences.filter((F.col("__time") < 0) | (F.col("__diff") == 0))
-        .select(
-            "partition",
-            "offset",
-            "__pos",
-            _data_avro(occurrences, codec, data_fields).alias("d"),
-            "__time",
-            "__diff",
-        )
-        .orderBy("partition", "offset", "__pos")
+    wrong = occurrences.filter((F.col("__time") < 0) | (F.col("__diff") == 0)).select(
+        "partition",
+        "offset",
+        "__pos",
+        _data_avro(occurrences, codec, data_fields).alias("d"),
+        "__time",
+        "__diff",
     )
-    for row in wrong.toLocalIterator():
+    # the driver keeps them all anyway: one job, sorted here
+    for row in sorted(wrong.collect(), key=lambda r: (r["partition"], r["offset"], r["__pos"])):
         extras.setdefault((row["partition"], row["offset"]), []).append(
             (row["__pos"], Update(codec.decode_data(bytes(row["d"])), row["__time"], row["__diff"]))
         )
@@ -602,10 +618,10 @@ def _later_conflicts(
             "__diff",
             _data_avro(good, codec, data_fields).alias("d"),
         )
-        .orderBy("partition", "offset", "__pos")
     )
     conflicts = 0
-    for row in later.toLocalIterator():
+    # the driver keeps them all anyway: one job, sorted here
+    for row in sorted(later.collect(), key=lambda r: (r["partition"], r["offset"], r["__pos"])):
         conflicts += 1
         extras.setdefault((row["partition"], row["offset"]), []).append(
             (
@@ -719,23 +735,22 @@ def _judge_singles(decoded: DataFrame, codec: Any) -> tuple[list, list, dict]:
     Returns ``[((partition, offset), "progress" | "undecodable", payload)]``, the undecodable
     messages' keys, and the headers of the messages that have any, by key."""
 
-    few = (
-        decoded.filter(F.col("p").isNotNull() | F.col("suspect").isNotNull() | F.col("tombstone"))
-        .select(
-            "partition",
-            "offset",
-            "p",
-            "suspect",
-            "tombstone",
-            F.col("u").isNull().alias("no_u"),
-            "headers",
-        )
-        .orderBy("partition", "offset")
+    few = decoded.filter(
+        F.col("p").isNotNull() | F.col("suspect").isNotNull() | F.col("tombstone")
+    ).select(
+        "partition",
+        "offset",
+        "p",
+        "suspect",
+        "tombstone",
+        F.col("u").isNull().alias("no_u"),
+        "headers",
     )
     singles: list[tuple[tuple[int, int], str, Any]] = []
     undecodable: list[tuple[int, int]] = []
     headers: dict[tuple[int, int], list[tuple[str, bytes | None]]] = {}
-    for row in few.toLocalIterator():
+    # the driver keeps them all anyway: one job, sorted here
+    for row in sorted(few.collect(), key=lambda r: (r["partition"], r["offset"])):
         key = (row["partition"], row["offset"])
         if row["headers"]:
             headers[key] = [

@@ -80,6 +80,38 @@ def test_round_trip_collection_and_history_equal_the_input(spark, kafka_bootstra
     assert (frontier, violations) == ((4,), []) and len(local) == len(expected)
 
 
+def test_collection_and_history_read_the_cached_reading_until_unpersisted(
+    spark, kafka_bootstrap, topic_factory, capsys
+):
+    """The grouped updates stay cached: the returned DataFrames scan that copy, not Kafka;
+    ``unpersist`` frees it (once or twice), and they then read the topic again, alike."""
+    topic = topic_factory(2)
+    sink = CdcSink(kafka_bootstrap, topic)
+    for time, rows in BATCHES:
+        sink.write(spark.createDataFrame(rows, DDL), time=time)
+    result = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=_schema(spark))
+
+    def plans() -> list[str]:  # of new DataFrames: a DataFrame keeps the plan it made first
+        capsys.readouterr()
+        result.history.select("*").explain()
+        history = capsys.readouterr().out
+        result.collection.select("*").explain()
+        return [history, capsys.readouterr().out]
+
+    assert all("InMemoryTableScan" in plan for plan in plans())
+    history, collection = _plain(result.history.collect()), _plain(result.collection.collect())
+    assert (len(history), len(collection)) == (8, 3)
+
+    stored = result.cached
+    assert stored is not None and stored.storageLevel.useMemory
+    result.unpersist()
+    assert result.cached is None and not stored.storageLevel.useMemory
+    result.unpersist()
+    assert all("InMemoryTableScan" not in plan and "kafka" in plan.lower() for plan in plans())
+    assert _plain(result.history.collect()) == history
+    assert _plain(result.collection.collect()) == collection
+
+
 def test_as_of_a_time_below_the_frontier_and_not_beyond_it(spark, kafka_bootstrap, topic_factory):
     topic = topic_factory()
     sink = CdcSink(kafka_bootstrap, topic)
