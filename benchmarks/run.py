@@ -220,6 +220,21 @@ def taken(run: dict, result: dict) -> str:
     return f"{commit['hash']}{'+dirty' if commit['dirty'] else ''}, {result.get('date', run['date'])[:10]}"
 
 
+def carried(last: dict, result: dict) -> dict:
+    """A result of the last run's ``latest.json``, kept by a run that did not take it again: with
+    its own date, commit and machine. One without a date of its own was taken in that run and
+    gets the run's; one carried from an earlier run without a machine keeps none (unknown), not
+    the last run's."""
+    if "date" not in result:
+        return {
+            "date": last["date"],
+            "commit": last["commit"],
+            "machine": last.get("machine"),
+            **result,
+        }
+    return {"machine": None, **result}
+
+
 def machine_text(m: dict | None) -> str:
     if not m:
         return ""
@@ -440,12 +455,7 @@ def main() -> int:
     if previous.exists():  # the benchmarks not run now keep their last results
         last = json.loads(previous.read_text())
         kept = {
-            name: {
-                "date": last["date"],
-                "commit": last["commit"],
-                "machine": last.get("machine"),
-                **result,
-            }
+            name: carried(last, result)
             for name, result in last.get("benchmarks", {}).items()
             if name not in run["benchmarks"] and name in BENCHMARKS
         }
