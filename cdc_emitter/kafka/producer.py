@@ -181,10 +181,11 @@ class CdcProducer:
     def __len__(self) -> int:
         """Our messages not yet acknowledged or failed.
 
-        Counted from the delivery reports, not librdkafka's queue length, which also counts the
-        client's own protocol requests (an idempotent producer's, for one).
+        Counted from the delivery reports: librdkafka's queue length also counts the client's
+        own protocol requests (an idempotent producer's, for one). That length still bounds it,
+        for a client set to report failed deliveries only (``delivery.report.only.error``).
         """
-        return self.produced - self.reported
+        return min(self.produced - self.reported, len(self._producer))
 
     def __enter__(self) -> CdcProducer:
         return self

@@ -76,13 +76,18 @@ class CdcRead(VerifyResult[DataFrame, DataFrame]):
         """Free the executors' copy that ``collection`` and ``history`` read.
 
         The reading keeps its grouped updates cached, so that using ``collection`` or
-        ``history`` does not read and decode the topic again. Call this when done with them
-        (they still work afterwards, reading the topic's pinned offsets again); the session's
-        end frees it too.
+        ``history`` does not read and decode the topic again. Call this when done with them;
+        the session's end frees the copy too. Afterwards ``collection`` and ``history`` are new
+        DataFrames that read the topic's pinned offsets again. Do not use one taken before:
+        Spark would cache its data again, where nothing frees it.
         """
-        if self.cached is not None:
-            self.cached.unpersist()
-            self.cached = None
+        if self.cached is None:
+            return
+        self.cached.unpersist()
+        self.cached = None
+        # a DataFrame keeps the plan it made first, the cached scan included: new ones plan anew
+        self.collection = self.collection_frame.select("*")
+        self.history = self.history_frame.select("*")
 
     @property
     def collection_frame(self) -> DataFrame:
@@ -273,10 +278,14 @@ def read_cdc(
         ):
             return result
         read = ends
-        while (ends := end_offsets(bootstrap_servers, topic, config, timeout=wait)) == read:
-            if deadline is not None and _time.monotonic() + FOLLOW_INTERVAL > deadline:
-                return result
-            _time.sleep(FOLLOW_INTERVAL)
+        try:
+            while (ends := end_offsets(bootstrap_servers, topic, config, timeout=wait)) == read:
+                if deadline is not None and _time.monotonic() + FOLLOW_INTERVAL > deadline:
+                    return result
+                _time.sleep(FOLLOW_INTERVAL)
+        except BaseException:  # the broker gone, Ctrl-C: the caller never gets this result
+            result.unpersist()
+            raise
         result.unpersist()  # read again below
 
 
@@ -735,22 +744,25 @@ def _judge_singles(decoded: DataFrame, codec: Any) -> tuple[list, list, dict]:
     Returns ``[((partition, offset), "progress" | "undecodable", payload)]``, the undecodable
     messages' keys, and the headers of the messages that have any, by key."""
 
-    few = decoded.filter(
-        F.col("p").isNotNull() | F.col("suspect").isNotNull() | F.col("tombstone")
-    ).select(
-        "partition",
-        "offset",
-        "p",
-        "suspect",
-        "tombstone",
-        F.col("u").isNull().alias("no_u"),
-        "headers",
+    few = (
+        decoded.filter(F.col("p").isNotNull() | F.col("suspect").isNotNull() | F.col("tombstone"))
+        .select(
+            "partition",
+            "offset",
+            "p",
+            "suspect",
+            "tombstone",
+            F.col("u").isNull().alias("no_u"),
+            "headers",
+        )
+        .orderBy("partition", "offset")
     )
     singles: list[tuple[tuple[int, int], str, Any]] = []
     undecodable: list[tuple[int, int]] = []
     headers: dict[tuple[int, int], list[tuple[str, bytes | None]]] = {}
-    # the driver keeps them all anyway: one job, sorted here
-    for row in sorted(few.collect(), key=lambda r: (r["partition"], r["offset"])):
+    # a partition at a time: a suspect message Spark read too (an array of several Avro
+    # blocks) is judged here and dropped, and every array of a topic may be one
+    for row in few.toLocalIterator():
         key = (row["partition"], row["offset"])
         if row["headers"]:
             headers[key] = [

@@ -158,6 +158,21 @@ def test_undelivered_messages_at_flush_timeout_are_a_failure():
         producer.flush(timeout=0.5)
 
 
+def test_a_producer_reporting_failures_only_still_knows_when_everything_landed(
+    kafka_bootstrap, topic_factory
+):
+    """With ``delivery.report.only.error`` no report comes for a delivered message: the count
+    of undelivered ones falls to 0 all the same, and a flush ends instead of waiting out its
+    timeout."""
+    topic = topic_factory(1)
+    producer = CdcProducer(kafka_bootstrap, topic, {"delivery.report.only.error": True})
+    for i in range(5):
+        producer.produce(b"x%d" % i)
+    producer.flush(timeout=30)
+    assert (len(producer), producer.produced, producer.reported) == (0, 5, 0)
+    assert len(list(read_topic(kafka_bootstrap, topic))) == 5
+
+
 def test_ensure_topic_errors_name_the_topic(kafka_bootstrap):
     name = f"missing-{os.urandom(4).hex()}"
     with pytest.raises(BrokerError) as info:

@@ -84,28 +84,31 @@ def test_collection_and_history_read_the_cached_reading_until_unpersisted(
     spark, kafka_bootstrap, topic_factory, capsys
 ):
     """The grouped updates stay cached: the returned DataFrames scan that copy, not Kafka;
-    ``unpersist`` frees it (once or twice), and they then read the topic again, alike."""
+    ``unpersist`` frees it (once or twice) and puts new DataFrames in their place, which read
+    the topic again, alike."""
     topic = topic_factory(2)
     sink = CdcSink(kafka_bootstrap, topic)
     for time, rows in BATCHES:
         sink.write(spark.createDataFrame(rows, DDL), time=time)
     result = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=_schema(spark))
 
-    def plans() -> list[str]:  # of new DataFrames: a DataFrame keeps the plan it made first
+    def plans() -> list[str]:
         capsys.readouterr()
-        result.history.select("*").explain()
+        result.history.explain()
         history = capsys.readouterr().out
-        result.collection.select("*").explain()
+        result.collection.explain()
         return [history, capsys.readouterr().out]
 
     assert all("InMemoryTableScan" in plan for plan in plans())
     history, collection = _plain(result.history.collect()), _plain(result.collection.collect())
     assert (len(history), len(collection)) == (8, 3)
 
-    stored = result.cached
+    stored, frames = result.cached, (result.history, result.collection)
     assert stored is not None and stored.storageLevel.useMemory
     result.unpersist()
     assert result.cached is None and not stored.storageLevel.useMemory
+    # new DataFrames: the ones taken before keep their plan, the cached scan in it
+    assert all(new is not old for new, old in zip((result.history, result.collection), frames))
     result.unpersist()
     assert all("InMemoryTableScan" not in plan and "kafka" in plan.lower() for plan in plans())
     assert _plain(result.history.collect()) == history
