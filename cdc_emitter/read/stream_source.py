@@ -129,7 +129,6 @@ class CdcV2StreamReader(SimpleDataSourceStreamReader):
         data = data_schema if data_schema is not None else settings.data_schema()
         self.codec = CdcCodec(data)
         self.row = row_converter(data)
-        self.arrow = _arrow_schema(stream_columns(data))
         self._follower: TopicFollower | None = None
         self._position: dict | None = None
 
@@ -166,7 +165,7 @@ class CdcV2StreamReader(SimpleDataSourceStreamReader):
         else:
             end = {"frontier": max(int(start["frontier"]), frontier[0]), "closed": False}
         self._position = end
-        return self._rows(updates), end
+        return iter(self._rows(updates)), end
 
     def _catch_up(self, follower: TopicFollower, start: int) -> list[Any]:
         """Read until the frontier reaches ``start`` (a restarted query's).
@@ -203,7 +202,7 @@ class CdcV2StreamReader(SimpleDataSourceStreamReader):
             s.config,
             broker_timeout=s.broker_timeout,
         )
-        return self._rows(updates)
+        return iter(self._rows(updates))
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the topic is read without a consumer group."""
@@ -213,55 +212,9 @@ class CdcV2StreamReader(SimpleDataSourceStreamReader):
             self._follower.close()
             self._follower = None
 
-    def _rows(self, updates: list[Any]) -> Iterator[Any]:
-        """The updates by time, as Arrow record batches where every column is of a plain type
-        (Spark turns Python tuples into Arrow a value at a time: about 4× as long), else as
-        row tuples."""
-        ordered = sorted(updates, key=lambda u: u.time)
-        if self.arrow is None:
-            row = self.row
-            return iter([(*row(u.data), u.time, u.diff) for u in ordered])
-        # a list's iterator: Spark keeps the batch and copies its iterator, a generator's it cannot
-        return iter(list(_record_batches(ordered, self.arrow)))
-
-
-#: Spark types whose Python values (as the codec decodes them) Arrow takes as they are.
-_PLAIN = (
-    T.BooleanType,
-    T.ByteType,
-    T.ShortType,
-    T.IntegerType,
-    T.LongType,
-    T.FloatType,
-    T.DoubleType,
-    T.StringType,
-    T.BinaryType,
-)
-#: Rows per Arrow record batch handed to Spark.
-_BATCH_ROWS = 65_536
-
-
-def _arrow_schema(columns: T.StructType) -> Any:
-    """The Arrow schema of ``columns`` when each is of a `_PLAIN` type, else None."""
-    if not all(isinstance(f.dataType, _PLAIN) for f in columns.fields):
-        return None
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(columns)
-
-
-def _record_batches(updates: list[Any], schema: Any) -> Iterator[Any]:
-    """``updates`` (data of plain columns) as Arrow record batches of ``schema``."""
-    import pyarrow as pa
-
-    width = len(schema) - 2
-    for start in range(0, len(updates), _BATCH_ROWS):
-        part = updates[start : start + _BATCH_ROWS]
-        data = list(zip(*(u.data for u in part))) if width else []
-        columns = [*data, [u.time for u in part], [u.diff for u in part]]
-        yield pa.RecordBatch.from_arrays(
-            [pa.array(c, type=f.type) for c, f in zip(columns, schema)], schema=schema
-        )
+    def _rows(self, updates: list[Any]) -> list[tuple]:
+        row = self.row
+        return [(*row(u.data), u.time, u.diff) for u in sorted(updates, key=lambda u: u.time)]
 
 
 #: A frontier past every time: a closed history's updates are all below it.

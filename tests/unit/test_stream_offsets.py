@@ -48,56 +48,15 @@ def u(k: int, t: int) -> Update:
     return Update((k,), t, 1)
 
 
-def tuples(rows) -> list[tuple]:
-    """What the reader hands Spark, as row tuples: its Arrow record batches' rows, or its rows."""
-    out: list[tuple] = []
-    for item in rows:
-        if isinstance(item, tuple):
-            out.append(item)
-        else:
-            out += [tuple(r.values()) for r in item.to_pylist()]
-    return out
-
-
-def test_plain_columns_go_to_spark_as_arrow_batches_and_others_as_rows(monkeypatch):
-    import pyarrow as pa
-
-    monkeypatch.setattr(stream_source, "_BATCH_ROWS", 2)
-    settings = _Settings({"kafka.bootstrap.servers": "b:9092", "topic": "t"})
-    plain = {
-        "type": "record",
-        "name": "data",
-        "fields": [
-            {"name": "k", "type": "long"},
-            {"name": "s", "type": ["null", "string"]},
-            {"name": "b", "type": "bytes"},
-            {"name": "x", "type": "double"},
-        ],
-    }
-    updates = [Update((2, None, b"\x00", 0.5), 1, -1), Update((1, "a", b"", 1.5), 0, 2)]
-    batches = list(CdcV2StreamReader(settings, plain)._rows(updates * 2))
-    assert [type(b) for b in batches] == [pa.RecordBatch, pa.RecordBatch]
-    assert batches[0].schema.names == ["k", "s", "b", "x", "time", "diff"]
-    assert tuples(batches) == [(1, "a", b"", 1.5, 0, 2)] * 2 + [(2, None, b"\x00", 0.5, 1, -1)] * 2
-
-    dated = {
-        "type": "record",
-        "name": "data",
-        "fields": [{"name": "d", "type": {"type": "int", "logicalType": "date"}}],
-    }
-    rows = list(CdcV2StreamReader(settings, dated)._rows([Update((3,), 0, 1)]))
-    assert len(rows) == 1 and isinstance(rows[0], tuple) and rows[0][1:] == (0, 1)
-
-
 def test_batches_end_at_the_frontier(reader):
     FakeFollower.script = [([u(1, 0), u(2, 1)], (2,)), ([], (2,)), ([u(3, 2)], (3,))]
     start = reader.initialOffset()
     rows, end = reader.read(start)
-    assert (tuples(rows), end) == ([(1, 0, 1), (2, 1, 1)], {"frontier": 2, "closed": False})
+    assert (list(rows), end) == ([(1, 0, 1), (2, 1, 1)], {"frontier": 2, "closed": False})
     rows, again = reader.read(end)
-    assert (tuples(rows), again) == ([], end)  # nothing new: the same offset
+    assert (list(rows), again) == ([], end)  # nothing new: the same offset
     rows, last = reader.read(again)
-    assert (tuples(rows), last) == ([(3, 2, 1)], {"frontier": 3, "closed": False})
+    assert (list(rows), last) == ([(3, 2, 1)], {"frontier": 3, "closed": False})
     assert len(FakeFollower.made) == 1  # one follower for the query's life
 
 
@@ -105,7 +64,7 @@ def test_a_restart_reads_afresh_and_catches_up_to_its_start(reader):
     FakeFollower.script = [([u(1, 0)], (1,)), ([u(2, 1), u(3, 2)], (3,)), ([u(4, 3)], (4,))]
     rows, end = reader.read({"frontier": 2, "closed": False})  # from a checkpoint
     # the first advance stops below 2; the follower is read on until it passes it
-    assert tuples(rows) == [(3, 2, 1)]
+    assert list(rows) == [(3, 2, 1)]
     assert end == {"frontier": 3, "closed": False}
     assert FakeFollower.made[0].start == 2
 
@@ -123,9 +82,9 @@ def test_a_frontier_below_the_start_never_moves_the_offset_back(reader, monkeypa
 def test_a_closed_history(reader):
     FakeFollower.script = [([u(1, 7)], ())]
     rows, end = reader.read(reader.initialOffset())
-    assert (tuples(rows), end) == ([(1, 7, 1)], {"frontier": 0, "closed": True})
+    assert (list(rows), end) == ([(1, 7, 1)], {"frontier": 0, "closed": True})
     rows, again = reader.read(end)
-    assert (tuples(rows), again) == ([], end)
+    assert (list(rows), again) == ([], end)
 
 
 def test_a_replay_asks_for_the_range(reader, monkeypatch):
@@ -136,7 +95,7 @@ def test_a_replay_asks_for_the_range(reader, monkeypatch):
         return [u(9, start)]
 
     monkeypatch.setattr(stream_source, "replay", replay)
-    assert tuples(reader.readBetweenOffsets({"frontier": 2}, {"frontier": 5})) == [(9, 2, 1)]
+    assert list(reader.readBetweenOffsets({"frontier": 2}, {"frontier": 5})) == [(9, 2, 1)]
     assert list(reader.readBetweenOffsets({"frontier": 5}, {"frontier": 5, "closed": True}))
     assert asked == [(2, 5), (5, stream_source._UNBOUNDED)]
 
