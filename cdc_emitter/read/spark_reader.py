@@ -557,12 +557,17 @@ def _malformed_updates(
         "__time",
         "__diff",
     )
-    # the driver keeps them all anyway: one job, sorted here
-    for row in sorted(wrong.collect(), key=lambda r: (r["partition"], r["offset"], r["__pos"])):
+    for row in _in_message_order(wrong):
         extras.setdefault((row["partition"], row["offset"]), []).append(
             (row["__pos"], Update(codec.decode_data(bytes(row["d"])), row["__time"], row["__diff"]))
         )
     return extras
+
+
+def _in_message_order(updates: DataFrame) -> list[Row]:
+    """The rows of ``updates`` (a few, kept by the driver anyway) by ``partition``, ``offset``
+    and ``__pos``: one job, sorted here, rather than Spark's range sort and a job per partition."""
+    return sorted(updates.collect(), key=lambda r: (r["partition"], r["offset"], r["__pos"]))
 
 
 def _grouping_keys(
@@ -629,8 +634,7 @@ def _later_conflicts(
         )
     )
     conflicts = 0
-    # the driver keeps them all anyway: one job, sorted here
-    for row in sorted(later.collect(), key=lambda r: (r["partition"], r["offset"], r["__pos"])):
+    for row in _in_message_order(later):
         conflicts += 1
         extras.setdefault((row["partition"], row["offset"]), []).append(
             (
