@@ -10,8 +10,11 @@ overrides settings (``spark.sql.codegen.wholeStage=true,...``).
 
 from __future__ import annotations
 
+import fcntl
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers import TINY_DATA_CONF
@@ -30,6 +33,66 @@ def spark_packages() -> str:
     from cdc_emitter.spark.setup import sink_packages
 
     return ",".join(sink_packages())
+
+
+#: Starts a Spark session with the packages named in argv[1], then stops it: Spark resolves them
+#: through Ivy into its cache on the way.
+_RESOLVE = """
+import sys
+from pyspark.sql import SparkSession
+SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").config(
+    "spark.jars.packages", sys.argv[1]
+).getOrCreate().stop()
+"""
+
+
+def _in_ivy_cache(coordinate: str) -> bool:
+    """Whether Ivy has retrieved ``group:artifact:version`` before, in the default Ivy home of
+    Spark 4 (``~/.ivy2.5.2``) or Spark 3 (``~/.ivy2``)."""
+    group, artifact, version = coordinate.split(":")[:3]
+    name = f"{group}_{artifact}-{version}.jar"
+    return any((Path.home() / home / "jars" / name).is_file() for home in (".ivy2.5.2", ".ivy2"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _spark_packages_cached() -> None:
+    """The Maven packages the tests' Spark sessions and jobs load, in Ivy's cache before any test
+    starts one.
+
+    Ivy's cache is not safe for processes that download into it at once: on a new machine, two
+    JVMs resolving spark-avro together (the two xdist workers' sessions, two writer jobs) left
+    one of them with "unresolved dependency ... not found". So the first session on a machine
+    resolves them here, one process at a time (a lock in the tests' cache dir); later resolutions only read
+    the cache. Nothing runs when they are cached already, or with ``CDC_SPARK_AVRO_JAR``."""
+    if os.environ.get("CDC_SPARK_AVRO_JAR", "").strip():
+        return
+    import pyspark
+
+    from cdc_emitter.spark.session import delta_package
+    from cdc_emitter.spark.setup import sink_packages
+
+    wanted = [*sink_packages(), delta_package(pyspark.__version__)]
+    coordinates = [c for c in wanted if c is not None]
+    if all(_in_ivy_cache(c) for c in coordinates):
+        return
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cdc-emitter"
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / "spark-packages.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one process resolves, the others then find the cache
+        missing = [c for c in coordinates if not _in_ivy_cache(c)]
+        if missing:
+            done = subprocess.run(
+                [sys.executable, "-c", _RESOLVE, ",".join(missing)],
+                capture_output=True,
+                text=True,
+                timeout=1800,
+            )
+            if done.returncode != 0:
+                pytest.fail(
+                    f"cannot fetch the Spark packages {', '.join(missing)} from Maven Central "
+                    f"(exit {done.returncode}):\n{done.stderr[-3000:]}",
+                    pytrace=False,
+                )
 
 
 def extra_conf() -> dict[str, str]:
