@@ -73,16 +73,11 @@ def produce_by_hand(bootstrap: str, topic: str, messages: list) -> None:
 #: test session (compiling each plan's Java costs more than running it) and without adaptive
 #: replanning. The apply job on its own: 202 s with Spark's defaults, 168 s with these; the
 #: converter's module 121-122 s, 103-114 s.
-#:
-#: The driver's JVM compiles with C1 only and collects garbage with one thread: the suite is
-#: bound by CPU, and most of the JVM's is C2 compiling Spark's code for jobs of a few rows, which
-#: never run long enough to repay it (test_sink_small alone: 143 CPU-s in the JVM with the
-#: defaults, 78 with these; 177 s against 159 s).
+#: (The JVM options of every Spark JVM the tests start are in tests/conftest.py: ``JVM_OPTIONS``.)
 TINY_DATA_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.sql.adaptive.enabled": "false",
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
 }
 #: Spark settings for a test's Delta session: Delta rebuilds a table's state in 50 partitions by
 #: default, which for a table of a few rows on two cores is most of each command's time (the
