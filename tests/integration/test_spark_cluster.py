@@ -36,6 +36,9 @@ def spark_cluster(tmp_path_factory):
         os.environ,
         CDC_SPARK_HOME=str(tmp_path_factory.mktemp("spark-local")),
         CDC_SPARK_PYTHON=sys.executable,
+        # the options of the tests' Spark JVMs (tests/conftest.py) for the executors too, which
+        # the worker starts with its own environment
+        JDK_JAVA_OPTIONS=os.environ.get("SPARK_SUBMIT_OPTS", ""),
     )
     started = subprocess.run(
         [str(SPARK_LOCAL), "start", "--connect"],
