@@ -36,10 +36,13 @@ def spark_cluster(tmp_path_factory):
         os.environ,
         CDC_SPARK_HOME=str(tmp_path_factory.mktemp("spark-local")),
         CDC_SPARK_PYTHON=sys.executable,
-        # the options of the tests' Spark JVMs (tests/conftest.py) for the executors too, which
-        # the worker starts with its own environment
-        JDK_JAVA_OPTIONS=os.environ.get("SPARK_SUBMIT_OPTS", ""),
     )
+    # The tests' JVM options (tests/conftest.py) for the executors too, which the worker starts
+    # with its own environment; JDK_JAVA_OPTIONS reaches every JVM of the cluster, so only when
+    # drivers and daemons are to run alike (not, say, a debugger's port set for drivers alone).
+    options = os.environ.get("SPARK_SUBMIT_OPTS", "")
+    if options and options == os.environ.get("SPARK_DAEMON_JAVA_OPTS"):
+        env["JDK_JAVA_OPTIONS"] = options
     started = subprocess.run(
         [str(SPARK_LOCAL), "start", "--connect"],
         env=env,
