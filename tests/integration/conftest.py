@@ -62,8 +62,8 @@ def _spark_packages_cached(request: pytest.FixtureRequest) -> None:
     Ivy's cache is not safe for processes that download into it at once: on a new machine, two
     JVMs resolving spark-avro together (the two xdist workers' sessions, two writer jobs) left
     one of them with "unresolved dependency ... not found". So the first session on a machine
-    resolves them here, one process at a time (a lock in the tests' cache dir); later resolutions only read
-    the cache. Nothing runs when they are cached already, with ``CDC_SPARK_AVRO_JAR``, or when
+    resolves them here, one process at a time (a lock in the tests' cache dir); later
+    resolutions only read the cache. Nothing runs when they are cached already, with ``CDC_SPARK_AVRO_JAR``, or when
     no test of the run is marked ``spark`` (a Kafka-only run needs neither Spark nor Maven)."""
     if os.environ.get("CDC_SPARK_AVRO_JAR", "").strip():
         return
@@ -72,9 +72,12 @@ def _spark_packages_cached(request: pytest.FixtureRequest) -> None:
     import pyspark
 
     from cdc_emitter.spark.session import delta_package
-    from cdc_emitter.spark.setup import sink_packages
+    from cdc_emitter.spark.setup import scala_version, sink_packages
 
     wanted = [*sink_packages(), delta_package(pyspark.__version__)]
+    if not list((Path(pyspark.__file__).parent / "jars").glob("spark-connect_*.jar")):
+        # Spark 3.5 has its Connect server as a package (scripts/spark-local start --connect)
+        wanted.append(f"org.apache.spark:spark-connect_{scala_version()}:{pyspark.__version__}")
     coordinates = [c for c in wanted if c is not None]
     if all(_in_ivy_cache(c) for c in coordinates):
         return
