@@ -63,8 +63,9 @@ def _spark_packages_cached(request: pytest.FixtureRequest) -> None:
     JVMs resolving spark-avro together (the two xdist workers' sessions, two writer jobs) left
     one of them with "unresolved dependency ... not found". So the first session on a machine
     resolves them here, one process at a time (a lock in the tests' cache dir); later
-    resolutions only read the cache. Nothing runs when they are cached already, with ``CDC_SPARK_AVRO_JAR``, or when
-    no test of the run is marked ``spark`` (a Kafka-only run needs neither Spark nor Maven)."""
+    resolutions only read the cache. Nothing runs when they are cached already, with
+    ``CDC_SPARK_AVRO_JAR``, or when no test of the run is marked ``spark`` (a Kafka-only run
+    needs neither Spark nor Maven)."""
     if os.environ.get("CDC_SPARK_AVRO_JAR", "").strip():
         return
     if not any(item.get_closest_marker("spark") for item in request.session.items):
