@@ -85,12 +85,15 @@ QUICK_MAX_EXAMPLES = 100  # Hypothesis's own default
 # ``thorough`` profile (HYPOTHESIS_PROFILE=thorough) keeps each test's own budget.
 FULL_MAX_EXAMPLES = 500
 # Options of every Spark JVM the tests start (PySpark's driver, through spark-submit; a
-# standalone cluster's master and worker), unless SPARK_SUBMIT_OPTS / SPARK_DAEMON_JAVA_OPTS
-# are set: compile with C1 only, collect garbage with one thread. The suite is bound by CPU, and
-# most of a test JVM's went to C2 compiling Spark's code for jobs of a few rows, which never run
-# long enough to repay it (test_sink_small alone: 143 CPU-s in the JVM with the defaults, 78 with
-# these; 177 s against 159 s).
+# standalone cluster's master and worker) and of every kafka-local broker, unless
+# SPARK_SUBMIT_OPTS / SPARK_DAEMON_JAVA_OPTS / CDC_KAFKA_JVM_OPTS are set: compile with C1 only,
+# collect garbage with one thread. The suite is bound by CPU, and most of a test JVM's went to C2
+# compiling code for jobs of a few rows, which never run long enough to repay it
+# (test_sink_small alone: 143 CPU-s in the Spark JVM with the defaults, 78 with these; the
+# broker-restarting modules: 113 CPU-s in their brokers, 61 with these).
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: The variables that carry `JVM_OPTIONS` to the JVMs above.
+JVM_OPTION_VARIABLES = ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS", "CDC_KAFKA_JVM_OPTS")
 # How long a broker or registry may take to start (the scripts' default is 90 s): on a busy
 # shared 2-core machine a JVM service takes longer, and a fixture that gives up fails every test.
 SERVICE_START_TIMEOUT = "300"
@@ -109,7 +112,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
-    for name in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):  # inherited by every JVM
+    for name in JVM_OPTION_VARIABLES:  # inherited by every JVM
         os.environ.setdefault(name, JVM_OPTIONS)
     if _xdist_controller(config):  # workers inherit the variable: one broker for all of them
         os.environ[SHARED_KAFKA_HOME] = tempfile.mkdtemp(prefix="cdc-emitter-kafka-xdist-")
