@@ -13,7 +13,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["configure_spark", "sink_packages", "scala_version"]
+__all__ = ["configure_spark", "connect_server_package", "sink_packages", "scala_version"]
 
 
 def scala_version() -> str:
@@ -25,6 +25,25 @@ def scala_version() -> str:
     if not jars:
         return "2.13"
     return ".".join(os.path.basename(jars[0])[len("scala-library-") :].split(".")[:2])
+
+
+def connect_server_package() -> str | None:
+    """The Maven coordinate of Spark Connect's server for the installed PySpark, when its jars
+    lack it.
+
+    Spark 4 ships the server in its jars; Spark 3.5 publishes it as a package of its own
+    (``spark-connect``), which a Connect server started from PySpark's jars must load.
+
+    Returns:
+        ``org.apache.spark:spark-connect_<scala>:<version>``, or None when PySpark's jars hold
+        the server already.
+    """
+    import pyspark
+
+    jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
+    if glob.glob(os.path.join(jars, "spark-connect_*.jar")):
+        return None
+    return f"org.apache.spark:spark-connect_{scala_version()}:{pyspark.__version__.split('+')[0]}"
 
 
 def sink_packages(spark_version: str | None = None) -> list[str]:

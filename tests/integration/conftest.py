@@ -73,12 +73,10 @@ def _spark_packages_cached(request: pytest.FixtureRequest) -> None:
     import pyspark
 
     from cdc_emitter.spark.session import delta_package
-    from cdc_emitter.spark.setup import scala_version, sink_packages
+    from cdc_emitter.spark.setup import connect_server_package, sink_packages
 
-    wanted = [*sink_packages(), delta_package(pyspark.__version__)]
-    if not list((Path(pyspark.__file__).parent / "jars").glob("spark-connect_*.jar")):
-        # Spark 3.5 has its Connect server as a package (scripts/spark-local start --connect)
-        wanted.append(f"org.apache.spark:spark-connect_{scala_version()}:{pyspark.__version__}")
+    # the Connect server's package on Spark 3.5, for scripts/spark-local start --connect
+    wanted = [*sink_packages(), delta_package(pyspark.__version__), connect_server_package()]
     coordinates = [c for c in wanted if c is not None]
     if all(_in_ivy_cache(c) for c in coordinates):
         return

@@ -1,4 +1,5 @@
-"""configure_spark / sink_packages: coordinates at the right versions, packages already set kept."""
+"""configure_spark / sink_packages / connect_server_package: coordinates at the right versions,
+packages already set kept."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import pyspark
 import pytest
 
 from cdc_emitter import configure_spark
-from cdc_emitter.spark.setup import scala_version, sink_packages
+from cdc_emitter.spark.setup import connect_server_package, scala_version, sink_packages
 
 
 @pytest.fixture(autouse=True)
@@ -26,6 +27,16 @@ def test_an_explicit_version_wins_over_the_environment_which_wins_over_pyspark(m
     monkeypatch.setenv("CDC_SPARK_PACKAGES_VERSION", " 4.2.0 ")
     assert {c.rsplit(":", 1)[1] for c in sink_packages()} == {"4.2.0"}
     assert {c.rsplit(":", 1)[1] for c in sink_packages("3.5.7")} == {"3.5.7"}
+
+
+def test_the_connect_server_package_only_where_pyspark_lacks_the_server(monkeypatch, tmp_path):
+    (tmp_path / "jars").mkdir()
+    (tmp_path / "jars" / "scala-library-2.12.18.jar").touch()
+    monkeypatch.setattr(pyspark, "__file__", str(tmp_path / "__init__.py"))
+    monkeypatch.setattr(pyspark, "__version__", "3.5.7")
+    assert connect_server_package() == "org.apache.spark:spark-connect_2.12:3.5.7"
+    (tmp_path / "jars" / "spark-connect_2.12-3.5.7.jar").touch()
+    assert connect_server_package() is None
 
 
 class _Builder:
