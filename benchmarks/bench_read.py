@@ -16,20 +16,28 @@ own state dir, stopped at the end).
     .venv/bin/python benchmarks/bench_read.py --updates 2000000 --partitions 8 \
         --engines local,spark,stream --runs 3
 
+The engines ``cluster-1`` and ``cluster-2`` run ``read_cdc`` on a standalone cluster from
+``scripts/spark-local`` with one and with two workers of one core each (an executor of one core
+and 2 GiB on each; the driver apart, in the reading process), started before and stopped after
+each run: how the read scales with executors, as far as the machine's cores let it show.
+
 With ``--json FILE`` it writes each run's seconds and, run by run, the speed of ``read_cdc`` over
-the local verifier's (issue 57's target: at least 0.8) and of the ``cdcv2`` source over
-``read_cdc``'s (issue 58's: at least 1.0), for the engines it ran.
+the local verifier's (issue 57's target: at least 0.8), of the ``cdcv2`` source over
+``read_cdc``'s (issue 58's: at least 1.0), and of two workers over one, for the engines it ran.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -89,8 +97,14 @@ else:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
     from cdc_emitter import configure_spark, read_cdc
-    spark = (configure_spark(SparkSession.builder.master("local[2]").appName("bench-read"))
-             .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
+    master = sys.argv[5] if len(sys.argv) > 5 else "local[2]"
+    builder = SparkSession.builder.master(master).appName("bench-read")
+    if master.startswith("spark://"):  # one executor of one core per worker; the driver apart
+        builder = (builder.config("spark.executor.cores", "1").config("spark.executor.memory", "2g")
+                   .config("spark.driver.memory", "2g"))
+    else:
+        builder = builder.config("spark.driver.memory", "4g")
+    spark = (configure_spark(builder).config("spark.ui.enabled", "false")
              .config("spark.sql.shuffle.partitions", "8")
              .config("spark.ui.showConsoleProgress", "false").getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
@@ -129,7 +143,9 @@ def main() -> int:
         "--engines",
         default="local,spark",
         help="comma-separated: local (verify_topic), spark (read_cdc), stream (the cdcv2 "
-        "streaming source, PySpark 4: every complete time through a streaming query)",
+        "streaming source, PySpark 4: every complete time through a streaming query), "
+        "cluster-1 and cluster-2 (read_cdc on a standalone cluster of one or two one-core "
+        "workers from scripts/spark-local)",
     )
     args = ap.parse_args()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -169,11 +185,21 @@ def main() -> int:
         rounds: list[dict] = []
         for run in range(1, args.runs + 1):
             for engine in args.engines.split(","):
-                done = subprocess.run(
-                    [sys.executable, "-c", script, engine, bootstrap, topic, json.dumps(DATA)],
-                    capture_output=True,
-                    text=True,
-                )
+                with cluster(engine) as master:
+                    done = subprocess.run(
+                        [
+                            sys.executable,
+                            "-c",
+                            script,
+                            "spark" if master else engine,
+                            bootstrap,
+                            topic,
+                            json.dumps(DATA),
+                            *([master] if master else []),
+                        ],
+                        capture_output=True,
+                        text=True,
+                    )
                 if done.returncode != 0:
                     print(done.stderr[-3000:], file=sys.stderr)
                     return 1
@@ -181,7 +207,7 @@ def main() -> int:
                 assert out["frontier"] == [args.batches] and out["verdict"] == "verified", out
                 rounds.append({"run": run, "engine": engine, **out})
                 print(
-                    f"run {run} {engine:5s} {out['seconds']:7.1f}s "
+                    f"run {run} {engine:9s} {out['seconds']:7.1f}s "
                     f"{per_batch * args.batches / out['seconds']:>10,.0f} updates/s  "
                     f"peak RSS of the reading Python process {out['peak_rss_mib']:,.0f} MiB",
                     flush=True,
@@ -190,7 +216,11 @@ def main() -> int:
     for r in rounds:
         seconds.setdefault(r["engine"], []).append(r["seconds"])
     ratios = []
-    for ours, peer, target, issue in (("spark", "local", 0.8, 57), ("stream", "spark", 1.0, 58)):
+    for ours, peer, target, issue in (
+        ("spark", "local", 0.8, 57),
+        ("stream", "spark", 1.0, 58),
+        ("cluster-2", "cluster-1", None, 57),
+    ):
         if ours in seconds and peer in seconds:
             ratios.append(
                 benchkit.ratio(
@@ -211,7 +241,37 @@ ENGINES = {
     "local": "verify_topic (the local verifier, collection not kept)",
     "spark": "read_cdc (Spark local[2], the collection counted)",
     "stream": "the cdcv2 streaming source (Spark local[2], every complete time)",
+    "cluster-1": "read_cdc on a standalone cluster of one worker (1 core), the collection counted",
+    "cluster-2": "read_cdc on a standalone cluster of two workers (1 core each), the collection counted",
 }
+
+
+@contextlib.contextmanager
+def cluster(engine: str) -> Iterator[str | None]:
+    """For ``cluster-N``: a standalone cluster of N one-core workers from ``scripts/spark-local``
+    (a state dir of its own), its master's URL, stopped afterwards; else None."""
+    if not engine.startswith("cluster-"):
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-read-cluster-") as home:
+        env = {
+            **os.environ,
+            "CDC_SPARK_HOME": home,
+            "CDC_SPARK_WORKERS": engine.split("-", 1)[1],
+            "CDC_SPARK_WORKER_CORES": "1",
+            "CDC_SPARK_WORKER_MEMORY": "2g",
+            "CDC_SPARK_PYTHON": sys.executable,
+        }
+        local = str(ROOT / "scripts" / "spark-local")
+        started = subprocess.run(
+            [local, "start"], env=env, capture_output=True, text=True, check=False
+        )
+        if started.returncode != 0:
+            raise SystemExit(f"scripts/spark-local start failed:\n{started.stderr[-2000:]}")
+        try:
+            yield started.stdout.split()[-1]
+        finally:
+            subprocess.run([local, "stop"], env=env, capture_output=True, check=False)
 
 
 if __name__ == "__main__":

@@ -13,8 +13,9 @@ this runner keeps, for every ratio, the figure of each round and its min / media
 * ``verify``: the verifying consumer against a plain consume-and-decode loop —
   ``bench_verify.py``;
 * ``codec``: the CDC codec against fastavro with the full union schema — ``bench_codec.py``;
-* ``read``: the readers of one topic: ``read_cdc`` against the local verifier, and the ``cdcv2``
-  streaming source against ``read_cdc`` (PySpark 4) — ``bench_read.py``;
+* ``read``: the readers of one topic: ``read_cdc`` against the local verifier, the ``cdcv2``
+  streaming source against ``read_cdc`` (PySpark 4), and ``read_cdc`` on a standalone cluster of
+  two one-core workers against one — ``bench_read.py``;
 * ``freshness``: how soon a written time is in the Delta table ``apply_topic`` keeps, in
   trigger intervals — ``bench_freshness.py`` (PySpark 4; Delta's package is fetched by Spark).
 
@@ -109,7 +110,9 @@ def command(name: str, args: argparse.Namespace, rounds: int) -> list[str]:
             "--updates",
             str(args.read_updates),
             "--engines",
-            "local,spark,stream" if pyspark_major() >= 4 else "local,spark",
+            "local,spark,stream,cluster-1,cluster-2"
+            if pyspark_major() >= 4
+            else "local,spark,cluster-1,cluster-2",
             "--runs",
             str(rounds),
         ]
