@@ -414,6 +414,10 @@ def main() -> int:
         help="make latest.md and the charts again from latest.json; run nothing",
     )
     args = ap.parse_args()
+    try:  # the charts come last: a missing matplotlib would otherwise be found after the runs
+        import matplotlib  # noqa: F401
+    except ImportError:
+        ap.error("matplotlib is missing (it draws the charts): pip install -e '.[bench]'")
     out = Path(args.out)
     if not out.is_absolute():
         out = ROOT / out
