@@ -263,12 +263,12 @@ def cluster(engine: str) -> Iterator[str | None]:
             "CDC_SPARK_PYTHON": sys.executable,
         }
         local = str(ROOT / "scripts" / "spark-local")
-        started = subprocess.run(
-            [local, "start"], env=env, capture_output=True, text=True, check=False
-        )
-        if started.returncode != 0:
-            raise SystemExit(f"scripts/spark-local start failed:\n{started.stderr[-2000:]}")
-        try:
+        try:  # stopped in any case: a start that failed half-way leaves processes running
+            started = subprocess.run(
+                [local, "start"], env=env, capture_output=True, text=True, check=False
+            )
+            if started.returncode != 0:
+                raise SystemExit(f"scripts/spark-local start failed:\n{started.stderr[-2000:]}")
             yield started.stdout.split()[-1]
         finally:
             subprocess.run([local, "stop"], env=env, capture_output=True, check=False)

@@ -417,7 +417,9 @@ def main() -> int:
     try:  # the charts come last: a missing matplotlib would otherwise be found after the runs
         import matplotlib  # noqa: F401
     except ImportError:
-        ap.error("matplotlib is missing (it draws the charts): pip install -e '.[bench]'")
+        ap.error(
+            "matplotlib is missing (it draws the charts): pip install -c constraints.txt -e '.[bench]'"
+        )
     out = Path(args.out)
     if not out.is_absolute():
         out = ROOT / out

@@ -32,7 +32,9 @@ def connect_server_package() -> str | None:
     lack it.
 
     Spark 4 ships the server in its jars; Spark 3.5 publishes it as a package of its own
-    (``spark-connect``), which a Connect server started from PySpark's jars must load.
+    (``spark-connect``), which a Connect server started from PySpark's jars must load. It runs
+    inside that Spark, so its version is PySpark's own (``CDC_SPARK_PACKAGES_VERSION``, which
+    `sink_packages` follows, does not apply).
 
     Returns:
         ``org.apache.spark:spark-connect_<scala>:<version>``, or None when PySpark's jars hold

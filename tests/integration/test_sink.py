@@ -67,9 +67,14 @@ class FileStream:
             [pa.array(list(c), t.type) for c, t in zip(cols, self.schema)], schema=self.schema
         )
         path = self.dir / f"batch-{self.n:04d}.parquet"
-        pq.write_table(table, path)
+        # written under a hidden name (the file source skips those) and dated before it is moved
+        # in: a file listed between its writing and its dating would be taken as today's, and
+        # the source then skips every later file older than that by its maxFileAge (7 days)
+        hidden = self.dir / f".{path.name}"
+        pq.write_table(table, hidden)
         stamp = 1_700_000_000 + self.n  # file source orders by modification time
-        os.utime(path, (stamp, stamp))
+        os.utime(hidden, (stamp, stamp))
+        os.replace(hidden, path)
         self.n += 1
 
     def start(self, spark, fn, *, trigger=None, ddl=KV):
@@ -1436,8 +1441,8 @@ def test_broker_restart_during_streaming_query(spark, kafka_local, tmp_path):
     """A batch that meets a stopped broker waits for it, and the query goes on exactly.
 
     The waits are bounded by conditions, not by a fixed schedule: on a busy machine the broker
-    takes longer to stop and start, so the sink is given a window that covers that
-    (``broker_timeout``), and a failure reports when each step happened.
+    takes longer to stop and start, so the sink is given a longer window (``broker_timeout``)
+    than its default, and a failure reports when each step happened.
     """
     from cdc_emitter.kafka.topics import ensure_topic
 
