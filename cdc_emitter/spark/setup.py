@@ -27,6 +27,13 @@ def scala_version() -> str:
     return ".".join(os.path.basename(jars[0])[len("scala-library-") :].split(".")[:2])
 
 
+def _pyspark_release() -> str:
+    """The installed PySpark's version without a local build's ``+...`` suffix."""
+    import pyspark
+
+    return pyspark.__version__.split("+")[0]
+
+
 def connect_server_package() -> str | None:
     """The Maven coordinate of Spark Connect's server for the installed PySpark, when its jars
     lack it.
@@ -45,7 +52,7 @@ def connect_server_package() -> str | None:
     jars = os.path.join(os.path.dirname(pyspark.__file__), "jars")
     if glob.glob(os.path.join(jars, "spark-connect_*.jar")):
         return None
-    return f"org.apache.spark:spark-connect_{scala_version()}:{pyspark.__version__.split('+')[0]}"
+    return f"org.apache.spark:spark-connect_{scala_version()}:{_pyspark_release()}"
 
 
 def sink_packages(spark_version: str | None = None) -> list[str]:
@@ -62,12 +69,10 @@ def sink_packages(spark_version: str | None = None) -> list[str]:
     Returns:
         The two coordinates, ``group:artifact:version``.
     """
-    import pyspark
-
     version = (
         spark_version
         or os.environ.get("CDC_SPARK_PACKAGES_VERSION", "").strip()
-        or pyspark.__version__.split("+")[0]
+        or _pyspark_release()
     )
     scala = scala_version()
     return [
