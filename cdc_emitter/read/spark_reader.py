@@ -15,9 +15,10 @@ same messages in the same order. So the verdicts are the local engine's by const
   several, only what depends on the interleaving of partitions can differ (which of two
   conflicting arrivals is first, at which message an over-count is noticed), and only on a topic
   that has violations. Within one message, violations are listed time by time.
-* undecodable messages: every message Spark cannot decode, or whose Avro body Spark re-encodes
-  to another length (trailing bytes), is decoded again on the driver with the local codec, whose
-  error text, partition and offset the violation carries, with the same hints.
+* undecodable messages: every message Spark cannot decode, or whose Avro body is longer than
+  Avro's encoding of what Spark read of it (bytes to spare, which Spark's reader ignores;
+  `encoded_length`), is decoded again on the driver with the local codec, whose error text,
+  partition and offset the violation carries, with the same hints.
 * ``collection`` (data columns + ``count``) and ``history`` (data columns + ``time`` +
   ``diff``): DataFrames of the updates reported below the frontier (or ``until``). They read
   the reading's grouped updates, kept cached on the executors until `CdcRead.unpersist`, not
@@ -303,20 +304,7 @@ def _read_once(
     from cdc_emitter.spark.kafka import kafka_read_options
 
     options = kafka_read_options(servers, config, user="read_cdc")
-    # headers: a progress statement's writer and batch, which ``pending`` names (only those of
-    # the messages that are no update array are kept)
-    reader = (
-        spark.read.format("kafka")
-        .options(**options)
-        .option("subscribe", topic)
-        .option("includeHeaders", "true")
-    )
-    reader = reader.option(
-        "startingOffsets", json.dumps({topic: {str(p): low for p, (low, _h) in ends.items()}})
-    )
-    raw = reader.option(
-        "endingOffsets", json.dumps({topic: {str(p): high for p, (_l, high) in ends.items()}})
-    ).load()
+    raw = _load(spark, options, topic, ends)
 
     array_schema, progress_schema = json.dumps(codec.union[0]), json.dumps(codec.union[1])
     skip = len(codec.frame)
@@ -346,14 +334,18 @@ def _read_once(
         "headers",
     )
     # Spark's Avro reader ignores bytes left after the record, which the local codec refuses:
-    # a body that re-encodes to another length goes to the driver's codec to be judged
-    written = F.coalesce(
-        F.col("as_written"),
-        _lengths_as_written(
-            parsed, F.col("body"), [(F.col("u"), codec.union[0]), (F.col("p"), codec.union[1])]
-        ),
+    # a body longer than what Spark read of it goes to the driver's codec to be judged. The
+    # update arrays of the reader's schema are measured after the read, update by update
+    # (`_spare_bytes`); the rest here
+    later = _update_length(parsed, codec) is not None
+    checked = [(F.col("p"), codec.union[1])]
+    if not later:
+        checked.insert(0, (F.col("u"), codec.union[0]))
+    written = F.coalesce(F.col("as_written"), _lengths_as_written(parsed, F.col("body"), checked))
+    unchecked = F.col("u").isNotNull() & F.col("as_written").isNull() & F.lit(later)
+    suspect = F.col("value").isNull() | (
+        ~unchecked & F.coalesce(written != F.octet_length("body"), F.lit(True))
     )
-    suspect = F.col("value").isNull() | F.coalesce(written != F.octet_length("body"), F.lit(True))
     decoded = parsed.select(
         "partition",
         "offset",
@@ -361,12 +353,54 @@ def _read_once(
         "p",
         F.when(suspect, F.col("value")).alias("suspect"),
         F.when(F.col("value").isNull(), True).alias("tombstone"),
+        F.when(unchecked, F.octet_length("body")).alias("unchecked"),
         F.when(F.col("u").isNull(), F.col("headers")).alias("headers"),
     ).persist()
+
+    def values(keys: list[tuple[int, int]]) -> DataFrame:
+        """The values of the messages at ``keys`` (partition, offset), read again."""
+        spans: dict[int, tuple[int, int]] = {}
+        for partition, offset in keys:
+            low, high = spans.get(partition, (offset, offset + 1))
+            spans[partition] = (min(low, offset), max(high, offset + 1))
+        wanted = spark.createDataFrame(keys, "partition int, offset long")
+        return (
+            _load(spark, options, topic, spans)
+            .join(F.broadcast(wanted), ["partition", "offset"], "left_semi")
+            .select("partition", "offset", "value")
+        )
+
     try:
-        return _verify(decoded, codec, until, strict)
+        return _verify(decoded, codec, until, strict, values)
     finally:
         decoded.unpersist()
+
+
+def _load(
+    spark: SparkSession, options: dict, topic: str, spans: Mapping[int, tuple[int, int]]
+) -> DataFrame:
+    """The messages at offsets ``[low, high)`` of each partition of ``spans``, with their
+    headers: a progress statement's writer and batch, which ``pending`` names."""
+    low = {topic: {str(p): lo for p, (lo, _hi) in spans.items()}}
+    high = {topic: {str(p): hi for p, (_lo, hi) in spans.items()}}
+    return (
+        spark.read.format("kafka")
+        .options(**options)
+        .option("assign", json.dumps({topic: sorted(spans)}))
+        .option("includeHeaders", "true")
+        .option("startingOffsets", json.dumps(low))
+        .option("endingOffsets", json.dumps(high))
+        .load()
+    )
+
+
+def _update_length(df: DataFrame, codec: Any) -> Column | None:
+    """The length of an update ``x`` of ``df``'s update arrays ``u`` (once exploded) as Avro encodes it, or
+    None where its data cannot be sized (`encoded_length`)."""
+    from cdc_emitter.spark.avro_length import encoded_length
+
+    item = cast("T.ArrayType", df.schema["u"].dataType).elementType
+    return encoded_length(F.col("x"), item, codec.union[0]["items"])
 
 
 def _reencoded(value: Column, dtype: T.DataType, avro: Any) -> Column:
@@ -386,22 +420,30 @@ def _lengths_as_written(df: DataFrame, body: Column, decodings: list[tuple[Colum
     """The length of ``body`` as Avro encodes what ``from_avro`` of ``avro`` reads of it, for
     the first ``(decoded, avro)`` of ``decodings`` whose ``decoded`` (the body's PERMISSIVE
     decoding) is not null: a body with bytes to spare, which Spark's reader ignores, is longer.
-    The body is decoded again in FAILFAST mode there (it decoded once, it decodes again), typed
-    as ``avro`` says, so only its top is said not null before it is encoded again: a second
-    decoding costs less than going through every update to say each is not null (1M updates
-    of nested rows, ad hoc: 0.8-1.0 s more than the old check, against 2.4 s). One analysis
-    of ``df`` gives the types of all the decodings."""
+    Computed from the decoded value (`encoded_length`); a type it cannot size is encoded again
+    (`_reencoded_length`). One analysis of ``df`` gives the types of all the decodings."""
 
-    again = [
-        from_avro(body, json.dumps(avro), {"mode": "FAILFAST"}) for _decoded, avro in decodings
-    ]
-    types = df.select(*[a.alias(f"again{i}") for i, a in enumerate(again)]).schema
-    return F.coalesce(
-        *[
-            F.octet_length(F.when(decoded.isNotNull(), _reencoded(a, dtype.dataType, avro)))
-            for (decoded, avro), a, dtype in zip(decodings, again, types.fields)
-        ]
-    )
+    from cdc_emitter.spark.avro_length import encoded_length
+
+    types = df.select(*[d.alias(f"decoded{i}") for i, (d, _avro) in enumerate(decodings)]).schema
+    lengths = []
+    for (decoded, avro), dtype in zip(decodings, types.fields):
+        length = encoded_length(decoded, dtype.dataType, avro)
+        if length is None:
+            length = _reencoded_length(df, body, avro)
+        lengths.append(F.when(decoded.isNotNull(), length))
+    return F.coalesce(*lengths)
+
+
+def _reencoded_length(df: DataFrame, body: Column, avro: Any) -> Column:
+    """The length of ``body``'s decoding as ``avro``, encoded again by ``to_avro``. The body is
+    decoded again in FAILFAST mode (it decoded once, it decodes again), typed as ``avro`` says,
+    so only its top is said not null before it is encoded again: a second decoding costs less
+    than going through every update to say each is not null."""
+
+    again = from_avro(body, json.dumps(avro), {"mode": "FAILFAST"})
+    dtype = df.select(again.alias("again")).schema.fields[0].dataType
+    return F.octet_length(_reencoded(again, dtype, avro))
 
 
 def _resolved_ids(
@@ -458,11 +500,19 @@ def _resolved_ids(
     return u, p, as_written
 
 
-def _verify(decoded: DataFrame, codec: Any, until: int | None, strict: Strict | None) -> CdcRead:
+def _verify(
+    decoded: DataFrame,
+    codec: Any,
+    until: int | None,
+    strict: Strict | None,
+    values: Callable[[list[tuple[int, int]]], DataFrame],
+) -> CdcRead:
     """Verify the decoded messages: Spark groups the updates by ``(data, time)``, the driver
-    replays the messages' counts through a `CountingReader` in reading order."""
+    replays the messages' counts through a `CountingReader` in reading order. ``values`` reads
+    the messages at some keys again (those `_spare_bytes` finds)."""
     counting = CountingReader(strict=strict)
-    singles, undecodable, headers = _judge_singles(decoded, codec)
+    spare = _spare_bytes(decoded, codec)
+    singles, undecodable, headers = _judge_singles(decoded, codec, spare, values)
     occurrences, data_fields = _occurrences(decoded, undecodable)
     extras = _malformed_updates(occurrences, codec, data_fields)
     good = occurrences.filter((F.col("__time") >= 0) & (F.col("__diff") != 0))
@@ -742,32 +792,77 @@ def _collection(history: DataFrame, data_fields: list[str]) -> DataFrame:
     )
 
 
-def _judge_singles(decoded: DataFrame, codec: Any) -> tuple[list, list, dict]:
+def _spare_bytes(decoded: DataFrame, codec: Any) -> list[tuple[int, int]]:
+    """The keys (partition, offset) of the update arrays left ``unchecked`` whose body is longer
+    than Avro's encoding of the updates Spark read of it: the sum of their lengths, one update
+    a row (Spark runs a lambda over an array's items uncompiled, at several times the cost)."""
+    from cdc_emitter.spark.avro_length import array_length
+
+    length = _update_length(decoded, codec)
+    if length is None:  # none is left unchecked: such arrays are checked as they are read
+        return []
+    unchecked = decoded.filter(F.col("unchecked").isNotNull()).select(
+        "partition",
+        "offset",
+        "unchecked",
+        F.size("u").alias("n"),
+        F.explode_outer("u").alias("x"),  # an empty array stays, as one row of a null update
+    )
+    arrays = unchecked.groupBy("partition", "offset", "unchecked", "n").agg(
+        F.sum(length).alias("items")
+    )
+    longer = arrays.filter(
+        array_length(F.col("n"), F.coalesce(F.col("items"), F.lit(0))) != F.col("unchecked")
+    )
+    return sorted((row[0], row[1]) for row in longer.select("partition", "offset").collect())
+
+
+def _judge_singles(
+    decoded: DataFrame,
+    codec: Any,
+    spare: list[tuple[int, int]],
+    values: Callable[[list[tuple[int, int]]], DataFrame],
+) -> tuple[list, list, dict]:
     """The messages the driver decodes itself, in (partition, offset) order: progress statements,
-    and what Spark could not read or read with bytes to spare (the codec's verdict stands).
+    and what Spark could not read or read with bytes to spare (the codec's verdict stands):
+    ``spare`` are the keys of update arrays found so after the read, whose ``values`` are read
+    again.
     Returns ``[((partition, offset), "progress" | "undecodable", payload)]``, the undecodable
     messages' keys, and the headers of the messages that have any, by key."""
 
-    few = (
-        decoded.filter(F.col("p").isNotNull() | F.col("suspect").isNotNull() | F.col("tombstone"))
-        .select(
-            "partition",
-            "offset",
-            "p",
-            "suspect",
-            "tombstone",
-            F.col("u").isNull().alias("no_u"),
-            "headers",
-        )
-        .orderBy("partition", "offset")
+    few = decoded.filter(
+        F.col("p").isNotNull() | F.col("suspect").isNotNull() | F.col("tombstone")
+    ).select(
+        "partition",
+        "offset",
+        "p",
+        "suspect",
+        "tombstone",
+        F.col("u").isNull().alias("no_u"),
+        "headers",
     )
+    if spare:
+        few = few.unionByName(
+            values(spare).select(
+                "partition",
+                "offset",
+                F.lit(None).cast(few.schema["p"].dataType).alias("p"),
+                F.col("value").alias("suspect"),
+                F.lit(None).cast("boolean").alias("tombstone"),
+                F.lit(False).alias("no_u"),
+                F.lit(None).cast(few.schema["headers"].dataType).alias("headers"),
+            )
+        )
+    few = few.orderBy("partition", "offset")
     singles: list[tuple[tuple[int, int], str, Any]] = []
     undecodable: list[tuple[int, int]] = []
     headers: dict[tuple[int, int], list[tuple[str, bytes | None]]] = {}
     # a partition at a time: a suspect message Spark read too (an array of several Avro
     # blocks) is judged here and dropped, and every array of a topic may be one
+    unseen = set(spare)
     for row in few.toLocalIterator():
         key = (row["partition"], row["offset"])
+        unseen.discard(key)
         if row["headers"]:
             headers[key] = [
                 (h["key"], None if h["value"] is None else bytes(h["value"]))
@@ -810,6 +905,12 @@ def _judge_singles(decoded: DataFrame, codec: Any) -> tuple[list, list, dict]:
             )
             undecodable.append(key)
         # else: Spark read it too (an array written in several blocks re-encodes shorter)
+    if unseen:  # never counted as read: the topic lost it between the reads
+        partition, offset = min(unseen)
+        raise CdcError(
+            f"partition {partition} offset {offset} of the topic is gone since read_cdc began "
+            "(retention or compaction): read it again"
+        )
     return singles, undecodable, headers
 
 

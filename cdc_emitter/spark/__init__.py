@@ -6,6 +6,7 @@ DataFrame API only, so everything here also runs on Spark Connect. May import ``
 
 - `cdc_emitter.spark.schema`: Spark types to Avro schemas, DDL column lists;
 - `cdc_emitter.spark.columns`: the Columns every data path uses;
+- `cdc_emitter.spark.avro_length`: the length of a decoded value's Avro encoding, as a Column;
 - `cdc_emitter.spark.kafka`: Spark's Kafka source and sink options;
 - `cdc_emitter.spark.settings`: what the sink reads of a session's settings;
 - `cdc_emitter.spark.setup`: `configure_spark`;

@@ -346,3 +346,74 @@ def test_values_said_not_null_encode_to_the_same_bytes(spark):
         == 0
     )
     assert again.count() == 300
+
+
+def test_bodies_longer_than_their_updates_are_judged_as_the_local_reader_judges_them(
+    spark, kafka_bootstrap, topic_factory
+):
+    """Spark's Avro reader ignores bytes after an update array; the reader measures every
+    array against the updates Spark read of it. Arrays Avro allows but the sink never writes
+    (several blocks, a block with its byte size, a longer varint) read as they are; a byte to
+    spare, after an array or an empty one, is undecodable, as the local reader says."""
+    import io
+
+    import fastavro
+
+    from cdc_emitter.protocol.codec import encode_zigzag_long
+    from cdc_emitter.read.verify import verify_topic
+
+    schema = {
+        "type": "record",
+        "name": "row",
+        "fields": [{"name": "k", "type": "long"}, {"name": "v", "type": ["null", "string"]}],
+    }
+    codec = CdcCodec(schema)
+    update_schema = fastavro.parse_schema(codec.union[0]["items"])
+
+    def item(k: int, time: int, diff: int = 1) -> bytes:
+        out = io.BytesIO()
+        value = {"data": {"k": k, "v": None if k % 2 else "v" * k}, "time": time, "diff": diff}
+        fastavro.schemaless_writer(out, update_schema, value)
+        return out.getvalue()
+
+    def array(*blocks: bytes) -> bytes:
+        return codec.frame + b"\x00" + b"".join(blocks) + b"\x00"
+
+    def block(*items: bytes, sized: bool = False) -> bytes:
+        body = b"".join(items)
+        if sized:  # a negative count, then the block's byte size
+            return encode_zigzag_long(-len(items)) + encode_zigzag_long(len(body)) + body
+        return encode_zigzag_long(len(items)) + body
+
+    messages = [
+        (0, codec.encode_updates([Update((1, None), 0, 1), Update((2, "vv"), 0, 1)])[0]),
+        (0, array(block(item(3, 0)), block(item(4, 0), item(5, 0)))),  # three blocks
+        (1, array(block(item(6, 0), item(7, 0), sized=True))),  # a block with its size
+        (1, codec.frame + b"\x00\x82\x00" + item(8, 0) + b"\x00"),  # count 1 as two bytes
+        (0, array(block(item(9, 0))) + b"\x00"),  # a byte to spare
+        (1, codec.frame + b"\x00\x00\x07"),  # an empty array and a byte to spare
+        (1, codec.frame + b"\x00\x00"),  # an empty array
+        (0, array(block(item(10, 0)), block(item(11, 0))) + b"\x02"),  # blocks and a spare byte
+        (0, codec.encode_progress(Progress((0,), (1,), ((0, 8),)))),
+        (1, codec.encode_progress(Progress((0,), (1,), ((0, 8),))) + b"\x00"),  # spare byte
+    ]
+    topic = topic_factory(2)
+    with CdcProducer(kafka_bootstrap, topic) as producer:
+        for partition, value in messages:
+            producer.produce(value, partition=partition)
+
+    result = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=schema)
+    local = verify_topic(kafka_bootstrap, topic, codec)
+    undecodable = sorted((v.partition, v.offset) for v in result.violations)
+    assert undecodable == [(0, 2), (0, 3), (1, 2), (1, 4)]
+    assert {v.kind for v in result.violations} == {"undecodable"}
+    assert sorted(result.violations, key=lambda v: (v.partition, v.offset)) == sorted(
+        local.violations, key=lambda v: (v.partition, v.offset)
+    )
+    assert (result.frontier, result.messages, result.updates) == (
+        local.frontier,
+        local.messages,
+        local.updates,
+    )
+    assert result.frontier == (1,) and result.updates == 8  # the readable arrays' updates
+    assert sorted(r["k"] for r in result.collection.collect()) == [1, 2, 3, 4, 5, 6, 7, 8]
