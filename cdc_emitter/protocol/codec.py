@@ -38,6 +38,7 @@ from typing import Any, Literal, cast
 import fastavro
 
 from cdc_emitter.errors import BadInputError, ConfigError, DecodeError, SchemaError
+from cdc_emitter.protocol.flat_decode import Unfit, compile_array_decoder
 from cdc_emitter.protocol.updates import NAN, Progress, Update
 
 NAMESPACE = "com.materialize.cdc"
@@ -432,6 +433,8 @@ class CdcCodec:
         self._plain = all(
             isinstance(f["type"], str) and f["type"] in comparable for f in data_parsed["fields"]
         )
+        # update arrays of flat, plain data: read straight into tuples (protocol/flat_decode)
+        self._fast = compile_array_decoder(self.union[0]["items"]) if self._flat else None
         #: Whether data can hold floats (NaN must then be made the one NAN object again after
         #: data crossed a process boundary).
         self.has_floats = any(t in json.dumps(self.data_schema) for t in ('"float"', '"double"'))
@@ -752,6 +755,18 @@ class CdcCodec:
         return self._decode(value, tuple)
 
     def _decode(self, value: bytes | None, row: type) -> list | Progress:
+        fast = self._fast
+        if fast is not None and value and len(value) > self._skip:
+            skip = self._skip
+            if (
+                value[skip] == 0  # an update array
+                and (not skip or value[0] == 0)
+                and (self.writer_schemas is None or value[1:5] == self.frame[1:5])
+            ):
+                try:
+                    return fast(value, skip + 1, row)
+                except (Unfit, IndexError, UnicodeDecodeError):
+                    pass  # fastavro decides: the same value, or the error it always gave
         branch, datum = self._body(value, self._array, self._progress)
         if branch == 2:
             try:

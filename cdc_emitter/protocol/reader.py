@@ -17,6 +17,8 @@ import heapq
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Mapping
+from functools import partial
+from operator import itemgetter
 from typing import Any, Literal, NamedTuple
 
 from cdc_emitter.protocol.headers import HEADER_BATCH, HEADER_WRITER
@@ -36,6 +38,9 @@ __all__ = [
     "Waiting",
 ]
 
+_DATA, _TIME, _DIFF = itemgetter(0), itemgetter(1), itemgetter(2)
+#: An Update from a held ``(data, time, diff)`` tuple (in C, as `map` calls it)
+_as_update = partial(tuple.__new__, Update)
 _NEVER = 2**63  # an upper bound beyond every time: "the interval never ends"
 
 
@@ -384,8 +389,8 @@ class CdcReader:
         self._start = start
         self._reported: int | None = start  # None: closed
         self._progress: int | None = start  # frontier of grafted progress; None: closed
-        # time -> data -> the Update itself (times >= reported): reporting a time hands these
-        # objects out as they are, with no per-update construction
+        # time -> data -> the update as it arrived, an Update or a plain (data, time, diff)
+        # tuple (times >= reported); reporting a time makes each an Update, in C
         # (a CountingReader holds the number of distinct updates instead of the dict)
         self._pending: dict[int, Any] = {}
         self._held = 0  # distinct updates in _pending
@@ -552,6 +557,8 @@ class CdcReader:
     # -- updates --------------------------------------------------------------------------
 
     def _receive_updates(self, updates: Iterable[Update], where: dict) -> None:
+        if updates.__class__ is list and self._receive_new_at_one_time(updates, where):
+            return
         reported = self._reported
         pending = self._pending
         memory, start = self._memory, self._start
@@ -593,13 +600,55 @@ class CdcReader:
                     )
                 continue
             at_time[data] = (
-                update if update.__class__ is Update else new(Update, (data, time, diff))
+                update
+                if update.__class__ is tuple or update.__class__ is Update
+                else new(Update, (data, time, diff))
             )
             fresh += 1
         if fresh:
             self._settle(at_time_of, fresh, where)
         self.updates_received += received
         self.duplicates += duplicates
+
+    def _receive_new_at_one_time(self, updates: list, where: dict) -> bool:
+        """The usual message, taken whole: every update at one open time, each new there.
+
+        Hashing and inserting happen in C (a set, `dict.update`), not update by update. Returns
+        False, having changed nothing, for any other message (several times, a reported time,
+        a malformed update, a duplicate or conflict): the update-by-update loop takes those.
+        """
+        try:
+            if set(map(len, updates)) != {3}:
+                return False
+            times = set(map(_TIME, updates))
+            if len(times) != 1:
+                return False
+            (time,) = times
+            reported = self._reported
+            if time.__class__ is not int or reported is None or time < reported:
+                return False
+            diffs = set(map(_DIFF, updates))
+            if 0 in diffs or any(d.__class__ is not int for d in diffs):
+                return False
+            datas = list(map(_DATA, updates))
+            at_time = self._pending.get(time)
+            if at_time and not at_time.keys().isdisjoint(datas):
+                return False
+        except TypeError:  # unhashable data, an update that is no sequence: the loop says so
+            return False
+        if at_time is None:
+            self._track(time)
+            at_time = self._pending[time] = {}
+        before = len(at_time)
+        at_time.update(zip(datas, updates))
+        fresh = len(at_time) - before
+        if fresh != len(updates):  # duplicates within the message: undo, the loop decides
+            for data in datas:
+                at_time.pop(data, None)
+            return False
+        self.updates_received += fresh
+        self._settle(time, fresh, where)
+        return True
 
     def _settle(self, time: int, fresh: int, where: dict) -> None:
         """Count ``fresh`` new distinct updates at ``time`` against its announced count.
@@ -820,7 +869,8 @@ class CdcReader:
         """Hand out the updates held at ``time``, now reported."""
         at_time = self._pending.pop(time, None)
         if at_time:
-            finished.extend(at_time.values())
+            # held as they arrived: Update objects, or plain (data, time, diff) tuples
+            finished.extend(map(_as_update, at_time.values()))
             self._held -= len(at_time)
             if self._memory is not None:
                 self._memory.remember(time, at_time)

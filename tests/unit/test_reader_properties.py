@@ -277,3 +277,29 @@ def test_counting_reader_decides_as_the_reader_does(messages, strict):
     )
     assert counting.pending() == reader.pending()
     assert counting.held == reader.held
+
+
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.one_of(mangled_history().map(lambda case: case[1]), noisy_history()),
+    st.sampled_from([None, "exact"]),
+)
+def test_a_message_taken_whole_is_judged_as_update_by_update(messages, strict):
+    """Lists take the whole-message path where they can; tuples always take the loop. After
+    every message both readers agree on everything, in the same order."""
+    whole, one_by_one = CdcReader(strict=strict), CdcReader(strict=strict)
+    for index, message in enumerate(messages):
+        as_tuple = message if isinstance(message, Progress) else tuple(message)
+        got = whole.push(message, partition=0, offset=index)
+        expected = one_by_one.push(as_tuple, partition=0, offset=index)
+        assert [(sorted(map(repr, u)), f) for u, f in got] == [
+            (sorted(map(repr, u)), f) for u, f in expected
+        ]
+        assert all(type(u) is Update for updates, _f in got for u in updates)
+        assert whole.violations == one_by_one.violations
+        assert (whole.updates_received, whole.duplicates, whole.held) == (
+            one_by_one.updates_received,
+            one_by_one.duplicates,
+            one_by_one.held,
+        )
+        assert whole.pending() == one_by_one.pending()

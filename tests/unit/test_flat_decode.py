@@ -1,0 +1,176 @@
+"""The fast decoder of flat update arrays: fastavro's values for every message it reads, and
+fastavro's verdict for every message it declines (odd encodings, damage)."""
+
+from __future__ import annotations
+
+import io
+
+import fastavro
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from cdc_emitter.errors import DecodeError, SchemaError
+from cdc_emitter.protocol import Progress, Update
+from cdc_emitter.protocol.codec import CdcCodec, encode_zigzag_long
+from cdc_emitter.protocol.flat_decode import Unfit, compile_array_decoder
+
+VALUES = {
+    "long": st.integers(-(2**63), 2**63 - 1),
+    "int": st.integers(-(2**31), 2**31 - 1),
+    "string": st.text(max_size=12),
+    "bytes": st.binary(max_size=12),
+    "boolean": st.booleans(),
+}
+
+
+@st.composite
+def flat_schemas(draw):
+    """A flat data record of plain columns, some nullable (null first or last)."""
+    kinds = draw(st.lists(st.sampled_from(sorted(VALUES)), min_size=1, max_size=5))
+    fields, columns = [], []
+    for i, kind in enumerate(kinds):
+        null = draw(st.sampled_from([None, "first", "last"]))
+        avro_type = (
+            kind if null is None else (["null", kind] if null == "first" else [kind, "null"])
+        )
+        fields.append({"name": f"c{i}", "type": avro_type})
+        columns.append(VALUES[kind] if null is None else st.none() | VALUES[kind])
+    return {"type": "record", "name": "data", "fields": fields}, columns
+
+
+@st.composite
+def flat_topics(draw):
+    schema, columns = draw(flat_schemas())
+    updates = draw(
+        st.lists(
+            st.builds(
+                Update,
+                st.tuples(*columns),
+                st.integers(0, 2**63 - 1),
+                st.integers(-(2**63), 2**63 - 1).filter(bool),
+            ),
+            max_size=20,
+        )
+    )
+    return schema, updates
+
+
+def fastavro_verdict(codec: CdcCodec, value: bytes):
+    """What fastavro alone reads from an update-array message: the tuples, or "error"."""
+    try:
+        buf = io.BytesIO(value)
+        buf.seek(len(codec.frame) + 1)
+        datum = fastavro.schemaless_reader(buf, fastavro.parse_schema(codec.union[0]), None)
+        if buf.tell() != len(value):
+            return "error"
+    except Exception:
+        return "error"
+    return [(tuple(r["data"].values()), r["time"], r["diff"]) for r in datum]
+
+
+def codec_verdict(codec: CdcCodec, value: bytes):
+    try:
+        return codec.decode_rows(value)
+    except DecodeError:
+        return "error"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(flat_topics(), st.sampled_from(["raw", "confluent"]))
+def test_every_flat_message_decodes_as_fastavro_decodes_it(topic, framing):
+    schema, updates = topic
+    codec = CdcCodec(schema, framing=framing, schema_id=7)
+    assert compile_array_decoder(codec.union[0]["items"]) is not None  # what this is about
+    for message in codec.encode_updates(updates):
+        assert codec.decode_rows(message) == fastavro_verdict(codec, message)
+    decoded = [u for m in codec.encode_updates(updates) for u in codec.decode(m)]
+    assert decoded == updates
+    assert all(type(u) is Update for u in decoded)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(flat_topics(), st.data())
+def test_a_damaged_message_gets_fastavro_s_verdict(topic, data):
+    """Flipped, cut or added bytes: the fast decoder never reads a value fastavro would not."""
+    schema, updates = topic
+    codec = CdcCodec(schema, framing="raw")
+    messages = codec.encode_updates(updates)
+    message = bytearray(messages[0] if messages else b"\x00\x00")  # or an empty array
+    for _ in range(data.draw(st.integers(1, 3))):
+        how = data.draw(st.sampled_from(["flip", "cut", "add"]))
+        at = data.draw(st.integers(1, max(1, len(message) - 1)))
+        if how == "flip" and at < len(message):
+            message[at] = data.draw(st.integers(0, 255))
+        elif how == "cut":
+            del message[at:]
+        else:
+            message[at:at] = data.draw(st.binary(min_size=1, max_size=3))
+    value = bytes(message)
+    assert codec_verdict(codec, value) == fastavro_verdict(codec, value)
+
+
+SCHEMA = {
+    "type": "record",
+    "name": "data",
+    "fields": [{"name": "k", "type": "long"}, {"name": "v", "type": ["null", "string"]}],
+}
+
+
+def array(*blocks: bytes) -> bytes:
+    return b"\x00" + b"".join(blocks) + b"\x00"  # union index 0, the blocks, closing zero
+
+
+def test_odd_but_valid_encodings_are_left_to_fastavro():
+    codec = CdcCodec(SCHEMA, framing="raw")
+    decode = compile_array_decoder(codec.union[0]["items"])
+    assert decode is not None
+    one = b"\x02" + b"\x02" + b"\x02" + b"\x02a" + b"\x06" + b"\x02"  # ((1, "a"), 3, 1)
+    assert codec.decode_rows(array(one)) == [((1, "a"), 3, 1)]
+    # a block with its byte size (negative count), a ten-byte varint, a non-minimal union index
+    sized = encode_zigzag_long(-1) + encode_zigzag_long(len(one) - 1) + one[1:]
+    ten = b"\x02" + b"\xfe" + b"\xff" * 8 + b"\x01" + b"\x00" + b"\x06\x02"
+    long_index = b"\x02" + b"\x02" + b"\x82\x00\x02a" + b"\x06\x02"
+    for value in (array(sized), array(ten), array(long_index)):
+        with pytest.raises(Unfit):
+            decode(value, 1, tuple)
+        assert codec.decode_rows(value) == fastavro_verdict(codec, value) != "error"
+    assert codec.decode_rows(array(ten)) == [((2**63 - 1, None), 3, 1)]
+
+
+def test_a_message_it_declines_fails_with_the_codec_s_own_error():
+    codec = CdcCodec(SCHEMA, framing="raw")
+    good = codec.encode_updates([Update((1, "a"), 3, 1)])[0]
+    with pytest.raises(DecodeError, match="leaves 1 of .. bytes unread"):
+        codec.decode(good + b"\x00")
+    with pytest.raises(DecodeError, match="does not decode with the schema"):
+        codec.decode(good[:-3])
+    bad_text = good.replace(b"a", b"\xff")
+    with pytest.raises(DecodeError, match="does not decode with the schema"):
+        codec.decode(bad_text)
+
+
+def test_other_schema_ids_and_progress_take_the_usual_path():
+    def writer_schemas(schema_id: int) -> dict:
+        if schema_id != 7:
+            raise SchemaError(f"no schema {schema_id}")
+        return SCHEMA
+
+    codec = CdcCodec(SCHEMA, framing="confluent", schema_id=7, writer_schemas=writer_schemas)
+    progress = Progress((0,), (4,), ((3, 1),))
+    assert codec.decode(codec.encode_progress(progress)) == progress
+    value = codec.encode_updates([Update((1, "a"), 3, 1)])[0]
+    assert codec.decode(value) == [Update((1, "a"), 3, 1)]
+    with pytest.raises(DecodeError, match="schema id 8"):
+        codec.decode(value[:1] + (8).to_bytes(4, "big") + value[5:])
+
+
+def test_only_flat_plain_data_gets_a_fast_decoder():
+    def items(data_fields):
+        return CdcCodec({"type": "record", "name": "data", "fields": data_fields}).union[0]["items"]
+
+    assert compile_array_decoder(items([{"name": "x", "type": "double"}])) is None
+    assert compile_array_decoder(items([{"name": "x", "type": ["null", "int", "long"]}])) is None
+    dated = {"type": "int", "logicalType": "date"}
+    assert compile_array_decoder(items([{"name": "x", "type": dated}])) is None
+    assert compile_array_decoder(items([{"name": "x", "type": ["boolean", "null"]}])) is not None
