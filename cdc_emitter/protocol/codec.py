@@ -38,7 +38,7 @@ from typing import Any, Literal, cast
 import fastavro
 
 from cdc_emitter.errors import BadInputError, ConfigError, DecodeError, SchemaError
-from cdc_emitter.protocol.flat_decode import Unfit, compile_array_decoder
+from cdc_emitter.protocol.flat_decode import compile_array_decoder
 from cdc_emitter.protocol.updates import NAN, Progress, Update
 
 NAMESPACE = "com.materialize.cdc"
@@ -433,8 +433,8 @@ class CdcCodec:
         self._plain = all(
             isinstance(f["type"], str) and f["type"] in comparable for f in data_parsed["fields"]
         )
-        # update arrays of flat, plain data: read straight into tuples (protocol/flat_decode)
-        self._fast = compile_array_decoder(self.union[0]["items"]) if self._flat else None
+        # update arrays of flat data of plain columns: read straight into tuples
+        self._fast = compile_array_decoder(self.union[0]["items"])
         #: Whether data can hold floats (NaN must then be made the one NAN object again after
         #: data crossed a process boundary).
         self.has_floats = any(t in json.dumps(self.data_schema) for t in ('"float"', '"double"'))
@@ -765,7 +765,7 @@ class CdcCodec:
             ):
                 try:
                     return fast(value, skip + 1, row)
-                except (Unfit, IndexError, UnicodeDecodeError):
+                except (IndexError, ValueError, OverflowError):  # Unfit is a ValueError
                     pass  # fastavro decides: the same value, or the error it always gave
         branch, datum = self._body(value, self._array, self._progress)
         if branch == 2:

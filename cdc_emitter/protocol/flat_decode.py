@@ -2,26 +2,48 @@
 
 fastavro reads each update as two dicts, which the codec then turns into ``(data, time, diff)``
 tuples; for narrow rows that is about two thirds of what reading a topic costs. When every
-data column is a ``long``, ``int``, ``string``, ``bytes`` or ``boolean``, nullable or not
-(``["null", T]`` or ``[T, "null"]``), `compile_array_decoder` writes a Python function for
-that exact record layout that reads the array straight into tuples, about twice as fast.
+data column is a ``long``, ``int``, ``string``, ``bytes``, ``boolean``, ``double``, ``float``,
+``date`` or one of the four timestamps, nullable or not (``["null", T]`` or ``[T, "null"]``),
+`compile_array_decoder` writes a Python function for that exact record layout that reads the
+array straight into tuples, about twice as fast.
 
 Guarantees: the function either returns exactly what fastavro, then the codec's conversion,
-give for the same bytes, or raises `Unfit`. It raises `Unfit` (or IndexError, or
-UnicodeDecodeError) on anything it does not read the ordinary way: a varint of ten bytes or
-more, a negative block count (blocks with their byte size), a union index or boolean byte
-other than the canonical ones, a length past the end, bytes left after the array. The caller
-then decodes that message with fastavro, which gives the same value or the error the codec
-always gave. Pure: imports neither Kafka nor Spark.
+give for the same bytes (floats canonical: one NaN object, -0.0 as 0.0), or raises. It raises
+`Unfit`, IndexError, ValueError or OverflowError on anything it does not read the ordinary
+way: a varint of ten bytes or more, a negative block count (blocks with their byte size), a
+union index or boolean byte other than the canonical ones, a length past the end, bytes left
+after the array, a date or timestamp out of Python's range. The caller then decodes that
+message with fastavro, which gives the same value or the error the codec always gave. Pure:
+imports neither Kafka nor Spark.
 """
 
 from __future__ import annotations
 
+import datetime
+import struct
 from collections.abc import Callable
 from typing import Any
 
-#: The data column types the fast decoder reads.
-PLAIN = ("long", "int", "string", "bytes", "boolean")
+from cdc_emitter.protocol.updates import NAN
+
+#: The data column types the fast decoder reads: Avro primitives, and logical types by
+#: ``(type, logicalType)``.
+PLAIN = ("long", "int", "string", "bytes", "boolean", "double", "float")
+LOGICAL = {
+    ("int", "date"): "date",
+    ("long", "timestamp-micros"): "timestamp-micros",
+    ("long", "timestamp-millis"): "timestamp-millis",
+    ("long", "local-timestamp-micros"): "local-timestamp-micros",
+    ("long", "local-timestamp-millis"): "local-timestamp-millis",
+}
+#: What a logical type's long becomes, as fastavro's logical readers compute it.
+_LOGICAL_VALUE = {
+    "date": "date_fromordinal({v} + 719163)",
+    "timestamp-micros": "EPOCH + timedelta(microseconds={v})",
+    "timestamp-millis": "EPOCH + timedelta(microseconds={v} * 1000)",
+    "local-timestamp-micros": "EPOCH_NAIVE + timedelta(microseconds={v})",
+    "local-timestamp-millis": "EPOCH_NAIVE + timedelta(microseconds={v} * 1000)",
+}
 
 #: ``decode(buf, pos, row) -> list``: the updates of the array starting at ``pos`` of ``buf``
 #: (after the framing and union index), each ``row((data, time, diff))``-shaped.
@@ -32,15 +54,28 @@ class Unfit(ValueError):
     """The bytes are not read the ordinary way: decode them with fastavro instead."""
 
 
-def _column(field_type: Any) -> tuple[str, str | None] | None:
-    """``(type, null side)`` of a plain column: side None, ``"first"`` or ``"last"``."""
-    if isinstance(field_type, str):
-        return (field_type, None) if field_type in PLAIN else None
-    if isinstance(field_type, list) and len(field_type) == 2 and "null" in field_type:
-        other = field_type[1] if field_type[0] == "null" else field_type[0]
-        if isinstance(other, str) and other in PLAIN:
-            return other, "first" if field_type[0] == "null" else "last"
+def _kind(avro_type: Any) -> str | None:
+    """The decoder's name for a column type it reads, or None."""
+    if isinstance(avro_type, str):
+        return avro_type if avro_type in PLAIN else None
+    if isinstance(avro_type, dict) and set(avro_type) <= {"type", "logicalType"}:
+        if "logicalType" not in avro_type:
+            return _kind(avro_type["type"])
+        return LOGICAL.get((avro_type["type"], avro_type["logicalType"]))
     return None
+
+
+def _column(field_type: Any) -> tuple[str, str | None] | None:
+    """``(kind, null side)`` of a column it reads: side None, ``"first"`` or ``"last"``."""
+    if isinstance(field_type, list):
+        if len(field_type) == 2 and "null" in field_type:
+            other = field_type[1] if field_type[0] == "null" else field_type[0]
+            kind = _kind(other)
+            if kind is not None:
+                return kind, "first" if field_type[0] == "null" else "last"
+        return None
+    kind = _kind(field_type)
+    return None if kind is None else (kind, None)
 
 
 def _varint(target: str, indent: str) -> list[str]:
@@ -69,6 +104,21 @@ def _varint(target: str, indent: str) -> list[str]:
 def _value(kind: str, target: str, indent: str) -> list[str]:
     if kind in ("long", "int"):
         return _varint(target, indent)
+    if kind in _LOGICAL_VALUE:
+        return [
+            *_varint(target, indent),
+            f"{indent}{target} = {_LOGICAL_VALUE[kind].format(v=target)}",
+        ]
+    if kind in ("double", "float"):
+        size, unpack = (8, "unpack_double") if kind == "double" else (4, "unpack_float")
+        return [
+            f"{indent}if pos + {size} > length:",
+            f"{indent}    raise Unfit('length')",
+            f"{indent}({target},) = {unpack}(buf, pos)",
+            f"{indent}pos += {size}",
+            # the codec's canonical float: one NaN object, -0.0 as 0.0
+            f"{indent}{target} = NAN if {target} != {target} else {target} + 0.0",
+        ]
     if kind == "boolean":
         return [
             f"{indent}b = buf[pos]",
@@ -114,8 +164,8 @@ def compile_array_decoder(update_record: dict) -> ArrayDecoder | None:
     Returns:
         ``decode(buf, pos, row)``: the updates of the array at ``pos``, each built as
         ``row.__new__(row, (data, time, diff))`` with ``data`` a tuple in field order (``row``
-        is ``tuple`` or a tuple subclass). It raises `Unfit`, IndexError or UnicodeDecodeError
-        where fastavro must decide (see the module doc).
+        is ``tuple`` or a tuple subclass). It raises `Unfit`, IndexError, ValueError or
+        OverflowError where fastavro must decide (see the module doc).
     """
     fields = update_record.get("fields", [])
     if [f.get("name") for f in fields] != ["data", "time", "diff"]:
@@ -162,7 +212,16 @@ def compile_array_decoder(update_record: dict) -> ArrayDecoder | None:
             "    return out",
         ]
     )
-    namespace: dict[str, Any] = {"Unfit": Unfit}
+    namespace: dict[str, Any] = {
+        "Unfit": Unfit,
+        "NAN": NAN,
+        "unpack_double": struct.Struct("<d").unpack_from,
+        "unpack_float": struct.Struct("<f").unpack_from,
+        "date_fromordinal": datetime.date.fromordinal,
+        "timedelta": datetime.timedelta,
+        "EPOCH": datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc),
+        "EPOCH_NAIVE": datetime.datetime(1970, 1, 1),
+    }
     exec(compile(source, f"<update decoder {data.get('name', 'data')}>", "exec"), namespace)
     decode: ArrayDecoder = namespace["decode"]
     return decode

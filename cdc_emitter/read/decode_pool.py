@@ -31,7 +31,7 @@ import threading
 from collections import deque
 from typing import IO, TYPE_CHECKING, Any
 
-from cdc_emitter.protocol.updates import Progress
+from cdc_emitter.protocol.updates import NAN, Progress
 
 if TYPE_CHECKING:
     from cdc_emitter.protocol.codec import CdcCodec
@@ -84,6 +84,16 @@ def load_entries(payload: bytes) -> list[Entry]:
     if kind == b"P":
         return pickle.loads(body)
     raise ValueError(f"unknown payload kind {kind!r}")
+
+
+#: How a worker's NaN (always `NAN`, see `CdcCodec.decode`) looks in a marshal-ed and in a
+#: pickled result: a result without these bytes holds no NaN to make `NAN` again here.
+_NAN_BYTES = {b"M": struct.pack("<d", NAN), b"P": struct.pack(">d", NAN)}
+
+
+def _may_hold_nan(payload: bytes) -> bool:
+    pattern = _NAN_BYTES.get(payload[:1])
+    return pattern is None or pattern in payload
 
 
 def write_frame(stream: Any, payload: bytes) -> None:
@@ -217,7 +227,8 @@ class DecodePool:
             try:
                 payload = read_frame(self._workers[i].stdout)
                 if payload is not None:
-                    return self._fix_nan(load_entries(payload))
+                    entries = load_entries(payload)
+                    return self._fix_nan(entries) if _may_hold_nan(payload) else entries
                 self.broken = f"decode worker {i} exited with code {self._workers[i].proc.poll()}"
             except (OSError, EOFError, ValueError) as exc:
                 self.broken = f"decode worker {i} answered badly: {exc}"
