@@ -98,6 +98,8 @@ def command(name: str, args: argparse.Namespace, rounds: int) -> list[str]:
             "benchmarks/bench_verify.py",
             "--updates",
             str(args.verify_updates),
+            "--shapes",
+            args.verify_shapes,
             "--runs",
             str(rounds),
             "--memory",
@@ -400,6 +402,11 @@ def main() -> int:
         help="small: bench_small_batches.py --only (jvm,jvm-stream,jvm-executors,python)",
     )
     ap.add_argument("--verify-updates", type=int, default=1_000_000)
+    ap.add_argument(
+        "--verify-shapes",
+        default="kv,wide,nested",
+        help="row shapes of the verify benchmark's topics (bench_verify.py --shapes)",
+    )
     ap.add_argument("--codec-updates", type=int, default=500_000)
     ap.add_argument("--read-updates", type=int, default=2_000_000)
     ap.add_argument(
