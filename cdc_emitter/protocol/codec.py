@@ -38,7 +38,11 @@ from typing import Any, Literal, cast
 import fastavro
 
 from cdc_emitter.errors import BadInputError, ConfigError, DecodeError, SchemaError
-from cdc_emitter.protocol.flat_decode import compile_array_decoder
+from cdc_emitter.protocol.flat_decode import (
+    Columns,
+    compile_array_decoder,
+    compile_column_decoder,
+)
 from cdc_emitter.protocol.updates import NAN, Progress, Update
 
 NAMESPACE = "com.materialize.cdc"
@@ -435,6 +439,7 @@ class CdcCodec:
         )
         # update arrays of flat data of plain columns: read straight into tuples
         self._fast = compile_array_decoder(self.union[0]["items"])
+        self._columns = compile_column_decoder(self.union[0]["items"])
         #: Whether data can hold floats (NaN must then be made the one NAN object again after
         #: data crossed a process boundary).
         self.has_floats = any(t in json.dumps(self.data_schema) for t in ('"float"', '"double"'))
@@ -754,19 +759,64 @@ class CdcCodec:
         """
         return self._decode(value, tuple)
 
+    def _array_start(self, value: bytes | None) -> int | None:
+        """Where the update array of ``value`` starts, if it is one framed as this codec's and
+        written with this codec's schema (the case of the flat decoders); else None."""
+        skip = self._skip
+        if (
+            value
+            and len(value) > skip
+            and value[skip] == 0  # an update array
+            and (not skip or value[0] == 0)
+            and (self.writer_schemas is None or value[1:5] == self.frame[1:5])
+        ):
+            return skip + 1
+        return None
+
+    def decode_columns(self, value: bytes | None) -> Columns | list[tuple] | Progress:
+        """Decode one message as `decode_rows` does, an update array column by column when
+        its data is flat (see `cdc_emitter.protocol.flat_decode.ColumnDecoder`).
+
+        For a decoding process: `columns_to_rows` makes the rows again on the other side.
+
+        Args:
+            value: The message value; None for a tombstone.
+
+        Returns:
+            ``(times, diffs, columns)`` (a plain tuple), or what `decode_rows` returns.
+
+        Raises:
+            DecodeError: The value does not decode with this schema and framing.
+        """
+        columns, start = self._columns, self._array_start(value)
+        if columns is not None and start is not None:
+            try:
+                return columns.decode(cast(bytes, value), start)
+            except (IndexError, ValueError, OverflowError):  # Unfit is a ValueError
+                pass  # decoded as rows: the same values, or the error fastavro gives
+        return self.decode_rows(value)
+
+    def columns_to_rows(self, decoded: Columns, nan: bool = False) -> list[tuple]:
+        """The rows of what `decode_columns` gave as columns.
+
+        Args:
+            decoded: ``(times, diffs, columns)``.
+            nan: Whether a float column may hold NaNs that are not `NAN` (after ``marshal``).
+
+        Returns:
+            The ``(data, time, diff)`` tuples `decode_rows` gives for the same message.
+        """
+        if self._columns is None:
+            raise ValueError("this codec decodes no message column by column")
+        return self._columns.rows(decoded, nan)
+
     def _decode(self, value: bytes | None, row: type) -> list | Progress:
-        fast = self._fast
-        if fast is not None and value and len(value) > self._skip:
-            skip = self._skip
-            if (
-                value[skip] == 0  # an update array
-                and (not skip or value[0] == 0)
-                and (self.writer_schemas is None or value[1:5] == self.frame[1:5])
-            ):
-                try:
-                    return fast(value, skip + 1, row)
-                except (IndexError, ValueError, OverflowError):  # Unfit is a ValueError
-                    pass  # fastavro decides: the same value, or the error it always gave
+        fast, start = self._fast, self._array_start(value)
+        if fast is not None and start is not None:
+            try:
+                return fast(cast(bytes, value), start, row)
+            except (IndexError, ValueError, OverflowError):  # Unfit is a ValueError
+                pass  # fastavro decides: the same value, or the error it always gave
         branch, datum = self._body(value, self._array, self._progress)
         if branch == 2:
             try:

@@ -367,6 +367,9 @@ class CdcReader:
         start: The frontier the history starts at: times below it are taken as reported.
         strict: None, ``"exact"`` or ``"bloom"``: what is remembered of reported updates.
         bloom_error_rate: The Bloom filter's false-positive rate, for ``strict="bloom"``.
+        report_updates: False for a caller that wants the verdicts and the frontier only:
+            `push` then hands out no updates (each pair's list is empty), which saves making
+            an `Update` of each. Everything else is decided as with True.
 
     Raises:
         ValueError: ``strict`` is not one of `STRICT_MODES`.
@@ -380,7 +383,12 @@ class CdcReader:
     """
 
     def __init__(
-        self, start: int = 0, *, strict: Strict | None = None, bloom_error_rate: float = 0.001
+        self,
+        start: int = 0,
+        *,
+        strict: Strict | None = None,
+        bloom_error_rate: float = 0.001,
+        report_updates: bool = True,
     ):
         if strict is not None and strict not in STRICT_MODES:
             raise ValueError(
@@ -413,6 +421,7 @@ class CdcReader:
         else:
             self._memory = ExactMemory() if strict == "exact" else None
         self.strict = strict
+        self._report_updates = report_updates
         self.violations: list[Violation] = []
         self.messages = 0
         self.updates_received = 0
@@ -869,8 +878,9 @@ class CdcReader:
         """Hand out the updates held at ``time``, now reported."""
         at_time = self._pending.pop(time, None)
         if at_time:
-            # held as they arrived: Update objects, or plain (data, time, diff) tuples
-            finished.extend(map(_as_update, at_time.values()))
+            if self._report_updates:
+                # held as they arrived: Update objects, or plain (data, time, diff) tuples
+                finished.extend(map(_as_update, at_time.values()))
             self._held -= len(at_time)
             if self._memory is not None:
                 self._memory.remember(time, at_time)

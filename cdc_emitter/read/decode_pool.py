@@ -9,7 +9,9 @@ Workers are plain ``python -m cdc_emitter.read.decode_worker`` processes talking
 ``multiprocessing``: nothing of the caller's ``__main__`` is re-imported and no process is forked
 from one that runs librdkafka's threads. Frames on the pipes are an 8-byte length and a payload;
 results are ``marshal``-ed (five times cheaper to load than decoding), or pickled when the data
-holds values marshal does not know (decimals, dates, timestamps).
+holds values marshal does not know (decimals; dates and timestamps in nested data). Update
+arrays of flat data travel column by column, dates and timestamps as their longs, so they
+marshal; the pool makes them rows again, in C.
 
 Guarantees: results come back in submission order; a worker that dies or answers garbage does not
 lose a chunk — the pool stops and the chunks not yet answered are decoded in the calling process
@@ -31,29 +33,38 @@ import threading
 from collections import deque
 from typing import IO, TYPE_CHECKING, Any
 
-from cdc_emitter.protocol.updates import NAN, Progress
+from cdc_emitter.protocol.updates import NAN, Progress, canonical_nan
 
 if TYPE_CHECKING:
     from cdc_emitter.protocol.codec import CdcCodec
 
 _LENGTH = struct.Struct("<Q")
 
-#: Kinds of a decoded entry ``(kind, partition, offset, payload)``.
-ROWS, PROGRESS, UNDECODABLE = 0, 1, 2
+#: Kinds of a decoded entry ``(kind, partition, offset, payload)``; COLUMNS only between a
+#: worker and the pool, which makes them ROWS.
+ROWS, PROGRESS, UNDECODABLE, COLUMNS = 0, 1, 2, 3
 #: A decoded entry: ``(kind, partition, offset, payload)``, the payload as ``kind`` says.
 Entry = tuple[int, int, int, Any]
 
 
 def decode_chunk(
-    codec: CdcCodec, chunk: list[tuple[int, int, bytes | None]], *, rows: bool = True
+    codec: CdcCodec,
+    chunk: list[tuple[int, int, bytes | None]],
+    *,
+    rows: bool = True,
+    by_column: bool = False,
 ) -> list[Entry]:
     """Entries ``(kind, partition, offset, payload)`` for each ``(partition, offset, value)``.
 
     ``payload``: plain ``(data, time, diff)`` rows (``rows=False``: ``Update`` objects, for a
-    caller in this process), ``(lower, upper, counts)``, or the text of the decode error with
-    the value (for a caller that diagnoses it).
+    caller in this process; ``by_column``: columns where the codec reads them so, for a
+    worker), ``(lower, upper, counts)``, or the text of the decode error with the value (for a
+    caller that diagnoses it).
     """
-    decode = codec.decode_rows if rows else codec.decode
+    if by_column:
+        decode: Any = codec.decode_columns
+    else:
+        decode = codec.decode_rows if rows else codec.decode
     from cdc_emitter.errors import DecodeError
 
     out: list[Entry] = []
@@ -65,6 +76,8 @@ def decode_chunk(
             continue
         if isinstance(decoded, Progress):
             out.append((PROGRESS, partition, offset, tuple(decoded)))
+        elif decoded.__class__ is tuple:
+            out.append((COLUMNS, partition, offset, decoded))
         else:
             out.append((ROWS, partition, offset, decoded))
     return out
@@ -227,24 +240,26 @@ class DecodePool:
             try:
                 payload = read_frame(self._workers[i].stdout)
                 if payload is not None:
-                    entries = load_entries(payload)
-                    return self._fix_nan(entries) if _may_hold_nan(payload) else entries
+                    return self._as_rows(load_entries(payload), _may_hold_nan(payload))
                 self.broken = f"decode worker {i} exited with code {self._workers[i].proc.poll()}"
             except (OSError, EOFError, ValueError) as exc:
                 self.broken = f"decode worker {i} answered badly: {exc}"
         return decode_chunk(self._codec, chunk)
 
-    def _fix_nan(self, entries: list[Entry]) -> list[Entry]:
-        if not self._codec.has_floats:
-            return entries
-        from cdc_emitter.protocol.updates import canonical_nan
-
-        return [
-            (kind, p, off, [(canonical_nan(d), t, x) for d, t, x in payload])
-            if kind == ROWS
-            else (kind, p, off, payload)
-            for kind, p, off, payload in entries
-        ]
+    def _as_rows(self, entries: list[Entry], nan: bool) -> list[Entry]:
+        """A worker's entries as decoding here gives them: columns as rows, and every NaN the
+        one `NAN` object again (``nan``: the result may hold one)."""
+        codec = self._codec
+        nan = nan and codec.has_floats
+        out = []
+        for entry in entries:
+            kind, p, off, payload = entry
+            if kind == COLUMNS:
+                entry = (ROWS, p, off, codec.columns_to_rows(payload, nan))
+            elif kind == ROWS and nan:
+                entry = (ROWS, p, off, [(canonical_nan(d), t, x) for d, t, x in payload])
+            out.append(entry)
+        return out
 
     def close(self) -> None:
         for worker in self._workers:

@@ -38,7 +38,8 @@ def main() -> int:
         frame = read_frame(stdin)
         if frame is None:
             return 0
-        write_frame(stdout, dump_entries(decode_chunk(codec, marshal.loads(frame))))
+        chunk = marshal.loads(frame)
+        write_frame(stdout, dump_entries(decode_chunk(codec, chunk, by_column=True)))
 
 
 if __name__ == "__main__":

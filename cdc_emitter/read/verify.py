@@ -295,7 +295,12 @@ def verify_topic(
 
     run = _Verification(
         codec,
-        CdcReader(start, strict=strict, bloom_error_rate=bloom_error_rate),
+        CdcReader(
+            start,
+            strict=strict,
+            bloom_error_rate=bloom_error_rate,
+            report_updates=keep_collection or keep_history,
+        ),
         keep_collection=keep_collection,
         keep_history=keep_history,
         warn_held=warn_held,

@@ -3,7 +3,9 @@ NaN the one `NAN` object again."""
 
 from __future__ import annotations
 
-from cdc_emitter.protocol import NAN, Progress, Update
+import datetime
+
+from cdc_emitter.protocol import NAN, Progress, Update, canonical_nan
 from cdc_emitter.protocol.codec import CdcCodec
 from cdc_emitter.read.decode_pool import ROWS, DecodePool, decode_chunk
 
@@ -36,3 +38,42 @@ def test_workers_give_what_decoding_here_gives_nan_included():
     assert kind == ROWS
     assert rows[0][0][1] is NAN  # one NaN object: equal data are equal
     assert str(rows[1][0][1]) == "0.0"
+
+
+def test_dates_and_timestamps_come_back_as_decoding_here_gives_them():
+    stamp = {"type": "long", "logicalType": "timestamp-micros"}
+    day = {"type": "int", "logicalType": "date"}
+    schema = {
+        "type": "record",
+        "name": "data",
+        "fields": [
+            {"name": "k", "type": "long"},
+            {"name": "at", "type": ["null", stamp]},
+            {"name": "day", "type": day},
+            {"name": "x", "type": "double"},
+        ],
+    }
+    codec = CdcCodec(schema, framing="raw")
+    epoch = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
+    updates = [
+        Update(
+            (
+                k,
+                None if k % 7 == 0 else epoch + datetime.timedelta(microseconds=k * 999_999),
+                datetime.date(2026, 1, 1) + datetime.timedelta(days=k % 400),
+                float("nan") if k % 5 == 0 else -k / 3,
+            ),
+            k % 3,
+            1,
+        )
+        for k in range(2000)
+    ]
+    chunk = [(0, i, v) for i, v in enumerate(codec.encode_updates(updates))]
+    with DecodePool(codec, 1) as pool:
+        pool.submit(chunk)
+        got = pool.next_result()
+        assert pool.broken is None
+    assert got == decode_chunk(codec, chunk)
+    assert [u for _k, _p, _o, rows in got for u in rows] == [
+        (canonical_nan(d), t, x) for d, t, x in updates
+    ]

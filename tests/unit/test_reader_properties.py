@@ -286,12 +286,17 @@ def test_counting_reader_decides_as_the_reader_does(messages, strict):
 )
 def test_a_message_taken_whole_is_judged_as_update_by_update(messages, strict):
     """Lists take the whole-message path where they can; tuples always take the loop. After
-    every message both readers agree on everything, in the same order."""
+    every message both readers agree on everything, in the same order; a reader that reports
+    no updates agrees on the rest."""
     whole, one_by_one = CdcReader(strict=strict), CdcReader(strict=strict)
+    verdicts_only = CdcReader(strict=strict, report_updates=False)
     for index, message in enumerate(messages):
         as_tuple = message if isinstance(message, Progress) else tuple(message)
         got = whole.push(message, partition=0, offset=index)
         expected = one_by_one.push(as_tuple, partition=0, offset=index)
+        bare = verdicts_only.push(message, partition=0, offset=index)
+        assert bare == [([], f) for _u, f in expected]
+        assert verdicts_only.violations == one_by_one.violations
         assert [(sorted(map(repr, u)), f) for u, f in got] == [
             (sorted(map(repr, u)), f) for u, f in expected
         ]
