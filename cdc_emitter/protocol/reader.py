@@ -634,7 +634,7 @@ class CdcReader:
                 return False
             (time,) = times
             reported = self._reported
-            if time.__class__ is not int or reported is None or time < reported:
+            if time.__class__ is not int or time < 0 or reported is None or time < reported:
                 return False
             diffs = set(map(_DIFF, updates))
             if 0 in diffs or any(d.__class__ is not int for d in diffs):
