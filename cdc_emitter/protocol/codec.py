@@ -38,7 +38,7 @@ from typing import Any, Literal, cast
 import fastavro
 
 from cdc_emitter.errors import BadInputError, ConfigError, DecodeError, SchemaError
-from cdc_emitter.protocol.flat_decode import (
+from cdc_emitter.protocol.fast_decode import (
     Columns,
     compile_array_decoder,
     compile_column_decoder,
@@ -775,7 +775,7 @@ class CdcCodec:
 
     def decode_columns(self, value: bytes | None) -> Columns | list[tuple] | Progress:
         """Decode one message as `decode_rows` does, an update array column by column when
-        its data is flat (see `cdc_emitter.protocol.flat_decode.ColumnDecoder`).
+        its data is flat (see `cdc_emitter.protocol.fast_decode.ColumnDecoder`).
 
         For a decoding process: `columns_to_rows` makes the rows again on the other side.
 
