@@ -437,12 +437,26 @@ class CdcCodec:
         self._plain = all(
             isinstance(f["type"], str) and f["type"] in comparable for f in data_parsed["fields"]
         )
-        # update arrays of flat data of plain columns: read straight into tuples
-        self._fast = compile_array_decoder(self.union[0]["items"])
-        self._columns = compile_column_decoder(self.union[0]["items"])
+        self._compile_decoders()
         #: Whether data can hold floats (NaN must then be made the one NAN object again after
         #: data crossed a process boundary).
         self.has_floats = any(t in json.dumps(self.data_schema) for t in ('"float"', '"double"'))
+
+    def _compile_decoders(self) -> None:
+        """The decoders generated for this layout (protocol/fast_decode), or None."""
+        self._fast = compile_array_decoder(self.union[0]["items"])
+        self._columns = compile_column_decoder(self.union[0]["items"])
+
+    def __getstate__(self) -> dict[str, Any]:
+        # generated code does not pickle: the decoders are made again where the codec lands
+        # (a Spark Python data source's reader, a worker)
+        state = dict(self.__dict__)
+        del state["_fast"], state["_columns"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._compile_decoders()
 
     # -- encoding -------------------------------------------------------------------------
 

@@ -4,7 +4,9 @@ damage); column by column for a decode worker, the same rows again."""
 
 from __future__ import annotations
 
+import copy
 import datetime
+import decimal
 import io
 import marshal
 
@@ -332,3 +334,24 @@ def test_a_timestamp_out_of_python_s_range_is_the_codec_s_error_by_column_too():
         codec.decode_rows(value)
     with pytest.raises(DecodeError):
         codec.decode_columns(value)
+
+
+def test_a_codec_travels_without_its_generated_code():
+    """A codec goes by cloudpickle to a Spark Python data source's reader: its generated
+    decoders (which do not pickle) stay behind and are made again where it lands."""
+    money = {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}
+    tags = {"type": "array", "items": ["null", "string"]}
+    fields = [{"name": "m", "type": money}, {"name": "t", "type": tags}]
+    codec = CdcCodec({"type": "record", "name": "data", "fields": fields})
+    generated = [
+        name
+        for name, value in codec.__getstate__().items()
+        if getattr(getattr(value, "__code__", None), "co_filename", "") == "<update decoder>"
+        or type(value).__name__ == "ColumnDecoder"
+    ]
+    assert generated == []
+    again = copy.deepcopy(codec)  # through __getstate__ and __setstate__, as pickle goes
+    update = Update((decimal.Decimal("1.25"), ("a", None)), 3, 1)
+    message = codec.encode_updates([update])[0]
+    assert again.decode(message) == codec.decode(message) == [update]
+    assert again.decode_columns(message) == codec.decode_columns(message)
