@@ -775,7 +775,7 @@ class CdcCodec:
 
     def _array_start(self, value: bytes | None) -> int | None:
         """Where the update array of ``value`` starts, if it is one framed as this codec's and
-        written with this codec's schema (the case of the flat decoders); else None."""
+        written with this codec's schema (what the generated decoders read); else None."""
         skip = self._skip
         if (
             value
@@ -788,8 +788,8 @@ class CdcCodec:
         return None
 
     def decode_columns(self, value: bytes | None) -> Columns | list[tuple] | Progress:
-        """Decode one message as `decode_rows` does, an update array column by column when
-        its data is flat (see `cdc_emitter.protocol.fast_decode.ColumnDecoder`).
+        """Decode one message as `decode_rows` does, an update array column by column where
+        its layout allows (see `cdc_emitter.protocol.fast_decode.ColumnDecoder`).
 
         For a decoding process: `columns_to_rows` makes the rows again on the other side.
 
@@ -806,7 +806,7 @@ class CdcCodec:
         if columns is not None and start is not None:
             try:
                 return columns.decode(cast(bytes, value), start)
-            except (IndexError, ValueError, OverflowError):  # Unfit is a ValueError
+            except Exception:  # Unfit, or anything a logical reader raised on odd bytes
                 pass  # decoded as rows: the same values, or the error fastavro gives
         return self.decode_rows(value)
 
@@ -829,7 +829,7 @@ class CdcCodec:
         if fast is not None and start is not None:
             try:
                 return fast(cast(bytes, value), start, row)
-            except (IndexError, ValueError, OverflowError):  # Unfit is a ValueError
+            except Exception:  # Unfit, or anything a logical reader raised on odd bytes
                 pass  # fastavro decides: the same value, or the error it always gave
         branch, datum = self._body(value, self._array, self._progress)
         if branch == 2:
