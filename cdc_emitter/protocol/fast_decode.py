@@ -341,8 +341,8 @@ def compile_array_decoder(update_record: dict) -> ArrayDecoder | None:
     Returns:
         ``decode(buf, pos, row)``: the updates of the array at ``pos``, each built as
         ``row.__new__(row, (data, time, diff))`` with ``data`` a tuple in field order (``row``
-        is ``tuple`` or a tuple subclass). It raises `Unfit`, IndexError, ValueError or
-        OverflowError where fastavro must decide (see the module doc).
+        is ``tuple`` or a tuple subclass). It raises where fastavro must decide (see the
+        module doc).
     """
     fields = _data_fields(update_record)
     return None if fields is None else cast("ArrayDecoder | None", _compile(fields, False))
@@ -430,7 +430,7 @@ class ColumnDecoder:
         """The array at ``pos`` of ``buf``, column by column.
 
         Raises:
-            Unfit: As `compile_array_decoder`'s function (also IndexError, ValueError), and
+            Unfit: As `compile_array_decoder`'s function (which may raise others too), and
                 for a date or timestamp outside Python's range.
         """
         times, diffs, cols = self._decode(buf, pos)

@@ -10,8 +10,8 @@ Workers are plain ``python -m cdc_emitter.read.decode_worker`` processes talking
 from one that runs librdkafka's threads. Frames on the pipes are an 8-byte length and a payload;
 results are ``marshal``-ed (five times cheaper to load than decoding), or pickled when the data
 holds values marshal does not know (decimals; dates and timestamps in nested data). Update
-arrays of flat data travel column by column, dates and timestamps as their longs, so they
-marshal; the pool makes them rows again, in C.
+arrays whose values are all plain travel column by column, top-level dates and timestamps as
+their longs, so they marshal; the pool makes them rows again, in C.
 
 Guarantees: results come back in submission order; a worker that dies or answers garbage does not
 lose a chunk — the pool stops and the chunks not yet answered are decoded in the calling process
