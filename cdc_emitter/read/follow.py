@@ -36,7 +36,8 @@ from cdc_emitter.protocol.headers import marks_updates
 from cdc_emitter.protocol.reader import CdcReader
 from cdc_emitter.protocol.updates import Update, Violation
 
-#: How long `advance` waits for a message once the topic has gone quiet.
+#: How long `advance` waits for a message once the topic has gone quiet (at most until its
+#: ``max_seconds`` are up).
 IDLE_WAIT = 0.2
 #: Records taken from the consumer per poll.
 POLL_RECORDS = 2000
@@ -102,7 +103,7 @@ class TopicFollower:
 
         Args:
             max_seconds: The most time spent reading; it stops sooner once the topic is quiet
-                for `IDLE_WAIT` seconds.
+                for `IDLE_WAIT` seconds (or for what is left of ``max_seconds``, if less).
             until: Stop reading once the frontier reaches this time (for a replay).
 
         Returns:
@@ -117,10 +118,11 @@ class TopicFollower:
             raise self._failed
         deadline = time.monotonic() + max_seconds
         self.caught_up = False
-        while time.monotonic() < deadline:
+        while (left := deadline - time.monotonic()) > 0:
             if until is not None and _reached(self.frontier, until):
                 break
-            records = self._scan.poll(IDLE_WAIT, POLL_RECORDS, self._keep_headers)
+            # never past the deadline: a time proven meanwhile is handed out on time
+            records = self._scan.poll(min(IDLE_WAIT, left), POLL_RECORDS, self._keep_headers)
             if not records and not self._scan.pending:
                 self.caught_up = True  # quiet: the end of what the topic holds now
                 break
