@@ -8,7 +8,7 @@ import random
 import fastavro
 import pyarrow as pa
 
-from cdc_emitter.protocol.arrow_avro import encode_records, supported
+from cdc_emitter.protocol.arrow_avro import SMALL_BLOCK, encode_records, long_block, supported
 
 FIELDS = [
     ("l", pa.int64(), "long", True),
@@ -93,3 +93,37 @@ def test_sliced_arrays_and_empty():
     assert bytes(buf) == b"\x00\x02\x02" + b"\x02\x06bcd\x04\x02" + b"\x02\x00\x06\x02"
     buf, ends = encode_records([pa.array([], pa.int64())] * 3, [False] * 3)
     assert len(buf) == 0 and len(ends) == 0
+
+
+def test_a_block_of_longs_is_fastavros_bytes_either_side_of_the_small_size():
+    """`long_block` writes up to `SMALL_BLOCK` rows in plain Python and more with numpy: both
+    give fastavro's bytes, for single longs and for records of two, and refuse what is not a
+    plain long."""
+    rng = random.Random(7)
+    longs = fastavro.parse_schema({"type": "array", "items": "long"})
+    pairs = fastavro.parse_schema(
+        {
+            "type": "array",
+            "items": {
+                "type": "record",
+                "name": "pair",
+                "fields": [{"name": "a", "type": "long"}, {"name": "b", "type": "long"}],
+            },
+        }
+    )
+
+    def value() -> int:
+        return rng.choice([rng.randint(-(2**63), 2**63 - 1), rng.randint(-200, 200), 0])
+
+    for n in (1, 2, SMALL_BLOCK - 1, SMALL_BLOCK, SMALL_BLOCK + 1, 3 * SMALL_BLOCK):
+        singles = [value() for _ in range(n)]
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, longs, singles)
+        assert long_block(singles) == buf.getvalue(), n
+        records = [(value(), value()) for _ in range(n)]
+        buf = io.BytesIO()
+        fastavro.schemaless_writer(buf, pairs, [{"a": a, "b": b} for a, b in records])
+        assert long_block(records) == buf.getvalue(), n
+    for bad in ([True], [2**63], [-(2**63) - 1], [(1, 2), (3,)], [1, (2, 3)], [1.0]):
+        assert long_block(bad) is None, bad
+        assert long_block(bad * (SMALL_BLOCK + 1)) is None, bad
