@@ -95,6 +95,7 @@ class SinkLog:
         self._dir = self._Path(self.location)
         self._fs = self._dir.getFileSystem(spark._jsc.hadoopConfiguration())
         self._jvm = jvm
+        self._listed = False  # whether a put has pruned by listing the directory (see put)
 
     def _path(self, batch_id: int):
         return self._Path(self._dir, str(int(batch_id)))
@@ -124,7 +125,8 @@ class SinkLog:
         existing = self.get(entry.batch_id)
         if existing is not None:
             return existing
-        self._fs.mkdirs(self._dir)
+        if not self._listed:
+            self._fs.mkdirs(self._dir)
         tmp = self._Path(self._dir, f".{entry.batch_id}.{uuid.uuid4().hex}.tmp")
         out = self._fs.create(tmp, True)
         try:
@@ -139,7 +141,14 @@ class SinkLog:
             if existing is None:
                 raise CdcError(f"cannot write sink log record {self.location}/{entry.batch_id}")
             return existing
-        self.prune(entry.batch_id)
+        if self._listed:
+            # a query's batch ids go up one by one: the record that leaves the newest `keep` is
+            # this one's `keep`-th before it. Listing the directory instead costs a JVM round
+            # trip per record: about 100 ms a batch once `keep` records are there.
+            self._fs.delete(self._path(entry.batch_id - self.keep), False)
+        else:  # the first record of this process: whatever an earlier run left, by listing
+            self.prune()
+            self._listed = True
         return entry
 
     def batch_ids(self) -> list[int]:
@@ -156,8 +165,8 @@ class SinkLog:
         ids = self.batch_ids()
         return self.get(ids[-1]) if ids else None
 
-    def prune(self, newest: int | None = None) -> None:
-        """Delete records older than the newest ``keep`` batch ids (and stray temp files)."""
+    def prune(self) -> None:
+        """Delete the records older than the newest ``keep`` batch ids."""
         ids = self.batch_ids()
         if len(ids) <= self.keep:
             return
