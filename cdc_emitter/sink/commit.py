@@ -3,8 +3,9 @@
 
 Guarantees:
 
-- the first record of a batch id in the sink log wins; a batch that finds another interval
-  recorded there fails (`CdcError`) before any update is written;
+- the first record of a batch id in the sink log wins; another interval recorded there fails
+  the sink's next batch (or ``close``) with `CdcError`. The record is made once the batch's
+  claim and updates are in the topic, so a re-run that finds none finds the claim there;
 - a statement counting more times than one message holds is written as several that tile the
   interval, each naming the batch's interval; the digest goes on the last, so a re-run finds
   one only when every statement of its first attempt is in the topic.
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections.abc import Callable
 
 from cdc_emitter.errors import CdcError
 from cdc_emitter.protocol.headers import (
@@ -32,6 +35,7 @@ from cdc_emitter.protocol.updates import progress_from_counts, split_progress
 from cdc_emitter.sink.batch import Batch, Checked, Written
 from cdc_emitter.sink.digest import format_digest
 from cdc_emitter.sink.log import DataFrameSinkLog, SinkLog, SinkLogEntry
+from cdc_emitter.spark.errors import spark_error_text
 
 log = logging.getLogger("cdc_emitter.sink")  # CdcSink's logger: one name for the sink's lines
 
@@ -54,6 +58,58 @@ def record_interval(
             f"{batch.what}: the sink log already records interval "
             f"[{kept.lower}, {kept.upper}) for this batch; retry the batch"
         )
+
+
+class PendingRecord:
+    """A batch's interval being recorded in the sink log by a thread of its own
+    (`record_later`); `wait` joins it and raises what it raised."""
+
+    def __init__(self, record: Callable[[], None], name: str) -> None:
+        self._error: BaseException | None = None
+        # not a daemon: a process that ends right after its last batch still records it
+        self._thread = threading.Thread(target=self._run, args=(record,), name=name)
+        self._thread.start()
+
+    def _run(self, record: Callable[[], None]) -> None:
+        try:
+            record()
+        except BaseException as exc:  # noqa: BLE001 - kept for `wait` to raise
+            self._error = exc
+
+    def wait(self) -> None:
+        """Wait until the record is written.
+
+        Raises:
+            CdcError: The record could not be written, or another interval was recorded.
+        """
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+
+def record_later(
+    sinklog: SinkLog | DataFrameSinkLog | None, batch: Batch, upper: int | None, topic: str
+) -> PendingRecord | None:
+    """`record_interval` in a thread of its own, for a batch whose claim and updates are in
+    the topic: the batch returns without waiting for the file system (a record took 18 ms on
+    a local disk, more on an object store). The sink waits for it before its next batch, so at
+    most the last batch's record can be missing after a crash — and a re-run that finds none
+    finds its claim in the topic instead. None when there is nothing to record."""
+    if sinklog is None or batch.recorded is not None or batch.batch_id is None:
+        return None
+
+    def record() -> None:
+        try:
+            record_interval(sinklog, batch, upper, topic)
+        except CdcError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - raised by the next batch: name this one
+            raise CdcError(
+                f"{batch.what}: its interval could not be recorded in the sink log "
+                f"{sinklog.location}: {spark_error_text(exc)}"
+            ) from exc
+
+    return PendingRecord(record, f"cdc-emitter sink log: {batch.what}")
 
 
 def times_per_statement(max_message_bytes: int) -> int:

@@ -88,21 +88,21 @@ class DriverPath:
     def check(
         self,
         df: DataFrame,
-        prepared: DataFrame,
+        prepared: DataFrame | None,
         spark: SparkSession,
         batch: Batch,
-        *,
-        consolidated: bool,
     ) -> Known | None:
         """The batch checked and consolidated on the driver, ready to produce; None when the
         driver cannot take it (then nothing was written, and the caller writes it by the
         distributed path).
 
-        ``df``: the input as given; ``prepared``: its data columns, time and diff.
-        ``consolidated``: the Spark job checks ``prepared`` and consolidates it first, and only
-        the updates come to the driver; a bad row fails that job."""
+        ``df``: the input as given. ``prepared``: its data columns, time and diff, for the
+        updates form: the Spark job checks ``prepared`` and consolidates it first, and only the
+        updates come to the driver (a bad row fails that job). None: the rows form, every row
+        of ``df`` comes to the driver."""
+        consolidated = prepared is not None
         try:
-            if consolidated:  # at most one update over the limit comes back: then too many
+            if prepared is not None:  # at most one update over the limit comes back: then too many
                 plan = self.plan(spark, batch)
                 updates = plan.updates(
                     prepared, self.row_checks(batch), one_time=batch.time is not None

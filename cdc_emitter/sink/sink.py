@@ -385,6 +385,9 @@ class CdcSink:
         self._update_partitions: list[int] | None = None  # where update messages go (see Batch)
         self._schema_checked: str | None = None  # the data schema found compatible with the topic
         self._sinklog: SinkLog | DataFrameSinkLog | None = None
+        self._recording: commit.PendingRecord | None = None  # the last batch's sink log record
+        # ((schema text, schema id), codec) of the last batch: see _codec
+        self._last_codec: tuple[tuple[str, int], CdcCodec] | None = None
         self._query_id: str | None = None  # Spark Connect: from the checkpoint (see _writer)
         self._producer: CdcProducer | None = None  # progress statements' (see _driver_producer)
         self._topic_offsets: TopicOffsets | None = None  # end offsets and tail (see _offsets)
@@ -550,6 +553,7 @@ class CdcSink:
         checked, its progress statement claimed, then its updates written (the module
         docstring's steps)."""
         self._clock = PhaseClock()
+        self._wait_for_record()
         spark = df.sparkSession
         df = layout.without_collations(df)
         cols = layout.layout_of(
@@ -557,7 +561,7 @@ class CdcSink:
         )
         if self.registry is not None and cols.schema_text in self._registered:
             self.schema_id = self._registered[cols.schema_text]
-        codec = self._codec(cols.avro_data)
+        codec = self._codec(cols)
         self._ensure_topic()
         writer = self._writer(spark, batch_id)
         sinklog = self._log(spark) if batch_id is not None else None
@@ -610,11 +614,9 @@ class CdcSink:
             update_partitions=self._update_partitions,
             redundant=self.redundant,
         )
-        # 2. the rows with their times and diffs (nothing is computed yet)
-        prepared = self._prepared(df, batch, encoder)
         self._clock.mark("plan")
         # 3. every row checked (a bad one raises: nothing written)
-        path, checked = self._check_rows(df, prepared, spark, batch, encoder)
+        path, checked = self._check_rows(df, spark, batch, encoder)
         # the batch's one time is the frontier it was decided from: another writer's claim
         # meanwhile moves it, and the batch is planned again rather than refused
         floats = (
@@ -655,7 +657,6 @@ class CdcSink:
     def _check_rows(
         self,
         df: DataFrame,
-        prepared: DataFrame,
         spark: SparkSession,
         batch: Batch,
         encoder: Encoder,
@@ -665,12 +666,15 @@ class CdcSink:
         driver after all — or by the Python path; return the JVM path taken and the batch."""
         path = self._next_path
         checked: Checked | None = None
+        prepared: DataFrame | None = None  # built only for a path that reads it
         if encoder == "jvm" and path != EXECUTORS and paths.small_layout(batch):
-            checked = self._driver_path().check(
-                df, prepared, spark, batch, consolidated=path == DRIVER_AFTER_EXECUTORS
-            )
+            if path == DRIVER_AFTER_EXECUTORS:
+                prepared = self._prepared(df, batch, encoder)
+            checked = self._driver_path().check(df, prepared, spark, batch)
         if checked is None:
             path = EXECUTORS
+            if prepared is None:
+                prepared = self._prepared(df, batch, encoder)
             if encoder == "jvm":  # counts and digest known before the claim
                 checked = self._distributed_path().check(prepared, spark, batch)
             else:
@@ -693,8 +697,9 @@ class CdcSink:
         floats: bool = False,
         resuming: bool = False,
     ) -> BatchResult:
-        """The checked batch's progress statement claimed (`_claim`), its interval recorded,
-        then its updates written: a re-run's compared with its first attempt first."""
+        """The checked batch's progress statement claimed (`_claim`), then its updates written,
+        then its interval recorded (in a thread: `commit.record_later`): a re-run's compared
+        with its first attempt first."""
         try:
             self._clock.mark("check")
             upper = self._upper(batch, close, checked.max_time)
@@ -713,8 +718,6 @@ class CdcSink:
                 self._unfinished = self._unfinished._replace(confirmed=True)
             if claim.lower != batch.lower:  # written after another writer's batch
                 batch = dataclasses.replace(batch, lower=claim.lower)
-            if claim.kind == "new":
-                commit.record_interval(sinklog, batch, claim.upper, self.topic)
             try:
                 written = checked.write()
             except BaseException:
@@ -722,6 +725,8 @@ class CdcSink:
                 raise
             if batch.batch_id is None:
                 self._unfinished = None
+            if claim.kind == "new":  # after the updates, off the batch's time (see record_later)
+                self._recording = commit.record_later(sinklog, batch, claim.upper, self.topic)
         finally:
             checked.release()
         if {t: n for t, n in written.counts.items() if n} != {t: n for t, n in now[1] if n}:
@@ -991,14 +996,21 @@ class CdcSink:
         )
         self._topic_checked = True
 
-    def _codec(self, avro_data: dict) -> CdcCodec:
-        return CdcCodec(
-            avro_data,
-            framing=self.framing,
-            schema_id=self.schema_id,
-            max_message_bytes=self.max_message_bytes,
-            writer_schemas=None if self.registry is None else self.registry.data_schema,
-        )
+    def _codec(self, cols: Layout) -> CdcCodec:
+        """The codec of the batch's data schema under the sink's schema id: the last batch's
+        when both are the same (a codec takes about 5 ms to build: its Avro schemas parsed, its
+        decoders generated — a tenth of a small streaming batch's own work)."""
+        key = (cols.schema_text, self.schema_id)
+        if self._last_codec is None or self._last_codec[0] != key:
+            codec = CdcCodec(
+                cols.avro_data,
+                framing=self.framing,
+                schema_id=self.schema_id,
+                max_message_bytes=self.max_message_bytes,
+                writer_schemas=None if self.registry is None else self.registry.data_schema,
+            )
+            self._last_codec = (key, codec)
+        return self._last_codec[1]
 
     def _check_topic_schema(self, state: TopicFrontier, cols: Layout, codec: CdcCodec) -> CdcCodec:
         """Check the batch's data schema against the topic's (`topic.schema_changes`) and, with
@@ -1017,7 +1029,7 @@ class CdcSink:
                 self.registry, self.topic, cols.avro_data, evolves
             )
             self._registered[cols.schema_text] = self.schema_id
-            codec = self._codec(cols.avro_data)
+            codec = self._codec(cols)
         self._schema_checked = cols.schema_text
         return codec
 
@@ -1263,8 +1275,16 @@ class CdcSink:
         self._carried = None
         self.close()
 
+    def _wait_for_record(self) -> None:
+        """Wait until the last batch's interval is in the sink log (see `commit.record_later`)."""
+        pending, self._recording = self._recording, None
+        if pending is not None:
+            pending.wait()
+
     def close(self) -> None:
-        """Release the driver's Kafka clients (the sink can still be used: new ones are made)."""
+        """Wait for the last batch's sink log record, and release the driver's Kafka clients
+        (the sink can still be used: new ones are made)."""
+        self._wait_for_record()
         producer, self._producer = self._producer, None
         offsets, self._topic_offsets = self._topic_offsets, None
         claims, self._claims = self._claims, None

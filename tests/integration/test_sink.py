@@ -1707,6 +1707,53 @@ def test_sink_log_put_get_prune(spark, tmp_path):
     assert log.latest().batch_id == 4
     closed = log.put(SinkLogEntry(5, 10, None, None, "w", "t"))
     assert SinkLog(spark, f"file://{tmp_path}/checkpoint").get(5) == closed
+    assert log.batch_ids() == [3, 4, 5]
+    # another process's log: its first record prunes by listing what the last one left, each
+    # later one drops the record that falls out of the newest `keep`
+    again = SinkLog(spark, f"file://{tmp_path}/checkpoint", keep=2)
+    again.put(SinkLogEntry(6, 12, 14, 13, "w", "t"))
+    assert again.batch_ids() == [5, 6]
+    again.put(SinkLogEntry(7, 14, 16, 15, "w", "t"))
+    assert again.batch_ids() == [6, 7]
+
+
+def test_a_sink_log_record_written_after_its_batch_fails_the_next_batch_if_it_fails(
+    spark, kafka_bootstrap, topic_factory, tmp_path, monkeypatch
+):
+    """A batch's sink log record is written by a thread after the batch returns: one that fails
+    fails the sink's next batch, naming its own; a re-run of the batch without a record finds
+    its claim in the topic and writes it again under it."""
+    from cdc_emitter.errors import CdcError
+    from cdc_emitter.sink.log import SinkLog
+
+    topic, checkpoint = topic_factory(1), f"file://{tmp_path}/checkpoint"
+    df = spark.createDataFrame([(1, "a"), (2, "b")], "k long, v string")
+    put = SinkLog.put
+
+    def disk_full(self, entry):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(SinkLog, "put", disk_full)
+    # a writer id, as a restarted query's own: stable across sinks
+    sink = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint, writer_id="query-1")
+    first = sink(df, 0)
+    assert (first.lower, first.upper, first.reused) == (0, 1, False)
+    monkeypatch.setattr(SinkLog, "put", put)
+    with pytest.raises(CdcError) as raised:
+        sink(df, 1)
+    assert str(raised.value).startswith(
+        f"topic {topic!r} batch 0: its interval could not be recorded in the sink log "
+        f"{checkpoint}/cdc-emitter-sink: disk full"
+    ), str(raised.value)
+    assert SinkLog(spark, checkpoint).get(0) is None
+    again = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint, writer_id="query-1")(
+        df, 0
+    )
+    assert (again.lower, again.upper, again.reused) == (0, 1, True)
+    codec = CdcCodec(data_schema(df.schema))
+    history, frontier, violations, _reader = read_history(kafka_bootstrap, topic, codec)
+    assert (frontier, violations) == ((1,), [])
+    assert history == as_history([((1, "a"), 0, 1), ((2, "b"), 0, 1)])
 
 
 def test_bucket_labels_go_each_to_a_task_of_their_own(spark):

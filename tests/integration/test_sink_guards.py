@@ -446,7 +446,9 @@ def test_a_claim_in_doubt_is_looked_for_and_the_batch_goes_on(
 
     monkeypatch.setattr(ClaimProducer, "commit", commit_in_doubt)
     if streamed:
-        result = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint)(df, 0)
+        sink = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint)
+        result = sink(df, 0)
+        sink.close()  # its record is written by a thread: closing waits for it
         entry = SinkLog(spark, checkpoint).get(0)
         assert entry is not None and (entry.lower, entry.upper) == (0, 1)
     else:
