@@ -10,6 +10,10 @@ this runner keeps, for every ratio, the figure of each round and its min / media
   and the floor (the consolidation to Spark's ``noop`` sink) — ``bench_sink.py``;
 * ``small``: small batches through ``CdcSink.write`` and as a ``foreachBatch`` function against
   ``to_avro`` + Spark's Kafka sink — ``bench_small_batches.py``;
+* ``streaming``: a streaming query (the ``rate`` source, a 1-second trigger) through ``CdcSink``
+  as its ``foreachBatch`` function against ``to_avro`` + Spark's Kafka sink: each micro-batch's
+  ``triggerExecution``, and how soon a consumer has a row (ours: its time proven complete) —
+  ``bench_streaming.py``;
 * ``verify``: the verifying consumer against a plain consume-and-decode loop —
   ``bench_verify.py``;
 * ``codec``: the CDC codec against fastavro with the full union schema — ``bench_codec.py``;
@@ -57,11 +61,13 @@ sys.path.insert(0, str(HERE))
 
 from benchkit import kafka  # noqa: E402
 
-BENCHMARKS = ("sink", "small", "verify", "codec", "read", "freshness")
-NEEDS_KAFKA = {"sink", "small", "verify", "read", "freshness"}
+BENCHMARKS = ("sink", "small", "streaming", "verify", "codec", "read", "freshness")
+NEEDS_KAFKA = {"sink", "small", "streaming", "verify", "read", "freshness"}
 TITLES = {
     "sink": "Sink, one big batch: input rows/s against the peers (higher is better)",
     "small": "Sink, small batches: seconds per batch against Spark's Kafka sink (lower is better)",
+    "streaming": "Sink in a streaming query: a micro-batch's time and a row's latency against "
+    "Spark's Kafka sink (lower is better)",
     "verify": "Verifying consumer: updates/s against a plain consume-and-decode loop "
     "(higher is better)",
     "codec": "Codec: updates/s against fastavro with the full union schema (higher is better)",
@@ -92,6 +98,16 @@ def command(name: str, args: argparse.Namespace, rounds: int) -> list[str]:
             str(rounds),
             "--only",
             args.small_contenders,
+        ]
+    if name == "streaming":
+        return [
+            "benchmarks/bench_streaming.py",
+            "--rows-per-second",
+            str(args.streaming_rows),
+            "--batches",
+            str(args.streaming_batches),
+            "--rounds",
+            str(rounds),
         ]
     if name == "verify":
         return [
@@ -400,6 +416,12 @@ def main() -> int:
         "--small-contenders",
         default="jvm,jvm-stream",
         help="small: bench_small_batches.py --only (jvm,jvm-stream,jvm-executors,python)",
+    )
+    ap.add_argument(
+        "--streaming-rows", type=int, default=200, help="streaming: the rate source's rows/s"
+    )
+    ap.add_argument(
+        "--streaming-batches", type=int, default=20, help="streaming: measured batches a round"
     )
     ap.add_argument("--verify-updates", type=int, default=1_000_000)
     ap.add_argument(
