@@ -36,9 +36,10 @@ Attach it to a streaming query with ``writeStream.foreachBatch(CdcSink(...))``, 
    claim in between. Another writer's claim meanwhile moves the batch after it when its times
    allow, or fails it (`ConcurrentWriterError`, naming that writer and batch) with nothing
    written; a redundant writer's batch equal to a claim already there writes no statement.
-   Then the interval is recorded in the sink log (when there is a checkpoint location).
 5. **The update arrays are written** and acknowledged (``acks=all``), inside the batch's own
    claimed interval: a delivery error fails the batch, and a retry writes the same updates.
+   Then the interval is recorded in the sink log (when there is a checkpoint location), by a
+   thread that the sink's next batch waits for (`cdc_emitter.sink.commit.record_later`).
 
 Readers wait for a claimed time until its counted updates are there: a writer that dies between
 its claim and its last update holds them up until it is restarted from its checkpoint (or a
@@ -569,7 +570,7 @@ class CdcSink:
         if self._schema_checked != cols.schema_text:  # once per sink and schema: a tail read
             state = self._learn_frontier()
             codec = self._check_topic_schema(state, cols, codec)
-        # 1. the interval, decided once: recorded, or from the topic's frontier
+        # 2. the interval, decided once: recorded, or from the topic's frontier
         decided = decide.decide_interval(
             sinklog,
             batch_id,
@@ -615,7 +616,8 @@ class CdcSink:
             redundant=self.redundant,
         )
         self._clock.mark("plan")
-        # 3. every row checked (a bad one raises: nothing written)
+        # 3. every row, with its time and diff, checked by the batch's path (a bad one raises:
+        # nothing written)
         path, checked = self._check_rows(df, spark, batch, encoder)
         # the batch's one time is the frontier it was decided from: another writer's claim
         # meanwhile moves it, and the batch is planned again rather than refused
