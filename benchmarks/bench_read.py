@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import benchkit  # noqa: E402
-from benchkit import kafka  # noqa: E402
+from benchkit import kafka, local_spark  # noqa: E402
 
 DATA = {
     "type": "record",
@@ -148,24 +148,15 @@ def main() -> int:
         "workers from scripts/spark-local)",
     )
     args = ap.parse_args()
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    from cdc_emitter import CdcSink, configure_spark
+    from cdc_emitter import CdcSink
     from cdc_emitter.kafka import ensure_topic
 
     with kafka() as bootstrap:
         topic = f"bench-read-{uuid.uuid4().hex[:8]}"
         ensure_topic(bootstrap, topic, create=True, partitions=args.partitions)
-        spark = (
-            configure_spark(SparkSession.builder.master("local[2]").appName("bench-read-write"))
-            .config("spark.ui.enabled", "false")
-            .config("spark.driver.memory", "4g")
-            .config("spark.ui.showConsoleProgress", "false")
-            .getOrCreate()
-        )
-        spark.sparkContext.setLogLevel("ERROR")
+        spark = local_spark("bench-read-write", {"spark.driver.memory": "4g"})
         per_batch = args.updates // args.batches
         began = time.perf_counter()
         sink = CdcSink(bootstrap, topic)

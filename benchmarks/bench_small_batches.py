@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -44,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchkit import SHAPES, kafka, ratio, shape_columns, write_json  # noqa: E402
+from benchkit import SHAPES, kafka, local_spark, ratio, shape_columns, write_json  # noqa: E402
 
 CONTENDERS = ("jvm", "jvm-stream", "jvm-executors", "python", "peer")
 
@@ -88,20 +87,10 @@ def main() -> int:
     only = set(args.only.split(",")) | {"peer"} if args.only else None
     if only and only - set(CONTENDERS):
         ap.error(f"--only: unknown contenders {sorted(only - set(CONTENDERS))}")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    from cdc_emitter import CdcSink, configure_spark
+    spark = local_spark("bench-small-batches", {"spark.sql.shuffle.partitions": "2"})
+    from cdc_emitter import CdcSink
     from cdc_emitter.kafka import ensure_topic
 
-    spark = (
-        configure_spark(SparkSession.builder.master("local[2]").appName("bench-small-batches"))
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
     checkpoint = None
     try:
         with kafka() as bootstrap:

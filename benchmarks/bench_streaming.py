@@ -37,7 +37,6 @@ import bisect
 import datetime as dt
 import json
 import multiprocessing
-import os
 import shutil
 import statistics
 import sys
@@ -48,7 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchkit import SHAPES, kafka, ratio, shape_columns, write_json  # noqa: E402
+from benchkit import SHAPES, kafka, local_spark, ratio, shape_columns, write_json  # noqa: E402
 
 #: Seconds a consumer is given, after its query stopped, to read what the query wrote.
 DRAIN_SECONDS = 5.0
@@ -124,23 +123,14 @@ def main() -> int:
     args = ap.parse_args()
     if args.batches < 1 or args.warmup < 1 or args.rounds < 1 or args.warmup_rounds < 0:
         ap.error("--batches, --warmup and --rounds must be at least 1, --warmup-rounds 0 or more")
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
+    spark = local_spark("bench-streaming", {"spark.sql.shuffle.partitions": "2"})
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import to_avro
 
-    from cdc_emitter import CdcSink, configure_spark
+    from cdc_emitter import CdcSink
     from cdc_emitter.kafka import ensure_topic
     from cdc_emitter.spark.schema import data_schema
 
-    spark = (
-        configure_spark(SparkSession.builder.master("local[2]").appName("bench-streaming"))
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
     work = Path(tempfile.mkdtemp(prefix="cdc-bench-streaming-"))
     context = multiprocessing.get_context("spawn")
     rounds: list[dict] = []

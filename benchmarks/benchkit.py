@@ -12,6 +12,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,28 @@ def kafka() -> Iterator[str]:
         yield out.stdout.strip().splitlines()[-1]
     finally:
         subprocess.run([str(KAFKA_LOCAL), "stop"], env=env, capture_output=True)
+
+
+def local_spark(app: str, conf: dict[str, str] | None = None):
+    """A ``local[2]`` Spark session with the sink's packages (`configure_spark`), its UI and
+    progress bar off and its log at ERROR, plus ``conf``; the Python of this process for its
+    workers."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    from cdc_emitter import configure_spark
+
+    builder = configure_spark(SparkSession.builder.master("local[2]").appName(app))
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        **(conf or {}),
+    }
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
 
 
 #: The benchmarks' row shapes (``--shape``).
