@@ -99,6 +99,8 @@ def _plain_longs(rows: Any) -> list[int] | None:
     """The longs of ``rows`` in order — ints, or tuples of ints all of one length — or None
     when any is something else (numpy ints, bools, beyond a long, ragged rows)."""
     width = len(rows[0]) if isinstance(rows[0], tuple) else None
+    if width == 0:
+        return None
     out: list[int] = []
     for row in rows:
         values = row if isinstance(row, tuple) else (row,)

@@ -83,8 +83,9 @@ class TopicFollower:
         self._ready: list[Update] = []  # proven, at or beyond `start`, not handed out yet
         self._headers: dict[tuple[int, int], list] = {}
         self._failed: ViolationError | None = None  # once broken, always: nothing more out
-        #: True when the last `advance` stopped because the topic was quiet: it had read
-        #: everything the topic held then
+        #: True when the last `advance` stopped because the topic was quiet: a poll (of
+        #: `IDLE_WAIT`, or what was left of ``max_seconds``) found nothing, every partition
+        #: read up to where it ended when the follower started
         self.caught_up = False
 
     @property

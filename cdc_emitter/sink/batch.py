@@ -42,6 +42,9 @@ class Batch:
     time: int | None  # every update's time (the default time mode); None: the rows carry theirs
     headers: list  # update messages' Kafka headers
     update_partitions: list | None  # where update messages go (None: the producer's choice)
+    #: ``recorded`` came from the sink log; a re-run that found its claim in the topic instead
+    #: records it there (see `cdc_emitter.sink.commit.record_later`)
+    logged: bool = False
     #: the earliest time a row may carry (column mode; None: ``lower``): 0 for a redundant
     #: writer, whose earlier times are compared with the statements already there (`sink.claim`)
     earliest: int | None = None

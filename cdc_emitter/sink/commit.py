@@ -4,8 +4,8 @@
 Guarantees:
 
 - the first record of a batch id in the sink log wins; another interval recorded there fails
-  the sink's next batch (or ``close``) with `CdcError`. The record is made once the batch's
-  claim and updates are in the topic, so a re-run that finds none finds the claim there;
+  the sink's next batch (or ``close``) with `CdcError`. The record is written by a thread
+  started once the batch's claim is in the topic (`record_later`), while its updates are;
 - a statement counting more times than one message holds is written as several that tile the
   interval, each naming the batch's interval; the digest goes on the last, so a re-run finds
   one only when every statement of its first attempt is in the topic.
@@ -46,8 +46,9 @@ Message = tuple[bytes, list[tuple[str, bytes]]]
 def record_interval(
     sinklog: SinkLog | DataFrameSinkLog | None, batch: Batch, upper: int | None, topic: str
 ) -> None:
-    """Record a new batch's interval in the sink log (the first decision for a batch id wins)."""
-    if sinklog is None or batch.recorded is not None or batch.batch_id is None:
+    """Record a batch's interval in the sink log (the first decision for a batch id wins):
+    a new batch's, or a re-run's that was found in the topic's claims, not in the log."""
+    if sinklog is None or batch.logged or batch.batch_id is None:
         return
 
     kept = sinklog.put(
@@ -75,6 +76,8 @@ class PendingRecord:
             record()
         except BaseException as exc:  # noqa: BLE001 - kept for `wait` to raise
             self._error = exc
+            # said now as well: a process may end before anything waits for it
+            log.warning("%s", exc)
 
     def wait(self) -> None:
         """Wait until the record is written.
@@ -90,12 +93,14 @@ class PendingRecord:
 def record_later(
     sinklog: SinkLog | DataFrameSinkLog | None, batch: Batch, upper: int | None, topic: str
 ) -> PendingRecord | None:
-    """`record_interval` in a thread of its own, for a batch whose claim and updates are in
-    the topic: the batch returns without waiting for the file system (a record took 18 ms on
-    a local disk, more on an object store). The sink waits for it before its next batch, so at
-    most the last batch's record can be missing after a crash — and a re-run that finds none
-    finds its claim in the topic instead. None when there is nothing to record."""
-    if sinklog is None or batch.recorded is not None or batch.batch_id is None:
+    """`record_interval` in a thread of its own, started once the batch's claim is in the
+    topic: the record is written while the updates are, and the batch does not wait for the
+    file system (a record took 18 ms on a local disk, more on an object store). The sink waits
+    for it before its next batch, and on `close` (also after a failed write), so a record can
+    be missing only after a crash of the process within the batch — and a re-run that finds
+    none looks for its claim in the topic (the record of the batch before tells how far back).
+    None when there is nothing to record."""
+    if sinklog is None or batch.logged or batch.batch_id is None:
         return None
 
     def record() -> None:

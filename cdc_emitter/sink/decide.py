@@ -40,6 +40,7 @@ class Decided(NamedTuple):
     recorded: Recorded | None  # a re-run's first decision
     digest: tuple | None  # what a re-run's first attempt wrote, if complete in the topic
     state: TopicFrontier  # the topic's frontier when the interval was decided
+    logged: bool = False  # ``recorded`` came from the sink log (else from the topic's claim)
 
 
 def decide_interval(
@@ -77,7 +78,7 @@ def decide_interval(
         # what the first attempt wrote, if its progress statement made it to the topic
         state = state or learn_frontier()
         digest = parse_digest(state.digests.get((writer, batch_id)))
-        return Decided(writer, recorded[0], recorded, digest, state)
+        return Decided(writer, recorded[0], recorded, digest, state, logged=True)
     assert state is not None  # learnt above
     if state.frontier is None:
         raise LateUpdateError(
@@ -144,6 +145,7 @@ def new_batch(
         codec=codec,
         lower=decided.lower,
         recorded=decided.recorded,
+        logged=decided.logged,
         time=batch_time,
         headers=headers,
         update_partitions=update_partitions,

@@ -18,6 +18,7 @@ never overwritten: the first decision for a batch id wins, which is the point.
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import uuid
@@ -95,7 +96,8 @@ class SinkLog:
         self._dir = self._Path(self.location)
         self._fs = self._dir.getFileSystem(spark._jsc.hadoopConfiguration())
         self._jvm = jvm
-        self._listed = False  # whether a put has pruned by listing the directory (see put)
+        # the batch ids recorded, oldest first: listed by the first put, then kept (see put)
+        self._ids: list[int] | None = None
 
     def _path(self, batch_id: int):
         return self._Path(self._dir, str(int(batch_id)))
@@ -125,7 +127,7 @@ class SinkLog:
         existing = self.get(entry.batch_id)
         if existing is not None:
             return existing
-        if not self._listed:
+        if self._ids is None:
             self._fs.mkdirs(self._dir)
         tmp = self._Path(self._dir, f".{entry.batch_id}.{uuid.uuid4().hex}.tmp")
         out = self._fs.create(tmp, True)
@@ -141,14 +143,7 @@ class SinkLog:
             if existing is None:
                 raise CdcError(f"cannot write sink log record {self.location}/{entry.batch_id}")
             return existing
-        if self._listed:
-            # a query's batch ids go up one by one: the record that leaves the newest `keep` is
-            # this one's `keep`-th before it. Listing the directory instead costs a JVM round
-            # trip per record: about 100 ms a batch once `keep` records are there.
-            self._fs.delete(self._path(entry.batch_id - self.keep), False)
-        else:  # the first record of this process: whatever an earlier run left, by listing
-            self.prune()
-            self._listed = True
+        self._keep_newest(entry.batch_id)
         return entry
 
     def batch_ids(self) -> list[int]:
@@ -165,14 +160,20 @@ class SinkLog:
         ids = self.batch_ids()
         return self.get(ids[-1]) if ids else None
 
-    def prune(self) -> None:
-        """Delete the records older than the newest ``keep`` batch ids."""
-        ids = self.batch_ids()
-        if len(ids) <= self.keep:
-            return
-        for batch_id in ids[: len(ids) - self.keep]:
-            self._fs.delete(self._path(batch_id), False)
-        log.debug("sink log %s pruned to %d records", self.location, self.keep)
+    def _keep_newest(self, batch_id: int) -> None:
+        """Delete the records older than the newest ``keep`` batch ids, ``batch_id`` just
+        recorded. The directory is listed once, by this log's first record (whatever an earlier
+        run left); after that the ids are kept here, as listing costs a JVM round trip per
+        record: about 100 ms a batch once ``keep`` records are there."""
+        if self._ids is None:
+            self._ids = self.batch_ids()
+        elif batch_id not in self._ids:
+            bisect.insort(self._ids, batch_id)
+        if len(self._ids) > self.keep:
+            old, self._ids = self._ids[: -self.keep], self._ids[-self.keep :]
+            for stale in old:
+                self._fs.delete(self._path(stale), False)
+            log.debug("sink log %s pruned to %d records", self.location, self.keep)
 
 
 def is_connect(spark: Any) -> bool:

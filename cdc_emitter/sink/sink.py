@@ -38,8 +38,8 @@ Attach it to a streaming query with ``writeStream.foreachBatch(CdcSink(...))``, 
    written; a redundant writer's batch equal to a claim already there writes no statement.
 5. **The update arrays are written** and acknowledged (``acks=all``), inside the batch's own
    claimed interval: a delivery error fails the batch, and a retry writes the same updates.
-   Then the interval is recorded in the sink log (when there is a checkpoint location), by a
-   thread that the sink's next batch waits for (`cdc_emitter.sink.commit.record_later`).
+   Meanwhile the interval is recorded in the sink log (when there is a checkpoint location), by
+   a thread that the sink's next batch waits for (`cdc_emitter.sink.commit.record_later`).
 
 Readers wait for a claimed time until its counted updates are there: a writer that dies between
 its claim and its last update holds them up until it is restarted from its checkpoint (or a
@@ -699,9 +699,9 @@ class CdcSink:
         floats: bool = False,
         resuming: bool = False,
     ) -> BatchResult:
-        """The checked batch's progress statement claimed (`_claim`), then its updates written,
-        then its interval recorded (in a thread: `commit.record_later`): a re-run's compared
-        with its first attempt first."""
+        """The checked batch's progress statement claimed (`_claim`), then its updates written
+        while its interval is recorded (by a thread: `commit.record_later`): a re-run's
+        compared with its first attempt first."""
         try:
             self._clock.mark("check")
             upper = self._upper(batch, close, checked.max_time)
@@ -720,6 +720,8 @@ class CdcSink:
                 self._unfinished = self._unfinished._replace(confirmed=True)
             if claim.lower != batch.lower:  # written after another writer's batch
                 batch = dataclasses.replace(batch, lower=claim.lower)
+            if claim.kind in ("new", "own"):  # while the updates are written (record_later)
+                self._recording = commit.record_later(sinklog, batch, claim.upper, self.topic)
             try:
                 written = checked.write()
             except BaseException:
@@ -727,8 +729,6 @@ class CdcSink:
                 raise
             if batch.batch_id is None:
                 self._unfinished = None
-            if claim.kind == "new":  # after the updates, off the batch's time (see record_later)
-                self._recording = commit.record_later(sinklog, batch, claim.upper, self.topic)
         finally:
             checked.release()
         if {t: n for t, n in written.counts.items() if n} != {t: n for t, n in now[1] if n}:
@@ -1273,9 +1273,13 @@ class CdcSink:
 
     def _forget_clients(self) -> None:
         """After a failed write: the carried frontier is no longer known, and the driver's
-        producer may hold a latched error — the next batch reads the tail and gets new clients."""
+        producer may hold a latched error — the next batch reads the tail and gets new clients.
+        The batch's own error is the one raised: its sink log record's, if any, is logged."""
         self._carried = None
-        self.close()
+        try:
+            self.close()
+        except CdcError:
+            pass  # said by the record's thread (commit.PendingRecord)
 
     def _wait_for_record(self) -> None:
         """Wait until the last batch's interval is in the sink log (see `commit.record_later`)."""
@@ -1285,8 +1289,18 @@ class CdcSink:
 
     def close(self) -> None:
         """Wait for the last batch's sink log record, and release the driver's Kafka clients
-        (the sink can still be used: new ones are made)."""
-        self._wait_for_record()
+        (the sink can still be used: new ones are made).
+
+        Raises:
+            CdcError: The last batch's interval could not be recorded in the sink log (the
+                clients are released all the same).
+        """
+        try:
+            self._wait_for_record()
+        finally:
+            self._release_clients()
+
+    def _release_clients(self) -> None:
         producer, self._producer = self._producer, None
         offsets, self._topic_offsets = self._topic_offsets, None
         claims, self._claims = self._claims, None

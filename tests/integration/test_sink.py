@@ -1708,13 +1708,17 @@ def test_sink_log_put_get_prune(spark, tmp_path):
     closed = log.put(SinkLogEntry(5, 10, None, None, "w", "t"))
     assert SinkLog(spark, f"file://{tmp_path}/checkpoint").get(5) == closed
     assert log.batch_ids() == [3, 4, 5]
-    # another process's log: its first record prunes by listing what the last one left, each
-    # later one drops the record that falls out of the newest `keep`
+    # another process's log: its first record prunes by listing what the last one left; later
+    # ones by the ids it holds, gaps included
     again = SinkLog(spark, f"file://{tmp_path}/checkpoint", keep=2)
     again.put(SinkLogEntry(6, 12, 14, 13, "w", "t"))
     assert again.batch_ids() == [5, 6]
     again.put(SinkLogEntry(7, 14, 16, 15, "w", "t"))
     assert again.batch_ids() == [6, 7]
+    again.put(SinkLogEntry(10, 20, 22, 21, "w", "t"))  # batches 8 and 9 recorded nothing
+    assert again.batch_ids() == [7, 10]
+    again.put(SinkLogEntry(11, 22, 24, 23, "w", "t"))
+    assert again.batch_ids() == [10, 11]
 
 
 def test_a_sink_log_record_written_after_its_batch_fails_the_next_batch_if_it_fails(

@@ -60,11 +60,22 @@ def test_the_record_is_written_by_a_thread_and_waited_for():
     assert log.entries == {4: SinkLogEntry(4, 10, 11, 10, "w", "t")}
 
 
-def test_nothing_is_recorded_without_a_log_a_batch_id_or_for_a_re_run():
+def test_nothing_is_recorded_without_a_log_a_batch_id_or_for_a_re_run_the_log_knows():
     assert record_later(None, batch(), 11, "t") is None
     assert record_later(MemoryLog(), batch(batch_id=None), 11, "t") is None
-    rerun = dataclasses.replace(batch(), recorded=Recorded(10, 11, 10))
-    assert record_later(MemoryLog(), rerun, 11, "t") is None
+    logged = dataclasses.replace(batch(), recorded=Recorded(10, 11, 10), logged=True)
+    assert record_later(MemoryLog(), logged, 11, "t") is None
+
+
+def test_a_re_run_found_in_the_topic_is_recorded():
+    """A re-run that found its claim in the topic (its first attempt died before its record)
+    records it, so that the batch after it can look back from it."""
+    log = MemoryLog()
+    found = dataclasses.replace(batch(), recorded=Recorded(10, 11, 10))
+    pending = record_later(log, found, 11, "t")
+    assert pending is not None
+    pending.wait()
+    assert log.entries == {4: SinkLogEntry(4, 10, 11, 10, "w", "t")}
 
 
 def test_another_interval_recorded_first_is_raised_when_waited_for():

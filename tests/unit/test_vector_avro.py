@@ -124,6 +124,6 @@ def test_a_block_of_longs_is_fastavros_bytes_either_side_of_the_small_size():
         buf = io.BytesIO()
         fastavro.schemaless_writer(buf, pairs, [{"a": a, "b": b} for a, b in records])
         assert long_block(records) == buf.getvalue(), n
-    for bad in ([True], [2**63], [-(2**63) - 1], [(1, 2), (3,)], [1, (2, 3)], [1.0]):
+    for bad in ([True], [2**63], [-(2**63) - 1], [(1, 2), (3,)], [1, (2, 3)], [1.0], [()]):
         assert long_block(bad) is None, bad
         assert long_block(bad * (SMALL_BLOCK + 1)) is None, bad
