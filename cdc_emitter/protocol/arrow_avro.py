@@ -16,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from cdc_emitter.protocol.codec import encode_zigzag_long
+
 _LONGS = (pa.int64(), pa.int32(), pa.int16(), pa.int8())
 
 
@@ -83,7 +85,7 @@ def long_block(rows: Any) -> bytes | None:
     if len(rows) <= SMALL_BLOCK:
         longs = _plain_longs(rows)
         if longs is not None:
-            return b"".join(map(_varint, [len(rows), *longs])) + b"\x00"
+            return b"".join(map(encode_zigzag_long, [len(rows), *longs])) + b"\x00"
     try:
         values = np.array(rows)
     except (ValueError, OverflowError, TypeError):  # ragged rows, or ints beyond any dtype
@@ -98,30 +100,16 @@ def long_block(rows: Any) -> bytes | None:
 def _plain_longs(rows: Any) -> list[int] | None:
     """The longs of ``rows`` in order — ints, or tuples of ints all of one length — or None
     when any is something else (numpy ints, bools, beyond a long, ragged rows)."""
-    width = len(rows[0]) if isinstance(rows[0], tuple) else None
-    if width == 0:
-        return None
-    out: list[int] = []
-    for row in rows:
-        values = row if isinstance(row, tuple) else (row,)
-        if (width is None) == isinstance(row, tuple) or (width is not None and len(row) != width):
+    if isinstance(rows[0], tuple):
+        width = len(rows[0])
+        if width == 0 or any(not isinstance(r, tuple) or len(r) != width for r in rows):
             return None
-        for value in values:
-            if type(value) is not int or not -(2**63) <= value < 2**63:
-                return None
-            out.append(value)
-    return out
-
-
-def _varint(value: int) -> bytes:
-    """The zig-zag varint of the long ``value``."""
-    z = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while z > 0x7F:
-        out.append((z & 0x7F) | 0x80)
-        z >>= 7
-    out.append(z)
-    return bytes(out)
+        values = [value for row in rows for value in row]
+    else:
+        values = list(rows)
+    if any(type(v) is not int or not -(2**63) <= v < 2**63 for v in values):
+        return None
+    return values
 
 
 class _Bytes(NamedTuple):
