@@ -43,24 +43,6 @@ log = logging.getLogger("cdc_emitter.sink")  # CdcSink's logger: one name for th
 Message = tuple[bytes, list[tuple[str, bytes]]]
 
 
-def record_interval(
-    sinklog: SinkLog | DataFrameSinkLog | None, batch: Batch, upper: int | None, topic: str
-) -> None:
-    """Record a batch's interval in the sink log (the first decision for a batch id wins):
-    a new batch's, or a re-run's that was found in the topic's claims, not in the log."""
-    if sinklog is None or batch.logged or batch.batch_id is None:
-        return
-
-    kept = sinklog.put(
-        SinkLogEntry(batch.batch_id, batch.lower, upper, batch.time, batch.writer, topic)
-    )
-    if (kept.lower, kept.upper) != (batch.lower, upper):  # someone else decided first
-        raise CdcError(
-            f"{batch.what}: the sink log already records interval "
-            f"[{kept.lower}, {kept.upper}) for this batch; retry the batch"
-        )
-
-
 class PendingRecord:
     """A batch's interval being recorded in the sink log by a thread of its own
     (`record_later`); `wait` joins it and raises what it raised."""
@@ -93,26 +75,35 @@ class PendingRecord:
 def record_later(
     sinklog: SinkLog | DataFrameSinkLog | None, batch: Batch, upper: int | None, topic: str
 ) -> PendingRecord | None:
-    """`record_interval` in a thread of its own, started once the batch's claim is in the
-    topic: the record is written while the updates are, and the batch does not wait for the
-    file system (a record took 18 ms on a local disk, more on an object store). The sink waits
-    for it before its next batch, and on `close` (also after a failed write), so a record can
-    be missing only after a crash of the process within the batch — and a re-run that finds
-    none looks for its claim in the topic (the record of the batch before tells how far back).
+    """Record the batch's interval in the sink log — a new batch's, or a re-run's that was
+    found in the topic's claims, not in the log — by a thread of its own, started once the
+    batch's claim is in the topic. The first record of a batch id wins: another interval found
+    there is an error.
+
+    The record is written while the updates are, and the batch does not wait for the file
+    system (a record took 18 ms on a local disk, more on an object store). The sink waits for
+    it before its next batch, and on `close` (also after a failed write), so a record can be
+    missing only after a crash of the process within the batch — and a re-run that finds none
+    looks for its claim in the topic (the record of the batch before tells how far back).
     None when there is nothing to record."""
     if sinklog is None or batch.logged or batch.batch_id is None:
         return None
 
+    entry = SinkLogEntry(batch.batch_id, batch.lower, upper, batch.time, batch.writer, topic)
+
     def record() -> None:
         try:
-            record_interval(sinklog, batch, upper, topic)
-        except CdcError:
-            raise
+            kept = sinklog.put(entry)
         except Exception as exc:  # noqa: BLE001 - raised by the next batch: name this one
             raise CdcError(
                 f"{batch.what}: its interval could not be recorded in the sink log "
                 f"{sinklog.location}: {spark_error_text(exc)}"
             ) from exc
+        if (kept.lower, kept.upper) != (batch.lower, upper):  # someone else decided first
+            raise CdcError(
+                f"{batch.what}: the sink log already records interval "
+                f"[{kept.lower}, {kept.upper}) for this batch; retry the batch"
+            )
 
     return PendingRecord(record, f"cdc-emitter sink log: {batch.what}")
 
