@@ -17,9 +17,10 @@ as their longs, so a decode worker's result holds plain values only and crosses 
 Guarantees: a decoder either returns exactly what fastavro, then the codec's conversion, give
 for the same bytes (floats canonical: one NaN object, -0.0 as 0.0), or raises (`Unfit`,
 IndexError, ValueError, OverflowError, or whatever a fastavro logical reader raises) on
-anything it does not read the ordinary way: a varint of ten bytes or more, a negative block count (blocks with their byte size), a
-union index, boolean byte or enum index out of the ordinary, a length past the end, bytes left
-after the array, a date or timestamp out of Python's range. The caller then decodes that
+anything it does not read the ordinary way: a varint of ten bytes or more, a negative block
+count (blocks with their byte size), a union index, boolean byte or enum index out of the
+ordinary, a length past the end, bytes left after the array, a date or timestamp out of
+Python's range. The caller then decodes that
 message with fastavro, which gives the same value or the error the codec always gave. Pure:
 imports neither Kafka nor Spark.
 """
