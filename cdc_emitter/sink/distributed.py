@@ -177,18 +177,30 @@ class DistributedPath:
         exact = respread = False
         groups = GroupsInMemory(spark)
 
+        def persist(df: DataFrame) -> DataFrame:
+            # Spark may run a check while it plans the cache: on a local relation (rows
+            # from the driver, every DataFrame of local rows on Spark Connect) the optimizer
+            # computes the projection itself, and a bad row fails here, not in a job
+            try:
+                return df.persist()
+            except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
+                _raise_ours(exc, batch)
+                raise
+
         def persisted_messages() -> DataFrame:
             groups.at_least(
                 plan.groups_per_packing_task(self.fanout, consolidate=consolidate, exact=exact)
             )
-            return plan.messages(
-                prepared,
-                checks,
-                time=batch.time,
-                fanout=self.fanout,
-                exact=exact,
-                consolidate=consolidate,
-            ).persist()
+            return persist(
+                plan.messages(
+                    prepared,
+                    checks,
+                    time=batch.time,
+                    fanout=self.fanout,
+                    exact=exact,
+                    consolidate=consolidate,
+                )
+            )
 
         messages = persisted_messages()
         persisted = [messages]
@@ -220,9 +232,15 @@ class DistributedPath:
                             len(repeated),
                             stats.messages,
                         )
-                        fixed = plan.messages(
-                            prepared, checks, time=batch.time, fanout=self.fanout, arrays=repeated
-                        ).persist()
+                        fixed = persist(
+                            plan.messages(
+                                prepared,
+                                checks,
+                                time=batch.time,
+                                fanout=self.fanout,
+                                arrays=repeated,
+                            )
+                        )
                         persisted.append(fixed)
                         messages = messages.where(~F.col("repeated")).unionByName(fixed)
                         continue

@@ -10,6 +10,7 @@ import random
 import fastavro
 import fastavro.schema
 import pytest
+from helpers import frame
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro
 
@@ -111,7 +112,7 @@ def _encoded(schema: dict, value: dict) -> bytes:
 def test_the_length_is_fastavros_for_every_type_it_sizes(spark):
     rng = random.Random(57)
     bodies = [_encoded(RECORD, _value(rng)) for _ in range(400)]
-    df = spark.createDataFrame([(b,) for b in bodies], "body binary")
+    df = frame(spark, [(b,) for b in bodies], "body binary")
     decoded = df.select("body", from_avro("body", json.dumps(RECORD)).alias("v"))
     length = encoded_length(F.col("v"), decoded.schema["v"].dataType, RECORD)
     assert length is not None
@@ -126,7 +127,7 @@ def test_each_field_alone_has_its_length(spark):
     for field in fastavro.schema.expand_schema(RECORD)["fields"]:
         schema = {**RECORD, "fields": [field]}
         bodies = [_encoded(schema, {field["name"]: v[field["name"]]}) for v in values]
-        decoded = spark.createDataFrame([(b,) for b in bodies], "body binary").select(
+        decoded = frame(spark, [(b,) for b in bodies], "body binary").select(
             "body", from_avro("body", json.dumps(schema)).alias("v")
         )
         length = encoded_length(F.col("v"), decoded.schema["v"].dataType, schema)
@@ -146,7 +147,7 @@ def test_each_field_alone_has_its_length(spark):
 )
 def test_a_type_spark_converts_is_not_sized(spark, avro):
     schema = {"type": "record", "name": "r", "fields": [{"name": "x", "type": avro}]}
-    decoded = spark.createDataFrame([(b"",)], "body binary").select(
+    decoded = frame(spark, [(b"",)], "body binary").select(
         from_avro("body", json.dumps(schema), {"mode": "PERMISSIVE"}).alias("v")
     )
     assert encoded_length(F.col("v"), decoded.schema["v"].dataType, schema) is None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from helpers import DISAGREEING, MANGLED, MANGLED_COMPLETE, as_history, produce_by_hand
+from helpers import DISAGREEING, MANGLED, MANGLED_COMPLETE, as_history, frame, produce_by_hand
 
 from cdc_emitter import read_cdc_stream
 from cdc_emitter.errors import BrokerError, ViolationError
@@ -53,10 +53,10 @@ def test_a_run_goes_on_where_the_last_stopped(spark, kafka_bootstrap, topic_fact
     sink = CdcSink(kafka_bootstrap, topic)
     rows = {t: [(t * 10 + i, f"v{i}") for i in range(3)] for t in range(1, 5)}
     for t in (1, 2):
-        sink.write(spark.createDataFrame(rows[t], "k long, v string"), time=t)
+        sink.write(frame(spark, rows[t], "k long, v string"), time=t)
     first = list(read_cdc_stream(spark, kafka_bootstrap, topic, once=True))
     for t in (3, 4):
-        sink.write(spark.createDataFrame(rows[t], "k long, v string"), time=t)
+        sink.write(frame(spark, rows[t], "k long, v string"), time=t)
     second = list(read_cdc_stream(spark, kafka_bootstrap, topic, start=first[-1].upper, once=True))
     assert rows_of(first) == sorted((*row, t, 1) for t in (1, 2) for row in rows[t])
     assert rows_of(second) == sorted((*row, t, 1) for t in (3, 4) for row in rows[t])

@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from helpers import delta_package_or_skip, read_history
+from helpers import delta_package_or_skip, frame, read_history
 
 from cdc_emitter.protocol.codec import CdcCodec
 
@@ -146,7 +146,8 @@ def test_change_rows_map_to_signed_updates_at_their_commit_version(spark):
         (1, "b", "update_postimage", 4, None),
         (2, "c", "delete", 5, None),
     ]
-    changes = spark.createDataFrame(
+    changes = frame(
+        spark,
         rows,
         "id long, name string, _change_type string, _commit_version long, _commit_timestamp timestamp",
     )
@@ -164,17 +165,17 @@ def test_an_unknown_change_type_a_missing_column_or_a_clashing_name_is_refused(s
     from cdc_emitter.convert.delta import delta_changes
     from cdc_emitter.errors import SchemaError
 
-    odd = spark.createDataFrame(
-        [(1, "upsert", 3)], "id long, _change_type string, _commit_version long"
-    )
+    odd = frame(spark, [(1, "upsert", 3)], "id long, _change_type string, _commit_version long")
     with pytest.raises(Exception, match="unknown _change_type upsert"):
         delta_changes(odd).collect()
     with pytest.raises(
         SchemaError, match=r"not a change data feed: column\(s\) _change_type missing"
     ):
-        delta_changes(spark.createDataFrame([(1, 3)], "id long, _commit_version long"))
-    clash = spark.createDataFrame(
-        [(1, "insert", 3, 1)], "id long, _change_type string, _commit_version long, _cdc_diff long"
+        delta_changes(frame(spark, [(1, 3)], "id long, _commit_version long"))
+    clash = frame(
+        spark,
+        [(1, "insert", 3, 1)],
+        "id long, _change_type string, _commit_version long, _cdc_diff long",
     )
     with pytest.raises(SchemaError, match="the table has a column named '_cdc_diff'"):
         delta_changes(clash)

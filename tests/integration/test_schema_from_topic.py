@@ -10,6 +10,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
+from helpers import frame
 
 from cdc_emitter import CdcSink
 from cdc_emitter.cli import main
@@ -47,7 +48,7 @@ def sink_topic(spark, kafka_bootstrap, module_topic_factory):
     schema = T.StructType(
         [T.StructField("id", T.LongType(), False), T.StructField("price", T.IntegerType())]
     )
-    df = spark.createDataFrame([(1, 10), (2, None)], schema)
+    df = frame(spark, [(1, 10), (2, None)], schema)
     topic = module_topic_factory()
     CdcSink(kafka_bootstrap, topic).write(df, time=3)
     return topic

@@ -7,7 +7,7 @@ import json
 
 import pytest
 from click.testing import CliRunner
-from helpers import count_messages
+from helpers import count_messages, frame
 
 from cdc_emitter import CdcSink
 from cdc_emitter.cli import main
@@ -21,8 +21,8 @@ def _df(spark, rows, fields):
     """A DataFrame of ``rows`` with ``fields``: (name, Spark type, nullable)."""
     from pyspark.sql import types as T
 
-    return spark.createDataFrame(
-        rows, T.StructType([T.StructField(n, t, nullable) for n, t, nullable in fields])
+    return frame(
+        spark, rows, T.StructType([T.StructField(n, t, nullable) for n, t, nullable in fields])
     )
 
 

@@ -12,6 +12,7 @@ import uuid
 
 import pytest
 from click.testing import CliRunner
+from helpers import frame
 
 from cdc_emitter import CdcSink
 from cdc_emitter.cli import main
@@ -43,7 +44,7 @@ def test_sink_verify_tail_and_export_over_sasl_ssl(spark, secure_kafka, tmp_path
     bootstrap, settings = secure_kafka
     topic = f"secure-{uuid.uuid4().hex[:8]}"
     ensure_topic(bootstrap, topic, create=True, partitions=2, config=settings)
-    df = spark.createDataFrame([(1, "a"), (2, "b"), (2, "b")], "k long, v string")
+    df = frame(spark, [(1, "a"), (2, "b"), (2, "b")], "k long, v string")
     CdcSink(bootstrap, topic, producer_config=settings).write(df, time=0)
     codec = CdcCodec(data_schema(df.schema))
     result = verify_topic(bootstrap, topic, codec, config=settings)

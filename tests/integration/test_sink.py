@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from helpers import JvmLog, as_history, count_messages, read_history
+from helpers import JvmLog, as_history, count_messages, frame, read_history
 
 from cdc_emitter import CdcSink
 from cdc_emitter.errors import BadInputError, BrokerError, LateUpdateError, SchemaError
@@ -150,7 +150,7 @@ def test_jvm_path_packs_exactly_when_a_spread_message_comes_out_too_big(
     )
     result = CdcSink(
         kafka_bootstrap, topic, encoder="jvm", max_message_bytes=400, time_column="t"
-    ).write(spark.createDataFrame(rows, KV).selectExpr("*", "1L as t"))
+    ).write(frame(spark, rows, KV).selectExpr("*", "1L as t"))
     assert calls == [False, False, True]
     assert result.updates == 200
     sizes = [len(r.value) for r in kafka_reading.read_topic(kafka_bootstrap, topic)]
@@ -190,7 +190,7 @@ def test_a_batch_bigger_than_its_spread_is_spread_again_by_its_size(
         small_batch_rows=0,
         time_column="t",
     )
-    df = spark.createDataFrame(rows, KV)
+    df = frame(spark, rows, KV)
     first = sink.write(df.selectExpr("*", "1L as t"))
     assert buckets[0] == (FIRST_BUCKETS, FANOUT_ARRAYS, False)
     assert (
@@ -235,7 +235,7 @@ def test_a_first_batch_of_one_time_bigger_than_its_spread_is_spread_again_by_its
     sink = CdcSink(
         kafka_bootstrap, topic, encoder="jvm", max_message_bytes=limit, small_batch_rows=0
     )
-    df = spark.createDataFrame(rows, KV)
+    df = frame(spark, rows, KV)
     first = sink.write(df, time=1)
     assert calls == ["unconsolidated", "unconsolidated"]
     assert (first.updates, first.finished_on) == (40_000, "executors")
@@ -316,7 +316,7 @@ def test_jvm_path_consolidates_only_the_arrays_with_repeated_rows(
             sink = CdcSink(
                 kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0, max_message_bytes=2032
             )
-        updates.append(sink.write(spark.createDataFrame(rows, KV), time=time_).updates)
+        updates.append(sink.write(frame(spark, rows, KV), time=time_).updates)
         seen.append(calls[:])
     assert seen == [
         ["unconsolidated"],
@@ -355,12 +355,12 @@ def test_packing_where_the_rows_are_leaves_the_sessions_setting_as_it_was(
         try:
             sink = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0)
             t = 0 if own is None else 2
-            assert sink.write(spark.createDataFrame(rows, KV), time=t).updates == 3000
+            assert sink.write(frame(spark, rows, KV), time=t).updates == 3000
             assert spark.conf.get(spark_settings.FALLBACK_THRESHOLD, None) == own
             with pytest.raises(
                 BadInputError, match="null diff"
             ):  # fails the job in its input tasks
-                sink.write(spark.createDataFrame([*rows, (1, "a", None)], KV), time=t + 1)
+                sink.write(frame(spark, [*rows, (1, "a", None)], KV), time=t + 1)
             assert spark.conf.get(spark_settings.FALLBACK_THRESHOLD, None) == own
         finally:
             spark.conf.unset(spark_settings.FALLBACK_THRESHOLD)
@@ -505,12 +505,12 @@ def test_a_running_sinks_batch_whose_diffs_overflow_64_bits_writes_nothing(
     _record_messages(monkeypatch, calls)
     big = [(k, f"v{k}", 1) for k in range(10_000, 14_000)] + [(1, "v1", 2**62), (1, "v1", 2**62)]
     with pytest.raises(BadInputError, match=r'row \{"k":1,"v":"v1"\}.*overflows'):
-        sink.write(spark.createDataFrame(big, KV).repartition(4), time=1)
+        sink.write(frame(spark, big, KV).repartition(4), time=1)
     assert calls == ["unconsolidated", "consolidated"]
     assert count_messages(kafka_bootstrap, topic) == before
     calls.clear()
     fits = big[:-1] + [(2, "v2", -(2**40))]
-    assert sink.write(spark.createDataFrame(fits, KV).repartition(4), time=1).updates == 4002
+    assert sink.write(frame(spark, fits, KV).repartition(4), time=1).updates == 4002
     assert calls == ["unconsolidated"]  # no repeat: nothing consolidated
     expected = [((k, f"v{k}"), 0, 1) for k in range(10_000)] + [((k, v), 1, d) for k, v, d in fits]
     check(kafka_bootstrap, topic, kv_codec(spark), expected, (2,))
@@ -536,7 +536,7 @@ def test_a_running_sinks_repeated_arrays_and_outgrown_spread_are_mended_before_w
         (2_001, "v2001", 1),
         (2_002, "v2002", -1),
     ]
-    result = sink.write(spark.createDataFrame(repeats, KV).repartition(4), time=1)
+    result = sink.write(frame(spark, repeats, KV).repartition(4), time=1)
     assert calls == ["unconsolidated", "some arrays"] and result.updates == 1_999
     # 2. a batch 20 times bigger than its spread was sized for: spread again by its size
     calls.clear()
@@ -665,7 +665,7 @@ def test_rows_whose_hashes_collide_are_consolidated_apart(
     topic = topic_factory(2)
     rows = [(k, f"v{k % 5}", 1 + k % 4) for k in range(600)]
     result = CdcSink(kafka_bootstrap, topic, encoder="jvm", small_batch_rows=0).write(
-        spark.createDataFrame(rows, KV), time=3
+        frame(spark, rows, KV), time=3
     )
     assert calls == ["unconsolidated", "consolidated"] and result.updates == 600
     check(kafka_bootstrap, topic, kv_codec(spark), [((k, v), 3, d) for k, v, d in rows], (4,))
@@ -683,7 +683,7 @@ def test_unconsolidated_messages_hold_what_consolidated_ones_do(spark):
     from cdc_emitter.sink import plan as sink_jvm
     from cdc_emitter.sink import plan_stats as sink_figures
 
-    df = spark.createDataFrame([(k, f"v{k % 7}", 1 - 2 * (k % 2)) for k in range(3000)], KV)
+    df = frame(spark, [(k, f"v{k % 7}", 1 - 2 * (k % 2)) for k in range(3000)], KV)
     plan = sink_jvm.MessagePlan(
         schema=df.drop("diff").schema,
         data_cols=["k", "v"],
@@ -723,7 +723,7 @@ def test_updates_are_counted_per_time_alike_on_the_driver_and_by_spark(spark, mo
 
     from cdc_emitter.sink import plan_stats as sink_figures
 
-    messages = spark.createDataFrame([(t,) for t in times], "times array<long>")
+    messages = frame(spark, [(t,) for t in times], "times array<long>")
     expected = dict(sorted(Counter(t for ts in times for t in ts).items()))
     updates = sum(map(len, times))
     assert list(sink_figures.counts_per_time(messages, updates).items()) == list(expected.items())
@@ -751,7 +751,7 @@ def test_arrays_of_a_batch_of_many_times_hold_any_times_and_are_counted_per_time
     rows.append(
         (-1, "gone", 0, 999)
     )  # a zero diff at the largest time: no update, but the time counts
-    df = spark.createDataFrame(rows, KV + ", t long").repartition(3)
+    df = frame(spark, rows, KV + ", t long").repartition(3)
     data = df.select("k", "v").schema
     avro = data_schema(data)
     plan = sink_jvm.MessagePlan(
@@ -829,7 +829,7 @@ def test_every_time_of_a_running_sink_runs_the_same_generated_code(spark, way, g
     from cdc_emitter.sink import plan as sink_jvm
     from cdc_emitter.sink import plan_stats as sink_figures
 
-    df = spark.createDataFrame([(k, f"v{k % 7}", 1) for k in range(500)], KV)
+    df = frame(spark, [(k, f"v{k % 7}", 1) for k in range(500)], KV)
     data = df.drop("diff").schema
     plan = sink_jvm.MessagePlan(
         schema=data,
@@ -889,7 +889,7 @@ def test_a_batch_combined_before_the_shuffle_holds_what_one_consolidated_after_i
         for k in range(4000)
     ]
     rows += [(999, "gone", 1.0, 1), (999, "gone", 1.0, -1)]  # cancels: no update
-    df = spark.createDataFrame(rows, "k long, v string, x double, diff long").repartition(5)
+    df = frame(spark, rows, "k long, v string, x double, diff long").repartition(5)
     data = df.drop("diff").schema
     plan = sink_jvm.MessagePlan(
         schema=data,
@@ -1026,7 +1026,7 @@ def test_jvm_path_spreads_over_every_array_when_buckets_and_arrays_share_a_facto
             calls.append((kw.get("exact", False), kw.get("fanout"))) or messages(self, *a, **kw)
         ),
     )
-    df = spark.createDataFrame(rows, KV + ", t long")
+    df = frame(spark, rows, KV + ", t long")
     # about 13 kB per bucket in arrays of half of 2,000 bytes: 12 to 14 arrays per bucket
     sink = CdcSink(
         kafka_bootstrap,
@@ -1131,7 +1131,7 @@ def test_a_batch_logs_no_warning_of_sparks_avro_serializer(spark, kafka_bootstra
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import to_avro
 
-    rows = spark.createDataFrame([(k, f"v{k}", 1 if k % 5 == 0 else 3) for k in range(3_000)], KV)
+    rows = frame(spark, [(k, f"v{k}", 1 if k % 5 == 0 else 3) for k in range(3_000)], KV)
     with JvmLog(spark, "org.apache.spark.sql.avro") as log:
         # what the capture sees: the warning of a nullable column given a non-null type
         spark.range(3).select(to_avro(F.when(F.col("id") > 0, F.col("id")), '"long"')).collect()
@@ -1204,7 +1204,7 @@ def test_the_removed_avro_encoder_names_its_replacement():
 def test_task_retry_after_partial_produce_only_duplicates(spark, kafka_bootstrap, topic_factory):
     topic = topic_factory(2)
     rows = [(i % 300, f"v{i % 300}", 1) for i in range(900)] + [(7, "v7", -3)]
-    df = spark.createDataFrame(rows, KV)
+    df = frame(spark, rows, KV)
     from faulty_producer import FailAfterMessages, pickled_by_value
 
     pickled_by_value()
@@ -1376,7 +1376,7 @@ def test_a_running_sinks_later_batches_check_and_advance_late_times(
     codec = codec_for(spark.createDataFrame([], TKV), drop=("diff", "t"))
     moving = CdcSink(kafka_bootstrap, topic, time_column="t", late="advance", small_batch_rows=0)
     results = [
-        moving.write(spark.createDataFrame(rows, TKV))
+        moving.write(frame(spark, rows, TKV))
         for rows in (
             [(1, "a", 0, 1), (2, "b", 3, 1)],
             [(3, "c", 2, 1), (4, "d", 6, 1)],
@@ -1389,10 +1389,10 @@ def test_a_running_sinks_later_batches_check_and_advance_late_times(
         (7, 8, {7: 1}),
     ]
     strict = CdcSink(kafka_bootstrap, topic, time_column="t", small_batch_rows=0)
-    assert strict.write(spark.createDataFrame([(6, "f", 9, 1)], TKV)).counts == {9: 1}
+    assert strict.write(frame(spark, [(6, "f", 9, 1)], TKV)).counts == {9: 1}
     before = count_messages(kafka_bootstrap, topic)
     with pytest.raises(LateUpdateError, match=r"time 3 .*frontier 10"):
-        strict.write(spark.createDataFrame([(7, "g", 3, 1), (8, "h", 12, 1)], TKV))
+        strict.write(frame(spark, [(7, "g", 3, 1), (8, "h", 12, 1)], TKV))
     assert count_messages(kafka_bootstrap, topic) == before  # nothing written
     expected = [
         ((1, "a"), 0, 1),
@@ -1409,18 +1409,18 @@ def test_late_updates_error_and_advance(spark, kafka_bootstrap, topic_factory):
     topic = topic_factory(1)
     codec = codec_for(spark.createDataFrame([], TKV), drop=("diff", "t"))
     first = [(1, "a", 0, 1), (2, "b", 3, 1)]
-    CdcSink(kafka_bootstrap, topic, time_column="t").write(spark.createDataFrame(first, TKV))
+    CdcSink(kafka_bootstrap, topic, time_column="t").write(frame(spark, first, TKV))
     before = count_messages(kafka_bootstrap, topic)
 
     late = [(3, "c", 2, 1), (4, "d", 6, 1), (5, "e", 4, 1)]
     with pytest.raises(LateUpdateError, match=r"time 2 .*frontier 4"):
-        CdcSink(kafka_bootstrap, topic, time_column="t").write(spark.createDataFrame(late, TKV))
+        CdcSink(kafka_bootstrap, topic, time_column="t").write(frame(spark, late, TKV))
     assert count_messages(kafka_bootstrap, topic) == before  # nothing written
 
     # advance: (3, c) moves from 2 to 4 and cancels with a -1 at 4; (5, e) stays at 4
     late_adv = late + [(3, "c", 4, -1)]
     result = CdcSink(kafka_bootstrap, topic, time_column="t", late="advance").write(
-        spark.createDataFrame(late_adv, TKV)
+        frame(spark, late_adv, TKV)
     )
     assert (result.lower, result.upper, result.counts) == (4, 7, {4: 1, 6: 1})
     expected = [((1, "a"), 0, 1), ((2, "b"), 3, 1), ((4, "d"), 6, 1), ((5, "e"), 4, 1)]
@@ -1428,12 +1428,12 @@ def test_late_updates_error_and_advance(spark, kafka_bootstrap, topic_factory):
 
     # a new default-mode sink (another writer) starts at the topic's frontier, not at batch 0
     other = CdcSink(kafka_bootstrap, topic)
-    r = other(spark.createDataFrame([(9, "z", 99, 1)], TKV).drop("t"), 0)
+    r = other(frame(spark, [(9, "z", 99, 1)], TKV).drop("t"), 0)
     assert (r.lower, r.upper) == (7, 8)
     # closing the history, after which nothing more can be written
-    CdcSink(kafka_bootstrap, topic).write(spark.createDataFrame([(8, "y", 1)], KV), close=True)
+    CdcSink(kafka_bootstrap, topic).write(frame(spark, [(8, "y", 1)], KV), close=True)
     with pytest.raises(LateUpdateError, match="closed"):
-        CdcSink(kafka_bootstrap, topic).write(spark.createDataFrame([(8, "y", 1)], KV))
+        CdcSink(kafka_bootstrap, topic).write(frame(spark, [(8, "y", 1)], KV))
     check(kafka_bootstrap, topic, codec, expected + [((9, "z"), 7, 1), ((8, "y"), 8, 1)], ())
 
 
@@ -1553,7 +1553,7 @@ def test_spark_types_round_trip(spark, kafka_bootstrap, topic_factory, encoder, 
     empty = (2,) + (None,) * 15
     map_order = full[:14] + ({"b": None, "a": "x"},) + full[15:]  # same map, other order
     rows = [full + (1,), empty + (1,), map_order + (1,), (3,) + full[1:] + (-1,)]
-    df = spark.createDataFrame(rows, schema)
+    df = frame(spark, rows, schema)
     result = CdcSink(kafka_bootstrap, topic, encoder=encoder, max_message_bytes=400).write(
         df, time=2
     )
@@ -1633,7 +1633,7 @@ def test_bad_input_fails_before_the_first_message(spark, kafka_bootstrap, topic_
     if rows is None:
         df = spark.sql("SELECT 1L AS k, INTERVAL '1' DAY AS span")
     else:
-        df = spark.createDataFrame(rows, ddl)
+        df = frame(spark, rows, ddl)
     with pytest.raises(error, match=pattern) as info:
         CdcSink(kafka_bootstrap, topic, **options).write(df)
     if error is BadInputError:  # named by its topic (put back into the plan's reusable texts)
@@ -1641,9 +1641,23 @@ def test_bad_input_fails_before_the_first_message(spark, kafka_bootstrap, topic_
     assert count_messages(kafka_bootstrap, topic) == 0
 
 
+@pytest.mark.parametrize("case", ["null-time", "oversized-row"])
+def test_bad_input_read_in_tasks_fails_the_same(spark, kafka_bootstrap, topic_factory, case):
+    """The cases above on local rows (`frame`: a local relation, as every DataFrame of local rows
+    on Spark Connect is) may fail while Spark plans the batch's cache, its optimizer computing the
+    checks itself; here the rows are an RDD of Python rows, which only tasks read, and a bad row
+    fails a job: the same error either way."""
+    ddl, rows, options, error, pattern = BAD[case]
+    topic = topic_factory(1)
+    with pytest.raises(error, match=pattern) as info:
+        CdcSink(kafka_bootstrap, topic, **options).write(spark.createDataFrame(rows, ddl))
+    assert str(info.value).startswith(f"topic {topic!r}: ")
+    assert count_messages(kafka_bootstrap, topic) == 0
+
+
 def test_missing_topic_is_a_clear_error_unless_created(spark, kafka_bootstrap):
     topic = f"sink-missing-{uuid.uuid4().hex[:8]}"
-    df = spark.createDataFrame([(1, "a", 1)], KV)
+    df = frame(spark, [(1, "a", 1)], KV)
     with pytest.raises(BrokerError, match="does not exist"):
         CdcSink(kafka_bootstrap, topic).write(df)
     config = {"client.id": "cdc-sink-test"}
@@ -1731,7 +1745,7 @@ def test_a_sink_log_record_written_after_its_batch_fails_the_next_batch_if_it_fa
     from cdc_emitter.sink.log import SinkLog
 
     topic, checkpoint = topic_factory(1), f"file://{tmp_path}/checkpoint"
-    df = spark.createDataFrame([(1, "a"), (2, "b")], "k long, v string")
+    df = frame(spark, [(1, "a"), (2, "b")], "k long, v string")
     put = SinkLog.put
 
     def disk_full(self, entry):
@@ -1768,11 +1782,7 @@ def test_bucket_labels_go_each_to_a_task_of_their_own(spark):
     from cdc_emitter.spark.columns import bucket_of, partition_labels, spark_hash_long
 
     values = [0, 1, -1, 7, 2**40 + 7, -(2**63), 2**63 - 1, 123456789]
-    hashed = (
-        spark.createDataFrame([(v,) for v in values], "v long")
-        .select(F.hash("v").alias("h"))
-        .collect()
-    )
+    hashed = frame(spark, [(v,) for v in values], "v long").select(F.hash("v").alias("h")).collect()
     assert [r.h for r in hashed] == [spark_hash_long(v) for v in values]
     for count in (1, 3, 4, 8, 200):
         labels = partition_labels(count)
@@ -1805,7 +1815,7 @@ def test_message_plans_are_shared_by_sinks_of_one_layout(
 
     monkeypatch.setattr(sink_jvm.MessagePlan, "__init__", counting)
     monkeypatch.setattr(sink_jvm, "_shared", {})
-    df = spark.createDataFrame([(i, f"v{i}") for i in range(20)], "k long, v string")
+    df = frame(spark, [(i, f"v{i}") for i in range(20)], "k long, v string")
     for _ in range(2):  # two sinks, one layout: one plan
         CdcSink(kafka_bootstrap, topic_factory(1), encoder="jvm", small_batch_rows=0).write(
             df, time=1
@@ -1838,7 +1848,7 @@ def test_a_megabyte_row_over_the_limit_is_shown_cut_and_nothing_is_written(
     rows = [(k, "z" * (1_000_000 if k == 7 else 3), 1) for k in range(20)]
     sink = CdcSink(kafka_bootstrap, topic, encoder=encoder, small_batch_rows=0, create_topic=True)
     with pytest.raises(BadInputError) as info:
-        sink.write(spark.createDataFrame(rows, KV), time=0)
+        sink.write(frame(spark, rows, KV), time=0)
     text = str(info.value)
     assert len(text) < 600 and "\n" not in text, text[:1000]
     assert re.search(r'row \{"k":7,"v":"z{100}.*… \(\d+ more characters\)', text), text

@@ -4,7 +4,7 @@ correctly fails before its first message, and says why and what to do instead.""
 from __future__ import annotations
 
 import pytest
-from helpers import as_history, count_messages, read_history
+from helpers import as_history, count_messages, frame, read_history
 
 from cdc_emitter import CdcSink
 from cdc_emitter.errors import ConfigError, SchemaError
@@ -23,7 +23,7 @@ def _df(spark, rows, ddl, *, not_null=()):
     struct = T.StructType(
         [T.StructField(f.name, f.dataType, f.name not in not_null) for f in struct.fields]
     )
-    return spark.createDataFrame(rows, struct)
+    return frame(spark, rows, struct)
 
 
 @pytest.mark.parametrize(
@@ -83,7 +83,7 @@ def test_a_topic_written_by_another_tool_is_checked_by_decoding(
         match=r"holds update messages that do not decode with this "
         r"batch's data schema \(k long\?, v string\?\)",
     ):
-        CdcSink(kafka_bootstrap, topic).write(spark.createDataFrame([(1, "a")], "k long, v string"))
+        CdcSink(kafka_bootstrap, topic).write(frame(spark, [(1, "a")], "k long, v string"))
     assert count_messages(kafka_bootstrap, topic) == 1
 
 
@@ -91,8 +91,10 @@ def test_diffs_that_overflow_on_the_way_but_not_in_total_consolidate(
     spark, kafka_bootstrap, topic_factory
 ):
     topic = topic_factory()
-    df = spark.createDataFrame(
-        [(1, "a", MAX_LONG), (1, "a", 1), (1, "a", -1), (2, "b", 1)], "k long, v string, diff long"
+    df = frame(
+        spark,
+        [(1, "a", MAX_LONG), (1, "a", 1), (1, "a", -1), (2, "b", 1)],
+        "k long, v string, diff long",
     )
     result = CdcSink(kafka_bootstrap, topic).write(df, time=0)
     assert result.updates == 2
@@ -106,7 +108,7 @@ def test_the_topics_max_message_bytes_is_checked_before_writing(
     spark, kafka_bootstrap, topic_factory
 ):
     topic = topic_factory(config={"max.message.bytes": "200000"})
-    df = spark.createDataFrame([(k, "v" * 100) for k in range(5000)], "k long, v string")
+    df = frame(spark, [(k, "v" * 100) for k in range(5000)], "k long, v string")
     with pytest.raises(
         ConfigError,
         match=r"topic '.*' accepts messages of at most 200000 bytes "
@@ -132,14 +134,14 @@ def test_a_rerun_batch_is_compared_with_what_its_first_attempt_wrote(
     ddl = "k long, v string"
     rows = [(1, "a"), (2, "b"), (3, "c"), (3, "c")]
     first = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint)
-    assert first(spark.createDataFrame(rows, ddl), 0).counts == {0: 3}
+    assert first(frame(spark, rows, ddl), 0).counts == {0: 3}
     written = count_messages(kafka_bootstrap, topic)
 
     # the driver crashed after the write, before Spark committed batch 0: the query restarts;
     # the claim is there, so its updates are written again (the first attempt may have died
     # before they all were): duplicates, and no second statement
     same = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint)
-    again = same(spark.createDataFrame(list(reversed(rows)), ddl).repartition(3), 0)
+    again = same(frame(spark, list(reversed(rows)), ddl).repartition(3), 0)
     assert (again.lower, again.upper, again.reused, again.messages, again.counts) == (
         0,
         1,
@@ -157,13 +159,13 @@ def test_a_rerun_batch_is_compared_with_what_its_first_attempt_wrote(
         r"than its first attempt wrote \(the same number of "
         r"updates but other rows\)\. Nothing was written",
     ):
-        other(spark.createDataFrame([(1, "a"), (2, "b"), (4, "d")], ddl), 0)
+        other(frame(spark, [(1, "a"), (2, "b"), (4, "d")], ddl), 0)
     with pytest.raises(
         ReplayError,
         match=r"\(3 updates \(3 at time 0\) then, 1 updates \(1 at time "
         r"0\) now\)",
     ):
-        other(spark.createDataFrame([(1, "a")], ddl), 0)
+        other(frame(spark, [(1, "a")], ddl), 0)
     assert count_messages(kafka_bootstrap, topic) == written
     codec = CdcCodec(data_schema(spark.createDataFrame([], ddl).schema))
     history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
@@ -189,7 +191,7 @@ def test_a_broker_down_while_producing_fails_the_batch_with_the_delivery_error_f
     bootstrap = kafka_local.bootstrap_servers
     topic = f"sink-outage-{uuid.uuid4().hex[:8]}"
     ensure_topic(bootstrap, topic, create=True)
-    df = spark.createDataFrame([(k, "v") for k in range(100)], "k long, v string")
+    df = frame(spark, [(k, "v") for k in range(100)], "k long, v string")
     options = {"small_batch_rows": 0} if encoder == "jvm" else {}
     sink = CdcSink(
         bootstrap,
@@ -272,13 +274,13 @@ def test_a_writer_overtaken_before_its_claim_writes_after_the_other(
 
     topic = topic_factory()
     ddl = "k long, v string"
-    CdcSink(kafka_bootstrap, topic).write(spark.createDataFrame([(1, "a")], ddl), time=0)
+    CdcSink(kafka_bootstrap, topic).write(frame(spark, [(1, "a")], ddl), time=0)
     a = CdcSink(kafka_bootstrap, topic, writer_id="writer-a")
     b = CdcSink(kafka_bootstrap, topic, writer_id="writer-b")
     stale = b.frontier()
-    a.write(spark.createDataFrame([(2, "b")], ddl))  # a takes [1, 2) while b prepares its batch
+    a.write(frame(spark, [(2, "b")], ddl))  # a takes [1, 2) while b prepares its batch
     _racing(b, stale)
-    assert b.write(spark.createDataFrame([(3, "c")], ddl)).lower == 2  # after a's batch
+    assert b.write(frame(spark, [(3, "c")], ddl)).lower == 2  # after a's batch
     written = count_messages(kafka_bootstrap, topic)
     c = CdcSink(kafka_bootstrap, topic, writer_id="writer-c")
     _racing(c, stale)
@@ -287,7 +289,7 @@ def test_a_writer_overtaken_before_its_claim_writes_after_the_other(
         match=r"writer writer-a \[1, 2\) claimed up to frontier 3 while this batch was "
         r"prepared from frontier 1 \(interval \[1, 2\)\), and this batch has updates from time 1",
     ) as err:
-        c.write(spark.createDataFrame([(4, "d")], ddl), time=1)
+        c.write(frame(spark, [(4, "d")], ddl), time=1)
     assert "Nothing was written" in str(err.value)
     assert count_messages(kafka_bootstrap, topic) == written
     codec = CdcCodec(data_schema(spark.createDataFrame([], ddl).schema))
@@ -307,14 +309,12 @@ def test_a_query_carries_its_frontier_and_continues_after_a_foreign_writer(
     ours = CdcSink(kafka_bootstrap, topic, writer_id="ours")
     tail_reads, learnt = [], ours.frontier
     ours.frontier = lambda **kw: tail_reads.append(1) or learnt(**kw)
-    first = ours(spark.createDataFrame([(1, "a")], ddl), 0)
+    first = ours(frame(spark, [(1, "a")], ddl), 0)
     reads_after_first = len(tail_reads)
-    second = ours(spark.createDataFrame([(2, "b")], ddl), 1)
+    second = ours(frame(spark, [(2, "b")], ddl), 1)
     assert len(tail_reads) == reads_after_first  # nobody else wrote: no tail read at all
-    foreign = CdcSink(kafka_bootstrap, topic, writer_id="theirs")(
-        spark.createDataFrame([(3, "c")], ddl), 0
-    )
-    third = ours(spark.createDataFrame([(4, "d")], ddl), 2)
+    foreign = CdcSink(kafka_bootstrap, topic, writer_id="theirs")(frame(spark, [(3, "c")], ddl), 0)
+    third = ours(frame(spark, [(4, "d")], ddl), 2)
     assert len(tail_reads) > reads_after_first
     assert [(r.lower, r.upper) for r in (first, second, foreign, third)] == [
         (0, 1),
@@ -322,9 +322,7 @@ def test_a_query_carries_its_frontier_and_continues_after_a_foreign_writer(
         (2, 3),
         (3, 4),
     ]
-    assert ours(
-        spark.createDataFrame([(4, "d")], ddl), 2
-    ).reused  # a re-run finds its carried interval
+    assert ours(frame(spark, [(4, "d")], ddl), 2).reused  # a re-run finds its carried interval
     codec = CdcCodec(data_schema(spark.createDataFrame([], ddl).schema))
     history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
     assert (violations, frontier) == ([], (4,))
@@ -349,11 +347,11 @@ def test_a_writer_paused_between_its_claim_and_its_updates_completes_its_own_int
     def commit_then_other_writer(messages):
         offset = commit(messages)
         if not results:
-            results.append(a.write(spark.createDataFrame([(2, "b")], ddl)))
+            results.append(a.write(frame(spark, [(2, "b")], ddl)))
         return offset
 
     claims.commit = commit_then_other_writer
-    mine = b.write(spark.createDataFrame([(1, "a")], ddl))
+    mine = b.write(frame(spark, [(1, "a")], ddl))
     assert [(r.lower, r.upper) for r in (mine, results[0])] == [(0, 1), (1, 2)]
     codec = CdcCodec(data_schema(spark.createDataFrame([], ddl).schema))
     history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
@@ -373,7 +371,7 @@ def test_an_unreachable_broker_fails_the_batch_within_broker_timeout(spark):
         match=r"^cannot reach Kafka at 127\.0\.0\.1:1 \(asking for topic 't', "
         r"waited 2s\)",
     ):
-        sink.write(spark.createDataFrame([(1,)], "k long"))
+        sink.write(frame(spark, [(1,)], "k long"))
     assert time.monotonic() - began < 10
     with pytest.raises(
         ConfigError, match=r"broker_timeout must be a positive number of seconds, not 0"
@@ -391,8 +389,8 @@ def test_a_write_interrupted_after_its_claim_is_completed_by_the_same_writer_run
 
     topic = topic_factory(2)
     ddl = "k long, v string"
-    df = spark.createDataFrame([(1, "a"), (2, "b")], ddl)
-    CdcSink(kafka_bootstrap, topic).write(spark.createDataFrame([(0, "z")], ddl))
+    df = frame(spark, [(1, "a"), (2, "b")], ddl)
+    CdcSink(kafka_bootstrap, topic).write(frame(spark, [(0, "z")], ddl))
     commit = ClaimProducer.commit
 
     def commit_then_die(self, messages):
@@ -414,7 +412,7 @@ def test_a_write_interrupted_after_its_claim_is_completed_by_the_same_writer_run
     assert history == as_history([((0, "z"), 0, 1), ((1, "a"), 1, 1), ((2, "b"), 1, 1)])
 
     other = CdcSink(kafka_bootstrap, topic, writer_id="export-1", complete_last=True).write(
-        spark.createDataFrame([(3, "c")], ddl)
+        frame(spark, [(3, "c")], ddl)
     )
     assert (other.lower, other.upper, other.reused) == (2, 3, False)
 
@@ -432,7 +430,7 @@ def test_a_claim_in_doubt_is_looked_for_and_the_batch_goes_on(
     from cdc_emitter.sink.log import SinkLog
 
     topic, checkpoint = topic_factory(2), f"file://{tmp_path}/checkpoint"
-    df = spark.createDataFrame([(1, "a"), (2, "b")], "k long, v string")
+    df = frame(spark, [(1, "a"), (2, "b")], "k long, v string")
     commit, failed = ClaimProducer.commit, []
 
     def commit_in_doubt(self, messages):
@@ -471,7 +469,7 @@ def test_a_claim_whose_commit_reply_was_lost_is_found_by_the_retry(
     from cdc_emitter.kafka.claims import ClaimProducer
 
     topic = topic_factory(2)
-    df = spark.createDataFrame([(1, "a"), (2, "b")], "k long, v string")
+    df = frame(spark, [(1, "a"), (2, "b")], "k long, v string")
     commit, lost = ClaimProducer.commit, []
 
     def commit_reply_lost(self, messages):

@@ -12,7 +12,7 @@ import time
 import uuid
 
 import pytest
-from helpers import as_history, count_messages, read_history
+from helpers import as_history, count_messages, frame, read_history
 
 from cdc_emitter import CdcSink
 from cdc_emitter.errors import BadInputError, LateUpdateError, ReplayError
@@ -102,7 +102,7 @@ def test_a_small_first_batch_is_joined_into_few_messages_on_the_driver(
     messages are brought back by the job that checks and packs them — none written by it — and
     joined on the driver into as few as hold them, the same updates as the executors write
     them with small_batch_rows=0, where every message is Spark's."""
-    df = spark.createDataFrame([(i, f"v{i % 7}") for i in range(3000)], "k long, v string")
+    df = frame(spark, [(i, f"v{i % 7}") for i in range(3000)], "k long, v string")
     codec = CdcCodec(data_schema(df.schema))
     calls = _recording_messages(monkeypatch)
     seen = {}
@@ -132,7 +132,7 @@ def test_a_small_first_batch_with_repeated_rows_is_consolidated_and_joined(
     repeat, so the batch is consolidated again before anything is written, and joined on the
     driver — a few full messages, each update once with its diffs summed."""
     rows = [(i, f"v{i % 7}", 1 + i % 3) for i in range(2000)]
-    df = spark.createDataFrame(rows * 2, "k long, v string, diff long")
+    df = frame(spark, rows * 2, "k long, v string, diff long")
     calls = _recording_messages(monkeypatch)
     topic = topic_factory(2)
     result = CdcSink(kafka_bootstrap, topic, max_message_bytes=20_000).write(df, time=2)
@@ -160,8 +160,8 @@ def test_a_small_first_batch_with_repeated_rows_is_consolidated_and_joined(
 def test_a_small_batch_on_the_driver_writes_what_the_executors_would(
     spark, kafka_bootstrap, topic_factory
 ):
-    df = spark.createDataFrame(typed_rows(), ROWS_DDL)
-    warm_up = spark.createDataFrame(typed_rows()[:1], ROWS_DDL)
+    df = frame(spark, typed_rows(), ROWS_DDL)
+    warm_up = frame(spark, typed_rows()[:1], ROWS_DDL)
     results = {}
     for way, rows in (("driver", 100_000), ("executors", 0)):
         topic = topic_factory(3)
@@ -197,7 +197,7 @@ def test_strings_equal_under_a_collation_stay_apart_on_both_ways(
             T.StructField("diff", T.LongType()),
         ]
     )
-    df = spark.createDataFrame([(1, "A", 1), (1, "a", 2), (1, "a", 1), (2, "B", 1)], schema)
+    df = frame(spark, [(1, "A", 1), (1, "a", 2), (1, "a", 1), (2, "B", 1)], schema)
     for rows in (100_000, 0):  # the driver after a first batch, or the executors every time
         topic = topic_factory(2)
         sink = CdcSink(kafka_bootstrap, topic, small_batch_rows=rows)
@@ -219,7 +219,7 @@ def test_the_way_follows_the_size_of_the_last_batch(spark, kafka_bootstrap, topi
     topic = topic_factory(1)
     sink = CdcSink(kafka_bootstrap, topic, small_batch_rows=3)
     frames = [
-        spark.createDataFrame([(i, "v", 1) for i in range(n)], "k long, v string, diff long")
+        frame(spark, [(i, "v", 1) for i in range(n)], "k long, v string, diff long")
         for n in (2, 2, 10, 10, 1, 0, 2)
     ]
     ways = [sink.write(df).finished_on for df in frames]
@@ -250,12 +250,10 @@ def test_rows_that_consolidate_to_few_updates_go_to_the_driver_as_updates(
     sink = CdcSink(kafka_bootstrap, topic, small_batch_rows=10, time_column=time_column)
     ddl = "k long, v string, diff long"
     frames = {
-        "few": spark.createDataFrame([(7, "v", 1)], ddl),
-        "many": spark.createDataFrame([(i % 2, "v", 1) for i in range(40)], ddl),
-        "cancel": spark.createDataFrame(
-            [(i % 4, "v", 1 if i < 20 else -1) for i in range(40)], ddl
-        ),
-        "spread": spark.createDataFrame([(i % 30, "v", 1) for i in range(40)], ddl),
+        "few": frame(spark, [(7, "v", 1)], ddl),
+        "many": frame(spark, [(i % 2, "v", 1) for i in range(40)], ddl),
+        "cancel": frame(spark, [(i % 4, "v", 1 if i < 20 else -1) for i in range(40)], ddl),
+        "spread": frame(spark, [(i % 30, "v", 1) for i in range(40)], ddl),
     }
     updates = {
         "few": [(7, 1)],
@@ -370,16 +368,14 @@ def test_bad_input_in_a_small_batch_writes_nothing(
     if consolidated_on == "executors":  # 3 rows, 1 update: over the limit, which the update is not
         good, options = good * 3, {**options, "small_batch_rows": 2}
     sink = CdcSink(kafka_bootstrap, topic, **options)
-    assert (
-        sink.write(spark.createDataFrame(good, ddl)).consolidated_on == "executors"
-    )  # a first batch
+    assert sink.write(frame(spark, good, ddl)).consolidated_on == "executors"  # a first batch
     written = count_messages(kafka_bootstrap, topic)
     with pytest.raises(error, match=pattern) as info:
-        sink.write(spark.createDataFrame(rows, ddl))
+        sink.write(frame(spark, rows, ddl))
     assert str(info.value).startswith(f"topic {topic!r}: ")
     assert len(str(info.value)) < 600 and "\n" not in str(info.value)  # a row shown cut
     assert count_messages(kafka_bootstrap, topic) == written
-    still = sink.write(spark.createDataFrame(good, ddl).limit(0))  # still usable, the same way
+    still = sink.write(frame(spark, good, ddl).limit(0))  # still usable, the same way
     assert (still.finished_on, still.consolidated_on) == ("driver", consolidated_on)
 
 
@@ -388,14 +384,14 @@ def test_a_rerun_is_compared_whichever_way_each_attempt_went(spark, kafka_bootst
     ddl = "k long, x double, diff long"
     writer = uuid.uuid4().hex
     first = CdcSink(kafka_bootstrap, topic, writer_id=writer)
-    first(spark.createDataFrame([(0, 0.0, 1)], ddl), 0)
+    first(frame(spark, [(0, 0.0, 1)], ddl), 0)
     batch = [(1, -0.0, 1), (2, 1.5, 2), (2, 1.5, -1)]
-    assert first(spark.createDataFrame(batch, ddl), 1).finished_on == "driver"
+    assert first(frame(spark, batch, ddl), 1).finished_on == "driver"
 
     # a restarted query re-runs batch 1 the distributed way (its first batch): the same digest,
     # so its updates are written again under its claim (duplicates) and no statement
     again = CdcSink(kafka_bootstrap, topic, writer_id=writer, small_batch_rows=0)
-    rerun = again(spark.createDataFrame(list(reversed(batch)), ddl).repartition(2), 1)
+    rerun = again(frame(spark, list(reversed(batch)), ddl).repartition(2), 1)
     assert (rerun.reused, rerun.messages, rerun.counts, rerun.finished_on) == (
         True,
         1,
@@ -403,10 +399,10 @@ def test_a_rerun_is_compared_whichever_way_each_attempt_went(spark, kafka_bootst
         "executors",
     )
     # and the small way, on the sink that wrote it: compared, refused when the data changed
-    assert first(spark.createDataFrame(batch, ddl), 1).messages == 1
+    assert first(frame(spark, batch, ddl), 1).messages == 1
     written = count_messages(kafka_bootstrap, topic)
     with pytest.raises(ReplayError, match=r"the same number of updates but other rows"):
-        first(spark.createDataFrame([(1, 0.0, 1), (2, 1.5, 2)], ddl), 1)
+        first(frame(spark, [(1, 0.0, 1), (2, 1.5, 2)], ddl), 1)
     assert count_messages(kafka_bootstrap, topic) == written
     codec = CdcCodec(data_schema(spark.createDataFrame([], ddl).drop("diff").schema))
     history, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
@@ -424,12 +420,12 @@ def test_the_kept_producer_survives_a_broker_restart_between_batches(spark, kafk
     ddl = "k long, v string"
     sink = CdcSink(bootstrap, topic)
     ways = [
-        sink.write(spark.createDataFrame([(1, "a")], ddl)).finished_on,
-        sink.write(spark.createDataFrame([(2, "b")], ddl)).finished_on,
+        sink.write(frame(spark, [(1, "a")], ddl)).finished_on,
+        sink.write(frame(spark, [(2, "b")], ddl)).finished_on,
     ]
     kafka_local.stop_broker()
     kafka_local.start_broker()
-    ways.append(sink.write(spark.createDataFrame([(3, "c"), (3, "c")], ddl)).finished_on)
+    ways.append(sink.write(frame(spark, [(3, "c"), (3, "c")], ddl)).finished_on)
     assert ways == ["driver"] * 3  # the first batch's message, too, came back with its figures
     codec = CdcCodec(data_schema(spark.createDataFrame([], ddl).schema))
     history, frontier, violations, _ = read_history(bootstrap, topic, codec)
@@ -446,7 +442,7 @@ def test_a_new_sink_follows_the_topics_last_batch(
     consolidated straight away — the same history as sinks that do not know."""
     from cdc_emitter.sink import plan as sink_jvm
 
-    df = spark.createDataFrame([(i, f"v{i % 7}") for i in range(3000)], "k long, v string")
+    df = frame(spark, [(i, f"v{i % 7}") for i in range(3000)], "k long, v string")
     codec = CdcCodec(data_schema(df.schema))
     topic, unknowing = topic_factory(3), topic_factory(3)
     first = CdcSink(kafka_bootstrap, topic).write(df, time=1)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from helpers import as_history, read_history
+from helpers import as_history, frame, read_history
 
 from cdc_emitter import CdcSink, read_cdc
 from cdc_emitter.errors import BrokerError, CdcError, DecodeError
@@ -47,7 +47,7 @@ def test_round_trip_collection_and_history_equal_the_input(spark, kafka_bootstra
     topic = topic_factory(3)
     sink = CdcSink(kafka_bootstrap, topic)
     for time, rows in BATCHES:
-        sink.write(spark.createDataFrame(rows, DDL), time=time)
+        sink.write(frame(spark, rows, DDL), time=time)
     # every update message once more: duplicates, as a retried task leaves them
     with CdcProducer(kafka_bootstrap, topic) as producer:
         for record in list(read_topic(kafka_bootstrap, topic)):
@@ -89,7 +89,7 @@ def test_collection_and_history_read_the_cached_reading_until_unpersisted(
     topic = topic_factory(2)
     sink = CdcSink(kafka_bootstrap, topic)
     for time, rows in BATCHES:
-        sink.write(spark.createDataFrame(rows, DDL), time=time)
+        sink.write(frame(spark, rows, DDL), time=time)
     result = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=_schema(spark))
 
     def plans() -> list[str]:
@@ -119,7 +119,7 @@ def test_as_of_a_time_below_the_frontier_and_not_beyond_it(spark, kafka_bootstra
     topic = topic_factory()
     sink = CdcSink(kafka_bootstrap, topic)
     for time, rows in BATCHES:
-        sink.write(spark.createDataFrame(rows, DDL), time=time)
+        sink.write(frame(spark, rows, DDL), time=time)
     first = read_cdc(
         spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=_schema(spark), until=1
     )
@@ -270,8 +270,8 @@ def test_a_read_logs_no_warning_of_sparks_avro_serializer(spark, kafka_bootstrap
     ddl, rows = _many_types(200)
     topic = topic_factory(2)
     sink = CdcSink(kafka_bootstrap, topic)
-    sink.write(spark.createDataFrame(rows, ddl), time=0)
-    sink.write(spark.createDataFrame(rows[:50], ddl).withColumn("diff", F.lit(-1)), time=1)
+    sink.write(frame(spark, rows, ddl), time=0)
+    sink.write(frame(spark, rows[:50], ddl).withColumn("diff", F.lit(-1)), time=1)
     schema = data_schema(ddl)
     codec = CdcCodec(schema)
     with JvmLog(spark, "org.apache.spark.sql.avro") as log:
@@ -318,7 +318,7 @@ def test_values_said_not_null_encode_to_the_same_bytes(spark):
     record = data_schema(ddl)
     codec = CdcCodec(record)
     updates = json.dumps(codec.union[0])
-    df = spark.createDataFrame(rows, ddl)
+    df = frame(spark, rows, ddl)
     written = df.select(
         to_avro(
             F.array(

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from helpers import DISAGREEING, MANGLED, MANGLED_COMPLETE, as_history, produce_by_hand
+from helpers import DISAGREEING, MANGLED, MANGLED_COMPLETE, as_history, frame, produce_by_hand
 
 from cdc_emitter.protocol import Progress, Update, consolidate
 
@@ -98,7 +98,7 @@ def test_a_restarted_query_goes_on_from_its_checkpoint(
     rows = {t: [(t * 10 + i, f"v{i}") for i in range(3)] for t in range(1, 5)}
 
     def write(t: int) -> None:
-        sink.write(spark.createDataFrame(rows[t], "k long, v string"), time=t)
+        sink.write(frame(spark, rows[t], "k long, v string"), time=t)
 
     write(1)
     write(2)
@@ -197,7 +197,7 @@ def test_logical_and_nested_types_arrive_as_spark_wrote_them(
         ),
         (2, None, None, None, None, None, None, None, None, -0.0),
     ]
-    df = spark.createDataFrame(rows, ddl)
+    df = frame(spark, rows, ddl)
     CdcSink(kafka_bootstrap, topic).write(df, time=5)
     batches: list = []
 

@@ -10,6 +10,7 @@ import math
 
 import pytest
 from click.testing import CliRunner
+from helpers import frame
 
 from cdc_emitter.cli import main
 from cdc_emitter.kafka.producer import CdcProducer
@@ -490,15 +491,15 @@ def test_strict_catches_a_second_writer_with_other_rows_of_the_same_count(
     # time 1 (read while the time is open, as across partitions, they are an over_count anyway)
     topic = topic_factory(1)
     ddl = "k long, v string"
-    first = spark.createDataFrame([(1, "a"), (2, "b"), (3, "c")], ddl)
+    first = frame(spark, [(1, "a"), (2, "b"), (3, "c")], ddl)
     CdcSink(kafka_bootstrap, topic).write(first, time=0)
     a, b = CdcSink(kafka_bootstrap, topic), CdcSink(kafka_bootstrap, topic)
     stale = b.frontier()  # both writers learn the frontier [1] before either writes: a race
     b.frontier = lambda: (
         stale
     )  # ... that b's own checks, before writing and before its statement, miss
-    assert a.write(spark.createDataFrame([(4, "d")], ddl)).lower == 1
-    assert (b.write(spark.createDataFrame([(5, "e")], ddl)).lower, stale.frontier) == (1, 1)
+    assert a.write(frame(spark, [(4, "d")], ddl)).lower == 1
+    assert (b.write(frame(spark, [(5, "e")], ddl)).lower, stale.frontier) == (1, 1)
     schema = schema_path(tmp_path, data_schema(first.schema))
 
     plain = json.loads(verify(kafka_bootstrap, topic, schema, "--json", engine=engine).stdout)
@@ -516,6 +517,6 @@ def test_strict_catches_a_second_writer_with_other_rows_of_the_same_count(
     # a racing writer with another number of rows leaves a statement that disagrees
     c = CdcSink(kafka_bootstrap, topic)
     c.frontier = lambda: stale
-    c.write(spark.createDataFrame([(6, "f"), (7, "g")], ddl))
+    c.write(frame(spark, [(6, "f"), (7, "g")], ddl))
     plain = json.loads(verify(kafka_bootstrap, topic, schema, "--json", engine=engine).stdout)
     assert ("count_mismatch", 1) in [(v["kind"], v["time"]) for v in plain["violations"]]

@@ -26,7 +26,7 @@ def main(package: str, bootstrap: str, topic: str, workdir: str, cli_topic: str)
     from cdc_emitter.spark.session import spark_session
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the integration tests' helpers
-    from helpers import DELTA_TEST_CONF
+    from helpers import DELTA_TEST_CONF, frame
 
     spark = spark_session(
         "delta-jobs",
@@ -46,7 +46,7 @@ def main(package: str, bootstrap: str, topic: str, workdir: str, cli_topic: str)
 
     def insert(rows, files):
         (
-            spark.createDataFrame(rows, "id long, name string, price int")
+            frame(spark, rows, "id long, name string, price int")
             .repartition(files)
             .write.format("delta")
             .mode("append")

@@ -47,6 +47,10 @@ import logging
 import os
 import sys
 import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the integration tests' helpers
+from helpers import frame  # noqa: E402
 
 PAUSE_ENV = "CDC_EMITTER_TEST_PAUSE_AFTER_CLAIM"
 DDL = "k long, v string, time long, diff long"
@@ -101,7 +105,7 @@ def _warm_up(session) -> None:
         from pyspark.sql import functions as F
         from pyspark.sql.avro.functions import to_avro
 
-        df = session.createDataFrame([(1, "x", 0, 1)], DDL)
+        df = frame(session, [(1, "x", 0, 1)], DDL)
         df.groupBy("k").agg(F.sum("diff")).collect()
         df.select(
             to_avro(F.struct("k", "v")).alias("a"), F.xxhash64("k", "time").alias("h")
@@ -173,7 +177,7 @@ class Writer:
             if pause is not None:
                 os.environ[PAUSE_ENV] = str(pause)
             sink, ignored = self.sink_for(command)
-            df = self.spark.createDataFrame([tuple(r) for r in command.get("rows", [])], DDL)
+            df = frame(self.spark, [tuple(r) for r in command.get("rows", [])], DDL)
             self.say(start=True, **where)
             if command.get("call", "sink") == "write":
                 result = sink.write(df)
