@@ -202,14 +202,15 @@ class DistributedPath:
                 )
             )
 
-        messages = persisted_messages()
-        persisted = [messages]
+        persisted: list[DataFrame] = []
 
         def release() -> None:
             for cached in persisted:
                 cached.unpersist()
 
-        try:
+        try:  # a bad row may fail the first persist: the setting is put back all the same
+            messages = persisted_messages()
+            persisted.append(messages)
             while True:
                 try:
                     stats = plan_stats.batch_stats(

@@ -1639,6 +1639,7 @@ def test_bad_input_fails_before_the_first_message(spark, kafka_bootstrap, topic_
     if error is BadInputError:  # named by its topic (put back into the plan's reusable texts)
         assert str(info.value).startswith(f"topic {topic!r}: ")
     assert count_messages(kafka_bootstrap, topic) == 0
+    assert spark.conf.get(spark_settings.FALLBACK_THRESHOLD, None) is None  # put back
 
 
 @pytest.mark.parametrize("case", ["null-time", "oversized-row"])
