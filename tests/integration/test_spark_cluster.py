@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from helpers import as_history, read_history
+from helpers import as_history, count_messages, read_history
 
 from cdc_emitter.protocol.codec import CdcCodec
 
@@ -105,6 +105,7 @@ def test_connect_crash_restart_second_query_and_write(
         kafka_bootstrap, topic + jobs.ONE_TIME, CdcCodec(DATA)
     )
     assert (violations, frontier) == ([], (len(jobs.ONE_TIME_TIMES),))
+    assert count_messages(kafka_bootstrap, topic + jobs.REFUSED) == 0  # the refused batch
     assert history == as_history(
         ((r["k"], r["v"]), time_, r["diff"])
         for time_ in jobs.ONE_TIME_TIMES

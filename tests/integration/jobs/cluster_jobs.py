@@ -23,6 +23,8 @@ DDL = "k long, v string, t long, diff long"
 PARTS = ((0, 60_000), (1, 60_000), (2, 20_000), (3, 20_000))
 #: The Connect job's second topic (TOPIC + this): batches of one time by one sink.
 ONE_TIME = "-one-time"
+#: The suffix of the topic a batch with a bad row is refused for, through Connect.
+REFUSED = "-refused"
 ONE_TIME_ROWS = 3_000
 
 
@@ -202,6 +204,20 @@ def connect(url: str, bootstrap: str, topic: str, workdir: str) -> None:
         finished_on.append(written.finished_on)
     # small_batch_rows=0: no batch joined on the driver, the first's small messages included
     assert finished_on == ["executors"] * 3, finished_on
+    # a bad row among local rows (on Connect a local relation, whose checks Spark's optimizer
+    # may compute while it plans the batch's cache): the sink's own error, the setting put back
+    from cdc_emitter.errors import BadInputError
+
+    bad = spark.createDataFrame([(1, "a", 1, 1), (2, "b", None, 1)], DDL)
+    refusing = CdcSink(
+        bootstrap, topic + REFUSED, create_topic=True, time_column="t", small_batch_rows=0
+    )
+    try:
+        refusing.write(bad)
+        raise AssertionError("a row with a null time was written")
+    except BadInputError as exc:
+        assert str(exc).startswith(f"topic {topic + REFUSED!r}: null time in column 't'"), exc
+    assert spark.conf.get(FALLBACK_THRESHOLD, None) is None
     held = GroupsInMemory(spark)
     held.at_least(520)
     assert spark.conf.get(FALLBACK_THRESHOLD) == "520"
