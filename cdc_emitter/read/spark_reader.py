@@ -337,7 +337,8 @@ def _read_once(
     # a body longer than what Spark read of it goes to the driver's codec to be judged. The
     # update arrays of the reader's schema are measured after the read, update by update
     # (`_spare_bytes`); the rest here
-    later = _update_length(parsed, codec) is not None
+    update_length = _update_length(parsed, codec)
+    later = update_length is not None
     checked = [(F.col("p"), codec.union[1])]
     if not later:
         checked.insert(0, (F.col("u"), codec.union[0]))
@@ -371,7 +372,7 @@ def _read_once(
         )
 
     try:
-        return _verify(decoded, codec, until, strict, values)
+        return _verify(decoded, codec, until, strict, values, update_length)
     finally:
         decoded.unpersist()
 
@@ -506,12 +507,14 @@ def _verify(
     until: int | None,
     strict: Strict | None,
     values: Callable[[list[tuple[int, int]]], DataFrame],
+    update_length: Column | None,
 ) -> CdcRead:
     """Verify the decoded messages: Spark groups the updates by ``(data, time)``, the driver
     replays the messages' counts through a `CountingReader` in reading order. ``values`` reads
-    the messages at some keys again (those `_spare_bytes` finds)."""
+    the messages at some keys again (those `_spare_bytes` finds); ``update_length`` is
+    `_update_length` of them."""
     counting = CountingReader(strict=strict)
-    spare = _spare_bytes(decoded, codec)
+    spare = _spare_bytes(decoded, update_length)
     singles, undecodable, headers = _judge_singles(decoded, codec, spare, values)
     occurrences, data_fields = _occurrences(decoded, undecodable)
     extras = _malformed_updates(occurrences, codec, data_fields)
@@ -792,13 +795,13 @@ def _collection(history: DataFrame, data_fields: list[str]) -> DataFrame:
     )
 
 
-def _spare_bytes(decoded: DataFrame, codec: Any) -> list[tuple[int, int]]:
+def _spare_bytes(decoded: DataFrame, length: Column | None) -> list[tuple[int, int]]:
     """The keys (partition, offset) of the update arrays left ``unchecked`` whose body is longer
-    than Avro's encoding of the updates Spark read of it: the sum of their lengths, one update
-    a row (Spark runs a lambda over an array's items uncompiled, at several times the cost)."""
+    than Avro's encoding of the updates Spark read of it (``length``, of an update ``x``: see
+    `_update_length`): the sum of their lengths, one update a row (Spark runs a lambda over an
+    array's items uncompiled, at several times the cost)."""
     from cdc_emitter.spark.avro_length import array_length
 
-    length = _update_length(decoded, codec)
     if length is None:  # none is left unchecked: such arrays are checked as they are read
         return []
     unchecked = decoded.filter(F.col("unchecked").isNotNull()).select(
