@@ -99,7 +99,9 @@ def frame(spark: Any, rows: Any, schema: Any) -> Any:
     the two could differ: PySpark 3.5 (its ``createDataFrame`` takes no Arrow table), a schema
     that is not a DDL string or a ``StructType``, rows given as ``Row`` objects or dicts
     (matched by name), and timestamps (Spark reads a naive ``datetime`` in the machine's time
-    zone, Arrow as UTC).
+    zone, Arrow as UTC). Values are checked only as far as Arrow's conversion checks them (an
+    int in a double column passes): where a test is about Spark's own checks, or needs tasks to
+    read its rows (a job that fails, generated code), use ``spark.createDataFrame``.
     """
     import pyarrow as pa
     import pyspark
@@ -118,6 +120,11 @@ def frame(spark: Any, rows: Any, schema: Any) -> Any:
     if "timestamp" in struct.simpleString():
         return spark.createDataFrame(rows, struct)
     arrow = to_arrow_schema(struct)
+    wrong = [row for row in rows if len(row) != len(arrow)]
+    if wrong:
+        raise ValueError(
+            f"row {wrong[0]!r} has not the {len(arrow)} columns of {struct.simpleString()}"
+        )
     columns = list(zip(*rows)) if rows else [() for _ in arrow]
     arrays = [pa.array(list(values), type=field.type) for values, field in zip(columns, arrow)]
     return spark.createDataFrame(pa.Table.from_arrays(arrays, schema=arrow), struct)

@@ -357,10 +357,9 @@ def test_packing_where_the_rows_are_leaves_the_sessions_setting_as_it_was(
             t = 0 if own is None else 2
             assert sink.write(frame(spark, rows, KV), time=t).updates == 3000
             assert spark.conf.get(spark_settings.FALLBACK_THRESHOLD, None) == own
-            with pytest.raises(
-                BadInputError, match="null diff"
-            ):  # fails the job in its input tasks
-                sink.write(frame(spark, [*rows, (1, "a", None)], KV), time=t + 1)
+            with pytest.raises(BadInputError, match="null diff"):  # fails in its input tasks:
+                bad = spark.createDataFrame([*rows, (1, "a", None)], KV)  # rows tasks read
+                sink.write(bad, time=t + 1)
             assert spark.conf.get(spark_settings.FALLBACK_THRESHOLD, None) == own
         finally:
             spark.conf.unset(spark_settings.FALLBACK_THRESHOLD)
@@ -829,7 +828,9 @@ def test_every_time_of_a_running_sink_runs_the_same_generated_code(spark, way, g
     from cdc_emitter.sink import plan as sink_jvm
     from cdc_emitter.sink import plan_stats as sink_figures
 
-    df = frame(spark, [(k, f"v{k % 7}", 1) for k in range(500)], KV)
+    # rows that tasks read (not `frame`'s local relation, whose projections Spark's optimizer
+    # computes itself): the time's literals must reach the generated code to be compared
+    df = spark.createDataFrame([(k, f"v{k % 7}", 1) for k in range(500)], KV)
     data = df.drop("diff").schema
     plan = sink_jvm.MessagePlan(
         schema=data,

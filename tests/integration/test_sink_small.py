@@ -370,8 +370,8 @@ def test_bad_input_in_a_small_batch_writes_nothing(
     sink = CdcSink(kafka_bootstrap, topic, **options)
     assert sink.write(frame(spark, good, ddl)).consolidated_on == "executors"  # a first batch
     written = count_messages(kafka_bootstrap, topic)
-    with pytest.raises(error, match=pattern) as info:
-        sink.write(frame(spark, rows, ddl))
+    with pytest.raises(error, match=pattern) as info:  # rows that tasks read: a job fails
+        sink.write(spark.createDataFrame(rows, ddl))
     assert str(info.value).startswith(f"topic {topic!r}: ")
     assert len(str(info.value)) < 600 and "\n" not in str(info.value)  # a row shown cut
     assert count_messages(kafka_bootstrap, topic) == written
