@@ -177,12 +177,14 @@ class DistributedPath:
         exact = respread = False
         groups = GroupsInMemory(spark)
 
-        def persist(df: DataFrame) -> DataFrame:
-            # Spark may run a check while it plans the cache: on a local relation (rows
-            # from the driver, every DataFrame of local rows on Spark Connect) the optimizer
-            # computes the projection itself, and a bad row fails here, not in a job
+        def persist(**how: Any) -> DataFrame:
+            """The batch's messages (`MessagePlan.messages`, ``how`` its own arguments), cached.
+            Spark may run a check while it plans the cache: on a local relation (rows from the
+            driver, every DataFrame of local rows on Spark Connect) the optimizer computes the
+            projection itself, and a bad row fails here, not in a job."""
+            messages = plan.messages(prepared, checks, time=batch.time, fanout=self.fanout, **how)
             try:
-                return df.persist()
+                return messages.persist()
             except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or Spark's own
                 _raise_ours(exc, batch)
                 raise
@@ -191,16 +193,7 @@ class DistributedPath:
             groups.at_least(
                 plan.groups_per_packing_task(self.fanout, consolidate=consolidate, exact=exact)
             )
-            return persist(
-                plan.messages(
-                    prepared,
-                    checks,
-                    time=batch.time,
-                    fanout=self.fanout,
-                    exact=exact,
-                    consolidate=consolidate,
-                )
-            )
+            return persist(exact=exact, consolidate=consolidate)
 
         persisted: list[DataFrame] = []
 
@@ -233,15 +226,7 @@ class DistributedPath:
                             len(repeated),
                             stats.messages,
                         )
-                        fixed = persist(
-                            plan.messages(
-                                prepared,
-                                checks,
-                                time=batch.time,
-                                fanout=self.fanout,
-                                arrays=repeated,
-                            )
-                        )
+                        fixed = persist(arrays=repeated)
                         persisted.append(fixed)
                         messages = messages.where(~F.col("repeated")).unionByName(fixed)
                         continue
