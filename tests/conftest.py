@@ -92,8 +92,15 @@ FULL_MAX_EXAMPLES = 500
 # (test_sink_small alone: 143 CPU-s in the Spark JVM with the defaults, 78 with these; the
 # broker-restarting modules: 113 CPU-s in their brokers, 61 with these).
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-#: The variables that carry `JVM_OPTIONS` to the JVMs above.
-JVM_OPTION_VARIABLES = ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS", "CDC_KAFKA_JVM_OPTS")
+#: The variables that carry `JVM_OPTIONS` to the JVMs above, with the class-data archive of
+#: their kind (tests/jvm_archives.py) once a test that starts one is collected.
+JVM_OPTION_VARIABLES = {
+    "SPARK_SUBMIT_OPTS": "spark",
+    "SPARK_DAEMON_JAVA_OPTS": "spark",
+    "CDC_KAFKA_JVM_OPTS": "kafka",
+}
+#: The variables of `JVM_OPTION_VARIABLES` this session set (the others are the user's).
+OWN_JVM_OPTIONS: set[str] = set()
 # How long a broker or registry may take to start (the scripts' default is 90 s): on a busy
 # shared 2-core machine a JVM service takes longer, and a fixture that gives up fails every test.
 SERVICE_START_TIMEOUT = "300"
@@ -113,7 +120,9 @@ def pytest_configure(config: pytest.Config) -> None:
     for name, doc in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
     for name in JVM_OPTION_VARIABLES:  # inherited by every JVM
-        os.environ.setdefault(name, JVM_OPTIONS)
+        if name not in os.environ:
+            os.environ[name] = JVM_OPTIONS
+            OWN_JVM_OPTIONS.add(name)
     if _xdist_controller(config):  # workers inherit the variable: one broker for all of them
         os.environ[SHARED_KAFKA_HOME] = tempfile.mkdtemp(prefix="cdc-emitter-kafka-xdist-")
 
@@ -183,6 +192,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _cap_examples(items, FULL_MAX_EXAMPLES)
     if _xdist_distributes(config):
         _slow_modules_first(items)
+    if not _xdist_controller(config) and any(i.get_closest_marker("integration") for i in items):
+        _map_class_archives()
+
+
+def _map_class_archives() -> None:
+    """Give the JVMs this process starts (and its subprocesses') the class-data archive of
+    their kind, made first if needed: the Spark and Kafka ones side by side, on two cores."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from jvm_archives import archive_options
+
+    kinds = sorted({JVM_OPTION_VARIABLES[name] for name in OWN_JVM_OPTIONS})
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        options = dict(zip(kinds, pool.map(lambda k: archive_options(k, JVM_OPTIONS), kinds)))
+    for name in OWN_JVM_OPTIONS:
+        if options[JVM_OPTION_VARIABLES[name]]:
+            os.environ[name] = f"{JVM_OPTIONS} {options[JVM_OPTION_VARIABLES[name]]}"
 
 
 def _xdist_distributes(config: pytest.Config) -> bool:
