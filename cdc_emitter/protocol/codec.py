@@ -42,6 +42,7 @@ from cdc_emitter.protocol.fast_decode import (
     Columns,
     compile_array_decoder,
     compile_column_decoder,
+    holds_floats,
 )
 from cdc_emitter.protocol.updates import NAN, Progress, Update
 
@@ -440,7 +441,7 @@ class CdcCodec:
         self._compile_decoders()
         #: Whether data can hold floats (NaN must then be made the one NAN object again after
         #: data crossed a process boundary).
-        self.has_floats = any(t in json.dumps(self.data_schema) for t in ('"float"', '"double"'))
+        self.has_floats = holds_floats(self.data_schema)
 
     def _compile_decoders(self) -> None:
         """The decoders generated for this layout (protocol/fast_decode), or None."""

@@ -31,6 +31,7 @@ import datetime
 import functools
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, cast
 
@@ -41,24 +42,6 @@ from cdc_emitter.protocol.updates import NAN, canonical_nan
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.timezone.utc)
 EPOCH_NAIVE = datetime.datetime(1970, 1, 1)
 
-#: Logical types computed inline (as fastavro's readers compute them), by ``(type, logicalType)``;
-#: ``{v}`` is the long.
-_INLINE_LOGICAL = {
-    ("int", "date"): ("date", "date_fromordinal({v} + 719163)"),
-    ("long", "timestamp-micros"): ("timestamp-micros", "EPOCH + timedelta(microseconds={v})"),
-    ("long", "timestamp-millis"): (
-        "timestamp-millis",
-        "EPOCH + timedelta(microseconds={v} * 1000)",
-    ),
-    ("long", "local-timestamp-micros"): (
-        "local-timestamp-micros",
-        "EPOCH_NAIVE + timedelta(microseconds={v})",
-    ),
-    ("long", "local-timestamp-millis"): (
-        "local-timestamp-millis",
-        "EPOCH_NAIVE + timedelta(microseconds={v} * 1000)",
-    ),
-}
 _PRIMITIVES = ("null", "long", "int", "string", "bytes", "boolean", "double", "float")
 
 #: ``decode(buf, pos, row) -> list``: the updates of the array starting at ``pos`` of ``buf``
@@ -209,13 +192,16 @@ class _Writer:
 
     def _logical(self, schema: dict, target: str, indent: str, top: bool) -> list[str]:
         kind, logical = schema["type"], schema["logicalType"]
-        inline = _INLINE_LOGICAL.get((kind, logical))
+        inline = _LOGICAL.get((kind, logical))
         if inline is not None:
             if self.raw and top:
                 return _varint(target, indent)
             if self.raw:
                 raise _Unsupported("a date or timestamp inside a column: pickled")
-            return [*_varint(target, indent), f"{indent}{target} = {inline[1].format(v=target)}"]
+            return [
+                *_varint(target, indent),
+                f"{indent}{target} = {inline.inline.format(v=target)}",
+            ]
         reader = LOGICAL_READERS.get(f"{kind}-{logical}")
         if reader is None or self.raw:
             raise _Unsupported(f"{kind} {logical}")
@@ -356,26 +342,60 @@ def _epoch_plus(epoch: datetime.datetime, scale: int) -> Callable[[list], list]:
     return lambda col: list(map(epoch.__add__, map(micros, map(scale.__mul__, col))))
 
 
-#: A column of longs as the logical type's values, in C (``map`` of C callables).
-_AS_VALUES: dict[str, Callable[[list], list]] = {
-    "date": lambda col: list(map(datetime.date.fromordinal, map((719163).__add__, col))),
-    "timestamp-micros": _epoch_plus(EPOCH, 1),
-    "timestamp-millis": _epoch_plus(EPOCH, 1000),
-    "local-timestamp-micros": _epoch_plus(EPOCH_NAIVE, 1),
-    "local-timestamp-millis": _epoch_plus(EPOCH_NAIVE, 1000),
-}
+@dataclass(frozen=True)
+class _Logical:
+    """A date or timestamp the decoders compute from its long themselves, as fastavro's
+    readers compute it.
+
+    Attributes:
+        name: The logical type.
+        inline: The value as a Python expression of the long ``{v}`` (the row decoders).
+        as_values: A column of longs as values, in C (``map`` of C callables: the column
+            decoder).
+        low, high: The longs it takes without leaving Python's dates, in microseconds (a
+            date: in days).
+        unit: Microseconds per long (a date: 1 day per long, compared in days).
+    """
+
+    name: str
+    inline: str
+    as_values: Callable[[list], list]
+    low: int
+    high: int
+    unit: int
+
+
 _MICROS_FROM_EPOCH = (
     (datetime.datetime.min - EPOCH_NAIVE) // datetime.timedelta(microseconds=1),
     (datetime.datetime.max - EPOCH_NAIVE) // datetime.timedelta(microseconds=1),
 )
-#: The longs each logical type takes without leaving Python's dates (a date's days, a
-#: timestamp's units since the epoch), and the unit's microseconds.
-_RANGES = {
-    "date": (1 - 719163, datetime.date.max.toordinal() - 719163, 1),
-    "timestamp-micros": (*_MICROS_FROM_EPOCH, 1),
-    "timestamp-millis": (*_MICROS_FROM_EPOCH, 1000),
-    "local-timestamp-micros": (*_MICROS_FROM_EPOCH, 1),
-    "local-timestamp-millis": (*_MICROS_FROM_EPOCH, 1000),
+
+
+def _timestamp(name: str, epoch: str, unit: int) -> _Logical:
+    scaled = "{v}" if unit == 1 else f"{{v}} * {unit}"
+    return _Logical(
+        name,
+        f"{epoch} + timedelta(microseconds={scaled})",
+        _epoch_plus(EPOCH if epoch == "EPOCH" else EPOCH_NAIVE, unit),
+        *_MICROS_FROM_EPOCH,
+        unit,
+    )
+
+
+#: The logical types decoded inline, by ``(type, logicalType)``.
+_LOGICAL = {
+    ("int", "date"): _Logical(
+        "date",
+        "date_fromordinal({v} + 719163)",
+        lambda col: list(map(datetime.date.fromordinal, map((719163).__add__, col))),
+        1 - 719163,
+        datetime.date.max.toordinal() - 719163,
+        1,
+    ),
+    ("long", "timestamp-micros"): _timestamp("timestamp-micros", "EPOCH", 1),
+    ("long", "timestamp-millis"): _timestamp("timestamp-millis", "EPOCH", 1000),
+    ("long", "local-timestamp-micros"): _timestamp("local-timestamp-micros", "EPOCH_NAIVE", 1),
+    ("long", "local-timestamp-millis"): _timestamp("local-timestamp-millis", "EPOCH_NAIVE", 1000),
 }
 
 #: ``(times, diffs, columns)``: an update array column by column, dates and timestamps as their
@@ -383,32 +403,72 @@ _RANGES = {
 Columns = tuple[list[int], list[int], list[list[Any]]]
 
 
-def _holds_floats(schema: Any) -> bool:
-    """Whether values of ``schema`` can hold a float or a double, at any depth."""
-    if isinstance(schema, str):
-        return schema in ("float", "double")
+def holds_floats(schema: Any, within: Any = None) -> bool:
+    """Whether values of ``schema`` (an Avro schema as parsed JSON) can hold a float or a
+    double, at any depth, named types included.
+
+    Args:
+        schema: The schema.
+        within: The whole schema ``schema`` is part of, where the named types it uses are
+            defined (default: ``schema`` itself).
+    """
+    named: dict[str, Any] = {}
+    _named_types(schema if within is None else within, None, named)
+    return _holds_floats(schema, named, set())
+
+
+def _named_types(schema: Any, space: str | None, named: dict[str, Any]) -> None:
+    """Collect the records, enums and fixed types ``schema`` defines, by full and short name."""
     if isinstance(schema, list):
-        return any(map(_holds_floats, schema))
+        for branch in schema:
+            _named_types(branch, space, named)
+    elif isinstance(schema, dict):
+        kind = schema.get("type")
+        if "name" in schema and kind in ("record", "error", "enum", "fixed"):
+            name = schema["name"]
+            space = schema.get("namespace", space) if "." not in name else name.rpartition(".")[0]
+            full = name if "." in name or not space else f"{space}.{name}"
+            named[full] = named[full.rpartition(".")[2]] = schema
+        for field in schema.get("fields", ()) if kind in ("record", "error") else ():
+            _named_types(field["type"], space, named)
+        if kind == "array":
+            _named_types(schema["items"], space, named)
+        elif kind == "map":
+            _named_types(schema["values"], space, named)
+        elif isinstance(kind, (dict, list)):
+            _named_types(kind, space, named)
+
+
+def _holds_floats(schema: Any, named: dict[str, Any], seen: set[int]) -> bool:
+    if isinstance(schema, str):
+        if schema in ("float", "double"):
+            return True
+        found = named.get(schema)
+        return found is not None and _holds_floats(found, named, seen)
+    if isinstance(schema, list):
+        return any([_holds_floats(branch, named, seen) for branch in schema])
     if isinstance(schema, dict):
         kind = schema.get("type")
-        if kind == "record":
-            return any(_holds_floats(f["type"]) for f in schema["fields"])
+        if kind in ("record", "error"):
+            if id(schema) in seen:  # a record that holds itself: its other fields decide
+                return False
+            seen.add(id(schema))
+            return any([_holds_floats(f["type"], named, seen) for f in schema["fields"]])
         if kind == "array":
-            return _holds_floats(schema["items"])
+            return _holds_floats(schema["items"], named, seen)
         if kind == "map":
-            return _holds_floats(schema["values"])
-        return _holds_floats(kind)
+            return _holds_floats(schema["values"], named, seen)
+        return _holds_floats(kind, named, seen)
     return False
 
 
-def _top_logical(field_type: Any) -> str | None:
+def _top_logical(field_type: Any) -> _Logical | None:
     """The inline logical type of a top-level column (nullable or not), or None."""
     if isinstance(field_type, list):
         others = [t for t in field_type if t != "null"]
         field_type = others[0] if len(others) == 1 else None
     if isinstance(field_type, dict) and "logicalType" in field_type:
-        found = _INLINE_LOGICAL.get((field_type["type"], field_type["logicalType"]))
-        return None if found is None else found[0]
+        return _LOGICAL.get((field_type["type"], field_type["logicalType"]))
     return None
 
 
@@ -425,7 +485,8 @@ class ColumnDecoder:
         self._logical = [
             (i, kind) for i, f in enumerate(fields) if (kind := _top_logical(f["type"]))
         ]
-        self._floats = [i for i, f in enumerate(fields) if _holds_floats(f["type"])]
+        whole = {"type": "record", "name": "data", "fields": fields}
+        self._floats = [i for i, f in enumerate(fields) if holds_floats(f["type"], whole)]
 
     def decode(self, buf: bytes, pos: int) -> Columns:
         """The array at ``pos`` of ``buf``, column by column.
@@ -440,9 +501,8 @@ class ColumnDecoder:
             if None in values:
                 values = [v for v in values if v is not None]
             if values:
-                low, high, unit = _RANGES[kind]
-                if min(values) * unit < low or max(values) * unit > high:
-                    raise Unfit(f"{kind} out of range")
+                if min(values) * kind.unit < kind.low or max(values) * kind.unit > kind.high:
+                    raise Unfit(f"{kind.name} out of range")
         return times, diffs, cols
 
     def rows(self, decoded: Columns, nan: bool = False) -> list[tuple]:
@@ -458,7 +518,7 @@ class ColumnDecoder:
         times, diffs, cols = decoded
         cols = list(cols)
         for i, kind in self._logical:
-            convert = _AS_VALUES[kind]
+            convert = kind.as_values
             values = cols[i]
             if None in values:
                 cols[i] = [None if v is None else convert([v])[0] for v in values]

@@ -22,6 +22,7 @@ from cdc_emitter.protocol.fast_decode import (
     Unfit,
     compile_array_decoder,
     compile_column_decoder,
+    holds_floats,
 )
 
 UTC = datetime.timezone.utc
@@ -355,3 +356,56 @@ def test_a_codec_travels_without_its_generated_code():
     message = codec.encode_updates([update])[0]
     assert again.decode(message) == codec.decode(message) == [update]
     assert again.decode_columns(message) == codec.decode_columns(message)
+
+
+POINT = {
+    "type": "record",
+    "name": "Point",
+    "namespace": "geo",
+    "fields": [{"name": "x", "type": "double"}],
+}
+NODE = {
+    "type": "record",
+    "name": "Node",
+    "fields": [{"name": "label", "type": "string"}, {"name": "next", "type": ["null", "Node"]}],
+}
+
+
+@pytest.mark.parametrize(
+    ("schema", "within", "floats"),
+    [
+        ("double", None, True),
+        (["null", "float"], None, True),
+        ({"type": "map", "values": {"type": "array", "items": "double"}}, None, True),
+        (
+            {"type": "record", "name": "r", "fields": [{"name": "double", "type": "long"}]},
+            None,
+            False,
+        ),
+        ({"type": "record", "name": "r", "fields": [{"name": "p", "type": POINT}]}, None, True),
+        # a named type used where it is not defined: the schema it is part of defines it
+        (
+            "geo.Point",
+            {"type": "record", "name": "r", "fields": [{"name": "a", "type": POINT}]},
+            True,
+        ),
+        ("Point", {"type": "record", "name": "r", "fields": [{"name": "a", "type": POINT}]}, True),
+        ("Unknown", None, False),
+        (NODE, None, False),
+        ({**NODE, "fields": [*NODE["fields"], {"name": "w", "type": "float"}]}, None, True),
+    ],
+)
+def test_holds_floats_looks_through_named_types(schema, within, floats):
+    assert holds_floats(schema, within) is floats
+
+
+def test_a_codec_knows_a_float_behind_a_named_type():
+    data = {
+        "type": "record",
+        "name": "row",
+        "fields": [{"name": "a", "type": POINT}, {"name": "b", "type": "geo.Point"}],
+    }
+    assert CdcCodec(data).has_floats
+    assert not CdcCodec(
+        {"type": "record", "name": "row", "fields": [{"name": "double", "type": "long"}]}
+    ).has_floats
