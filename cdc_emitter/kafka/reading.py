@@ -14,6 +14,8 @@ Guarantees:
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, NamedTuple
@@ -161,6 +163,29 @@ def _consume(
             )
 
 
+log = logging.getLogger(__name__)
+
+
+def close_reader(consumer: Any, timeout: float = BROKER_TIMEOUT) -> None:
+    """Close a reading consumer (partitions assigned, nothing committed), waiting at most
+    ``timeout`` seconds.
+
+    librdkafka's close can wait without end while the connections to a broker keep breaking
+    (confluentinc/librdkafka#4519; seen here under a proxy that cut every connection every
+    0.3 s). A reader that commits nothing loses nothing by not waiting: the close goes on in a
+    background thread, and the caller gets its answer.
+    """
+    closing = threading.Thread(target=consumer.close, name="cdc-emitter-close", daemon=True)
+    closing.start()
+    closing.join(timeout)
+    if closing.is_alive():
+        log.warning(
+            "a Kafka consumer did not close within %g s (broker connections breaking?); "
+            "left to close in the background",
+            timeout,
+        )
+
+
 def _open_reader(
     bootstrap_servers: str,
     topic: str,
@@ -177,11 +202,11 @@ def _open_reader(
         parts = topic_partitions(consumer, bootstrap_servers, topic, timeout)
         if parts is None:
             if missing_ok:
-                consumer.close()
+                close_reader(consumer, timeout)
                 return None, []
             raise missing_topic(topic, bootstrap_servers, reading=True)
     except BaseException:
-        consumer.close()
+        close_reader(consumer, timeout)
         raise
     return consumer, parts
 
@@ -217,7 +242,7 @@ class TopicScan:
                 [TopicPartition(topic, p, OFFSET_BEGINNING) for p in self.partitions]
             )
         except BaseException:
-            self._consumer.close()
+            close_reader(self._consumer, broker_timeout)
             raise
         self.ends = {p: high for p, (_low, high) in marks.items()}
         self.next_offset = {p: low for p, (low, _high) in marks.items()}
@@ -288,7 +313,8 @@ class TopicScan:
         return lag
 
     def close(self) -> None:
-        self._consumer.close()
+        """Close the consumer, waiting at most ``broker_timeout`` seconds (`close_reader`)."""
+        close_reader(self._consumer, self.broker_timeout)
 
     def __enter__(self) -> TopicScan:
         return self
@@ -330,7 +356,7 @@ def read_topic(
             starts = {p: low for p, (low, _high) in marks.items()}
         yield from _consume(consumer, topic, starts, ends, timeout, poll_timeout, broker_timeout)
     finally:
-        consumer.close()
+        close_reader(consumer, broker_timeout)
 
 
 def end_offsets(
@@ -345,7 +371,7 @@ def end_offsets(
     try:
         return _watermarks(consumer, bootstrap_servers, topic, parts, timeout)
     finally:
-        consumer.close()
+        close_reader(consumer, timeout)
 
 
 def partition_end(
@@ -442,7 +468,7 @@ class TopicOffsets:
     def close(self) -> None:
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
-            consumer.close()
+            close_reader(consumer, self.broker_timeout)
 
     def __enter__(self) -> TopicOffsets:
         return self

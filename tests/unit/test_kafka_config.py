@@ -302,3 +302,38 @@ def test_spark_kafka_writer_options_batch_several_arrays_per_request_unless_told
     )
     with pytest.raises(ConfigError, match="acks='1': the sink needs acks=all"):
         kafka_write_options("b:9092", "t", {"acks": 1})
+
+
+class _StuckConsumer:
+    """A consumer whose close waits until released, as librdkafka's can while the connections
+    to a broker keep breaking."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.release = threading.Event()
+        self.closed = threading.Event()
+
+    def close(self) -> None:
+        self.release.wait(30)
+        self.closed.set()
+
+
+def test_a_reader_whose_close_hangs_is_left_closing_after_the_timeout(caplog):
+    import time
+
+    stuck = _StuckConsumer()
+    began = time.monotonic()
+    reading.close_reader(stuck, timeout=0.2)
+    assert time.monotonic() - began < 5
+    assert not stuck.closed.is_set()
+    assert "did not close within 0.2 s" in caplog.text
+    stuck.release.set()  # the close goes on in the background and ends
+    assert stuck.closed.wait(5)
+
+
+def test_a_reader_that_closes_in_time_is_closed_when_close_reader_returns(caplog):
+    stuck = _StuckConsumer()
+    stuck.release.set()
+    reading.close_reader(stuck, timeout=5)
+    assert stuck.closed.is_set() and caplog.text == ""
