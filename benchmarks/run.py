@@ -8,6 +8,9 @@ this runner keeps, for every ratio, the figure of each round and its min / media
 * ``sink``: a big batch through ``CdcSink`` (the JVM data path) against the do-it-yourself
   pipeline (consolidation + ``to_avro`` + Spark's Kafka sink), Spark's Kafka sink on the raw rows,
   and the floor (the consolidation to Spark's ``noop`` sink) — ``bench_sink.py``;
+* ``shapes``: the same for every shape of input of issue 57 (wide, nested, many times,
+  repeated rows, few keys, a new process's first batch of repeated rows), against the
+  do-it-yourself pipeline and the floor — ``bench_shapes.py``;
 * ``small``: small batches through ``CdcSink.write`` and as a ``foreachBatch`` function against
   ``to_avro`` + Spark's Kafka sink — ``bench_small_batches.py``;
 * ``streaming``: a streaming query (the ``rate`` source, a 1-second trigger) through ``CdcSink``
@@ -61,10 +64,12 @@ sys.path.insert(0, str(HERE))
 
 from benchkit import kafka  # noqa: E402
 
-BENCHMARKS = ("sink", "small", "streaming", "verify", "codec", "read", "freshness")
-NEEDS_KAFKA = {"sink", "small", "streaming", "verify", "read", "freshness"}
+BENCHMARKS = ("sink", "shapes", "small", "streaming", "verify", "codec", "read", "freshness")
+NEEDS_KAFKA = {"sink", "shapes", "small", "streaming", "verify", "read", "freshness"}
 TITLES = {
     "sink": "Sink, one big batch: input rows/s against the peers (higher is better)",
+    "shapes": "Sink, one big batch of each shape of input: input rows/s against the "
+    "do-it-yourself pipeline and the floor (higher is better)",
     "small": "Sink, small batches: seconds per batch against Spark's Kafka sink (lower is better)",
     "streaming": "Sink in a streaming query: a micro-batch's time and a row's latency against "
     "Spark's Kafka sink (lower is better)",
@@ -88,6 +93,15 @@ def command(name: str, args: argparse.Namespace, rounds: int) -> list[str]:
             args.sink_pipelines,
             "--repeat",
             str(rounds),
+        ]
+    if name == "shapes":
+        return [
+            "benchmarks/bench_shapes.py",
+            "--rows",
+            str(args.shapes_rows),
+            "--repeat",
+            str(rounds),
+            *(["--running"] if args.shapes_running else []),
         ]
     if name == "small":
         return [
@@ -410,6 +424,17 @@ def main() -> int:
         "--sink-pipelines",
         default="jvm,diy,raw,floor",
         help="sink: bench_sink.py --only (jvm,python,diy,raw,floor)",
+    )
+    ap.add_argument(
+        "--shapes-rows",
+        type=int,
+        default=4_000_000,
+        help="shapes: rows of each shape (the nested ones: a quarter)",
+    )
+    ap.add_argument(
+        "--shapes-running",
+        action="store_true",
+        help="shapes: also through a running sink (bench_shapes.py --running)",
     )
     ap.add_argument("--small-rows", type=int, default=200)
     ap.add_argument(
