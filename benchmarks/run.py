@@ -329,6 +329,8 @@ def write_markdown(run: dict, out: Path) -> None:
         params = ", ".join(f"{k} {v}" for k, v in result.get("parameters", {}).items())
         lines += [f"Taken at {taken(run, result)}" + machine_text(result.get("machine")) + ".", ""]
         lines += [f"Parameters: {params}.", ""]
+        if result.get("failed"):
+            lines += [f"Failed, so not in the table: {', '.join(result['failed'])}.", ""]
         for r in result["ratios"]:
             rounds = ", ".join(f"{v:.2f}" for v in r["per_round"])
             lines.append(f"- {r['name']} ({r['meaning']}): rounds {rounds}")

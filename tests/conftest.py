@@ -101,6 +101,8 @@ JVM_OPTION_VARIABLES = {
 }
 #: The variables of `JVM_OPTION_VARIABLES` this session set (the others are the user's).
 OWN_JVM_OPTIONS: set[str] = set()
+#: Passes `OWN_JVM_OPTIONS` on to the xdist workers.
+OWN_JVM_OPTIONS_LIST = "CDC_TEST_OWN_JVM_OPTIONS"
 # How long a broker or registry may take to start (the scripts' default is 90 s): on a busy
 # shared 2-core machine a JVM service takes longer, and a fixture that gives up fails every test.
 SERVICE_START_TIMEOUT = "300"
@@ -123,6 +125,12 @@ def pytest_configure(config: pytest.Config) -> None:
         if name not in os.environ:
             os.environ[name] = JVM_OPTIONS
             OWN_JVM_OPTIONS.add(name)
+    # an xdist worker inherits the controller's variables: the list says which were not the user's
+    own = os.environ.get(OWN_JVM_OPTIONS_LIST)
+    if own is None:
+        os.environ[OWN_JVM_OPTIONS_LIST] = ",".join(sorted(OWN_JVM_OPTIONS))
+    else:
+        OWN_JVM_OPTIONS.update(name for name in own.split(",") if name in JVM_OPTION_VARIABLES)
     if _xdist_controller(config):  # workers inherit the variable: one broker for all of them
         os.environ[SHARED_KAFKA_HOME] = tempfile.mkdtemp(prefix="cdc-emitter-kafka-xdist-")
 
@@ -192,22 +200,35 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _cap_examples(items, FULL_MAX_EXAMPLES)
     if _xdist_distributes(config):
         _slow_modules_first(items)
-    if not _xdist_controller(config) and any(i.get_closest_marker("integration") for i in items):
-        _map_class_archives()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """After deselection: a process that will run a test that starts a JVM maps the archives."""
+    config = session.config
+    if (
+        _xdist_controller(config)
+        or config.getoption("collectonly", default=False)
+        or not any(item.get_closest_marker("integration") for item in session.items)
+    ):
+        return
+    _map_class_archives()
 
 
 def _map_class_archives() -> None:
     """Give the JVMs this process starts (and its subprocesses') the class-data archive of
-    their kind, made first if needed: the Spark and Kafka ones side by side, on two cores."""
+    their kind, made first if needed: the Spark and Kafka ones side by side, on two cores. No
+    Kafka archive when the tests' broker is ``KAFKA_BOOTSTRAP_SERVERS``'s."""
     from concurrent.futures import ThreadPoolExecutor
 
     from jvm_archives import archive_options
 
     kinds = sorted({JVM_OPTION_VARIABLES[name] for name in OWN_JVM_OPTIONS})
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
+        kinds = [kind for kind in kinds if kind != "kafka"]
     with ThreadPoolExecutor(max_workers=2) as pool:
         options = dict(zip(kinds, pool.map(lambda k: archive_options(k, JVM_OPTIONS), kinds)))
     for name in OWN_JVM_OPTIONS:
-        if options[JVM_OPTION_VARIABLES[name]]:
+        if options.get(JVM_OPTION_VARIABLES[name]):
             os.environ[name] = f"{JVM_OPTIONS} {options[JVM_OPTION_VARIABLES[name]]}"
 
 

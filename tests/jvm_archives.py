@@ -99,11 +99,17 @@ def archive_options(kind: str, jvm_options: str) -> str:
         if not jars:
             return ""
         archive = folder / f"{kind}-{_digest(java, jvm_options, jars)}.jsa"
+        failed = archive.with_suffix(".failed")
         with open(folder / f"{kind}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one maker; the other process waits and reuses it
-            if not archive.exists():
-                _make(kind, archive, jvm_options)
-    except (OSError, subprocess.SubprocessError) as exc:
+            if not archive.exists() and not failed.exists():
+                _prune(folder, kind)
+                try:
+                    _make(kind, archive, jvm_options)
+                except Exception:
+                    failed.write_text("")  # not tried again until Java, the jars or options change
+                    raise
+    except Exception as exc:  # an archive only saves time: never a reason to fail the run
         print(
             f"jvm archives: no {kind} archive ({_reason(exc)}); its JVMs start without one",
             file=sys.stderr,
@@ -112,6 +118,13 @@ def archive_options(kind: str, jvm_options: str) -> str:
     if not archive.exists():
         return ""
     return f"-XX:SharedArchiveFile={archive} {QUIET}"
+
+
+def _prune(folder: Path, kind: str) -> None:
+    """Remove the archives of ``kind`` made for another Java, other jars or other options, and
+    what runs that were killed while making one left."""
+    for old in folder.glob(f"{kind}-*"):
+        old.unlink(missing_ok=True)
 
 
 def _make(kind: str, archive: Path, jvm_options: str) -> None:
@@ -166,6 +179,9 @@ def _make_kafka(dump: str, work: str) -> None:
     started = subprocess.run(
         [script, "start"], env=env, capture_output=True, text=True, timeout=300, check=True
     )
+    # the storage tool that formatted the broker's data wrote one first: only the broker's counts
+    partial = Path(dump.split("-XX:ArchiveClassesAtExit=", 1)[1].split()[0])
+    partial.unlink(missing_ok=True)
     try:
         subprocess.run(
             [sys.executable, "-c", _KAFKA_TRAINING, started.stdout.strip().splitlines()[-1]],
@@ -174,7 +190,11 @@ def _make_kafka(dump: str, work: str) -> None:
             check=True,
         )
     finally:  # TERM: the broker shuts down in order and writes the archive as it exits
-        subprocess.run([script, "stop"], env=env, capture_output=True, timeout=120)
+        stopped = subprocess.run(
+            [script, "stop"], env=env, capture_output=True, text=True, timeout=120
+        )
+    if "KILL" in stopped.stderr:  # killed: what it wrote, if anything, may be cut short
+        partial.unlink(missing_ok=True)
 
 
 def _java() -> str | None:

@@ -175,8 +175,19 @@ def close_reader(consumer: Any, timeout: float = BROKER_TIMEOUT) -> None:
     0.3 s). A reader that commits nothing loses nothing by not waiting: the close goes on in a
     background thread, and the caller gets its answer.
     """
-    closing = threading.Thread(target=consumer.close, name="cdc-emitter-close", daemon=True)
-    closing.start()
+
+    def close() -> None:
+        try:
+            consumer.close()
+        except Exception as exc:  # noqa: BLE001 - nothing is left to do with it but say so
+            log.warning("closing a Kafka consumer failed: %s", exc)
+
+    closing = threading.Thread(target=close, name="cdc-emitter-close", daemon=True)
+    try:
+        closing.start()
+    except RuntimeError:  # the interpreter is shutting down: no new threads
+        close()
+        return
     closing.join(timeout)
     if closing.is_alive():
         log.warning(
@@ -313,8 +324,11 @@ class TopicScan:
         return lag
 
     def close(self) -> None:
-        """Close the consumer, waiting at most ``broker_timeout`` seconds (`close_reader`)."""
-        close_reader(self._consumer, self.broker_timeout)
+        """Close the consumer, waiting at most ``broker_timeout`` seconds (`close_reader`);
+        again, nothing."""
+        consumer, self._consumer = self._consumer, None
+        if consumer is not None:
+            close_reader(consumer, self.broker_timeout)
 
     def __enter__(self) -> TopicScan:
         return self
