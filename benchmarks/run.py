@@ -68,7 +68,7 @@ BENCHMARKS = ("sink", "shapes", "small", "streaming", "verify", "codec", "read",
 NEEDS_KAFKA = {"sink", "shapes", "small", "streaming", "verify", "read", "freshness"}
 TITLES = {
     "sink": "Sink, one big batch: input rows/s against the peers (higher is better)",
-    "shapes": "Sink, one big batch of each shape of input: input rows/s against the "
+    "shapes": "Sink, one big batch of each shape of input: input rows/s\nagainst the "
     "do-it-yourself pipeline and the floor (higher is better)",
     "small": "Sink, small batches: seconds per batch against Spark's Kafka sink (lower is better)",
     "streaming": "Sink in a streaming query: a micro-batch's time and a row's latency against "
