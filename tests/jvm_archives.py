@@ -91,8 +91,7 @@ def archive_options(kind: str, jvm_options: str) -> str:
     java = _java()
     if java is None:
         return ""
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    folder = cache / "cdc-emitter" / "jvm-archives"
+    folder = _cache_root() / "jvm-archives"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         jars = _spark_jars() if kind == "spark" else _kafka_jars()
@@ -197,6 +196,11 @@ def _make_kafka(dump: str, work: str) -> None:
         partial.unlink(missing_ok=True)
 
 
+def _cache_root() -> Path:
+    """cdc-emitter's folder in the user's cache, where kafka-local keeps its jars too."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cdc-emitter"
+
+
 def _java() -> str | None:
     """The ``java`` that Spark's launcher and kafka-local pick: ``$JAVA_HOME/bin/java``, else
     the one on ``PATH``."""
@@ -221,11 +225,7 @@ def _kafka_jars() -> list[Path]:
         check=True,
     )
     version = _kafka_version()
-    cache = os.environ.get("CDC_KAFKA_CACHE") or str(
-        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        / "cdc-emitter"
-        / f"kafka-{version}"
-    )
+    cache = os.environ.get("CDC_KAFKA_CACHE") or str(_cache_root() / f"kafka-{version}")
     return sorted(Path(cache, "libs").glob("*.jar"))
 
 
