@@ -417,3 +417,37 @@ def test_bodies_longer_than_their_updates_are_judged_as_the_local_reader_judges_
     )
     assert result.frontier == (1,) and result.updates == 8  # the readable arrays' updates
     assert sorted(r["k"] for r in result.collection.collect()) == [1, 2, 3, 4, 5, 6, 7, 8]
+
+
+def test_an_array_gone_before_it_is_read_again_stops_the_read_naming_it(spark):
+    """An update array found longer than its updates is read again by its key, for the local
+    codec to judge. If the topic lost it in between (retention, compaction), the read stops
+    with an error that names it, rather than leave it uncounted; an array read again is judged
+    and, when Spark read it too, dropped."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from cdc_emitter.read.spark_reader import _judge_singles
+
+    data = StructType([StructField("k", LongType()), StructField("v", StringType())])
+    codec = CdcCodec(data_schema(data))
+    (kept,) = codec.encode_updates([Update((1, "a"), 1, 1)])
+    decoded = spark.createDataFrame(
+        [],
+        "partition int, offset long, p string, suspect binary, tombstone boolean, "
+        "u array<long>, headers array<struct<key: string, value: binary>>",
+    )
+    asked = []
+
+    def values(keys):
+        asked.append(list(keys))
+        return spark.createDataFrame(
+            [(0, 5, bytearray(kept))], "partition int, offset long, value binary"
+        )
+
+    with pytest.raises(CdcError) as error:
+        _judge_singles(decoded, codec, [(0, 5), (1, 7)], values)
+    assert asked == [[(0, 5), (1, 7)]]
+    assert str(error.value) == (
+        "partition 1 offset 7 of the topic is gone since read_cdc began (retention or "
+        "compaction): read it again"
+    )
