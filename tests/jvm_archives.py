@@ -91,7 +91,7 @@ def archive_options(kind: str, jvm_options: str) -> str:
     java = _java()
     if java is None:
         return ""
-    folder = _cache_root() / "jvm-archives"
+    folder = cache_root() / "jvm-archives"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         jars = _spark_jars() if kind == "spark" else _kafka_jars()
@@ -196,8 +196,9 @@ def _make_kafka(dump: str, work: str) -> None:
         partial.unlink(missing_ok=True)
 
 
-def _cache_root() -> Path:
-    """cdc-emitter's folder in the user's cache, where kafka-local keeps its jars too."""
+def cache_root() -> Path:
+    """cdc-emitter's folder in the user's cache: kafka-local's jars, these archives, the tests'
+    lock on Spark's package cache."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cdc-emitter"
 
 
@@ -225,7 +226,7 @@ def _kafka_jars() -> list[Path]:
         check=True,
     )
     version = _kafka_version()
-    cache = os.environ.get("CDC_KAFKA_CACHE") or str(_cache_root() / f"kafka-{version}")
+    cache = os.environ.get("CDC_KAFKA_CACHE") or str(cache_root() / f"kafka-{version}")
     return sorted(Path(cache, "libs").glob("*.jar"))
 
 

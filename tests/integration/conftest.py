@@ -80,7 +80,9 @@ def _spark_packages_cached(request: pytest.FixtureRequest) -> None:
     coordinates = [c for c in wanted if c is not None]
     if all(_in_ivy_cache(c) for c in coordinates):
         return
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cdc-emitter"
+    from jvm_archives import cache_root
+
+    cache = cache_root()
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / "spark-packages.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one process resolves, the others then find the cache
