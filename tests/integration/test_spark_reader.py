@@ -422,8 +422,8 @@ def test_bodies_longer_than_their_updates_are_judged_as_the_local_reader_judges_
 def test_an_array_gone_before_it_is_read_again_stops_the_read_naming_it(spark):
     """An update array found longer than its updates is read again by its key, for the local
     codec to judge. If the topic lost it in between (retention, compaction), the read stops
-    with an error that names it, rather than leave it uncounted; an array read again is judged
-    and, when Spark read it too, dropped."""
+    with an error that names it, rather than leave it uncounted: here one of the two keys asked
+    for comes back, and the error names the other."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     from cdc_emitter.read.spark_reader import _judge_singles
