@@ -316,32 +316,38 @@ def _read_once(
     is_array, is_progress = branch == F.lit(b"\x00"), branch == F.lit(b"\x02")
     u = F.when(is_array, from_avro(body, array_schema, permissive))
     p = F.when(is_progress, from_avro(body, progress_schema, permissive))
-    as_written = F.lit(None).cast("int")
+    writers: list[tuple[Column, list[tuple[str, Column, Any]]]] = []
     if codec.writer_schemas is not None:
         # messages of other schema ids: decoded with their writer's schema, resolved into the
-        # reader's; their length is checked by re-encoding them as their writer wrote them
-        u, p, as_written = _resolved_ids(
-            raw, codec, codec.writer_schemas, body, is_array, is_progress, u, p, as_written
+        # reader's; their length is checked by sizing them as their writer wrote them
+        u, p, writers = _resolved_ids(
+            raw, codec, codec.writer_schemas, body, is_array, is_progress, u, p
         )
-    parsed = raw.select(
-        "partition",
-        "offset",
-        "value",
-        body.alias("body"),
-        u.alias("u"),
-        p.alias("p"),
-        as_written.alias("as_written"),
-        "headers",
-    )
+    columns: list[Any] = ["partition", "offset", "value", body.alias("body"), u.alias("u")]
+    columns.append(p.alias("p"))
+    as_written = F.lit(None).cast("int")
+    if writers:  # sized by name (`encoded_length`): the writers' decodings as columns first
+        raw = raw.select(
+            *columns,
+            "headers",
+            *[column.alias(name) for _this, pairs in writers for name, column, _avro in pairs],
+        )
+        for this, pairs in writers:
+            written = _lengths_as_written(
+                raw, F.col("body"), [(name, avro) for name, _column, avro in pairs]
+            )
+            as_written = F.when(this, written).otherwise(as_written)
+        columns = ["partition", "offset", "value", "body", "u", "p"]
+    parsed = raw.select(*columns, as_written.alias("as_written"), "headers")
     # Spark's Avro reader ignores bytes left after the record, which the local codec refuses:
     # a body longer than what Spark read of it goes to the driver's codec to be judged. The
     # update arrays of the reader's schema are measured after the read, update by update
     # (`_spare_bytes`); the rest here
     update_length = _update_length(parsed, codec)
     later = update_length is not None
-    checked = [(F.col("p"), codec.union[1])]
+    checked = [("p", codec.union[1])]
     if not later:
-        checked.insert(0, (F.col("u"), codec.union[0]))
+        checked.insert(0, ("u", codec.union[0]))
     written = F.coalesce(F.col("as_written"), _lengths_as_written(parsed, F.col("body"), checked))
     unchecked = F.col("u").isNotNull() & F.col("as_written").isNull() & F.lit(later)
     suspect = F.col("value").isNull() | (
@@ -401,7 +407,7 @@ def _update_length(df: DataFrame, codec: Any) -> Column | None:
     from cdc_emitter.spark.avro_length import encoded_length
 
     item = cast("T.ArrayType", df.schema["u"].dataType).elementType
-    return encoded_length(F.col("x"), item, codec.union[0]["items"])
+    return encoded_length("x", item, codec.union[0]["items"])
 
 
 def _reencoded(value: Column, dtype: T.DataType, avro: Any) -> Column:
@@ -417,22 +423,21 @@ def _reencoded(value: Column, dtype: T.DataType, avro: Any) -> Column:
     )
 
 
-def _lengths_as_written(df: DataFrame, body: Column, decodings: list[tuple[Column, Any]]) -> Column:
+def _lengths_as_written(df: DataFrame, body: Column, decodings: list[tuple[str, Any]]) -> Column:
     """The length of ``body`` as Avro encodes what ``from_avro`` of ``avro`` reads of it, for
-    the first ``(decoded, avro)`` of ``decodings`` whose ``decoded`` (the body's PERMISSIVE
-    decoding) is not null: a body with bytes to spare, which Spark's reader ignores, is longer.
-    Computed from the decoded value (`encoded_length`); a type it cannot size is encoded again
-    (`_reencoded_length`). One analysis of ``df`` gives the types of all the decodings."""
+    the first ``(decoded, avro)`` of ``decodings`` whose column ``decoded`` of ``df`` (the
+    body's PERMISSIVE decoding) is not null: a body with bytes to spare, which Spark's reader
+    ignores, is longer. Computed from the decoded value (`encoded_length`); a type it cannot
+    size is encoded again (`_reencoded_length`)."""
 
     from cdc_emitter.spark.avro_length import encoded_length
 
-    types = df.select(*[d.alias(f"decoded{i}") for i, (d, _avro) in enumerate(decodings)]).schema
     lengths = []
-    for (decoded, avro), dtype in zip(decodings, types.fields):
-        length = encoded_length(decoded, dtype.dataType, avro)
+    for decoded, avro in decodings:
+        length = encoded_length(decoded, df.schema[decoded].dataType, avro)
         if length is None:
             length = _reencoded_length(df, body, avro)
-        lengths.append(F.when(decoded.isNotNull(), length))
+        lengths.append(F.when(F.col(decoded).isNotNull(), length))
     return F.coalesce(*lengths)
 
 
@@ -456,11 +461,11 @@ def _resolved_ids(
     is_progress: Column,
     u: Column,
     p: Column,
-    as_written: Column,
-) -> tuple[Column, Column, Column]:
-    """``u``, ``p`` and the body's length as its writer's schema encodes what it reads of it,
-    with a branch for each schema id in the topic other than the reader's (one job finds the
-    ids); ``writer_schemas`` gives each id's data schema (the codec's)."""
+) -> tuple[Column, Column, list[tuple[Column, list[tuple[str, Column, Any]]]]]:
+    """``u`` and ``p`` with a branch for each schema id in the topic other than the reader's
+    (one job finds the ids), and for each such id the condition of its messages and its
+    writer's decodings to size them by: ``(name, column, avro)`` of the array and of the
+    statement. ``writer_schemas`` gives each id's data schema (the codec's)."""
 
     from cdc_emitter.protocol.codec import union_schema
 
@@ -474,6 +479,7 @@ def _resolved_ids(
         if row[0] is not None and len(row[0]) == 4
     ]
     reader = {"mode": "PERMISSIVE"}
+    writers = []
     array_reader, progress_reader = json.dumps(codec.union[0]), json.dumps(codec.union[1])
     for schema_id in sorted(set(ids) - {codec.schema_id}):
         try:
@@ -482,14 +488,19 @@ def _resolved_ids(
             continue  # no such id: Spark fails to decode those messages; the driver names the cause
         this = header_id == F.lit(schema_id.to_bytes(4, "big"))
         array_writer, progress_writer = json.dumps(writer[0]), json.dumps(writer[1])
-        written = _lengths_as_written(
-            raw,
-            body,
-            [
-                (F.when(is_array, from_avro(body, array_writer, reader)), writer[0]),
-                (F.when(is_progress, from_avro(body, progress_writer, reader)), writer[1]),
-            ],
-        )
+        pairs = [  # decoded only where sized: this id's messages
+            (
+                f"__w{schema_id}_u",
+                F.when(this & is_array, from_avro(body, array_writer, reader)),
+                writer[0],
+            ),
+            (
+                f"__w{schema_id}_p",
+                F.when(this & is_progress, from_avro(body, progress_writer, reader)),
+                writer[1],
+            ),
+        ]
+        writers.append((this, pairs))
         u = F.when(
             this & is_array, from_avro(body, array_writer, {**reader, "avroSchema": array_reader})
         ).otherwise(u)
@@ -497,8 +508,7 @@ def _resolved_ids(
             this & is_progress,
             from_avro(body, progress_writer, {**reader, "avroSchema": progress_reader}),
         ).otherwise(p)
-        as_written = F.when(this, written).otherwise(as_written)
-    return u, p, as_written
+    return u, p, writers
 
 
 def _verify(
@@ -814,9 +824,7 @@ def _spare_bytes(decoded: DataFrame, length: Column | None) -> list[tuple[int, i
     arrays = unchecked.groupBy("partition", "offset", "unchecked", "n").agg(
         F.sum(length).alias("items")
     )
-    longer = arrays.filter(
-        array_length(F.col("n"), F.coalesce(F.col("items"), F.lit(0))) != F.col("unchecked")
-    )
+    longer = arrays.filter(array_length("`n`", "coalesce(`items`, 0)") != F.col("unchecked"))
     return sorted((row[0], row[1]) for row in longer.select("partition", "offset").collect())
 
 
