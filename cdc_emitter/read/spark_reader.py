@@ -173,6 +173,13 @@ def _data_schema(schema: Any) -> dict:
     )
 
 
+#: ``from_avro``'s options for every read: Avro dates and timestamps count days and microseconds
+#: in the proleptic Gregorian calendar, as the local codec reads them. Spark 3's default
+#: (``spark.sql.avro.datetimeRebaseModeInRead=EXCEPTION``) refuses those before 1582, which
+#: the local codec reads; Spark 4's default is this one.
+_AVRO_READ = {"datetimeRebaseMode": "CORRECTED"}
+
+
 def read_cdc(
     spark: SparkSession,
     *,
@@ -312,7 +319,7 @@ def _read_once(
     framed = F.lit(True) if skip == 0 else (F.substring(value, 1, 1) == F.lit(b"\x00"))
     branch = F.when(framed, F.substring(value, skip + 1, 1))
     body = F.expr(f"substring(value, {skip + 2})")
-    permissive = {"mode": "PERMISSIVE"}
+    permissive = {"mode": "PERMISSIVE", **_AVRO_READ}
     is_array, is_progress = branch == F.lit(b"\x00"), branch == F.lit(b"\x02")
     u = F.when(is_array, from_avro(body, array_schema, permissive))
     p = F.when(is_progress, from_avro(body, progress_schema, permissive))
@@ -447,7 +454,7 @@ def _reencoded_length(df: DataFrame, body: Column, avro: Any) -> Column:
     so only its top is said not null before it is encoded again: a second decoding costs less
     than going through every update to say each is not null."""
 
-    again = from_avro(body, json.dumps(avro), {"mode": "FAILFAST"})
+    again = from_avro(body, json.dumps(avro), {"mode": "FAILFAST", **_AVRO_READ})
     dtype = df.select(again.alias("again")).schema.fields[0].dataType
     return F.octet_length(_reencoded(again, dtype, avro))
 
@@ -478,7 +485,7 @@ def _resolved_ids(
         .collect()
         if row[0] is not None and len(row[0]) == 4
     ]
-    reader = {"mode": "PERMISSIVE"}
+    reader = {"mode": "PERMISSIVE", **_AVRO_READ}
     writers = []
     array_reader, progress_reader = json.dumps(codec.union[0]), json.dumps(codec.union[1])
     for schema_id in sorted(set(ids) - {codec.schema_id}):
