@@ -201,6 +201,39 @@ def test_violations_are_the_local_readers(spark, kafka_bootstrap, topic_factory,
     assert result.hints == list(dict.fromkeys(h for h in hints if h is not None)) and result.hints
 
 
+def test_dates_before_1582_read_as_the_local_reader_reads_them(
+    spark, kafka_bootstrap, topic_factory
+):
+    """Avro counts a date in days of the proleptic Gregorian calendar, as the local codec
+    reads it; Spark 3's Avro reader refuses days before 1582 unless told the same."""
+    import datetime
+
+    from cdc_emitter.read.verify import verify_topic
+
+    schema = {
+        "type": "record",
+        "name": "row",
+        "fields": [
+            {"name": "k", "type": "long"},
+            {"name": "day", "type": {"type": "int", "logicalType": "date"}},
+        ],
+    }
+    codec = CdcCodec(schema)
+    days = [datetime.date(1, 1, 1), datetime.date(1582, 10, 4), datetime.date(2026, 11, 30)]
+    updates = [Update((k, day), 0, 1) for k, day in enumerate(days)]
+    topic = topic_factory(1)
+    with CdcProducer(kafka_bootstrap, topic) as producer:
+        for value in codec.encode_updates(updates):
+            producer.produce(value, partition=0)
+        producer.produce(codec.encode_progress(Progress((0,), (1,), ((0, 3),))), partition=0)
+
+    result = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=schema)
+    local = verify_topic(kafka_bootstrap, topic, codec)
+    assert result.violations == local.violations == []
+    assert (result.frontier, result.updates) == (local.frontier, local.updates) == ((1,), 3)
+    assert sorted((r["k"], r["day"]) for r in result.collection.collect()) == list(enumerate(days))
+
+
 def test_missing_topic_is_a_broker_error_before_spark_reads(spark, kafka_bootstrap):
     with pytest.raises(BrokerError, match=r"topic 'no-such-topic-for-read-cdc' does not exist"):
         read_cdc(
