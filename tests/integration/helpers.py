@@ -177,11 +177,43 @@ def as_history(triples) -> list[Update]:
     )
 
 
-def count_messages(bootstrap: str, topic: str) -> int:
-    """How many messages the topic holds (sum of high - low watermarks)."""
+def count_messages(bootstrap: str, topic: str, *, settled: bool = False) -> int:
+    """How many messages the topic holds (sum of high - low watermarks, read_committed).
+
+    ``settled``: first wait (up to 10 s) until no Kafka transaction is open on the topic. Kafka
+    writes a transaction's commit marker after the commit returns, and until it lands a
+    read_committed end offset stops at the transaction's first message: a count taken right
+    after a sink's batch can miss the batch (its claim is such a transaction)."""
+    import time
+
+    from confluent_kafka import Consumer, TopicPartition
+
     from cdc_emitter.kafka.reading import end_offsets
 
-    return sum(high - low for low, high in end_offsets(bootstrap, topic).values())
+    committed = end_offsets(bootstrap, topic)
+    if settled:
+        every = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": "cdc-test-count",
+                "isolation.level": "read_uncommitted",
+                "enable.auto.commit": False,
+            }
+        )
+        try:
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                ends = {
+                    p: every.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                    for p in committed
+                }
+                if all(committed[p][1] == ends[p] for p in committed):
+                    break
+                time.sleep(0.05)
+                committed = end_offsets(bootstrap, topic)
+        finally:
+            every.close()
+    return sum(high - low for low, high in committed.values())
 
 
 class JvmLog:

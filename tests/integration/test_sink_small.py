@@ -369,7 +369,7 @@ def test_bad_input_in_a_small_batch_writes_nothing(
         good, options = good * 3, {**options, "small_batch_rows": 2}
     sink = CdcSink(kafka_bootstrap, topic, **options)
     assert sink.write(frame(spark, good, ddl)).consolidated_on == "executors"  # a first batch
-    written = count_messages(kafka_bootstrap, topic)
+    written = count_messages(kafka_bootstrap, topic, settled=True)
     with pytest.raises(error, match=pattern) as info:  # rows that tasks read: a job fails
         sink.write(spark.createDataFrame(rows, ddl))
     assert str(info.value).startswith(f"topic {topic!r}: ")
@@ -400,7 +400,7 @@ def test_a_rerun_is_compared_whichever_way_each_attempt_went(spark, kafka_bootst
     )
     # and the small way, on the sink that wrote it: compared, refused when the data changed
     assert first(frame(spark, batch, ddl), 1).messages == 1
-    written = count_messages(kafka_bootstrap, topic)
+    written = count_messages(kafka_bootstrap, topic, settled=True)
     with pytest.raises(ReplayError, match=r"the same number of updates but other rows"):
         first(frame(spark, [(1, 0.0, 1), (2, 1.5, 2)], ddl), 1)
     assert count_messages(kafka_bootstrap, topic) == written
