@@ -188,7 +188,7 @@ def count_messages(bootstrap: str, topic: str, *, settled: bool = False) -> int:
 
     from confluent_kafka import Consumer, TopicPartition
 
-    from cdc_emitter.kafka.reading import end_offsets
+    from cdc_emitter.kafka.reading import close_reader, end_offsets
 
     committed = end_offsets(bootstrap, topic)
     if settled:
@@ -212,7 +212,7 @@ def count_messages(bootstrap: str, topic: str, *, settled: bool = False) -> int:
                 time.sleep(0.05)
                 committed = end_offsets(bootstrap, topic)
         finally:
-            every.close()
+            close_reader(every, 10)
     return sum(high - low for low, high in committed.values())
 
 
