@@ -92,6 +92,14 @@ FULL_MAX_EXAMPLES = 500
 # (test_sink_small alone: 143 CPU-s in the Spark JVM with the defaults, 78 with these; the
 # broker-restarting modules: 113 CPU-s in their brokers, 61 with these).
 JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+#: Spark settings of every Spark driver the tests start — the workers' sessions and the
+#: subprocesses' of CLI commands and jobs — as system properties after `JVM_OPTIONS` in
+#: ``SPARK_SUBMIT_OPTS`` (a driver's SparkConf takes each ``spark.*`` property). PySpark 4
+#: records the Python call site of every Column made, for the text of a DataFrame error: about
+#: ten round trips to the JVM per Column, where making it is one or two. The tests make
+#: thousands of Columns a module, on tiny data (test_sink_small: 131 s with it, 94 s without;
+#: test_sink: 193 s and 153 s); no test reads the call site. PySpark 3 has no such setting.
+TEST_SPARK_CONF = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
 #: The variables that carry `JVM_OPTIONS` to the JVMs above, with the class-data archive of
 #: their kind (tests/jvm_archives.py) once a test that starts one is collected.
 JVM_OPTION_VARIABLES = {
@@ -123,7 +131,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{name}: {doc}")
     for name in JVM_OPTION_VARIABLES:  # inherited by every JVM
         if name not in os.environ:
-            os.environ[name] = JVM_OPTIONS
+            os.environ[name] = _jvm_options(name)
             OWN_JVM_OPTIONS.add(name)
     # an xdist worker inherits the controller's variables: the list says which were not the user's
     own = os.environ.get(OWN_JVM_OPTIONS_LIST)
@@ -229,7 +237,16 @@ def _map_class_archives() -> None:
         options = dict(zip(kinds, pool.map(lambda k: archive_options(k, JVM_OPTIONS), kinds)))
     for name in OWN_JVM_OPTIONS:
         if options.get(JVM_OPTION_VARIABLES[name]):
-            os.environ[name] = f"{JVM_OPTIONS} {options[JVM_OPTION_VARIABLES[name]]}"
+            os.environ[name] = f"{_jvm_options(name)} {options[JVM_OPTION_VARIABLES[name]]}"
+
+
+def _jvm_options(variable: str) -> str:
+    """What the tests put in the JVM options ``variable``: `JVM_OPTIONS`, and for Spark's JVMs
+    `TEST_SPARK_CONF` as system properties (the daemons' too, which ignore them: a cluster's
+    executors get its drivers' options when the two are alike, see test_spark_cluster.py)."""
+    if JVM_OPTION_VARIABLES[variable] != "spark":
+        return JVM_OPTIONS
+    return " ".join([JVM_OPTIONS, *(f"-D{key}={value}" for key, value in TEST_SPARK_CONF.items())])
 
 
 def _xdist_distributes(config: pytest.Config) -> bool:
