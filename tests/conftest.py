@@ -87,11 +87,13 @@ FULL_MAX_EXAMPLES = 500
 # Options of every Spark JVM the tests start (PySpark's driver, through spark-submit; a
 # standalone cluster's master and worker) and of every kafka-local broker, unless
 # SPARK_SUBMIT_OPTS / SPARK_DAEMON_JAVA_OPTS / CDC_KAFKA_JVM_OPTS are set: compile with C1 only,
-# collect garbage with one thread. The suite is bound by CPU, and most of a test JVM's went to C2
-# compiling code for jobs of a few rows, which never run long enough to repay it
-# (test_sink_small alone: 143 CPU-s in the Spark JVM with the defaults, 78 with these; the
-# broker-restarting modules: 113 CPU-s in their brokers, 61 with these).
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# and only methods run four times as often as the JVM's default thresholds ask; collect garbage
+# with one thread. The suite is bound by CPU, and most of a test JVM's went to compiling code
+# for jobs of a few rows, which never run long enough to repay it (test_sink_small alone: 143
+# CPU-s in the Spark JVM with the defaults, 78 with C1 only; the broker-restarting modules: 113
+# CPU-s in their brokers, 61 with C1 only; test_apply, C1 only: 141 CPU-s, and 105 with the
+# thresholds scaled by 4, 111 by 10).
+JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:CompileThresholdScaling=4 -XX:+UseSerialGC"
 #: Spark settings of every Spark driver the tests start — the workers' sessions and the
 #: subprocesses' of CLI commands and jobs — as system properties after `JVM_OPTIONS` in
 #: ``SPARK_SUBMIT_OPTS`` (a driver's SparkConf takes each ``spark.*`` property). PySpark 4
