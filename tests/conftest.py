@@ -32,6 +32,7 @@ still applies). ``HYPOTHESIS_PROFILE`` picks another registered profile.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -100,7 +101,10 @@ JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:CompileThresholdScaling=4 -XX:+UseSer
 #: records the Python call site of every Column made, for the text of a DataFrame error: about
 #: ten round trips to the JVM per Column, where making it is one or two. The tests make
 #: thousands of Columns a module, on tiny data (test_sink_small: 131 s with it, 94 s without;
-#: test_sink: 193 s and 153 s); no test reads the call site. PySpark 3 has no such setting.
+#: test_sink: 193 s and 153 s). A failed job's error text differs only in the call site it
+#: names under "== DataFrame ==" (a Java frame instead of the Python line), which neither the
+#: tests nor cdc-emitter read (`spark_error_text` takes the first line). PySpark 3 has no such
+#: setting.
 TEST_SPARK_CONF = {"spark.python.sql.dataFrameDebugging.enabled": "false"}
 #: The variables that carry `JVM_OPTIONS` to the JVMs above, with the class-data archive of
 #: their kind (tests/jvm_archives.py) once a test that starts one is collected.
@@ -151,7 +155,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         if os.path.exists(os.path.join(home, "kafka.pid")):
             KafkaLocal(home=home)._run("stop", check=False)
         shutil.rmtree(home, ignore_errors=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(_start_lock(home))
         del os.environ[SHARED_KAFKA_HOME]
+
+
+def _start_lock(shared_home: str) -> str:
+    """The lock file of the shared broker's start (see `_Broker`): beside its state dir."""
+    return shared_home.rstrip(os.sep) + ".start.lock"
 
 
 def _xdist_controller(config: pytest.Config) -> bool:
@@ -434,8 +445,12 @@ class _Broker:
             if not local.running() and not os.environ.get("CDC_KAFKA_HOME"):
                 if self.shared_home:
                     local = KafkaLocal(home=self.shared_home)
-                    with open(os.path.join(self.shared_home, "start.lock"), "w") as lock:
-                        fcntl.flock(lock, fcntl.LOCK_EX)  # one worker starts it, the other finds it
+                    # one worker starts it, the others find it; the lock is beside the state dir,
+                    # not in it: a start that formats the dir removes it first, and a lock file
+                    # removed while held is no lock for the next worker (with three workers, two
+                    # formatted the dir at once and every Kafka test failed)
+                    with open(_start_lock(self.shared_home), "w") as lock:
+                        fcntl.flock(lock, fcntl.LOCK_EX)
                         self.bootstrap_servers = local.start()
                     local.started_here = False  # the controller stops it
                 else:
