@@ -107,7 +107,7 @@ def test_a_schema_the_registry_refuses_writes_nothing(
         _df(spark, [(1, 10)], _v1()), time=0
     )
     client.set_compatibility(f"{topic}-value", "BACKWARD")
-    before = count_messages(kafka_bootstrap, topic)
+    before = count_messages(kafka_bootstrap, topic, settled=True)
 
     changed = [
         ("id", T.LongType(), False),
@@ -138,7 +138,7 @@ def test_without_a_compatibility_rule_the_sink_keeps_one_data_schema(
         _df(spark, [(1, 10)], _v1()), time=0
     )
     _client(url, settings).set_compatibility(f"{topic}-value", "NONE")
-    before = count_messages(kafka_bootstrap, topic)
+    before = count_messages(kafka_bootstrap, topic, settled=True)
     wider = [*_v1(), ("name", T.StringType(), True)]
     with pytest.raises(SchemaError, match=r"compatibility NONE.*Nothing was written"):
         CdcSink(
@@ -260,7 +260,7 @@ def test_wrong_credentials_fail_with_exit_2_and_no_secret(
         assert "refused the credentials" in result.output and "HTTP 401" in result.output
         assert secret not in result.output
 
-    before = count_messages(kafka_bootstrap, topic)
+    before = count_messages(kafka_bootstrap, topic, settled=True)
     sink = CdcSink(kafka_bootstrap, topic, schema_registry_url=url, schema_registry_config=wrong)
     with pytest.raises(ConfigError) as info:
         sink.write(_df(spark, [(2, 20)], _v1()), time=1)

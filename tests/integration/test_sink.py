@@ -432,7 +432,7 @@ def test_a_bad_row_in_a_running_sinks_batch_writes_nothing(
     from pyspark.sql import functions as F
 
     sink, topic = _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, 40_000)
-    before = count_messages(kafka_bootstrap, topic)
+    before = count_messages(kafka_bootstrap, topic, settled=True)
     bad = _kv_rows(
         spark,
         40_000,
@@ -499,7 +499,7 @@ def test_a_running_sinks_batch_whose_diffs_overflow_64_bits_writes_nothing(
     spread sized from 10,000 rows is one array) before anything is written, and the overflow
     fails the batch with the row named; diffs beyond 2^32 whose sums fit are written exactly."""
     sink, topic = _running_sink(spark, kafka_bootstrap, topic_factory, monkeypatch, 10_000)
-    before = count_messages(kafka_bootstrap, topic)
+    before = count_messages(kafka_bootstrap, topic, settled=True)
     calls: list = []
     _record_messages(monkeypatch, calls)
     big = [(k, f"v{k}", 1) for k in range(10_000, 14_000)] + [(1, "v1", 2**62), (1, "v1", 2**62)]
@@ -575,7 +575,7 @@ def test_a_running_sinks_batch_of_repeated_rows_is_consolidated_straight_away(
     )
     sink_jvm.note_repeats(twice.schema, ["k", "v"], True)  # as a batch that repeated rows notes
     # 1. a bad row: the job that checks and packs it fails, nothing written
-    before = count_messages(kafka_bootstrap, topic)
+    before = count_messages(kafka_bootstrap, topic, settled=True)
     bad = twice.withColumn(
         "diff", F.when(F.col("k") == 3_210, F.lit(None)).otherwise(F.col("diff"))
     )
@@ -1391,7 +1391,7 @@ def test_a_running_sinks_later_batches_check_and_advance_late_times(
     ]
     strict = CdcSink(kafka_bootstrap, topic, time_column="t", small_batch_rows=0)
     assert strict.write(frame(spark, [(6, "f", 9, 1)], TKV)).counts == {9: 1}
-    before = count_messages(kafka_bootstrap, topic)
+    before = count_messages(kafka_bootstrap, topic, settled=True)
     with pytest.raises(LateUpdateError, match=r"time 3 .*frontier 10"):
         strict.write(frame(spark, [(7, "g", 3, 1), (8, "h", 12, 1)], TKV))
     assert count_messages(kafka_bootstrap, topic) == before  # nothing written
@@ -1411,7 +1411,7 @@ def test_late_updates_error_and_advance(spark, kafka_bootstrap, topic_factory):
     codec = codec_for(spark.createDataFrame([], TKV), drop=("diff", "t"))
     first = [(1, "a", 0, 1), (2, "b", 3, 1)]
     CdcSink(kafka_bootstrap, topic, time_column="t").write(frame(spark, first, TKV))
-    before = count_messages(kafka_bootstrap, topic)
+    before = count_messages(kafka_bootstrap, topic, settled=True)
 
     late = [(3, "c", 2, 1), (4, "d", 6, 1), (5, "e", 4, 1)]
     with pytest.raises(LateUpdateError, match=r"time 2 .*frontier 4"):

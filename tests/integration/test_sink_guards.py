@@ -53,7 +53,7 @@ def test_a_batch_with_another_data_schema_writes_nothing(
     topic = topic_factory()
     first = _df(spark, [(1, 10)], "id long, price int", not_null=("id",))
     CdcSink(kafka_bootstrap, topic).write(first, time=0)
-    before = count_messages(kafka_bootstrap, topic)
+    before = count_messages(kafka_bootstrap, topic, settled=True)
     ddl, not_null, row = second
     with pytest.raises(SchemaError, match=message) as info:
         CdcSink(kafka_bootstrap, topic).write(_df(spark, [row], ddl, not_null=not_null), time=1)
@@ -135,7 +135,7 @@ def test_a_rerun_batch_is_compared_with_what_its_first_attempt_wrote(
     rows = [(1, "a"), (2, "b"), (3, "c"), (3, "c")]
     first = CdcSink(kafka_bootstrap, topic, checkpoint_location=checkpoint)
     assert first(frame(spark, rows, ddl), 0).counts == {0: 3}
-    written = count_messages(kafka_bootstrap, topic)
+    written = count_messages(kafka_bootstrap, topic, settled=True)
 
     # the driver crashed after the write, before Spark committed batch 0: the query restarts;
     # the claim is there, so its updates are written again (the first attempt may have died
@@ -281,7 +281,7 @@ def test_a_writer_overtaken_before_its_claim_writes_after_the_other(
     a.write(frame(spark, [(2, "b")], ddl))  # a takes [1, 2) while b prepares its batch
     _racing(b, stale)
     assert b.write(frame(spark, [(3, "c")], ddl)).lower == 2  # after a's batch
-    written = count_messages(kafka_bootstrap, topic)
+    written = count_messages(kafka_bootstrap, topic, settled=True)
     c = CdcSink(kafka_bootstrap, topic, writer_id="writer-c")
     _racing(c, stale)
     with pytest.raises(
