@@ -7,7 +7,7 @@ asks for ``kafka_bootstrap``:
 2. A Docker engine answers: testcontainers' Kafka module.
 3. ``scripts/kafka-local``: a broker that already runs in its default state dir is shared (and
    left running); otherwise this session starts its own in a private state dir (or in
-   ``CDC_KAFKA_HOME`` if set) and stops it at the end. Under pytest-xdist (``-n 2``) the workers
+   ``CDC_KAFKA_HOME`` if set) and stops it at the end. Under pytest-xdist (``-n 3``) the workers
    share that one broker: the controller makes its state dir, the first worker to need it starts
    it, the controller stops it after the last.
 
@@ -166,7 +166,7 @@ def _start_lock(shared_home: str) -> str:
 
 
 def _xdist_controller(config: pytest.Config) -> bool:
-    """True in the process that hands tests to pytest-xdist workers (``-n 2``). Use
+    """True in the process that hands tests to pytest-xdist workers (``-n 3``). Use
     ``--dist loadfile`` with it: the module-scoped brokers, clusters and tables then start once
     per module (pytest-xdist 3.8's ``loadgroup`` does not group under pytest 9.2)."""
     return (
