@@ -186,33 +186,17 @@ def count_messages(bootstrap: str, topic: str, *, settled: bool = False) -> int:
     after a sink's batch can miss the batch (its claim is such a transaction)."""
     import time
 
-    from confluent_kafka import Consumer, TopicPartition
-
-    from cdc_emitter.kafka.reading import close_reader, end_offsets
+    from cdc_emitter.kafka.reading import end_offsets
 
     committed = end_offsets(bootstrap, topic)
-    if settled:
-        every = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": "cdc-test-count",
-                "isolation.level": "read_uncommitted",
-                "enable.auto.commit": False,
-            }
-        )
-        try:
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline:
-                ends = {
-                    p: every.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                    for p in committed
-                }
-                if all(committed[p][1] == ends[p] for p in committed):
-                    break
-                time.sleep(0.05)
-                committed = end_offsets(bootstrap, topic)
-        finally:
-            close_reader(every, 10)
+    deadline = time.monotonic() + 10
+    while settled and time.monotonic() < deadline:
+        if {p: high for p, (_low, high) in committed.items()} == topic_ends(
+            bootstrap, topic, committed=False
+        ):
+            break
+        time.sleep(0.05)
+        committed = end_offsets(bootstrap, topic)
     return sum(high - low for low, high in committed.values())
 
 
@@ -288,6 +272,7 @@ def topic_ends(bootstrap: str, topic: str, *, committed: bool = True) -> dict[in
     from confluent_kafka import Consumer
 
     from cdc_emitter.kafka.config import consumer_config
+    from cdc_emitter.kafka.reading import close_reader
 
     level = "read_committed" if committed else "read_uncommitted"
     consumer = Consumer(consumer_config(bootstrap, {"isolation.level": level}))
@@ -295,7 +280,7 @@ def topic_ends(bootstrap: str, topic: str, *, committed: bool = True) -> dict[in
         partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
         return {p: watermark(consumer, topic, p) for p in sorted(partitions)}
     finally:
-        consumer.close()
+        close_reader(consumer, 10)
 
 
 def read_committed_records(
