@@ -239,15 +239,12 @@ def _map_class_archives() -> None:
     """Give the JVMs this process starts (and its subprocesses') the class-data archive of
     their kind, made first if needed: the Spark and Kafka ones side by side, on two cores. No
     Kafka archive when the tests' broker is ``KAFKA_BOOTSTRAP_SERVERS``'s."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from jvm_archives import archive_options
+    from jvm_archives import make_archives
 
     kinds = sorted({JVM_OPTION_VARIABLES[name] for name in OWN_JVM_OPTIONS})
     if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
         kinds = [kind for kind in kinds if kind != "kafka"]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        options = dict(zip(kinds, pool.map(lambda k: archive_options(k, JVM_OPTIONS), kinds)))
+    options = make_archives(kinds, JVM_OPTIONS)
     for name in OWN_JVM_OPTIONS:
         if options.get(JVM_OPTION_VARIABLES[name]):
             os.environ[name] = f"{_jvm_options(name)} {options[JVM_OPTION_VARIABLES[name]]}"
