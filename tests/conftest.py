@@ -237,14 +237,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 def _map_class_archives() -> None:
     """Give the JVMs this process starts (and its subprocesses') the class-data archive of
-    their kind, made first if needed: the Spark and Kafka ones side by side, on two cores. No
-    Kafka archive when the tests' broker is ``KAFKA_BOOTSTRAP_SERVERS``'s."""
+    their kind, made first if needed (`make_archives`)."""
     from jvm_archives import make_archives
 
-    kinds = sorted({JVM_OPTION_VARIABLES[name] for name in OWN_JVM_OPTIONS})
-    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
-        kinds = [kind for kind in kinds if kind != "kafka"]
-    options = make_archives(kinds, JVM_OPTIONS)
+    kinds = {JVM_OPTION_VARIABLES[name] for name in OWN_JVM_OPTIONS}
+    options = make_archives(sorted(kinds), JVM_OPTIONS)
     for name in OWN_JVM_OPTIONS:
         if options.get(JVM_OPTION_VARIABLES[name]):
             os.environ[name] = f"{_jvm_options(name)} {options[JVM_OPTION_VARIABLES[name]]}"

@@ -85,9 +85,12 @@ _KAFKA_TRAINING = textwrap.dedent(
 
 def make_archives(kinds: list[str], jvm_options: str) -> dict[str, str]:
     """`archive_options` of each of ``kinds``, by kind: the archives made side by side (two
-    training JVMs on two cores) where this machine has none yet."""
+    training JVMs on two cores) where this machine has none yet. No Kafka archive when the
+    tests' broker is ``KAFKA_BOOTSTRAP_SERVERS``'s: the tests start none."""
     from concurrent.futures import ThreadPoolExecutor
 
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
+        kinds = [kind for kind in kinds if kind != "kafka"]
     with ThreadPoolExecutor(max_workers=2) as pool:
         return dict(zip(kinds, pool.map(lambda k: archive_options(k, jvm_options), kinds)))
 
@@ -265,14 +268,11 @@ def main() -> int:
     """Make the archives the test suite's JVMs will map, before pytest starts: ``scripts/test``
     runs this in the background while ruff, mypy and the docs build keep one core busy, so the
     archives cost the run the other core's idle time instead of a pause of every xdist worker.
-    The kinds are those `conftest` would make: none whose JVM options the user set, and no Kafka
-    archive when the tests use ``KAFKA_BOOTSTRAP_SERVERS``'s broker."""
+    The kinds are those `conftest` makes: none whose JVM options the user set."""
     from conftest import JVM_OPTION_VARIABLES, JVM_OPTIONS
 
-    kinds = sorted({kind for name, kind in JVM_OPTION_VARIABLES.items() if name not in os.environ})
-    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "").strip():
-        kinds = [kind for kind in kinds if kind != "kafka"]
-    make_archives(kinds, JVM_OPTIONS)
+    kinds = {kind for name, kind in JVM_OPTION_VARIABLES.items() if name not in os.environ}
+    make_archives(sorted(kinds), JVM_OPTIONS)
     return 0
 
 
