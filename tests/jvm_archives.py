@@ -268,8 +268,8 @@ def main() -> int:
     """Make the archives the test suite's JVMs will map: ``scripts/test`` runs this in the
     background before a whole-suite run, while ruff, mypy and the docs build keep one core busy,
     so the archives cost the run the other core's idle time instead of a pause of every xdist
-    worker (which wait on the archive's lock if it is not done). The kinds are those `conftest`
-    makes for a run with integration tests: none whose JVM options the user set."""
+    worker. The kinds are those `conftest` makes for a run with integration tests: none whose
+    JVM options the user set."""
     from conftest import JVM_OPTION_VARIABLES, JVM_OPTIONS
 
     kinds = {kind for name, kind in JVM_OPTION_VARIABLES.items() if name not in os.environ}
