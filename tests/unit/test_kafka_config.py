@@ -99,13 +99,22 @@ def test_spark_kafka_source_options_keep_security_settings_and_name_their_reader
         "kafka.bootstrap.servers": "b:9092",
         "kafka.security.protocol": "SSL",
         "kafka.isolation.level": "read_committed",
+        "kafka.fetch.max.wait.ms": "10",
     }
     with pytest.raises(
         ConfigError,
-        match="kafka_options key 'fetch.wait.max.ms' has no equivalent in "
+        match="kafka_options key 'queued.min.messages' has no equivalent in "
         "Spark's Kafka source, which convert uses: leave it out",
     ):
-        kafka_read_options("b:9092", {"fetch.wait.max.ms": "5"}, user="convert")
+        kafka_read_options("b:9092", {"queued.min.messages": "5"}, user="convert")
+
+
+def test_spark_kafka_source_waits_briefly_for_a_fetch_unless_told_otherwise():
+    from cdc_emitter.spark.kafka import kafka_read_options
+
+    given = kafka_read_options("b:9092", {"fetch.wait.max.ms": 250}, user="read_cdc")
+    assert given["kafka.fetch.max.wait.ms"] == "250"
+    assert "kafka.fetch.wait.max.ms" not in given
 
 
 # --- every reader reads committed messages only ----------------------------------------------
