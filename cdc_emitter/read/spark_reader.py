@@ -56,6 +56,11 @@ __all__ = ["read_cdc", "CdcRead"]
 
 #: Seconds between two looks at the end offsets while following a topic to a target.
 FOLLOW_INTERVAL = 0.5
+#: Rows the driver takes in one ``collect`` and sorts itself, where it needs rows in order and
+#: knows there are at most this many: on a small topic, Spark's sort and a job per partition
+#: cost more than the rows (a topic of six messages: 2.6 s a reading, most of it in such jobs).
+#: More rows come a partition at a time, so the driver stays flat.
+COLLECT_AT_MOST = 10_000
 
 
 @dataclass
@@ -532,7 +537,16 @@ def _verify(
     `_update_length` of them."""
     counting = CountingReader(strict=strict)
     spare = _spare_bytes(decoded, update_length)
-    singles, undecodable, headers = _judge_singles(decoded, codec, spare, values)
+    sizes = _one_row(
+        decoded.agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.sum(_updates_of(F.col("u"))).alias("updates"),
+            F.count(F.when(_judged_by_driver(), 1)).alias("judged"),
+        )
+    )
+    singles, undecodable, headers = _judge_singles(
+        decoded, codec, spare, values, sizes["judged"] + len(spare)
+    )
     occurrences, data_fields = _occurrences(decoded, undecodable)
     extras = _malformed_updates(occurrences, codec, data_fields)
     good = occurrences.filter((F.col("__time") >= 0) & (F.col("__diff") != 0))
@@ -551,8 +565,9 @@ def _verify(
         if totals["conflicted"]:
             conflicts = _later_conflicts(good, groups, key_cols, data_fields, codec, extras)
         counting.add_duplicates((totals["arrived"] or 0) - (totals["distinct"] or 0) - conflicts)
-        hints = _replay(counting, groups, singles, extras, codec, headers)
-        _count_received(counting, decoded, undecodable)
+        hints = _replay(counting, groups, singles, extras, codec, headers, totals["distinct"])
+        counting.messages = sizes["messages"]
+        counting.updates_received = (sizes["updates"] or 0) - _updates_in(decoded, undecodable)
         if counting.late_violations:
             _fill_late_details(counting, groups, data_fields, codec)
         history = _reported_history(counting, groups, data_fields, until)
@@ -727,22 +742,21 @@ def _replay(
     extras: dict[tuple[int, int], list[tuple[int, Any]]],
     codec: Any,
     headers: dict[tuple[int, int], list[tuple[str, bytes | None]]],
+    distinct: int,
 ) -> list[str]:
     """Feed ``counting`` every message that changes its state, in reading order: first
     arrivals per (message, time), malformed updates and conflicts, progress statements (with
-    their ``headers``) and undecodable messages. Returns the hints about the undecodable ones."""
-    fresh = (
-        groups.groupBy(
-            F.col("__first.partition").alias("partition"),
-            F.col("__first.offset").alias("offset"),
-            F.col("__time").alias("time"),
-        )
-        .agg(F.count(F.lit(1)).alias("fresh"), F.min("__first.__pos").alias("pos"))
-        .orderBy("partition", "offset", "pos")
-    )
+    their ``headers``) and undecodable messages. ``distinct`` is how many ``groups`` there are.
+    Returns the hints about the undecodable ones."""
+    fresh = groups.groupBy(
+        F.col("__first.partition").alias("partition"),
+        F.col("__first.offset").alias("offset"),
+        F.col("__time").alias("time"),
+    ).agg(F.count(F.lit(1)).alias("fresh"), F.min("__first.__pos").alias("pos"))
     hints: list[str] = []
     report_undecodable = UndecodableReport(counting, codec, hints)
-    for (partition, offset), kind, payload in _in_order(fresh.toLocalIterator(), singles, extras):
+    ordered = _rows_in_order(fresh, ["partition", "offset", "pos"], distinct)
+    for (partition, offset), kind, payload in _in_order(ordered, singles, extras):
         if kind == "progress":
             counting.push(
                 payload,
@@ -756,17 +770,6 @@ def _replay(
             error, value = payload
             report_undecodable(partition, offset, value, error)
     return hints
-
-
-def _count_received(counting: CountingReader, decoded: DataFrame, undecodable: list) -> None:
-    """Set the messages read and the updates received (none in messages the codec refuses)."""
-    sizes = _one_row(
-        decoded.agg(
-            F.count(F.lit(1)).alias("messages"), F.sum(_updates_of(F.col("u"))).alias("updates")
-        )
-    )
-    counting.messages = sizes["messages"]
-    counting.updates_received = (sizes["updates"] or 0) - _updates_in(decoded, undecodable)
 
 
 def _reported_history(
@@ -812,6 +815,21 @@ def _collection(history: DataFrame, data_fields: list[str]) -> DataFrame:
     )
 
 
+def _judged_by_driver() -> Column:
+    """The decoded messages the driver decodes itself (`_judge_singles`): progress statements,
+    and what Spark could not read or may have read short."""
+    return F.col("p").isNotNull() | F.col("suspect").isNotNull() | F.col("tombstone")
+
+
+def _rows_in_order(df: DataFrame, keys: list[str], rows_at_most: int) -> Iterator[Row]:
+    """The rows of ``df`` (at most ``rows_at_most``) by the columns ``keys``: collected and
+    sorted here if that is at most `COLLECT_AT_MOST`, else sorted by Spark and streamed a
+    partition at a time."""
+    if rows_at_most <= COLLECT_AT_MOST:
+        return iter(sorted(df.collect(), key=lambda row: tuple(row[k] for k in keys)))
+    return df.orderBy(*keys).toLocalIterator()
+
+
 def _spare_bytes(decoded: DataFrame, length: Column | None) -> list[tuple[int, int]]:
     """The keys (partition, offset) of the update arrays left ``unchecked`` whose body is longer
     than Avro's encoding of the updates Spark read of it (``length``, of an update ``x``: see
@@ -840,17 +858,16 @@ def _judge_singles(
     codec: Any,
     spare: list[tuple[int, int]],
     values: Callable[[list[tuple[int, int]]], DataFrame],
+    rows_at_most: int,
 ) -> tuple[list, list, dict]:
     """The messages the driver decodes itself, in (partition, offset) order: progress statements,
     and what Spark could not read or read with bytes to spare (the codec's verdict stands):
     ``spare`` are the keys of update arrays found so after the read, whose ``values`` are read
-    again.
+    again. ``rows_at_most`` bounds how many messages that is.
     Returns ``[((partition, offset), "progress" | "undecodable", payload)]``, the undecodable
     messages' keys, and the headers of the messages that have any, by key."""
 
-    few = decoded.filter(
-        F.col("p").isNotNull() | F.col("suspect").isNotNull() | F.col("tombstone")
-    ).select(
+    few = decoded.filter(_judged_by_driver()).select(
         "partition",
         "offset",
         "p",
@@ -871,14 +888,13 @@ def _judge_singles(
                 F.lit(None).cast(few.schema["headers"].dataType).alias("headers"),
             )
         )
-    few = few.orderBy("partition", "offset")
     singles: list[tuple[tuple[int, int], str, Any]] = []
     undecodable: list[tuple[int, int]] = []
     headers: dict[tuple[int, int], list[tuple[str, bytes | None]]] = {}
     # a partition at a time: a suspect message Spark read too (an array of several Avro
     # blocks) is judged here and dropped, and every array of a topic may be one
     unseen = set(spare)
-    for row in few.toLocalIterator():
+    for row in _rows_in_order(few, ["partition", "offset"], rows_at_most):
         key = (row["partition"], row["offset"])
         unseen.discard(key)
         if row["headers"]:

@@ -11,6 +11,7 @@ from cdc_emitter.kafka.producer import CdcProducer
 from cdc_emitter.kafka.reading import read_topic
 from cdc_emitter.protocol import CdcReader, Progress, Update
 from cdc_emitter.protocol.codec import CdcCodec
+from cdc_emitter.read import spark_reader
 from cdc_emitter.spark.schema import data_schema
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -130,8 +131,18 @@ def test_as_of_a_time_below_the_frontier_and_not_beyond_it(spark, kafka_bootstra
         )
 
 
-@pytest.mark.parametrize("strict", [None, "exact"])
-def test_violations_are_the_local_readers(spark, kafka_bootstrap, topic_factory, strict):
+@pytest.mark.parametrize(
+    "strict, streamed",
+    [(None, False), ("exact", False), ("exact", True)],
+    ids=["None", "exact", "exact-streamed"],
+)
+def test_violations_are_the_local_readers(
+    spark, kafka_bootstrap, topic_factory, strict, streamed, monkeypatch
+):
+    """``streamed``: the driver takes the rows it needs in order a partition at a time, as on a
+    topic too big to collect them at once."""
+    if streamed:
+        monkeypatch.setattr(spark_reader, "COLLECT_AT_MOST", 0)
     topic = topic_factory(2)
     schema = {"type": "record", "name": "row", "fields": [{"name": "k", "type": "long"}]}
     codec = CdcCodec(schema)
@@ -452,14 +463,16 @@ def test_bodies_longer_than_their_updates_are_judged_as_the_local_reader_judges_
     assert sorted(r["k"] for r in result.collection.collect()) == [1, 2, 3, 4, 5, 6, 7, 8]
 
 
-def test_an_array_gone_before_it_is_read_again_stops_the_read_naming_it(spark):
+@pytest.mark.parametrize("streamed", [False, True], ids=["collected", "streamed"])
+def test_an_array_gone_before_it_is_read_again_stops_the_read_naming_it(spark, streamed):
     """An update array found longer than its updates is read again by its key, for the local
     codec to judge. If the topic lost it in between (retention, compaction), the read stops
     with an error that names it, rather than leave it uncounted: here one of the two keys asked
-    for comes back, and the error names the other."""
+    for comes back, and the error names the other. The same whether the driver collects the
+    messages it judges at once or streams them a partition at a time (more of them)."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from cdc_emitter.read.spark_reader import _judge_singles
+    from cdc_emitter.read.spark_reader import COLLECT_AT_MOST, _judge_singles
 
     data = StructType([StructField("k", LongType()), StructField("v", StringType())])
     codec = CdcCodec(data_schema(data))
@@ -478,7 +491,9 @@ def test_an_array_gone_before_it_is_read_again_stops_the_read_naming_it(spark):
         )
 
     with pytest.raises(CdcError) as error:
-        _judge_singles(decoded, codec, [(0, 5), (1, 7)], values)
+        _judge_singles(
+            decoded, codec, [(0, 5), (1, 7)], values, COLLECT_AT_MOST + 1 if streamed else 2
+        )
     assert asked == [[(0, 5), (1, 7)]]
     assert str(error.value) == (
         "partition 1 offset 7 of the topic is gone since read_cdc began (retention or "
