@@ -354,7 +354,7 @@ def _read_once(
     # Spark's Avro reader ignores bytes left after the record, which the local codec refuses:
     # a body longer than what Spark read of it goes to the driver's codec to be judged. The
     # update arrays of the reader's schema are measured after the read, update by update
-    # (`_spare_bytes`); the rest here
+    # (`_array_checks`); the rest here
     update_length = _update_length(parsed, codec)
     later = update_length is not None
     checked = [("p", codec.union[1])]
@@ -533,10 +533,10 @@ def _verify(
 ) -> CdcRead:
     """Verify the decoded messages: Spark groups the updates by ``(data, time)``, the driver
     replays the messages' counts through a `CountingReader` in reading order. ``values`` reads
-    the messages at some keys again (those `_spare_bytes` finds); ``update_length`` is
+    the messages at some keys again (those `_array_checks` finds with bytes to spare); ``update_length`` is
     `_update_length` of them."""
     counting = CountingReader(strict=strict)
-    spare = _spare_bytes(decoded, update_length)
+    spare, malformed = _array_checks(decoded, update_length)
     sizes = _one_row(
         decoded.agg(
             F.count(F.lit(1)).alias("messages"),
@@ -548,7 +548,7 @@ def _verify(
         decoded, codec, spare, values, sizes["judged"] + len(spare)
     )
     occurrences, data_fields = _occurrences(decoded, undecodable)
-    extras = _malformed_updates(occurrences, codec, data_fields)
+    extras = _malformed_updates(occurrences, codec, data_fields, malformed)
     good = occurrences.filter((F.col("__time") >= 0) & (F.col("__diff") != 0))
     good, key_cols, map_fields = _grouping_keys(good, data_fields)
     # kept cached for the returned collection and history (`CdcRead.unpersist` frees it)
@@ -629,11 +629,16 @@ def _occurrences(decoded: DataFrame, undecodable: list) -> tuple[DataFrame, list
 
 
 def _malformed_updates(
-    occurrences: DataFrame, codec: Any, data_fields: list[str]
+    occurrences: DataFrame, codec: Any, data_fields: list[str], keys: set[tuple[int, int]]
 ) -> dict[tuple[int, int], list[tuple[int, Any]]]:
     """Updates at a negative time or with a zero diff (violations), with their data, by
-    ``(partition, offset)``: ``(position, Update)`` in message order."""
+    ``(partition, offset)``: ``(position, Update)`` in message order. ``keys`` are the messages
+    that hold any (`_array_checks`)."""
     extras: dict[tuple[int, int], list[tuple[int, Any]]] = {}
+    if not keys:
+        return extras
+    holding = occurrences.sparkSession.createDataFrame(sorted(keys), "partition int, offset long")
+    occurrences = occurrences.join(F.broadcast(holding), ["partition", "offset"], "left_semi")
     wrong = occurrences.filter((F.col("__time") < 0) | (F.col("__diff") == 0)).select(
         "partition",
         "offset",
@@ -830,27 +835,41 @@ def _rows_in_order(df: DataFrame, keys: list[str], rows_at_most: int) -> Iterato
     return df.orderBy(*keys).toLocalIterator()
 
 
-def _spare_bytes(decoded: DataFrame, length: Column | None) -> list[tuple[int, int]]:
-    """The keys (partition, offset) of the update arrays left ``unchecked`` whose body is longer
-    than Avro's encoding of the updates Spark read of it (``length``, of an update ``x``: see
-    `_update_length`): the sum of their lengths, one update a row (Spark runs a lambda over an
-    array's items uncompiled, at several times the cost)."""
+def _array_checks(
+    decoded: DataFrame, length: Column | None
+) -> tuple[list[tuple[int, int]], set[tuple[int, int]]]:
+    """One pass over every update Spark read, a row each: the keys (partition, offset) of the
+    update arrays left ``unchecked`` whose body is longer than Avro's encoding of the updates
+    Spark read of it (``length``, of an update ``x``: see `_update_length`; None: none is left
+    unchecked), and of the arrays that hold a malformed update (a negative time or a zero
+    diff). A row per update rather than a lambda over each array, which Spark runs
+    uncompiled, at several times the cost."""
     from cdc_emitter.spark.avro_length import array_length
 
-    if length is None:  # none is left unchecked: such arrays are checked as they are read
-        return []
-    unchecked = decoded.filter(F.col("unchecked").isNotNull()).select(
+    arrays = decoded.filter(F.col("u").isNotNull()).select(
         "partition",
         "offset",
         "unchecked",
         F.size("u").alias("n"),
         F.explode_outer("u").alias("x"),  # an empty array stays, as one row of a null update
     )
-    arrays = unchecked.groupBy("partition", "offset", "unchecked", "n").agg(
-        F.sum(length).alias("items")
+    malformed = (F.col("x.time") < 0) | (F.col("x.diff") == 0)
+    sums = [F.count(F.when(malformed, 1)).alias("malformed")]
+    spare = F.lit(False)
+    if length is not None:
+        sums.append(F.sum(F.when(F.col("unchecked").isNotNull(), length)).alias("items"))
+        spare = F.col("unchecked").isNotNull() & (
+            array_length("`n`", "coalesce(`items`, 0)") != F.col("unchecked")
+        )
+    per_array = arrays.groupBy("partition", "offset", "unchecked", "n").agg(*sums)
+    flagged = per_array.select(
+        "partition", "offset", spare.alias("spare"), (F.col("malformed") > 0).alias("malformed")
+    ).filter(F.col("spare") | F.col("malformed"))
+    rows = flagged.collect()
+    return (
+        sorted((row["partition"], row["offset"]) for row in rows if row["spare"]),
+        {(row["partition"], row["offset"]) for row in rows if row["malformed"]},
     )
-    longer = arrays.filter(array_length("`n`", "coalesce(`items`, 0)") != F.col("unchecked"))
-    return sorted((row[0], row[1]) for row in longer.select("partition", "offset").collect())
 
 
 def _judge_singles(
