@@ -77,6 +77,9 @@ class CdcRead(VerifyResult[DataFrame, DataFrame]):
     statements: int = 0
     codec: Any = field(default=None, repr=False, compare=False)
     cached: DataFrame | None = field(default=None, repr=False, compare=False)
+    #: The distinct (data, time) read: at least as many as the rows of ``collection`` and of
+    #: ``history``.
+    distinct: int = field(default=0, repr=False, compare=False)
 
     def unpersist(self) -> None:
         """Free the executors' copy that ``collection`` and ``history`` read.
@@ -107,12 +110,17 @@ class CdcRead(VerifyResult[DataFrame, DataFrame]):
 
     def collection_rows(self) -> Iterator[tuple[Any, int]]:
         """``(data, count)`` at the frontier in ``verify --output`` order (data as the local
-        reader holds it, sorted as ``codec.sort_key`` sorts), streamed a partition at a time."""
+        reader holds it, sorted as ``codec.sort_key`` sorts), streamed a partition at a time
+        (at most `COLLECT_AT_MOST` rows: in one job, sorted here)."""
         collection = self.collection_frame
+        data = _data_avro(collection, self.codec)
+        decode, key = self.codec.decode_data, self.codec.sort_key
+        if self.distinct <= COLLECT_AT_MOST:
+            rows = [(decode(bytes(r[0])), r[1]) for r in collection.select(data, "count").collect()]
+            yield from sorted(rows, key=lambda row: key(row[0]))
+            return
         order = _data_order(collection, self.codec)
-        rows = collection.orderBy(*order).select(_data_avro(collection, self.codec), "count")
-        decode = self.codec.decode_data
-        for row in rows.toLocalIterator():
+        for row in collection.orderBy(*order).select(data, "count").toLocalIterator():
             yield decode(bytes(row[0])), row[1]
 
     def collection_as_of(self, time: int) -> DataFrame:
@@ -125,14 +133,18 @@ class CdcRead(VerifyResult[DataFrame, DataFrame]):
         )
 
     def history_rows(self) -> Iterator[Update]:
-        """The reported updates in ``verify --history`` order (by time, then data), streamed."""
+        """The reported updates in ``verify --history`` order (by time, then data), streamed a
+        partition at a time (at most `COLLECT_AT_MOST` rows: in one job, sorted here)."""
         history = self.history_frame
+        data = _data_avro(history, self.codec)
+        decode, key = self.codec.decode_data, self.codec.sort_key
+        if self.distinct <= COLLECT_AT_MOST:
+            rows = history.select(data, "time", "diff").collect()
+            updates = [Update(decode(bytes(r[0])), r[1], r[2]) for r in rows]
+            yield from sorted(updates, key=lambda u: (u.time, key(u.data)))
+            return
         order = _data_order(history, self.codec)
-        rows = history.orderBy("time", *order).select(
-            _data_avro(history, self.codec), "time", "diff"
-        )
-        decode = self.codec.decode_data
-        for row in rows.toLocalIterator():
+        for row in history.orderBy("time", *order).select(data, "time", "diff").toLocalIterator():
             yield Update(decode(bytes(row[0])), row[1], row[2])
 
     @property
@@ -591,6 +603,7 @@ def _verify(
         statements=pending.statements,
         codec=codec,
         cached=groups,
+        distinct=totals["distinct"] or 0,
     )
 
 

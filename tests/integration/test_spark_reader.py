@@ -392,6 +392,42 @@ def test_values_said_not_null_encode_to_the_same_bytes(spark):
     assert again.count() == 300
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["collected", "streamed"])
+def test_rows_come_out_in_the_local_readers_order(
+    spark, kafka_bootstrap, topic_factory, streamed, monkeypatch
+):
+    """``collection_rows`` and ``history_rows`` (``verify --output`` and ``--history``) give
+    the local reader's data in ``codec.sort_key`` order, for values of every type: sorted on
+    the driver when the rows are few, by Spark when they are too many to collect
+    (``streamed``)."""
+    from pyspark.sql import functions as F
+
+    if streamed:
+        monkeypatch.setattr(spark_reader, "COLLECT_AT_MOST", 0)
+    ddl, rows = _many_types(40)
+    topic = topic_factory(2)
+    sink = CdcSink(kafka_bootstrap, topic)
+    sink.write(frame(spark, rows, ddl), time=0)
+    sink.write(frame(spark, rows[::3], ddl).withColumn("diff", F.lit(-1).cast("long")), time=1)
+    schema = data_schema(ddl)
+    codec = CdcCodec(schema)
+
+    result = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=schema)
+    history = list(result.history_rows())
+    collection = list(result.collection_rows())
+    result.unpersist()
+
+    local, frontier, violations, _ = read_history(kafka_bootstrap, topic, codec)
+    assert (result.frontier, frontier, violations) == ((2,), (2,), [])
+    assert history == sorted(local, key=lambda u: (u.time, codec.sort_key(u.data)))
+    totals: dict = {}
+    for u in local:
+        totals[u.data] = totals.get(u.data, 0) + u.diff
+    kept = [(data, n) for data, n in totals.items() if n]
+    assert collection == sorted(kept, key=lambda item: codec.sort_key(item[0]))
+    assert len(collection) == 40 - 14 and len(history) == 40 + 14
+
+
 def test_bodies_longer_than_their_updates_are_judged_as_the_local_reader_judges_them(
     spark, kafka_bootstrap, topic_factory
 ):
