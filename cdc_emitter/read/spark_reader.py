@@ -72,13 +72,13 @@ class CdcRead(VerifyResult[DataFrame, DataFrame]):
     Attributes:
         statements: Well-formed progress statements read.
         codec: The codec that reads the rows back for output.
+        distinct: The distinct (data, time) the reading grouped: at least as many as the rows
+            of ``collection`` and of ``history``.
     """
 
     statements: int = 0
     codec: Any = field(default=None, repr=False, compare=False)
     cached: DataFrame | None = field(default=None, repr=False, compare=False)
-    #: The distinct (data, time) read: at least as many as the rows of ``collection`` and of
-    #: ``history``.
     distinct: int = field(default=0, repr=False, compare=False)
 
     def unpersist(self) -> None:
