@@ -56,11 +56,13 @@ __all__ = ["read_cdc", "CdcRead"]
 
 #: Seconds between two looks at the end offsets while following a topic to a target.
 FOLLOW_INTERVAL = 0.5
-#: Rows the driver takes in one ``collect`` and sorts itself, where it needs rows in order and
-#: knows there are at most this many: on a small topic, Spark's sort and a job per partition
-#: cost more than the rows (a topic of six messages: 2.6 s a reading, most of it in such jobs).
-#: More rows come a partition at a time, so the driver stays flat.
+#: Rows the driver takes in one ``collect`` and sorts itself, where it needs rows in order, knows
+#: there are at most this many, and the reading's messages hold at most `COLLECT_BYTES_AT_MOST`:
+#: on a small topic, Spark's sort and a job per partition cost more than the rows. Otherwise
+#: they come a partition at a time, so the driver's memory stays bounded.
 COLLECT_AT_MOST = 10_000
+#: The most bytes of messages (their values) a reading may hold for `COLLECT_AT_MOST` to apply.
+COLLECT_BYTES_AT_MOST = 16 * 2**20
 
 
 @dataclass
@@ -72,14 +74,16 @@ class CdcRead(VerifyResult[DataFrame, DataFrame]):
     Attributes:
         statements: Well-formed progress statements read.
         codec: The codec that reads the rows back for output.
-        distinct: The distinct (data, time) the reading grouped: at least as many as the rows
-            of ``collection`` and of ``history``.
+        distinct: How many distinct (data, time) the reading grouped: at least as many as the
+            rows of ``collection`` and of ``history``.
+        bytes_read: The bytes of the messages read (their values).
     """
 
     statements: int = 0
     codec: Any = field(default=None, repr=False, compare=False)
     cached: DataFrame | None = field(default=None, repr=False, compare=False)
-    distinct: int = field(default=0, repr=False, compare=False)
+    distinct: int | None = field(default=None, repr=False, compare=False)
+    bytes_read: int | None = field(default=None, repr=False, compare=False)
 
     def unpersist(self) -> None:
         """Free the executors' copy that ``collection`` and ``history`` read.
@@ -111,11 +115,11 @@ class CdcRead(VerifyResult[DataFrame, DataFrame]):
     def collection_rows(self) -> Iterator[tuple[Any, int]]:
         """``(data, count)`` at the frontier in ``verify --output`` order (data as the local
         reader holds it, sorted as ``codec.sort_key`` sorts), streamed a partition at a time
-        (at most `COLLECT_AT_MOST` rows: in one job, sorted here)."""
+        (a small reading's in one job, sorted here: see `COLLECT_AT_MOST`)."""
         collection = self.collection_frame
         data = _data_avro(collection, self.codec)
         decode, key = self.codec.decode_data, self.codec.sort_key
-        if self.distinct <= COLLECT_AT_MOST:
+        if self._collectable():
             rows = [(decode(bytes(r[0])), r[1]) for r in collection.select(data, "count").collect()]
             yield from sorted(rows, key=lambda row: key(row[0]))
             return
@@ -134,11 +138,11 @@ class CdcRead(VerifyResult[DataFrame, DataFrame]):
 
     def history_rows(self) -> Iterator[Update]:
         """The reported updates in ``verify --history`` order (by time, then data), streamed a
-        partition at a time (at most `COLLECT_AT_MOST` rows: in one job, sorted here)."""
+        partition at a time (a small reading's in one job, sorted here: see `COLLECT_AT_MOST`)."""
         history = self.history_frame
         data = _data_avro(history, self.codec)
         decode, key = self.codec.decode_data, self.codec.sort_key
-        if self.distinct <= COLLECT_AT_MOST:
+        if self._collectable():
             rows = history.select(data, "time", "diff").collect()
             updates = [Update(decode(bytes(r[0])), r[1], r[2]) for r in rows]
             yield from sorted(updates, key=lambda u: (u.time, key(u.data)))
@@ -146,6 +150,12 @@ class CdcRead(VerifyResult[DataFrame, DataFrame]):
         order = _data_order(history, self.codec)
         for row in history.orderBy("time", *order).select(data, "time", "diff").toLocalIterator():
             yield Update(decode(bytes(row[0])), row[1], row[2])
+
+    def _collectable(self) -> bool:
+        """Whether the rows of ``collection`` and ``history`` are few enough to collect."""
+        if self.distinct is None or self.bytes_read is None:
+            return False
+        return _collectable(self.distinct, self.bytes_read)
 
     @property
     def held(self) -> int:
@@ -385,6 +395,7 @@ def _read_once(
         F.when(suspect, F.col("value")).alias("suspect"),
         F.when(F.col("value").isNull(), True).alias("tombstone"),
         F.when(unchecked, F.octet_length("body")).alias("unchecked"),
+        F.octet_length("value").alias("size"),
         F.when(F.col("u").isNull(), F.col("headers")).alias("headers"),
     ).persist()
 
@@ -545,8 +556,8 @@ def _verify(
 ) -> CdcRead:
     """Verify the decoded messages: Spark groups the updates by ``(data, time)``, the driver
     replays the messages' counts through a `CountingReader` in reading order. ``values`` reads
-    the messages at some keys again (those `_array_checks` finds with bytes to spare); ``update_length`` is
-    `_update_length` of them."""
+    the messages at some keys again (those `_array_checks` finds with bytes to spare);
+    ``update_length`` is `_update_length` of them."""
     counting = CountingReader(strict=strict)
     spare, malformed = _array_checks(decoded, update_length)
     sizes = _one_row(
@@ -554,10 +565,12 @@ def _verify(
             F.count(F.lit(1)).alias("messages"),
             F.sum(_updates_of(F.col("u"))).alias("updates"),
             F.count(F.when(_judged_by_driver(), 1)).alias("judged"),
+            F.sum("size").alias("bytes"),
         )
     )
+    read_bytes = sizes["bytes"] or 0
     singles, undecodable, headers = _judge_singles(
-        decoded, codec, spare, values, sizes["judged"] + len(spare)
+        decoded, codec, spare, values, _collectable(sizes["judged"] + len(spare), read_bytes)
     )
     occurrences, data_fields = _occurrences(decoded, undecodable)
     extras = _malformed_updates(occurrences, codec, data_fields, malformed)
@@ -577,7 +590,8 @@ def _verify(
         if totals["conflicted"]:
             conflicts = _later_conflicts(good, groups, key_cols, data_fields, codec, extras)
         counting.add_duplicates((totals["arrived"] or 0) - (totals["distinct"] or 0) - conflicts)
-        hints = _replay(counting, groups, singles, extras, codec, headers, totals["distinct"])
+        collect = _collectable(totals["distinct"] or 0, read_bytes)
+        hints = _replay(counting, groups, singles, extras, codec, headers, collect)
         counting.messages = sizes["messages"]
         counting.updates_received = (sizes["updates"] or 0) - _updates_in(decoded, undecodable)
         if counting.late_violations:
@@ -604,6 +618,7 @@ def _verify(
         codec=codec,
         cached=groups,
         distinct=totals["distinct"] or 0,
+        bytes_read=read_bytes,
     )
 
 
@@ -760,11 +775,12 @@ def _replay(
     extras: dict[tuple[int, int], list[tuple[int, Any]]],
     codec: Any,
     headers: dict[tuple[int, int], list[tuple[str, bytes | None]]],
-    distinct: int,
+    collect: bool,
 ) -> list[str]:
     """Feed ``counting`` every message that changes its state, in reading order: first
     arrivals per (message, time), malformed updates and conflicts, progress statements (with
-    their ``headers``) and undecodable messages. ``distinct`` is how many ``groups`` there are.
+    their ``headers``) and undecodable messages. ``collect``: the rows of first arrivals per
+    (message, time) are few enough to collect (`_rows_in_order`).
     Returns the hints about the undecodable ones."""
     fresh = groups.groupBy(
         F.col("__first.partition").alias("partition"),
@@ -773,7 +789,7 @@ def _replay(
     ).agg(F.count(F.lit(1)).alias("fresh"), F.min("__first.__pos").alias("pos"))
     hints: list[str] = []
     report_undecodable = UndecodableReport(counting, codec, hints)
-    ordered = _rows_in_order(fresh, ["partition", "offset", "pos"], distinct)
+    ordered = _rows_in_order(fresh, ["partition", "offset", "pos"], collect)
     for (partition, offset), kind, payload in _in_order(ordered, singles, extras):
         if kind == "progress":
             counting.push(
@@ -839,11 +855,16 @@ def _judged_by_driver() -> Column:
     return F.col("p").isNotNull() | F.col("suspect").isNotNull() | F.col("tombstone")
 
 
-def _rows_in_order(df: DataFrame, keys: list[str], rows_at_most: int) -> Iterator[Row]:
-    """The rows of ``df`` (at most ``rows_at_most``) by the columns ``keys``: collected and
-    sorted here if that is at most `COLLECT_AT_MOST`, else sorted by Spark and streamed a
-    partition at a time."""
-    if rows_at_most <= COLLECT_AT_MOST:
+def _collectable(rows: int, read_bytes: int) -> bool:
+    """Whether ``rows`` rows of a reading of ``read_bytes`` bytes come to the driver at once
+    (`COLLECT_AT_MOST`)."""
+    return rows <= COLLECT_AT_MOST and read_bytes <= COLLECT_BYTES_AT_MOST
+
+
+def _rows_in_order(df: DataFrame, keys: list[str], collect: bool) -> Iterator[Row]:
+    """The rows of ``df`` by the columns ``keys``: collected and sorted here if ``collect``
+    (`_collectable`), else sorted by Spark and streamed a partition at a time."""
+    if collect:
         return iter(sorted(df.collect(), key=lambda row: tuple(row[k] for k in keys)))
     return df.orderBy(*keys).toLocalIterator()
 
@@ -867,14 +888,18 @@ def _array_checks(
         F.explode_outer("u").alias("x"),  # an empty array stays, as one row of a null update
     )
     malformed = (F.col("x.time") < 0) | (F.col("x.diff") == 0)
-    sums = [F.count(F.when(malformed, 1)).alias("malformed")]
-    spare = F.lit(False)
-    if length is not None:
-        sums.append(F.sum(F.when(F.col("unchecked").isNotNull(), length)).alias("items"))
-        spare = F.col("unchecked").isNotNull() & (
-            array_length("`n`", "coalesce(`items`, 0)") != F.col("unchecked")
-        )
-    per_array = arrays.groupBy("partition", "offset", "unchecked", "n").agg(*sums)
+    if length is None:  # nothing to size: no grouping by message, only the malformed updates
+        return [], {
+            (row[0], row[1])
+            for row in arrays.filter(malformed).select("partition", "offset").collect()
+        }
+    per_array = arrays.groupBy("partition", "offset", "unchecked", "n").agg(
+        F.count(F.when(malformed, 1)).alias("malformed"),
+        F.sum(F.when(F.col("unchecked").isNotNull(), length)).alias("items"),
+    )
+    spare = F.col("unchecked").isNotNull() & (
+        array_length("`n`", "coalesce(`items`, 0)") != F.col("unchecked")
+    )
     flagged = per_array.select(
         "partition", "offset", spare.alias("spare"), (F.col("malformed") > 0).alias("malformed")
     ).filter(F.col("spare") | F.col("malformed"))
@@ -890,12 +915,12 @@ def _judge_singles(
     codec: Any,
     spare: list[tuple[int, int]],
     values: Callable[[list[tuple[int, int]]], DataFrame],
-    rows_at_most: int,
+    collect: bool,
 ) -> tuple[list, list, dict]:
     """The messages the driver decodes itself, in (partition, offset) order: progress statements,
     and what Spark could not read or read with bytes to spare (the codec's verdict stands):
     ``spare`` are the keys of update arrays found so after the read, whose ``values`` are read
-    again. ``rows_at_most`` bounds how many messages that is.
+    again. ``collect``: they are few enough to collect (`_rows_in_order`).
     Returns ``[((partition, offset), "progress" | "undecodable", payload)]``, the undecodable
     messages' keys, and the headers of the messages that have any, by key."""
 
@@ -923,10 +948,10 @@ def _judge_singles(
     singles: list[tuple[tuple[int, int], str, Any]] = []
     undecodable: list[tuple[int, int]] = []
     headers: dict[tuple[int, int], list[tuple[str, bytes | None]]] = {}
-    # a partition at a time: a suspect message Spark read too (an array of several Avro
-    # blocks) is judged here and dropped, and every array of a topic may be one
+    # a partition at a time unless few: a suspect message Spark read too (an array of several
+    # Avro blocks) is judged here and dropped, and every array of a topic may be one
     unseen = set(spare)
-    for row in _rows_in_order(few, ["partition", "offset"], rows_at_most):
+    for row in _rows_in_order(few, ["partition", "offset"], collect):
         key = (row["partition"], row["offset"])
         unseen.discard(key)
         if row["headers"]:
