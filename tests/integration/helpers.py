@@ -177,27 +177,33 @@ def as_history(triples) -> list[Update]:
     )
 
 
+def wait_settled(bootstrap: str, topic: str, *, timeout: float = 10.0) -> bool:
+    """Wait (up to ``timeout`` seconds) until no Kafka transaction is open on ``topic``: its
+    read_committed end offsets equal its high watermarks. True when they do.
+
+    Kafka writes a transaction's commit markers after the commit returns, and until they land a
+    read_committed end offset stops at the transaction's first message: a read taken right after
+    a sink's batch can miss the batch (its claim and its updates are such transactions)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while topic_ends(bootstrap, topic) != topic_ends(bootstrap, topic, committed=False):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def count_messages(bootstrap: str, topic: str, *, settled: bool = False) -> int:
     """How many messages the topic holds (sum of high - low watermarks, read_committed).
 
-    ``settled``: first wait (up to 10 s) until no Kafka transaction is open on the topic. Kafka
-    writes a transaction's commit marker after the commit returns, and until it lands a
-    read_committed end offset stops at the transaction's first message: a count taken right
-    after a sink's batch can miss the batch (its claim is such a transaction)."""
-    import time
-
+    ``settled``: first wait (up to 10 s) until no Kafka transaction is open on the topic
+    (`wait_settled`)."""
     from cdc_emitter.kafka.reading import end_offsets
 
-    committed = end_offsets(bootstrap, topic)
-    deadline = time.monotonic() + 10
-    while settled and time.monotonic() < deadline:
-        if {p: high for p, (_low, high) in committed.items()} == topic_ends(
-            bootstrap, topic, committed=False
-        ):
-            break
-        time.sleep(0.05)
-        committed = end_offsets(bootstrap, topic)
-    return sum(high - low for low, high in committed.values())
+    if settled:
+        wait_settled(bootstrap, topic)
+    return sum(high - low for low, high in end_offsets(bootstrap, topic).values())
 
 
 class JvmLog:
