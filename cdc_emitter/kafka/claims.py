@@ -7,8 +7,10 @@ other. So "read partition 0, decide the interval, commit the statement" is one a
 another writer initialised in between, this writer's commit fails with `Fenced`, and the step is
 taken again on fresh state.
 
-Guarantees: `ClaimProducer.commit` returns only once the statement is committed (readers with
-``isolation.level=read_committed`` see it, and every claim committed before it); it raises
+Guarantees: `ClaimProducer.commit` returns only once the statement is committed. Readers with
+``isolation.level=read_committed`` see it once Kafka has written the commit's markers, which the
+coordinator may do just after the commit returns; a writer that initialises its claims producer
+waits for them, so what it reads next holds every claim committed before. It raises
 `Fenced` when another writer may have committed since this producer's last initialisation. A
 commit that raises may still have landed (its reply lost): the caller looks for it in the topic
 before it claims again.

@@ -181,9 +181,10 @@ def wait_settled(bootstrap: str, topic: str, *, timeout: float = 10.0) -> bool:
     """Wait (up to ``timeout`` seconds) until no Kafka transaction is open on ``topic``: its
     read_committed end offsets equal its high watermarks. True when they do.
 
-    Kafka writes a transaction's commit markers after the commit returns, and until they land a
-    read_committed end offset stops at the transaction's first message: a read taken right after
-    a sink's batch can miss the batch (its claim and its updates are such transactions)."""
+    Kafka's transaction coordinator may write a transaction's commit markers after the commit
+    returns, and until they land a read_committed end offset stops at the transaction's first
+    message: a read taken right after a sink's batch can miss the batch's statement (its claim is
+    such a transaction)."""
     import time
 
     deadline = time.monotonic() + timeout
