@@ -576,6 +576,10 @@ def _verify(
     extras = _malformed_updates(occurrences, codec, data_fields, malformed)
     good = occurrences.filter((F.col("__time") >= 0) & (F.col("__diff") != 0))
     good, key_cols, map_fields = _grouping_keys(good, data_fields)
+    if key_cols:
+        # spread by the data alone: the grouping by (data, time) below needs no other shuffle,
+        # and neither does the collection's by data, which reads the cached groups
+        good = good.repartition(*[F.col(c) for c in key_cols])
     # kept cached for the returned collection and history (`CdcRead.unpersist` frees it)
     groups = _first_arrivals(good, key_cols, map_fields).persist()
     try:

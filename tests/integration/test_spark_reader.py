@@ -116,6 +116,31 @@ def test_collection_and_history_read_the_cached_reading_until_unpersisted(
     assert _plain(result.collection.collect()) == collection
 
 
+def test_the_collection_sums_the_cached_groups_without_another_shuffle(
+    spark, kafka_bootstrap, topic_factory, capsys
+):
+    """The grouped updates are spread by their data: the collection adds them up where they
+    are (a shuffle of every update less on a big topic). Maps, grouped by their sorted entries,
+    are left out here: their collection groups those again."""
+    topic = topic_factory(2)
+    sink = CdcSink(kafka_bootstrap, topic)
+    for time, rows in BATCHES:
+        plain = [(k, v, d) for k, v, _m, d in rows]
+        sink.write(frame(spark, plain, "k long, v string, diff long"), time=time)
+    schema = data_schema(spark.createDataFrame([], "k long, v string").schema)
+    result = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=schema)
+    capsys.readouterr()
+    result.collection.explain()
+    plan = capsys.readouterr().out
+    above_the_copy = plan.split("InMemoryTableScan")[0]
+    assert "Aggregate" in above_the_copy and "Exchange" not in above_the_copy, plan
+    assert sorted(map(tuple, result.collection.collect())) == [
+        (3, "c", 1),
+        (4, "d", 2),
+        (5, "e", 3),
+    ]
+
+
 def test_as_of_a_time_below_the_frontier_and_not_beyond_it(spark, kafka_bootstrap, topic_factory):
     topic = topic_factory()
     sink = CdcSink(kafka_bootstrap, topic)
