@@ -298,7 +298,7 @@ def check_history(bootstrap: str, topic: str, batches: dict, outcomes: list, wri
     end = (max(upper for _, upper in claimed),) if claimed else (0,)
 
     # every sink call has returned, but the last transactions' commit markers may still be on
-    # their way (Kafka writes them after the commit returns): read once they landed
+    # their way (Kafka may write them after the commit returns): read once they landed
     assert wait_settled(bootstrap, topic, timeout=30), (
         f"an open transaction holds back read_committed readers of {topic!r}: committed ends "
         f"{topic_ends(bootstrap, topic)}, high watermarks "
