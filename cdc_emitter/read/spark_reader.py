@@ -590,11 +590,12 @@ def _verify(
                 F.sum(F.col("__conflicted").cast("int")).alias("conflicted"),
             )
         )
+        distinct = totals["distinct"] or 0
         conflicts = 0
         if totals["conflicted"]:
             conflicts = _later_conflicts(good, groups, key_cols, data_fields, codec, extras)
-        counting.add_duplicates((totals["arrived"] or 0) - (totals["distinct"] or 0) - conflicts)
-        collect = _collectable(totals["distinct"] or 0, read_bytes)
+        counting.add_duplicates((totals["arrived"] or 0) - distinct - conflicts)
+        collect = _collectable(distinct, read_bytes)
         hints = _replay(counting, groups, singles, extras, codec, headers, collect)
         counting.messages = sizes["messages"]
         counting.updates_received = (sizes["updates"] or 0) - _updates_in(decoded, undecodable)
@@ -621,7 +622,7 @@ def _verify(
         statements=pending.statements,
         codec=codec,
         cached=groups,
-        distinct=totals["distinct"] or 0,
+        distinct=distinct,
         bytes_read=read_bytes,
     )
 
