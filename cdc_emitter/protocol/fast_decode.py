@@ -11,8 +11,9 @@ through fastavro's own readers). Named references, unions of two types or more a
 logical types are left to fastavro (no decoder).
 
 `ColumnDecoder` reads the same arrays column by column, dates and timestamps at the top level
-as their longs, so a decode worker's result holds plain values only and crosses a pipe as
-``marshal`` data instead of ``pickle``; `ColumnDecoder.rows` makes the rows again, in C.
+as their longs and decimals there as their unscaled integers, so a decode worker's result holds
+plain values only and crosses a pipe as ``marshal`` data instead of ``pickle``;
+`ColumnDecoder.rows` makes the rows again, in C.
 
 Guarantees: a decoder either returns exactly what fastavro, then the codec's conversion, give
 for the same bytes (floats canonical: one NaN object, -0.0 as 0.0), or raises (`Unfit`,
@@ -28,11 +29,12 @@ imports neither Kafka nor Spark.
 from __future__ import annotations
 
 import datetime
+import decimal
 import functools
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from operator import itemgetter
+from operator import itemgetter, methodcaller
 from typing import Any, cast
 
 from fastavro.read import LOGICAL_READERS
@@ -93,8 +95,8 @@ def _sized(target: str, indent: str, size: str, text: bool) -> list[str]:
 
 class _Writer:
     """Writes the lines that read values of a schema; the constants they use go to
-    `constants`. ``raw``: dates and timestamps at the top level stay longs (column mode),
-    and no value may need ``pickle``."""
+    `constants`. ``raw``: dates and timestamps at the top level stay longs and decimals there
+    their unscaled integers (column mode), and no value may need ``pickle``."""
 
     def __init__(self, raw: bool):
         self.raw = raw
@@ -203,9 +205,13 @@ class _Writer:
                 f"{indent}{target} = {inline.inline.format(v=target)}",
             ]
         reader = LOGICAL_READERS.get(f"{kind}-{logical}")
+        base = {k: v for k, v in schema.items() if k != "logicalType"}
+        if self.raw and top and _decimal(schema) is not None:
+            # the unscaled integer, as fastavro's reader reads it; ColumnDecoder.rows goes on
+            lines = self.value(base if kind == "fixed" else kind, target, indent)
+            return [*lines, f"{indent}{target} = int_from_bytes({target}, 'big', signed=True)"]
         if reader is None or self.raw:
             raise _Unsupported(f"{kind} {logical}")
-        base = {k: v for k, v in schema.items() if k != "logicalType"}
         lines = self.value(base if kind == "fixed" else kind, target, indent)
         read, writer = self.constant(reader, "logical"), self.constant(schema, "schema")
         return [*lines, f"{indent}{target} = {read}({target}, {writer})"]
@@ -308,6 +314,7 @@ def _compile(fields: list[dict], by_column: bool) -> Callable | None:
         "unpack_double": struct.Struct("<d").unpack_from,
         "unpack_float": struct.Struct("<f").unpack_from,
         "date_fromordinal": datetime.date.fromordinal,
+        "int_from_bytes": int.from_bytes,
         "timedelta": datetime.timedelta,
         "EPOCH": EPOCH,
         "EPOCH_NAIVE": EPOCH_NAIVE,
@@ -399,7 +406,8 @@ _LOGICAL = {
 }
 
 #: ``(times, diffs, columns)``: an update array column by column, dates and timestamps as their
-#: longs (plain values, which ``marshal`` takes, for a result that crosses processes).
+#: longs and decimals as their unscaled integers (plain values, which ``marshal`` takes, for a
+#: result that crosses processes).
 Columns = tuple[list[int], list[int], list[list[Any]]]
 
 
@@ -462,21 +470,44 @@ def _holds_floats(schema: Any, named: dict[str, Any], seen: set[int]) -> bool:
     return False
 
 
-def _top_logical(field_type: Any) -> _Logical | None:
-    """The inline logical type of a top-level column (nullable or not), or None."""
+def _not_null(field_type: Any) -> Any:
+    """A top-level column's type without its null (None for a union of two types or more)."""
     if isinstance(field_type, list):
         others = [t for t in field_type if t != "null"]
-        field_type = others[0] if len(others) == 1 else None
+        return others[0] if len(others) == 1 else None
+    return field_type
+
+
+def _top_logical(field_type: Any) -> _Logical | None:
+    """The inline logical type of a top-level column (nullable or not), or None."""
+    field_type = _not_null(field_type)
     if isinstance(field_type, dict) and "logicalType" in field_type:
         return _LOGICAL.get((field_type["type"], field_type["logicalType"]))
     return None
+
+
+def _decimal(schema: Any) -> Callable[[list], list] | None:
+    """For a decimal schema (bytes or fixed), a column of its unscaled integers as the decimals
+    fastavro's reader makes of them, in C: ``create_decimal`` in a context of the schema's
+    precision, then ``scaleb`` by its scale. None for any other schema."""
+    if not isinstance(schema, dict) or schema.get("logicalType") != "decimal":
+        return None
+    precision, scale = schema.get("precision"), schema.get("scale", 0)
+    if schema.get("type") not in ("bytes", "fixed") or type(precision) is not int:
+        return None
+    if type(scale) is not int or f"{schema['type']}-decimal" not in LOGICAL_READERS:
+        return None
+    context = decimal.Context(prec=precision)  # fastavro's: a new Context, its precision set
+    scaleb = methodcaller("scaleb", -scale, context)
+    return lambda col: list(map(scaleb, map(context.create_decimal, col)))
 
 
 class ColumnDecoder:
     """Update arrays of one layout read column by column, then made rows again.
 
     For decoding in another process: columns of plain values cross a pipe as ``marshal``
-    data, where rows of dates and timestamps need ``pickle``, several times slower to load.
+    data, where rows of dates, timestamps and decimals need ``pickle``, several times slower
+    to make and to load.
     `rows` makes them the rows `compile_array_decoder`'s function gives, in C.
     """
 
@@ -484,6 +515,12 @@ class ColumnDecoder:
         self._decode = decode
         self._logical = [
             (i, kind) for i, f in enumerate(fields) if (kind := _top_logical(f["type"]))
+        ]
+        #: each top-level column read as other values than ``rows`` gives: its conversion
+        self._convert = [(i, kind.as_values) for i, kind in self._logical] + [
+            (i, convert)
+            for i, f in enumerate(fields)
+            if (convert := _decimal(_not_null(f["type"]))) is not None
         ]
         whole = {"type": "record", "name": "data", "fields": fields}
         self._floats = [i for i, f in enumerate(fields) if holds_floats(f["type"], whole)]
@@ -517,8 +554,7 @@ class ColumnDecoder:
         """
         times, diffs, cols = decoded
         cols = list(cols)
-        for i, kind in self._logical:
-            convert = kind.as_values
+        for i, convert in self._convert:
             values = cols[i]
             if None in values:
                 cols[i] = [None if v is None else convert([v])[0] for v in values]
@@ -533,7 +569,7 @@ class ColumnDecoder:
 
 def compile_column_decoder(update_record: dict) -> ColumnDecoder | None:
     """A `ColumnDecoder` for arrays of ``update_record``, or None when its data holds a type
-    the decoder is not written for, or a value ``marshal`` does not take (a decimal; a date or
+    the decoder is not written for, or a value ``marshal`` does not take (a decimal, date or
     timestamp below the top level)."""
     fields = _data_fields(update_record)
     if fields is None:

@@ -9,9 +9,10 @@ Workers are plain ``python -m cdc_emitter.read.decode_worker`` processes talking
 ``multiprocessing``: nothing of the caller's ``__main__`` is re-imported and no process is forked
 from one that runs librdkafka's threads. Frames on the pipes are an 8-byte length and a payload;
 results are ``marshal``-ed (five times cheaper to load than decoding), or pickled when the data
-holds values marshal does not know (decimals; dates and timestamps in nested data). Update
+holds values marshal does not know (decimals, dates and timestamps in nested data). Update
 arrays whose values are all plain travel column by column, top-level dates and timestamps as
-their longs, so they marshal; the pool makes them rows again, in C.
+their longs and decimals as their unscaled integers, so they marshal; the pool makes them rows
+again, in C.
 
 Guarantees: results come back in submission order; a worker that dies or answers garbage does not
 lose a chunk — the pool stops and the chunks not yet answered are decoded in the calling process

@@ -304,8 +304,50 @@ def test_layouts_it_is_not_written_for_get_no_fast_decoder():
     listed = {"type": "array", "items": ["null", "string"]}
     layout = items([{"name": "m", "type": money}, {"name": "l", "type": listed}])
     assert compile_array_decoder(layout) is not None
-    assert compile_column_decoder(layout) is None  # a decimal does not marshal: rows
+    assert compile_column_decoder(layout) is not None  # the decimal as its unscaled integer
+    inside = {"type": "array", "items": money}
+    assert compile_column_decoder(items([{"name": "m", "type": inside}])) is None  # pickled
     assert compile_column_decoder(items([{"name": "l", "type": listed}])) is not None
+
+
+DECIMALS = [
+    {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2},
+    ["null", {"type": "bytes", "logicalType": "decimal", "precision": 38, "scale": 10}],
+    {"type": "fixed", "name": "money", "size": 16, "logicalType": "decimal", "precision": 4},
+]
+
+
+@pytest.mark.parametrize("money", DECIMALS, ids=["bytes", "nullable", "fixed"])
+def test_a_top_level_decimal_crosses_by_column_as_fastavro_reads_it(money):
+    """Sent as its unscaled integer and made a decimal again: the very value fastavro's reader
+    gives (exponent included), a value with more digits than the precision rounded as fastavro
+    rounds it."""
+    fields = [{"name": "k", "type": "long"}, {"name": "m", "type": money}]
+    codec = CdcCodec({"type": "record", "name": "data", "fields": fields}, framing="raw")
+    decimals = dict(money[1] if isinstance(money, list) else money)
+    size, scale = decimals.get("size"), decimals.get("scale", 0)
+    unscaled = [0, 1, -1, 12345, -(10**8) + 1, 10**40 + 7, -(2**100)]
+    if size is None:
+        cells = [u.to_bytes(u.bit_length() // 8 + 1, "big", signed=True) for u in unscaled]
+    else:
+        cells = [u.to_bytes(size, "big", signed=True) for u in unscaled[:-2]]
+    cells = [*cells, None] if isinstance(money, list) else cells
+    body = b""
+    for k, cell in enumerate(cells):
+        value = b"" if cell is None else encode_zigzag_long(len(cell)) + cell
+        if isinstance(money, list):
+            value = (b"\x00" if cell is None else b"\x02") + value
+        elif size is not None:
+            value = cell
+        body += encode_zigzag_long(k) + value + b"\x06\x02"
+    message = array(encode_zigzag_long(len(cells)) + body)
+    columns = codec.decode_columns(message)
+    assert columns.__class__ is tuple  # by column
+    sent = marshal.loads(marshal.dumps(columns))
+    rows = codec.columns_to_rows(sent)
+    expected = fastavro_verdict(codec, message)
+    assert repr(rows) == repr(codec.decode_rows(message)) == repr(expected)
+    assert rows[1][0][1] == decimal.Decimal(1).scaleb(-scale)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
