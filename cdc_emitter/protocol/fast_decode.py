@@ -179,6 +179,8 @@ class _Writer:
         if len(schema) != 2 or "null" not in schema or schema[0] == schema[1]:
             raise _Unsupported("a union of two types or more")
         other = schema[1] if schema[0] == "null" else schema[0]
+        if isinstance(other, list):  # fastavro takes a union inside a union; it decides them
+            raise _Unsupported("a union inside a union")
         # the union index is zig-zag 0 or 1: one byte, 0 or 2
         null_byte, value_byte = (0, 2) if schema[0] == "null" else (2, 0)
         return [
@@ -486,10 +488,23 @@ def _top_logical(field_type: Any) -> _Logical | None:
     return None
 
 
+#: fastavro's decimal context as it makes it (a new `decimal.Context`, when it is imported, as
+#: this module imports it); a decimal column's context is a copy, its precision the schema's.
+_DECIMAL_CONTEXT = decimal.Context()
+
+#: The largest unscaled integer, in bits, a decimal column takes (about 2,466 digits): with a
+#: scale within `_DECIMAL_SCALE` its decimal neither overflows nor takes long to make, so the
+#: reading process never meets an error fastavro would have raised in the worker. Larger
+#: ones are left to fastavro (`Unfit`).
+_DECIMAL_BITS = 8192
+_DECIMAL_SCALE = 100_000
+
+
 def _decimal(schema: Any) -> Callable[[list], list] | None:
     """For a decimal schema (bytes or fixed), a column of its unscaled integers as the decimals
     fastavro's reader makes of them, in C: ``create_decimal`` in a context of the schema's
-    precision, then ``scaleb`` by its scale. None for any other schema."""
+    precision, then ``scaleb`` by its scale. None for any other schema, and for a precision or
+    scale outside what the column decoder takes."""
     if not isinstance(schema, dict) or schema.get("logicalType") != "decimal":
         return None
     precision, scale = schema.get("precision"), schema.get("scale", 0)
@@ -497,7 +512,10 @@ def _decimal(schema: Any) -> Callable[[list], list] | None:
         return None
     if type(scale) is not int or f"{schema['type']}-decimal" not in LOGICAL_READERS:
         return None
-    context = decimal.Context(prec=precision)  # fastavro's: a new Context, its precision set
+    if not 1 <= precision <= decimal.MAX_PREC or abs(scale) > _DECIMAL_SCALE:
+        return None
+    context = _DECIMAL_CONTEXT.copy()
+    context.prec = precision
     scaleb = methodcaller("scaleb", -scale, context)
     return lambda col: list(map(scaleb, map(context.create_decimal, col)))
 
@@ -516,12 +534,14 @@ class ColumnDecoder:
         self._logical = [
             (i, kind) for i, f in enumerate(fields) if (kind := _top_logical(f["type"]))
         ]
-        #: each top-level column read as other values than ``rows`` gives: its conversion
-        self._convert = [(i, kind.as_values) for i, kind in self._logical] + [
+        decimals = [
             (i, convert)
             for i, f in enumerate(fields)
             if (convert := _decimal(_not_null(f["type"]))) is not None
         ]
+        self._decimals = [i for i, _convert in decimals]
+        #: each top-level column read as other values than ``rows`` gives: its conversion
+        self._convert = [(i, kind.as_values) for i, kind in self._logical] + decimals
         whole = {"type": "record", "name": "data", "fields": fields}
         self._floats = [i for i, f in enumerate(fields) if holds_floats(f["type"], whole)]
 
@@ -529,8 +549,9 @@ class ColumnDecoder:
         """The array at ``pos`` of ``buf``, column by column.
 
         Raises:
-            Unfit: As `compile_array_decoder`'s function (which may raise others too), and
-                for a date or timestamp outside Python's range.
+            Unfit: As `compile_array_decoder`'s function (which may raise others too), for a
+                date or timestamp outside Python's range, and for a decimal of more than
+                `_DECIMAL_BITS`.
         """
         times, diffs, cols = self._decode(buf, pos)
         for i, kind in self._logical:
@@ -540,6 +561,12 @@ class ColumnDecoder:
             if values:
                 if min(values) * kind.unit < kind.low or max(values) * kind.unit > kind.high:
                     raise Unfit(f"{kind.name} out of range")
+        for i in self._decimals:
+            values = cols[i]
+            if None in values:
+                values = [v for v in values if v is not None]
+            if values and max(map(int.bit_length, values)) > _DECIMAL_BITS:
+                raise Unfit("a decimal of more digits than the column decoder takes")
         return times, diffs, cols
 
     def rows(self, decoded: Columns, nan: bool = False) -> list[tuple]:

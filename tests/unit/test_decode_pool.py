@@ -8,7 +8,7 @@ import decimal
 
 from cdc_emitter.protocol import NAN, Progress, Update, canonical_nan
 from cdc_emitter.protocol.codec import CdcCodec
-from cdc_emitter.read.decode_pool import ROWS, DecodePool, decode_chunk
+from cdc_emitter.read.decode_pool import ROWS, DecodePool, decode_chunk, dump_entries
 
 SCHEMA = {
     "type": "record",
@@ -73,6 +73,7 @@ def test_dates_timestamps_and_decimals_come_back_as_decoding_here_gives_them():
         for k in range(2000)
     ]
     chunk = [(0, i, v) for i, v in enumerate(codec.encode_updates(updates))]
+    assert dump_entries(decode_chunk(codec, chunk, by_column=True))[:1] == b"M"  # marshal-ed
     with DecodePool(codec, 1) as pool:
         pool.submit(chunk)
         got = pool.next_result()

@@ -350,6 +350,36 @@ def test_a_top_level_decimal_crosses_by_column_as_fastavro_reads_it(money):
     assert rows[1][0][1] == decimal.Decimal(1).scaleb(-scale)
 
 
+def test_decimals_the_column_decoder_does_not_take_go_as_rows():
+    """A union inside a union, a precision past what `decimal` takes, and an unscaled integer
+    of thousands of digits: rows, as fastavro reads them (or its error), never other values."""
+
+    def codec_of(money):
+        fields = [{"name": "m", "type": money}]
+        return CdcCodec({"type": "record", "name": "data", "fields": fields}, framing="raw")
+
+    inner = {"type": "bytes", "logicalType": "decimal", "precision": 9, "scale": 2}
+    nested = codec_of(["null", ["null", inner]])
+    (message,) = nested.encode_updates([Update((decimal.Decimal("12.34"),), 0, 1)])
+    assert compile_column_decoder(nested.union[0]["items"]) is None
+    assert repr(nested.decode_columns(message)) == repr(nested.decode_rows(message))
+    assert nested.decode_rows(message)[0][0] == (decimal.Decimal("12.34"),)
+
+    huge = codec_of({"type": "bytes", "logicalType": "decimal", "precision": 2**63, "scale": 1})
+    value = array(b"\x02" + encode_zigzag_long(2) + (1234).to_bytes(2, "big") + b"\x06\x02")
+    with pytest.raises(DecodeError) as by_rows:  # fastavro's own verdict: not in a C ssize_t
+        huge.decode_rows(value)
+    with pytest.raises(DecodeError) as by_columns:
+        huge.decode_columns(value)
+    assert str(by_columns.value) == str(by_rows.value)
+
+    digits = codec_of({"type": "bytes", "logicalType": "decimal", "precision": 5, "scale": 2})
+    long_one = (10**3000).to_bytes(1300, "big", signed=True)
+    value = array(b"\x02" + encode_zigzag_long(len(long_one)) + long_one + b"\x06\x02")
+    assert digits.decode_columns(value).__class__ is not tuple  # left to fastavro: rows
+    assert repr(digits.decode_columns(value)) == repr(fastavro_verdict(digits, value))
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(topics())
 def test_columns_through_marshal_are_the_rows_again(topic):
@@ -358,11 +388,12 @@ def test_columns_through_marshal_are_the_rows_again(topic):
     codec = CdcCodec(schema, framing="raw")
     for message in codec.encode_updates(updates):
         columns = codec.decode_columns(message)
-        if columns.__class__ is not tuple:  # a decimal, a ten-byte varint...: rows
+        if columns.__class__ is not tuple:  # a decimal in an array, a ten-byte varint...: rows
             assert columns == codec.decode_rows(message)
             continue
         sent = marshal.loads(marshal.dumps(columns))  # plain values only: marshal takes them
-        assert codec.columns_to_rows(sent, nan=True) == codec.decode_rows(message)
+        # repr: a decimal's exponent too (Decimal("1.2") == Decimal("1.20"))
+        assert repr(codec.columns_to_rows(sent, nan=True)) == repr(codec.decode_rows(message))
 
 
 def test_a_timestamp_out_of_python_s_range_is_the_codec_s_error_by_column_too():
