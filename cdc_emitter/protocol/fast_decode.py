@@ -7,8 +7,8 @@ reads an array straight into those tuples, about twice as fast. It reads the pri
 records (as tuples), arrays (as tuples), maps (as tuples of ``(key, value)`` sorted by key),
 enums, fixed, nullable types (``["null", T]`` or ``[T, "null"]``), dates and timestamps (computed
 as fastavro computes them), and the other logical types fastavro knows (decimal, time, uuid,
-through fastavro's own readers). Named references, unions of two types or more and unknown
-logical types are left to fastavro (no decoder).
+through fastavro's own readers). Named references, unions of two types or more (a union
+inside a union too) and unknown logical types are left to fastavro (no decoder).
 
 `ColumnDecoder` reads the same arrays column by column, dates and timestamps at the top level
 as their longs and decimals there as their unscaled integers, so a decode worker's result holds
