@@ -648,10 +648,10 @@ def kafka_cluster(request: pytest.FixtureRequest):
 # --- topics ------------------------------------------------------------------------------------
 
 
-def _admin(bootstrap_servers: str):
+def _admin(bootstrap_servers: str, **settings: object):
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": bootstrap_servers})
+    return AdminClient({"bootstrap.servers": bootstrap_servers, **settings})
 
 
 def _wait_for_topic(admin, topic: str, timeout: float = 15.0) -> None:
@@ -706,11 +706,9 @@ def _delete_later(bootstrap_servers: str, topics: list[str]) -> None:
     """Asks the broker to delete ``topics`` and returns at once. Best effort: a topic left behind
     is harmless (names are unique), and waiting for the deletion cost each test about 40 ms, and
     now and then 5 s."""
-    from confluent_kafka.admin import AdminClient
-
     _deleting[:] = [(client, f) for client, f in _deleting if not f.done()]
     # log_level 0: a client still waiting when its broker is stopped keeps quiet on stderr
-    client = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
+    client = _admin(bootstrap_servers, log_level=0)
     for future in client.delete_topics(topics, operation_timeout=5).values():
         _deleting.append((client, future))
 
