@@ -520,6 +520,11 @@ def _decimal(schema: Any) -> Callable[[list], list] | None:
     return lambda col: list(map(scaleb, map(context.create_decimal, col)))
 
 
+def _present(values: list) -> list:
+    """``values`` without its Nones (the list itself when it holds none)."""
+    return [v for v in values if v is not None] if None in values else values
+
+
 class ColumnDecoder:
     """Update arrays of one layout read column by column, then made rows again.
 
@@ -555,16 +560,12 @@ class ColumnDecoder:
         """
         times, diffs, cols = self._decode(buf, pos)
         for i, kind in self._logical:
-            values = cols[i]
-            if None in values:
-                values = [v for v in values if v is not None]
+            values = _present(cols[i])
             if values:
                 if min(values) * kind.unit < kind.low or max(values) * kind.unit > kind.high:
                     raise Unfit(f"{kind.name} out of range")
         for i in self._decimals:
-            values = cols[i]
-            if None in values:
-                values = [v for v in values if v is not None]
+            values = _present(cols[i])
             if values and max(map(int.bit_length, values)) > _DECIMAL_BITS:
                 raise Unfit("a decimal of more digits than the column decoder takes")
         return times, diffs, cols
@@ -583,10 +584,11 @@ class ColumnDecoder:
         cols = list(cols)
         for i, convert in self._convert:
             values = cols[i]
-            if None in values:
-                cols[i] = [None if v is None else convert([v])[0] for v in values]
-            else:
-                cols[i] = convert(values)
+            made = convert(_present(values))  # the whole column at once, nulls or not
+            if len(made) != len(values):  # the nulls back in their places
+                each = iter(made)
+                made = [None if v is None else next(each) for v in values]
+            cols[i] = made
         if nan:
             for i in self._floats:
                 cols[i] = list(map(canonical_nan, cols[i]))
