@@ -1,8 +1,8 @@
 """``read_cdc``: read a CDCv2 topic back with Spark and verify it, for topics past one machine.
 
 Spark's Kafka source reads every partition up to the end offsets taken when the read starts (a
-snapshot, as ``verify`` without a target). Spark decodes (``from_avro`` per union branch:
-spark-avro cannot read a top-level union) and finds, for every ``(data, time)``, its first
+snapshot, as ``verify`` without a target). Spark decodes the messages
+(`cdc_emitter.read.spark_decode`) and finds, for every ``(data, time)``, its first
 arrival in (partition, offset, position) order and every later arrival with another diff. The
 driver then replays the messages in that order through a `CountingReader`,
 which takes per-message counts and makes every decision the local verifier's reader makes on the
@@ -44,12 +44,12 @@ from typing import Any, cast
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
-from pyspark.sql.avro.functions import from_avro, to_avro
 
 from cdc_emitter.errors import CdcError, DecodeError, SchemaError
 from cdc_emitter.protocol.codec import CdcCodec, Framing
 from cdc_emitter.protocol.reader import CountingReader, Strict, TimeCounts
 from cdc_emitter.protocol.updates import Progress, Update
+from cdc_emitter.read.spark_decode import decode_topic, reencoded
 from cdc_emitter.read.verify import UndecodableReport, VerifyResult, reached_target
 
 __all__ = ["read_cdc", "CdcRead"]
@@ -181,7 +181,7 @@ def _data_avro(df: DataFrame, codec: Any, fields: list[str] | None = None) -> Co
 
     fields = _data_fields(codec) if fields is None else fields
     record = T.StructType([df.schema[c] for c in fields])
-    return _reencoded(F.struct(*[df[c] for c in fields]), record, codec.data_schema)
+    return reencoded(F.struct(*[df[c] for c in fields]), record, codec.data_schema)
 
 
 def _data_schema(schema: Any) -> dict:
@@ -198,13 +198,6 @@ def _data_schema(schema: Any) -> dict:
     raise SchemaError(
         f"schema must be a path or an Avro schema (dict or list), not {type(schema).__name__}"
     )
-
-
-#: ``from_avro``'s options for every read: Avro dates and timestamps count days and microseconds
-#: in the proleptic Gregorian calendar, as the local codec reads them. Spark 3's default
-#: (``spark.sql.avro.datetimeRebaseModeInRead=EXCEPTION``) refuses those before 1582, which
-#: the local codec reads; Spark 4's default is this one.
-_AVRO_READ = {"datetimeRebaseMode": "CORRECTED"}
 
 
 def read_cdc(
@@ -334,216 +327,14 @@ def _read_once(
     until: int | None,
     strict: Strict | None,
 ) -> CdcRead:
-
-    from cdc_emitter.spark.kafka import kafka_read_options
-
-    options = kafka_read_options(servers, config, user="read_cdc")
-    raw = _load(spark, options, topic, ends)
-
-    array_schema, progress_schema = json.dumps(codec.union[0]), json.dumps(codec.union[1])
-    skip = len(codec.frame)
-    value = F.col("value")
-    framed = F.lit(True) if skip == 0 else (F.substring(value, 1, 1) == F.lit(b"\x00"))
-    branch = F.when(framed, F.substring(value, skip + 1, 1))
-    body = F.expr(f"substring(value, {skip + 2})")
-    permissive = {"mode": "PERMISSIVE", **_AVRO_READ}
-    is_array, is_progress = branch == F.lit(b"\x00"), branch == F.lit(b"\x02")
-    u = F.when(is_array, from_avro(body, array_schema, permissive))
-    p = F.when(is_progress, from_avro(body, progress_schema, permissive))
-    writers: list[tuple[Column, list[tuple[str, Column, Any]]]] = []
-    if codec.writer_schemas is not None:
-        # messages of other schema ids: decoded with their writer's schema, resolved into the
-        # reader's; their length is checked by sizing them as their writer wrote them
-        u, p, writers = _resolved_ids(
-            raw, codec, codec.writer_schemas, body, is_array, is_progress, u, p
-        )
-    columns: list[Any] = ["partition", "offset", "value", body.alias("body"), u.alias("u")]
-    columns.append(p.alias("p"))
-    as_written = F.lit(None).cast("int")
-    if writers:  # sized by name (`encoded_length`): the writers' decodings as columns first
-        raw = raw.select(
-            *columns,
-            "headers",
-            *[column.alias(name) for _this, pairs in writers for name, column, _avro in pairs],
-        )
-        for this, pairs in writers:
-            written = _lengths_as_written(
-                raw, F.col("body"), [(name, avro) for name, _column, avro in pairs]
-            )
-            as_written = F.when(this, written).otherwise(as_written)
-        columns = ["partition", "offset", "value", "body", "u", "p"]
-    parsed = raw.select(*columns, as_written.alias("as_written"), "headers")
-    # Spark's Avro reader ignores bytes left after the record, which the local codec refuses:
-    # a body longer than what Spark read of it goes to the driver's codec to be judged. The
-    # update arrays of the reader's schema are measured after the read, update by update
-    # (`_array_checks`); the rest here
-    update_length = _update_length(parsed, codec)
-    later = update_length is not None
-    checked = [("p", codec.union[1])]
-    if not later:
-        checked.insert(0, ("u", codec.union[0]))
-    written = F.coalesce(F.col("as_written"), _lengths_as_written(parsed, F.col("body"), checked))
-    unchecked = F.col("u").isNotNull() & F.col("as_written").isNull() & F.lit(later)
-    suspect = F.col("value").isNull() | (
-        ~unchecked & F.coalesce(written != F.octet_length("body"), F.lit(True))
-    )
-    decoded = parsed.select(
-        "partition",
-        "offset",
-        "u",
-        "p",
-        F.when(suspect, F.col("value")).alias("suspect"),
-        F.when(F.col("value").isNull(), True).alias("tombstone"),
-        F.when(unchecked, F.octet_length("body")).alias("unchecked"),
-        F.octet_length("value").alias("size"),
-        F.when(F.col("u").isNull(), F.col("headers")).alias("headers"),
-    ).persist()
-
-    def values(keys: list[tuple[int, int]]) -> DataFrame:
-        """The values of the messages at ``keys`` (partition, offset), read again."""
-        spans: dict[int, tuple[int, int]] = {}
-        for partition, offset in keys:
-            low, high = spans.get(partition, (offset, offset + 1))
-            spans[partition] = (min(low, offset), max(high, offset + 1))
-        wanted = spark.createDataFrame(keys, "partition int, offset long")
-        return (
-            _load(spark, options, topic, spans)
-            .join(F.broadcast(wanted), ["partition", "offset"], "left_semi")
-            .select("partition", "offset", "value")
-        )
-
+    """One reading of the messages at offsets ``ends``: decoded by Spark, then verified."""
+    topic_rows = decode_topic(spark, servers, topic, codec, config, ends)
     try:
-        return _verify(decoded, codec, until, strict, values, update_length)
+        return _verify(
+            topic_rows.decoded, codec, until, strict, topic_rows.values, topic_rows.update_length
+        )
     finally:
-        decoded.unpersist()
-
-
-def _load(
-    spark: SparkSession, options: dict, topic: str, spans: Mapping[int, tuple[int, int]]
-) -> DataFrame:
-    """The messages at offsets ``[low, high)`` of each partition of ``spans``, with their
-    headers: a progress statement's writer and batch, which ``pending`` names."""
-    low = {topic: {str(p): lo for p, (lo, _hi) in spans.items()}}
-    high = {topic: {str(p): hi for p, (_lo, hi) in spans.items()}}
-    return (
-        spark.read.format("kafka")
-        .options(**options)
-        .option("assign", json.dumps({topic: sorted(spans)}))
-        .option("includeHeaders", "true")
-        .option("startingOffsets", json.dumps(low))
-        .option("endingOffsets", json.dumps(high))
-        .load()
-    )
-
-
-def _update_length(df: DataFrame, codec: Any) -> Column | None:
-    """The length of an update ``x`` of ``df``'s update arrays ``u`` (once exploded) as Avro encodes it, or
-    None where its data cannot be sized (`encoded_length`)."""
-    from cdc_emitter.spark.avro_length import encoded_length
-
-    item = cast("T.ArrayType", df.schema["u"].dataType).elementType
-    return encoded_length("x", item, codec.union[0]["items"])
-
-
-def _reencoded(value: Column, dtype: T.DataType, avro: Any) -> Column:
-    """``value`` (of Spark type ``dtype``, decoded by ``from_avro`` of ``avro``) encoded again
-    by ``to_avro``; null where it is null. Said not null first where ``avro`` says so
-    (`declared_as_avro`): else Spark's Avro serializer warns,
-    in every task, of each nullable field PERMISSIVE decoding declares."""
-
-    from cdc_emitter.spark.columns import declared_as_avro
-
-    return F.when(
-        value.isNotNull(), to_avro(declared_as_avro(value, dtype, avro), json.dumps(avro))
-    )
-
-
-def _lengths_as_written(df: DataFrame, body: Column, decodings: list[tuple[str, Any]]) -> Column:
-    """The length of ``body`` as Avro encodes what ``from_avro`` of ``avro`` reads of it, for
-    the first ``(decoded, avro)`` of ``decodings`` whose column ``decoded`` of ``df`` (the
-    body's PERMISSIVE decoding) is not null: a body with bytes to spare, which Spark's reader
-    ignores, is longer. Computed from the decoded value (`encoded_length`); a type it cannot
-    size is encoded again (`_reencoded_length`)."""
-
-    from cdc_emitter.spark.avro_length import encoded_length
-
-    lengths = []
-    for decoded, avro in decodings:
-        length = encoded_length(decoded, df.schema[decoded].dataType, avro)
-        if length is None:
-            length = _reencoded_length(df, body, avro)
-        lengths.append(F.when(F.col(decoded).isNotNull(), length))
-    return F.coalesce(*lengths)
-
-
-def _reencoded_length(df: DataFrame, body: Column, avro: Any) -> Column:
-    """The length of ``body``'s decoding as ``avro``, encoded again by ``to_avro``. The body is
-    decoded again in FAILFAST mode (it decoded once, it decodes again), typed as ``avro`` says,
-    so only its top is said not null before it is encoded again: a second decoding costs less
-    than going through every update to say each is not null."""
-
-    again = from_avro(body, json.dumps(avro), {"mode": "FAILFAST", **_AVRO_READ})
-    dtype = df.select(again.alias("again")).schema.fields[0].dataType
-    return F.octet_length(_reencoded(again, dtype, avro))
-
-
-def _resolved_ids(
-    raw: DataFrame,
-    codec: CdcCodec,
-    writer_schemas: Callable[[int], dict],
-    body: Column,
-    is_array: Column,
-    is_progress: Column,
-    u: Column,
-    p: Column,
-) -> tuple[Column, Column, list[tuple[Column, list[tuple[str, Column, Any]]]]]:
-    """``u`` and ``p`` with a branch for each schema id in the topic other than the reader's
-    (one job finds the ids), and for each such id the condition of its messages and its
-    writer's decodings to size them by: ``(name, column, avro)`` of the array and of the
-    statement. ``writer_schemas`` gives each id's data schema (the codec's)."""
-
-    from cdc_emitter.protocol.codec import union_schema
-
-    header_id = F.substring(F.col("value"), 2, 4)
-    ids = [
-        int.from_bytes(bytes(row[0]), "big")
-        for row in raw.where(F.substring(F.col("value"), 1, 1) == F.lit(b"\x00"))
-        .select(header_id)
-        .distinct()
-        .collect()
-        if row[0] is not None and len(row[0]) == 4
-    ]
-    reader = {"mode": "PERMISSIVE", **_AVRO_READ}
-    writers = []
-    array_reader, progress_reader = json.dumps(codec.union[0]), json.dumps(codec.union[1])
-    for schema_id in sorted(set(ids) - {codec.schema_id}):
-        try:
-            writer = union_schema(writer_schemas(schema_id))
-        except SchemaError:
-            continue  # no such id: Spark fails to decode those messages; the driver names the cause
-        this = header_id == F.lit(schema_id.to_bytes(4, "big"))
-        array_writer, progress_writer = json.dumps(writer[0]), json.dumps(writer[1])
-        pairs = [  # decoded only where sized: this id's messages
-            (
-                f"__w{schema_id}_u",
-                F.when(this & is_array, from_avro(body, array_writer, reader)),
-                writer[0],
-            ),
-            (
-                f"__w{schema_id}_p",
-                F.when(this & is_progress, from_avro(body, progress_writer, reader)),
-                writer[1],
-            ),
-        ]
-        writers.append((this, pairs))
-        u = F.when(
-            this & is_array, from_avro(body, array_writer, {**reader, "avroSchema": array_reader})
-        ).otherwise(u)
-        p = F.when(
-            this & is_progress,
-            from_avro(body, progress_writer, {**reader, "avroSchema": progress_reader}),
-        ).otherwise(p)
-    return u, p, writers
+        topic_rows.decoded.unpersist()
 
 
 def _verify(
@@ -557,7 +348,7 @@ def _verify(
     """Verify the decoded messages: Spark groups the updates by ``(data, time)``, the driver
     replays the messages' counts through a `CountingReader` in reading order. ``values`` reads
     the messages at some keys again (those `_array_checks` finds with bytes to spare);
-    ``update_length`` is `_update_length` of them."""
+    ``update_length`` is `update_length_of` of them."""
     counting = CountingReader(strict=strict)
     spare, malformed = _array_checks(decoded, update_length)
     sizes = _one_row(
@@ -879,7 +670,7 @@ def _array_checks(
 ) -> tuple[list[tuple[int, int]], set[tuple[int, int]]]:
     """One pass over every update Spark read, a row each: the keys (partition, offset) of the
     update arrays left ``unchecked`` whose body is longer than Avro's encoding of the updates
-    Spark read of it (``length``, of an update ``x``: see `_update_length`; None: none is left
+    Spark read of it (``length``, of an update ``x``: see `update_length_of`; None: none is left
     unchecked), and of the arrays that hold a malformed update (a negative time or a zero
     diff). A row per update rather than a lambda over each array, which Spark runs
     uncompiled, at several times the cost."""

@@ -380,7 +380,7 @@ def test_values_said_not_null_encode_to_the_same_bytes(spark):
     from pyspark.sql import functions as F
     from pyspark.sql.avro.functions import from_avro, to_avro
 
-    from cdc_emitter.read.spark_reader import _lengths_as_written
+    from cdc_emitter.read.spark_decode import lengths_as_written
     from cdc_emitter.spark.columns import declared_as_avro
 
     ddl, rows = _many_types(300)
@@ -406,7 +406,7 @@ def test_values_said_not_null_encode_to_the_same_bytes(spark):
     again = decoded.select(
         "body",
         to_avro(declared_as_avro(F.col("u"), u_type, codec.union[0]), updates).alias("again"),
-        _lengths_as_written(decoded, F.col("body"), [("u", codec.union[0])]).alias("length"),
+        lengths_as_written(decoded, F.col("body"), [("u", codec.union[0])]).alias("length"),
     )
     assert (
         again.where(
