@@ -128,8 +128,17 @@ class CdcRead(VerifyResult[DataFrame, DataFrame]):
             yield decode(bytes(row[0])), row[1]
 
     def collection_as_of(self, time: int) -> DataFrame:
-        """The collection as of ``time`` (every reported time below it): a DataFrame of the data
-        columns + ``count``; ``time`` must not be beyond the frontier."""
+        """The collection as of ``time``: every reported update at a time below it, summed.
+
+        Args:
+            time: At most the frontier.
+
+        Returns:
+            A DataFrame of the data columns + ``count``.
+
+        Raises:
+            CdcError: ``time`` is beyond the frontier.
+        """
 
         _cut(self.frontier, time)
         return _collection(
@@ -200,6 +209,24 @@ def _data_schema(schema: Any) -> dict:
     )
 
 
+def _writer_schema(servers: str, topic: str, config: dict, timeout: float) -> dict:
+    """The data schema ``topic``'s writer recorded (`writer_schema`).
+
+    Raises:
+        BrokerError: The topic is missing or the broker cannot be reached.
+        SchemaError: No progress statement of the topic records it.
+    """
+    from cdc_emitter.kafka.topic_schema import writer_schema
+
+    written = writer_schema(servers, topic, config, timeout=timeout)
+    if written is None:
+        raise SchemaError(
+            f"topic {topic!r} has no progress statement with its writer's schema: pass schema "
+            "(the data record, as a path or a dict) or schema_registry_url"
+        )
+    return written
+
+
 def read_cdc(
     spark: SparkSession,
     *,
@@ -221,13 +248,16 @@ def read_cdc(
     """Read a topic with Spark and verify it.
 
     The verdicts are those of `verify_topic` (the module docstring says where they can differ).
-    Give exactly one of ``schema`` and ``schema_registry_url``.
+    Give at most one of ``schema`` and ``schema_registry_url``; with neither, the topic is read
+    with the data schema its writer recorded (the header of its newest progress statement), as
+    ``cdc-emitter verify`` reads it.
 
     Args:
         spark: The session to read with.
         bootstrap_servers: The Kafka servers, as ``host:port,host:port``.
         topic: The topic to read.
         schema: The data record, or the whole documented union, as a path or a dict.
+            Default: the writer's, from the topic.
         framing: ``"confluent"`` or ``"raw"``.
         kafka_options: librdkafka-style client settings, as ``-X`` takes them. Security
             settings are translated for Spark's Kafka source.
@@ -252,9 +282,11 @@ def read_cdc(
 
     Raises:
         BrokerError: The topic is missing or the broker cannot be reached (before Spark reads).
-        SchemaError: The schema cannot be read or used, or no message names a schema id.
-        CdcError: The framing is unknown, both or neither of ``schema`` and
-            ``schema_registry_url`` are given, or ``until`` is beyond the frontier.
+        SchemaError: The schema cannot be read or used, no message names a schema id, or
+            (with neither ``schema`` nor ``schema_registry_url``) no progress statement of the
+            topic records its writer's schema.
+        CdcError: The framing is unknown, both ``schema`` and ``schema_registry_url`` are
+            given, or ``until`` is beyond the frontier.
         ValueError: ``until_frontier`` and ``until_closed`` are both given.
     """
     from cdc_emitter.kafka.config import BROKER_TIMEOUT
@@ -268,9 +300,11 @@ def read_cdc(
     target = () if until_closed else (None if until_frontier is None else (until_frontier,))
     config = dict(kafka_options or {})
     wait = BROKER_TIMEOUT if broker_timeout is None else broker_timeout
-    if (schema is None) == (schema_registry_url is None):
-        raise CdcError("give read_cdc exactly one of schema or schema_registry_url")
+    if schema is not None and schema_registry_url is not None:
+        raise CdcError("give read_cdc schema or schema_registry_url, not both")
     if schema_registry_url is None:
+        if schema is None:
+            schema = _writer_schema(bootstrap_servers, topic, config, wait)
         codec = CdcCodec(_data_schema(schema), framing=framing)
     else:
         from cdc_emitter.kafka.registry import SchemaRegistry, newest_schema_id

@@ -6,7 +6,7 @@ import pytest
 from helpers import as_history, frame, read_history
 
 from cdc_emitter import CdcSink, read_cdc
-from cdc_emitter.errors import BrokerError, CdcError, DecodeError
+from cdc_emitter.errors import BrokerError, CdcError, DecodeError, SchemaError
 from cdc_emitter.kafka.producer import CdcProducer
 from cdc_emitter.kafka.reading import read_topic
 from cdc_emitter.protocol import CdcReader, Progress, Update
@@ -79,6 +79,49 @@ def test_round_trip_collection_and_history_equal_the_input(spark, kafka_bootstra
     # the local reader reads the same history
     local, frontier, violations, _ = read_history(kafka_bootstrap, topic, CdcCodec(_schema(spark)))
     assert (frontier, violations) == ((4,), []) and len(local) == len(expected)
+
+
+def test_without_a_schema_the_topic_is_read_with_its_writers(spark, kafka_bootstrap, topic_factory):
+    """No ``schema``: the data schema the sink recorded in the topic's progress statements, as
+    ``cdc-emitter verify`` reads it; a topic with no such statement is refused, naming the way
+    out, before Spark reads."""
+    topic = topic_factory()
+    sink = CdcSink(kafka_bootstrap, topic)
+    for time, rows in BATCHES[:2]:
+        sink.write(frame(spark, rows, DDL), time=time)
+    given = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=_schema(spark))
+    found = read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=topic)
+    try:
+        assert (found.frontier, found.verdict, found.updates) == (
+            given.frontier,
+            "verified",
+            given.updates,
+        )
+        assert _plain(found.history.collect()) == _plain(given.history.collect())
+        assert found.codec.data_schema == given.codec.data_schema
+    finally:
+        given.unpersist()
+        found.unpersist()
+
+    bare = topic_factory()  # an update array and no statement: no writer's schema
+    codec = CdcCodec(_schema(spark))
+    with CdcProducer(kafka_bootstrap, bare) as producer:
+        for value in codec.encode_updates([Update((1, "a", None), 0, 1)]):
+            producer.produce(value, partition=0)
+    with pytest.raises(SchemaError) as refused:
+        read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=bare)
+    assert str(refused.value) == (
+        f"topic {bare!r} has no progress statement with its writer's schema: pass schema "
+        "(the data record, as a path or a dict) or schema_registry_url"
+    )
+    with pytest.raises(CdcError, match="schema or schema_registry_url, not both"):
+        read_cdc(
+            spark,
+            bootstrap_servers=kafka_bootstrap,
+            topic=topic,
+            schema=_schema(spark),
+            schema_registry_url="http://127.0.0.1:1",
+        )
 
 
 def test_collection_and_history_read_the_cached_reading_until_unpersisted(
