@@ -1,6 +1,6 @@
 """The ``cdc-emitter`` command line: `console` holds the ``main`` group and what every command
 shares, `options` the shared click options, one module per command (`verify`, `tail`,
-`schema`, `export`, `convert`) registers it on ``main``, and `output` renders their results as
+`schema`, `export`, `convert`, `apply`) registers it on ``main``, and `output` renders their results as
 text or JSON."""
 
 # importing a command's module registers the command on `main`

@@ -247,7 +247,8 @@ def spark_options(func: Callable) -> Callable:
         metavar="COORDS",
         callback=_split_packages,
         help="Maven coordinates of jars Spark should load (repeatable or comma-separated), e.g. "
-        "the Delta Lake package for --format delta or a JDBC driver for --format jdbc.",
+        "a JDBC driver, or Delta Lake for export and schema of a Delta table (convert and apply "
+        "add the Delta Lake build for this Spark themselves).",
     )(func)
     return func
 

@@ -224,6 +224,9 @@ _UNBOUNDED = 2**63 - 1
 def register(spark: Any) -> None:
     """Register the ``cdcv2`` source with ``spark`` (PySpark 4.0 or newer).
 
+    Args:
+        spark: The session to add the ``cdcv2`` format to; once per session is enough.
+
     Raises:
         ConfigError: This PySpark has no Python data sources (3.5 and older).
     """

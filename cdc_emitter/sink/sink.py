@@ -942,7 +942,18 @@ class CdcSink:
         return self._query_id
 
     def frontier(self, back_to: int | None = None) -> TopicFrontier:
-        """The topic's current frontier (see `topic_frontier`)."""
+        """The topic's current frontier, read from its tail (see `topic_frontier`).
+
+        Args:
+            back_to: Read back until a statement whose lower bound is at most this time
+                (default: only as far as the frontier needs).
+
+        Returns:
+            The frontier, with the statements read on the way.
+
+        Raises:
+            BrokerError: The topic is missing or the broker cannot be reached.
+        """
         return topic.read_frontier(
             self.bootstrap_servers,
             self.topic,
