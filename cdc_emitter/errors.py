@@ -98,3 +98,10 @@ class RefusedError(BrokerError):
 
 class DeliveryError(CdcError):
     """Kafka did not acknowledge a produced message (the first error seen is reported)."""
+
+
+class InterruptedBatchError(CdcError):
+    """A ``foreachBatch`` batch whose Spark work was interrupted or cancelled: its query was
+    stopped (``query.stop()``) while the batch was being written. Its text is short and ends the
+    way Spark's stream thread recognises an interruption, so a stopped query ends quietly (see
+    `cdc_emitter.sink.interrupted.interrupted_batch`)."""

@@ -4,7 +4,7 @@ the batch.
 Spark's stream thread takes a ``foreachBatch`` error for a stop's interruption by matching its
 Python traceback against a regex (SPARK-39218, SPARK-48717) that overflows the thread's stack on
 a long text: the Py4J error of an interrupted Spark job, with its Java stack trace, is one. The
-sink raises a short `InterruptedBatchError` instead (see `cdc_emitter.sink.sink.interrupted_batch`).
+sink raises a short `InterruptedBatchError` instead (see `cdc_emitter.sink.interrupted.interrupted_batch`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import pytest
 from helpers import as_history, read_history
 
 from cdc_emitter import CdcSink
+from cdc_emitter.errors import InterruptedBatchError
 from cdc_emitter.protocol.codec import CdcCodec
 from cdc_emitter.sink.distributed import DistributedPath
-from cdc_emitter.sink.sink import InterruptedBatchError
 from cdc_emitter.spark.schema import data_schema
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]

@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from cdc_emitter.sink.sink import InterruptedBatchError, interrupted_batch
+from cdc_emitter.errors import InterruptedBatchError
+from cdc_emitter.sink.interrupted import interrupted_batch
 
 _NAMES = (
     r"java\.lang\.InterruptedException|java\.io\.InterruptedIOException"
