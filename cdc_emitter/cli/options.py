@@ -295,7 +295,7 @@ def check_kafka(
 
 def load_data_schema(path: str) -> dict:
     """The data record schema from a schema file (full union schema or data record schema)."""
-    from cdc_emitter.protocol.codec import data_schema_from_text
+    from cdc_emitter.protocol.schemas import data_schema_from_text
 
     with open(path, encoding="utf-8") as fh:
         text = fh.read()

@@ -120,7 +120,7 @@ def schema(
         raise click.UsageError("--schema-registry is for --sql")
     if sql:
         servers = require_servers(bootstrap_servers)
-    from cdc_emitter.protocol.codec import union_schema
+    from cdc_emitter.protocol.schemas import union_schema
     from cdc_emitter.spark.schema import data_schema as spark_to_avro
 
     if data_schema_file is not None:

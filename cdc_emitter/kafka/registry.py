@@ -160,7 +160,7 @@ class SchemaRegistry:
         """The CDC data record schema of the union registered under ``schema_id`` (cached)."""
         found = self._data_schemas.get(schema_id)
         if found is None:
-            from cdc_emitter.protocol.codec import data_schema_from_text
+            from cdc_emitter.protocol.schemas import data_schema_from_text
 
             text = self.schema_text(schema_id)
             try:
@@ -222,7 +222,7 @@ def schema_text_of(data_schema: dict) -> str:
     are the same, and a reader resolving an older message into a schema with a column added
     needs a default for it (Avro's resolution; BACKWARD compatibility in registries).
     """
-    from cdc_emitter.protocol.codec import union_schema
+    from cdc_emitter.protocol.schemas import union_schema
 
     fields = [
         {**f, "default": None}

@@ -14,8 +14,8 @@ from typing import Any
 from cdc_emitter.errors import SchemaError
 from cdc_emitter.kafka.config import BROKER_TIMEOUT
 from cdc_emitter.kafka.reading import KafkaRecord, last_messages, read_topic
-from cdc_emitter.protocol.codec import data_schema_from_text
 from cdc_emitter.protocol.headers import HEADER_KIND, HEADER_SCHEMA
+from cdc_emitter.protocol.schemas import data_schema_from_text
 
 __all__ = ["TAIL_FOR_SCHEMA", "writer_schema"]
 

@@ -22,18 +22,14 @@ Guarantees:
 
 from __future__ import annotations
 
-import base64
-import datetime
-import decimal
 import io
 import json
-import math
 import struct
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from itertools import accumulate
 from operator import itemgetter
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import fastavro
 
@@ -44,161 +40,37 @@ from cdc_emitter.protocol.fast_decode import (
     compile_column_decoder,
     holds_floats,
 )
+from cdc_emitter.protocol.json_forms import avro_json, map_items, plain_json, sort_key_of
+from cdc_emitter.protocol.schemas import (
+    FRAMINGS,
+    NAMESPACE,
+    PRIMITIVES,
+    Framing,
+    data_schema_from_text,
+    kind,
+    resolve,
+    schema_differences,
+    type_text,
+    union_schema,
+)
 from cdc_emitter.protocol.updates import NAN, Progress, Update
 
-NAMESPACE = "com.materialize.cdc"
-#: How a message's value starts: a Confluent header (magic byte, schema id) or nothing.
-Framing = Literal["confluent", "raw"]
-FRAMINGS: tuple[Framing, ...] = ("confluent", "raw")
-PRIMITIVES = frozenset(("null", "boolean", "int", "long", "float", "double", "bytes", "string"))
-_LONG_ARRAY = {"type": "array", "items": "long"}
-
-
-def _progress_schema() -> dict:
-    return {
-        "type": "record",
-        "name": "progress",
-        "namespace": NAMESPACE,
-        "fields": [
-            {"name": "lower", "type": dict(_LONG_ARRAY)},
-            {"name": "upper", "type": dict(_LONG_ARRAY)},
-            {
-                "name": "counts",
-                "type": {
-                    "type": "array",
-                    "items": {
-                        "type": "record",
-                        "name": "counts",
-                        "fields": [
-                            {"name": "time", "type": "long"},
-                            {"name": "count", "type": "long"},
-                        ],
-                    },
-                },
-            },
-        ],
-    }
-
-
-def _data_record(data_schema: Any) -> dict:
-    if not isinstance(data_schema, dict) or data_schema.get("type") != "record":
-        raise SchemaError(
-            f"the data schema must be an Avro record, got {json.dumps(data_schema)[:200]}"
-        )
-    if not isinstance(data_schema.get("fields"), list):
-        raise SchemaError("the data record schema needs a list of 'fields'")
-    rest = {k: v for k, v in data_schema.items() if k not in ("type", "name", "namespace")}
-    return {"type": "record", "name": "data", **rest}
-
-
-def union_schema(data_schema: dict) -> list:
-    """The full top-level CDC union for ``data_schema`` (an Avro record), as documented.
-
-    The record is renamed ``data`` (full name ``com.materialize.cdc.data``), its fields kept.
-    Raises `SchemaError` if the result is not a valid Avro schema.
-    """
-    update = {
-        "type": "record",
-        "name": "update",
-        "namespace": NAMESPACE,
-        "fields": [
-            {"name": "data", "type": _data_record(data_schema)},
-            {"name": "time", "type": "long"},
-            {"name": "diff", "type": "long"},
-        ],
-    }
-    union = [{"type": "array", "items": update}, _progress_schema()]
-    try:
-        fastavro.parse_schema(union)
-    except Exception as exc:  # fastavro raises several types for malformed schemas
-        raise SchemaError(f"invalid Avro data schema: {exc}") from None
-    return union
-
-
-def data_schema_from_text(text: str) -> dict:
-    """The data record schema from either the full documented union schema or the record alone."""
-    try:
-        schema = json.loads(text)
-    except ValueError as exc:
-        raise SchemaError(f"the schema is not valid JSON: {exc}") from None
-    if isinstance(schema, list):
-        data = None
-        for branch in schema:
-            items = (
-                branch.get("items")
-                if isinstance(branch, dict) and branch.get("type") == "array"
-                else None
-            )
-            if isinstance(items, dict) and items.get("name") in ("update", f"{NAMESPACE}.update"):
-                fields = items.get("fields") or [{}]
-                if (
-                    isinstance(fields, list)
-                    and isinstance(fields[0], dict)
-                    and fields[0].get("name") == "data"
-                ):
-                    data = fields[0].get("type")
-        if data is None:
-            raise SchemaError(
-                "the union schema has no update array branch "
-                '({"type": "array", "items": {"name": "update", fields data, time, diff}})'
-            )
-        if not isinstance(data, dict) or data.get("type") != "record":
-            raise SchemaError("the 'data' field of the update record must be a record")
-        expected = union_schema(data)
-        try:
-            same = fastavro.schema.to_parsing_canonical_form(schema) == (
-                fastavro.schema.to_parsing_canonical_form(expected)
-            )
-        except Exception as exc:
-            raise SchemaError(f"invalid Avro union schema: {exc}") from None
-        if not same:
-            raise SchemaError(
-                "the union schema differs from the documented Materialize CDC schema "
-                "(branches [update array, progress], field names and order as documented)"
-            )
-        return data
-    if isinstance(schema, dict) and schema.get("type") == "record":
-        if schema.get("name") in (
-            "progress",
-            "update",
-            f"{NAMESPACE}.progress",
-            f"{NAMESPACE}.update",
-        ):
-            raise SchemaError(
-                f"expected the data record or the full union, got the {schema['name']} record"
-            )
-        union_schema(schema)  # validates
-        return schema
-    raise SchemaError("the schema must be the full CDC union (a JSON array) or the data record")
-
-
-def schema_differences(topic: dict, batch: dict) -> list[str]:
-    """How the data record ``batch`` differs from ``topic`` (the one a topic was written with),
-    one phrase per column, nullability included; empty when they are the same schema."""
-    if json.dumps(topic, sort_keys=True) == json.dumps(batch, sort_keys=True):
-        return []
-    old = {f["name"]: f["type"] for f in topic.get("fields", [])}
-    new = {f["name"]: f["type"] for f in batch.get("fields", [])}
-    out = []
-    for name, kind in old.items():
-        if name not in new:
-            out.append(f"column {name} ({type_text(kind)}) is in the topic, not in this batch")
-        elif json.dumps(kind, sort_keys=True) != json.dumps(new[name], sort_keys=True):
-            was, now = type_text(kind), type_text(new[name])
-            if was == now:  # the same outline: the difference is deeper (nested fields)
-                was, now = json.dumps(kind, sort_keys=True), json.dumps(new[name], sort_keys=True)
-            out.append(f"column {name} is {was} in the topic, {now} in this batch")
-    out.extend(
-        f"column {name} ({type_text(kind)}) is new in this batch"
-        for name, kind in new.items()
-        if name not in old
-    )
-    if not out:
-        out.append(
-            f"the columns are in another order: {', '.join(old)} in the topic, "
-            f"{', '.join(new)} in this batch"
-        )
-    return out
+__all__ = [
+    "CdcCodec",
+    "decode_zigzag_long",
+    "encode_zigzag_long",
+    # in protocol.schemas; imported from here too
+    "FRAMINGS",
+    "NAMESPACE",
+    "PRIMITIVES",
+    "Framing",
+    "data_schema_from_text",
+    "kind",
+    "resolve",
+    "schema_differences",
+    "type_text",
+    "union_schema",
+]
 
 
 def encode_zigzag_long(n: int) -> bytes:
@@ -284,7 +156,7 @@ def _build(schema: Any, named: dict, kind: str, memo: dict) -> Conv:
             return lambda v: tuple(sorted(((k, c(x)) for k, x in v.items()), key=_KEY0))
         if c is None:
             return lambda v: v if isinstance(v, dict) else dict(v)
-        return lambda v: {k: c(x) for k, x in _pairs(v)}
+        return lambda v: {k: c(x) for k, x in map_items(v)}
     if t in PRIMITIVES:  # {"type": "long", "logicalType": ...} etc.
         return _canonical_float if kind == "hash" and t in ("float", "double") else None
     return None  # enum, fixed
@@ -305,10 +177,6 @@ def _update_at(records: list[dict]) -> Callable[[int], str]:
 
 
 _KEY0 = itemgetter(0)
-
-
-def _pairs(v):
-    return v.items() if isinstance(v, dict) else v
 
 
 def _first_ok(convs, v):
@@ -917,7 +785,7 @@ class CdcCodec:
             The fields by name: unions unwrapped, bytes as base64, decimals and dates as text,
             NaN and infinities by name.
         """
-        return _plain_json(self._raw_parsed[0]["items"]["fields"][0]["type"], data, self._raw_named)
+        return plain_json(self._raw_parsed[0]["items"]["fields"][0]["type"], data, self._raw_named)
 
     def sort_key(self, data: Any) -> Any:
         """A total-order key for decoded data (None, mixed types, nested tuples).
@@ -928,7 +796,7 @@ class CdcCodec:
         Returns:
             A key that sorts nulls first, NaN after every number, strings by code point.
         """
-        return data if self._plain else _key(data)
+        return data if self._plain else sort_key_of(data)
 
     def to_avro_json(self, value: bytes) -> str:
         """Render a message as one compact line of Avro-JSON, as the reference documentation does.
@@ -945,148 +813,5 @@ class CdcCodec:
         branch, datum = self._body(value, self._raw_array, self._raw_progress)
         schema = self._raw_parsed[0 if branch == 0 else 1]
         name = "array" if branch == 0 else schema["name"]
-        out = {name: _avro_json(schema, datum, self._raw_named)}
+        out = {name: avro_json(schema, datum, self._raw_named)}
         return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
-
-
-def _key(v: Any) -> Any:
-    """Recursive total-order key: values are grouped by kind, then compared within the kind."""
-    if v is None:
-        return (0,)
-    if isinstance(v, bool):
-        return (1, v)
-    if isinstance(v, (int, float, decimal.Decimal)):
-        return (2, v) if v == v else (3,)  # NaN sorts after every number
-    if isinstance(v, str):
-        return (4, v)
-    if isinstance(v, (bytes, bytearray)):
-        return (5, bytes(v))
-    if isinstance(v, datetime.datetime):
-        return (
-            7,
-            v.timestamp() if v.tzinfo else v.replace(tzinfo=datetime.timezone.utc).timestamp(),
-        )
-    if isinstance(v, datetime.date):
-        return (6, v.toordinal())
-    if isinstance(v, (tuple, list)):
-        return (8, tuple(map(_key, v)))
-    if isinstance(v, dict):
-        return (9, tuple(sorted((_key(k), _key(x)) for k, x in v.items())))
-    return (10, type(v).__name__, repr(v))
-
-
-def resolve(schema: Any, named: dict) -> Any:
-    """``schema`` with its names followed: a parsed Avro type (a primitive's name, a union's
-    list or a type's dict), given ``named``, the named types ``fastavro.parse_schema`` filled."""
-    while isinstance(schema, str) and schema not in PRIMITIVES:
-        schema = named[schema]
-    return schema
-
-
-def kind(schema: Any) -> str:
-    """The kind of a resolved, non-union Avro type: a primitive's name (``long``) or a complex
-    type's (``record``, ``array``, ``map``, ``enum``, ``fixed``)."""
-    return schema if isinstance(schema, str) else schema["type"]
-
-
-def _type_name(schema: Any) -> str:
-    if isinstance(schema, str):
-        return schema
-    if schema["type"] in ("record", "enum", "fixed"):
-        return schema["name"]
-    return schema["type"]
-
-
-def _branch(schemas: list, value: Any, named: dict) -> Any:
-    """The union branch a (raw) decoded value belongs to."""
-    want = {
-        bool: ("boolean",),
-        int: ("int", "long"),
-        float: ("double", "float"),
-        str: ("string", "enum"),
-        bytes: ("bytes", "fixed"),
-        list: ("array",),
-        dict: ("record", "map"),
-    }.get(type(value), ())
-    for s in schemas:
-        r = resolve(s, named)
-        if kind(r) in want:
-            return s
-    raise DecodeError(f"no union branch matches value {value!r}")
-
-
-def _avro_json(schema: Any, value: Any, named: dict) -> Any:
-    """A raw (logical types stripped) decoded value in Avro-JSON notation."""
-    if isinstance(schema, list):
-        if value is None:
-            return None
-        s = _branch([b for b in schema if b != "null"], value, named)
-        return {_type_name(s): _avro_json(s, value, named)}
-    schema = resolve(schema, named)
-    t = kind(schema)
-    if t == "record":
-        return {f["name"]: _avro_json(f["type"], value[f["name"]], named) for f in schema["fields"]}
-    if t == "array":
-        return [_avro_json(schema["items"], v, named) for v in value]
-    if t == "map":
-        return {k: _avro_json(schema["values"], v, named) for k, v in value.items()}
-    if t in ("bytes", "fixed"):
-        return value.decode("iso-8859-1")
-    return value
-
-
-def _plain_json(schema: Any, value: Any, named: dict) -> Any:
-    """A decoded (hashable) value as plain JSON: records dicts, unions unwrapped."""
-    if value is None:
-        return None
-    if isinstance(schema, list):
-        live = [b for b in schema if b != "null"]
-        if len(live) == 1:
-            return _plain_json(live[0], value, named)
-        return _plain_value(value)
-    schema = resolve(schema, named)
-    t = kind(schema)
-    if t == "record":
-        fields = schema["fields"]
-        if isinstance(value, dict):
-            value = [value.get(f["name"]) for f in fields]
-        return {f["name"]: _plain_json(f["type"], v, named) for f, v in zip(fields, value)}
-    if t == "array":
-        return [_plain_json(schema["items"], v, named) for v in value]
-    if t == "map":
-        return {k: _plain_json(schema["values"], v, named) for k, v in _pairs(value)}
-    return _plain_value(value)
-
-
-def type_text(schema: Any) -> str:
-    """A short text for an Avro field type: ``long``, ``long?`` (nullable), ``record``...
-
-    Nullable is marked because it changes the bytes: ``["null", "long"]`` writes a union index
-    before every value, so data written as ``long`` does not read as ``long?`` or back."""
-    if isinstance(schema, list):
-        live = [b for b in schema if b != "null"]
-        text = type_text(live[0]) if len(live) == 1 else "union"
-        return text + "?" if "null" in schema else text
-    if isinstance(schema, dict):
-        return schema.get("logicalType") or schema["type"]
-    return schema.rsplit(".", 1)[-1]
-
-
-def _plain_value(v: Any) -> Any:
-    if v.__class__ is float:
-        if v != v:
-            return "NaN"  # JSON has no NaN or infinities: the names Spark and JavaScript print
-        if v in (math.inf, -math.inf):
-            return "Infinity" if v > 0 else "-Infinity"
-        return v
-    if isinstance(v, (bytes, bytearray)):
-        return base64.b64encode(v).decode("ascii")
-    if isinstance(v, decimal.Decimal):
-        return format(v, "f")  # plain notation: 0E-10 prints 0.0000000000
-    if isinstance(v, (datetime.date, datetime.time)):
-        return v.isoformat()
-    if isinstance(v, (tuple, list)):
-        return [_plain_value(x) for x in v]
-    if isinstance(v, dict):
-        return {k: _plain_value(x) for k, x in v.items()}
-    return v

@@ -32,7 +32,8 @@ from pyspark.sql import types as T
 
 from cdc_emitter.errors import BrokerError, ConfigError, SchemaError
 from cdc_emitter.kafka.config import BROKER_TIMEOUT
-from cdc_emitter.protocol.codec import CdcCodec, data_schema_from_text
+from cdc_emitter.protocol.codec import CdcCodec
+from cdc_emitter.protocol.schemas import data_schema_from_text
 from cdc_emitter.protocol.updates import Update
 from cdc_emitter.read.follow import TopicFollower
 from cdc_emitter.spark.avro_types import row_converter, spark_struct

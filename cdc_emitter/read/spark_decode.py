@@ -23,7 +23,8 @@ from pyspark.sql import types as T
 from pyspark.sql.avro.functions import from_avro, to_avro
 
 from cdc_emitter.errors import SchemaError
-from cdc_emitter.protocol.codec import CdcCodec, union_schema
+from cdc_emitter.protocol.codec import CdcCodec
+from cdc_emitter.protocol.schemas import union_schema
 from cdc_emitter.spark.avro_length import encoded_length
 from cdc_emitter.spark.columns import declared_as_avro
 from cdc_emitter.spark.kafka import kafka_read_options

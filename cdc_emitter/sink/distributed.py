@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdc_emitter.errors import DeliveryError, shorten
-from cdc_emitter.protocol.codec import union_schema
+from cdc_emitter.protocol.schemas import union_schema
 from cdc_emitter.sink import plan_stats
 from cdc_emitter.sink.batch import Batch, Known
 from cdc_emitter.sink.driver import produce_messages, too_big_for_driver

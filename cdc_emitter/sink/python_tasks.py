@@ -129,7 +129,7 @@ class _ArrayEncoder:
     def __init__(self, spec: TaskSpec) -> None:
         import fastavro
 
-        from cdc_emitter.protocol.codec import union_schema
+        from cdc_emitter.protocol.schemas import union_schema
 
         self._fastavro = fastavro
         self.schema = fastavro.parse_schema(union_schema(spec.avro_data)[0])

@@ -28,7 +28,8 @@ from cdc_emitter.kafka.frontier import TopicFrontier, topic_frontier
 from cdc_emitter.kafka.reading import TopicOffsets
 from cdc_emitter.kafka.registry import SchemaRegistry, schema_text_of, subject_for
 from cdc_emitter.kafka.topics import ensure_topic, topic_settings
-from cdc_emitter.protocol.codec import CdcCodec, schema_differences, type_text
+from cdc_emitter.protocol.codec import CdcCodec
+from cdc_emitter.protocol.schemas import schema_differences, type_text
 
 log = logging.getLogger("cdc_emitter.sink")  # CdcSink's logger: one name for the sink's lines
 

@@ -31,7 +31,7 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from cdc_emitter.protocol.codec import kind, resolve
+from cdc_emitter.protocol.schemas import kind, resolve
 
 __all__ = ["encoded_length", "array_length"]
 

@@ -19,7 +19,7 @@ from typing import Any
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from cdc_emitter.protocol.codec import kind, resolve
+from cdc_emitter.protocol.schemas import kind, resolve
 from cdc_emitter.spark.schema import contains_map, contains_type
 
 __all__ = [
