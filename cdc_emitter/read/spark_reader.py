@@ -46,8 +46,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdc_emitter.errors import CdcError, DecodeError, SchemaError
-from cdc_emitter.protocol.codec import CdcCodec, Framing
+from cdc_emitter.protocol.codec import CdcCodec
 from cdc_emitter.protocol.reader import CountingReader, Strict, TimeCounts
+from cdc_emitter.protocol.schemas import Framing
 from cdc_emitter.protocol.updates import Progress, Update
 from cdc_emitter.read.spark_decode import decode_topic, reencoded
 from cdc_emitter.read.verify import UndecodableReport, VerifyResult, reached_target
@@ -77,6 +78,7 @@ class CdcRead(VerifyResult[DataFrame, DataFrame]):
         distinct: How many distinct (data, time) the reading grouped: at least as many as the
             rows of ``collection`` and of ``history``.
         bytes_read: The bytes of the messages read (their values).
+        until: The ``until`` the reading was asked for: ``history`` holds only times below it.
     """
 
     statements: int = 0
@@ -84,6 +86,7 @@ class CdcRead(VerifyResult[DataFrame, DataFrame]):
     cached: DataFrame | None = field(default=None, repr=False, compare=False)
     distinct: int | None = field(default=None, repr=False, compare=False)
     bytes_read: int | None = field(default=None, repr=False, compare=False)
+    until: int | None = field(default=None, repr=False, compare=False)
 
     def unpersist(self) -> None:
         """Free the executors' copy that ``collection`` and ``history`` read.
@@ -131,16 +134,21 @@ class CdcRead(VerifyResult[DataFrame, DataFrame]):
         """The collection as of ``time``: every reported update at a time below it, summed.
 
         Args:
-            time: At most the frontier.
+            time: At most the frontier, and at most the reading's ``until`` when it had one.
 
         Returns:
             A DataFrame of the data columns + ``count``.
 
         Raises:
-            CdcError: ``time`` is beyond the frontier.
+            CdcError: ``time`` is beyond the frontier or beyond ``until``.
         """
 
         _cut(self.frontier, time)
+        if self.until is not None and time > self.until:
+            raise CdcError(
+                f"this reading holds the history below time {self.until} only (until="
+                f"{self.until}): ask for a time up to {self.until}, or read without until"
+            )
         return _collection(
             self.history_frame.filter(F.col("time") < F.lit(time)), _data_fields(self.codec)
         )
@@ -194,7 +202,7 @@ def _data_avro(df: DataFrame, codec: Any, fields: list[str] | None = None) -> Co
 
 
 def _data_schema(schema: Any) -> dict:
-    from cdc_emitter.protocol.codec import data_schema_from_text
+    from cdc_emitter.protocol.schemas import data_schema_from_text
 
     if isinstance(schema, (str, Path)):
         try:
@@ -210,19 +218,22 @@ def _data_schema(schema: Any) -> dict:
 
 
 def _writer_schema(servers: str, topic: str, config: dict, timeout: float) -> dict:
-    """The data schema ``topic``'s writer recorded (`writer_schema`).
+    """The data schema ``topic``'s writer recorded, from the newest progress statement among
+    the last `TAIL_FOR_SCHEMA` messages of each partition (`writer_schema`). Never the whole
+    topic: `read_cdc` is for topics past one machine, and the driver would read all of it.
 
     Raises:
         BrokerError: The topic is missing or the broker cannot be reached.
-        SchemaError: No progress statement of the topic records it.
+        SchemaError: No progress statement there records it.
     """
-    from cdc_emitter.kafka.topic_schema import writer_schema
+    from cdc_emitter.kafka.topic_schema import TAIL_FOR_SCHEMA, writer_schema
 
-    written = writer_schema(servers, topic, config, timeout=timeout)
+    written = writer_schema(servers, topic, config, timeout=timeout, full_scan=False)
     if written is None:
         raise SchemaError(
-            f"topic {topic!r} has no progress statement with its writer's schema: pass schema "
-            "(the data record, as a path or a dict) or schema_registry_url"
+            f"topic {topic!r} has no progress statement with its writer's schema in the last "
+            f"{TAIL_FOR_SCHEMA} messages of each partition: pass schema (the data record, as a "
+            "path or a dict) or schema_registry_url"
         )
     return written
 
@@ -249,8 +260,8 @@ def read_cdc(
 
     The verdicts are those of `verify_topic` (the module docstring says where they can differ).
     Give at most one of ``schema`` and ``schema_registry_url``; with neither, the topic is read
-    with the data schema its writer recorded (the header of its newest progress statement), as
-    ``cdc-emitter verify`` reads it.
+    with the data schema its writer recorded (the header of its newest progress statement near
+    the end of the topic), as ``cdc-emitter verify`` reads it.
 
     Args:
         spark: The session to read with.
@@ -449,6 +460,7 @@ def _verify(
         cached=groups,
         distinct=distinct,
         bytes_read=read_bytes,
+        until=until,
     )
 
 

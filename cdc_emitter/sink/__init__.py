@@ -9,7 +9,7 @@ default), `cdc_emitter.sink.driver` (small batches, finished on the driver) and
 ``protocol``, ``kafka``, ``spark`` and ``errors``.
 
 ``CdcSink`` is imported lazily, so the pure modules here (interval, batch, digest, small_batch,
-result) load without pyspark.
+result, interrupted) load without pyspark.
 """
 
 from typing import TYPE_CHECKING, Any

@@ -111,8 +111,9 @@ def test_without_a_schema_the_topic_is_read_with_its_writers(spark, kafka_bootst
     with pytest.raises(SchemaError) as refused:
         read_cdc(spark, bootstrap_servers=kafka_bootstrap, topic=bare)
     assert str(refused.value) == (
-        f"topic {bare!r} has no progress statement with its writer's schema: pass schema "
-        "(the data record, as a path or a dict) or schema_registry_url"
+        f"topic {bare!r} has no progress statement with its writer's schema in the last 64 "
+        "messages of each partition: pass schema (the data record, as a path or a dict) or "
+        "schema_registry_url"
     )
     with pytest.raises(CdcError, match="schema or schema_registry_url, not both"):
         read_cdc(
@@ -193,6 +194,19 @@ def test_as_of_a_time_below_the_frontier_and_not_beyond_it(spark, kafka_bootstra
         spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=_schema(spark), until=1
     )
     assert _plain(first.collection.select("k", "count").collect()) == [(1, 1), (2, 2), (3, 1)]
+    # its history holds times below 1 only: a later time, though below the frontier, is refused
+    assert _plain(first.collection_as_of(1).select("k", "count").collect()) == [
+        (1, 1),
+        (2, 2),
+        (3, 1),
+    ]
+    with pytest.raises(CdcError) as beyond:
+        first.collection_as_of(3)
+    assert str(beyond.value) == (
+        "this reading holds the history below time 1 only (until=1): ask for a time up to 1, "
+        "or read without until"
+    )
+    first.unpersist()
     with pytest.raises(CdcError, match=r"proven complete only up to frontier 4, not up to 5"):
         read_cdc(
             spark, bootstrap_servers=kafka_bootstrap, topic=topic, schema=_schema(spark), until=5

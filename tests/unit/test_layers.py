@@ -30,6 +30,7 @@ PURE_ELSEWHERE = [
     "sink/digest.py",
     "sink/small_batch.py",
     "sink/result.py",
+    "sink/interrupted.py",
     "convert/plan.py",
 ]
 NO_SPARK = ["read/verify.py", "read/decode_pool.py", "read/decode_worker.py"]
@@ -96,8 +97,9 @@ def test_only_the_kafka_package_imports_confluent_kafka():
     assert users and all(u.startswith("kafka/") for u in users), users
 
 
-def test_reading_with_spark_needs_nothing_of_the_sink():
-    assert "sink" not in ours(imports(PACKAGE / "read" / "spark_reader.py"))
+@pytest.mark.parametrize("module", ["spark_reader.py", "spark_decode.py"])
+def test_reading_with_spark_needs_nothing_of_the_sink(module):
+    assert "sink" not in ours(imports(PACKAGE / "read" / module))
 
 
 def test_no_module_imports_another_modules_private_names():
