@@ -5,7 +5,8 @@ Imports nothing of Kafka or Spark, and nothing of this package outside ``protoco
 
 - `cdc_emitter.protocol.updates`: `Update`, `Progress`, `consolidate`
   and the functions that build progress statements;
-- `cdc_emitter.protocol.reader`: `CdcReader` and its counting variant;
+- `cdc_emitter.protocol.reader`: `CdcReader` and its counting variant; what it remembers in
+  `cdc_emitter.protocol.ledgers`;
 - `cdc_emitter.protocol.codec`: the Avro wire format; `cdc_emitter.protocol.schemas` the
   documented schemas, `cdc_emitter.protocol.json_forms` decoded values as JSON;
 - `cdc_emitter.protocol.headers`: our message headers.
@@ -13,15 +14,13 @@ Imports nothing of Kafka or Spark, and nothing of this package outside ``protoco
 The names below are also the module ``cdc_emitter.core`` of release 0.1.
 """
 
+from cdc_emitter.protocol.ledgers import ExactMemory, SortedCounts, StatementLedger
 from cdc_emitter.protocol.reader import (
     STRICT_MODES,
     VIOLATION_KINDS,
     CdcReader,
     CountingReader,
-    ExactMemory,
     Pending,
-    SortedCounts,
-    StatementLedger,
     Strict,
     TimeCounts,
     Waiting,
