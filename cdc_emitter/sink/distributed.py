@@ -26,7 +26,8 @@ from cdc_emitter.protocol.schemas import union_schema
 from cdc_emitter.sink import plan_stats
 from cdc_emitter.sink.batch import Batch, Known
 from cdc_emitter.sink.driver import produce_messages, too_big_for_driver
-from cdc_emitter.sink.plan import Check, MessagePlan, expect_repeats, note_repeats, task_error
+from cdc_emitter.sink.plan import MessagePlan, expect_repeats, note_repeats
+from cdc_emitter.sink.row_checks import Check, task_error
 from cdc_emitter.spark import kafka as spark_kafka
 from cdc_emitter.spark.errors import spark_error_text
 from cdc_emitter.spark.kafka import kafka_cause, kafka_write_options

@@ -36,7 +36,8 @@ from pyspark.sql import DataFrame, SparkSession
 from cdc_emitter.errors import shorten
 from cdc_emitter.sink import small_batch
 from cdc_emitter.sink.batch import Batch, Known
-from cdc_emitter.sink.plan import ENVELOPE, Check, task_error
+from cdc_emitter.sink.plan import ENVELOPE
+from cdc_emitter.sink.row_checks import Check, task_error
 from cdc_emitter.spark.columns import EncodedRows, arrow_table
 
 if TYPE_CHECKING:

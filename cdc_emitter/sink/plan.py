@@ -42,18 +42,23 @@ those of the messages written; the executors need only Spark and the two Spark p
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import Column, Window
 from pyspark.sql import functions as F
 from pyspark.sql.avro.functions import from_avro, to_avro
 
-from cdc_emitter.errors import SHOWN_CHARS, BadInputError, CdcError, LateUpdateError
 from cdc_emitter.protocol.updates import MAX_LONG, MIN_LONG
+from cdc_emitter.sink.row_checks import (
+    BATCH,
+    BATCH_TIME,
+    ROW,
+    Check,
+    raise_in_job,
+    shortened,
+)
 from cdc_emitter.spark.columns import (
     DIFF,
     HASH,
@@ -68,12 +73,8 @@ from cdc_emitter.spark.columns import (
 from cdc_emitter.spark.schema import contains_map
 
 __all__ = [
-    "Check",
-    "row_checks",
     "ENVELOPE",
     "MessagePlan",
-    "BATCH",
-    "task_error",
     "expect_repeats",
     "note_repeats",
     "forget_layouts",
@@ -88,113 +89,9 @@ ROWS = "__cdc_in"  # input rows behind an update, zero diffs included
 #: and as its Avro encoding (a zig-zag varint) — binary literals, not written into generated code.
 TIME_KEY = "__cdc_tkey"
 TIME_ITEM = "__cdc_titem"
-#: Marks our own messages inside Spark's error text (raise_error), with the error class to raise.
-_MARK = "[cdc-emitter:{kind}] "
-_MARKED = re.compile(r"\[cdc-emitter:(\w+)\] (.*?)(?: SQLSTATE: \w+)?(?:\n|$)")
 #: Bytes a message adds around its updates: Confluent header (5), union branch (1), block
 #: count (at most 10) and the closing zero (1), rounded up.
 ENVELOPE = 32
-
-
-#: In a `Check`'s message parts: the bad row's data columns as JSON.
-ROW = "\0row"
-#: In the texts of a `MessagePlan`: the batch's name, put back by `task_error`.
-BATCH = "@cdc-emitter-batch@"
-#: ... and the batch's time, where the rows do not carry it (`MessagePlan.updates`).
-BATCH_TIME = "@cdc-emitter-time@"
-
-
-@dataclass(frozen=True)
-class Check:
-    """A per-row condition that fails the batch with a message made of ``parts``: texts, Columns
-    (values of the bad row) and `ROW`."""
-
-    condition: Any  # a boolean Column: True for a bad row
-    kind: str  # the error class: "BadInputError" or "LateUpdateError"
-    parts: tuple
-
-
-def row_checks(
-    *, what: str, lower: int, recorded_upper: int | None, time_column: str | None, diff_column: str
-) -> list[Check]:
-    """The per-row checks of a batch whose interval starts at ``lower`` (built per batch: they
-    hold its frontier): in column mode a null, negative or late time; a null diff; and for a
-    re-run whose first attempt recorded ``recorded_upper``, a time at or beyond it."""
-    t, d = F.col(TIME), F.col(DIFF)
-    checks = []
-    if time_column is not None:
-        tcol = time_column
-        checks += [
-            Check(
-                t.isNull(),
-                "BadInputError",
-                (
-                    f"{what}: null time in column {tcol!r} (e.g. row ",
-                    ROW,
-                    "); every row needs a non-negative integer time",
-                ),
-            ),
-            Check(
-                t < 0,
-                "BadInputError",
-                (
-                    f"{what}: negative time ",
-                    t,
-                    f" in column {tcol!r} (e.g. row ",
-                    ROW,
-                    "); times must be non-negative",
-                ),
-            ),
-            Check(
-                t < lower,
-                "LateUpdateError",
-                (
-                    f"{what}: update at time ",
-                    t,
-                    f" in column {tcol!r} is late (e.g. row ",
-                    ROW,
-                    f"): the topic is complete up to frontier {lower}; pass late='advance' to move "
-                    f"late updates to {lower}",
-                ),
-            ),
-        ]
-    checks.append(
-        Check(
-            d.isNull(),
-            "BadInputError",
-            (f"{what}: null diff in column {diff_column!r} (e.g. row ", ROW, ")"),
-        )
-    )
-    if recorded_upper is not None:
-        checks.append(
-            Check(
-                t >= recorded_upper,
-                "BadInputError",
-                (
-                    f"{what} is a re-run whose recorded interval is [{lower}, {recorded_upper}), but now has "
-                    "an update at time ",
-                    t,
-                    ": the batch's input changed between attempts (a streaming "
-                    "source must replay the same data)",
-                ),
-            )
-        )
-    return checks
-
-
-def _shortened(text: Any) -> Any:
-    """The Spark string ``text`` cut as `shorten` cuts a Python one."""
-    cut = F.concat(
-        F.substring(text, 1, SHOWN_CHARS),
-        F.lit("… ("),
-        (F.length(text) - F.lit(SHOWN_CHARS)).cast("string"),
-        F.lit(" more characters)"),
-    )
-    return F.when(F.length(text) > F.lit(SHOWN_CHARS), cut).otherwise(text)
-
-
-def _fail(kind: str, *parts: Any) -> Any:
-    return F.raise_error(F.concat(F.lit(_MARK.format(kind=kind)), *parts))
 
 
 class _Exprs:
@@ -240,7 +137,7 @@ class _Exprs:
             F.col(ROWS),
         )
         size = F.octet_length("__cdc_item")
-        too_big = _fail(
+        too_big = raise_in_job(
             "BadInputError",
             F.lit(f"{BATCH}: row "),
             plan._after_json,
@@ -376,8 +273,8 @@ class MessagePlan:
     sink of the same layout (`shared`): on a classic session each piece of an expression
     is a round trip to the JVM, some 1,500 per plan. Texts that name the batch say
     `BATCH` instead (and the time of a batch of one time `BATCH_TIME`);
-    `task_error` puts them back. No batch's own value is a long literal in them, so
-    every batch of a layout runs the same generated code (`_Exprs`).
+    `cdc_emitter.sink.row_checks.task_error` puts them back. No batch's own value is a long
+    literal in them, so every batch of a layout runs the same generated code (`_Exprs`).
 
     ``buckets``: how many groups the updates are spread over (each packs its own arrays);
     ``partitions``: where messages go (None: Kafka's choice).
@@ -396,7 +293,7 @@ class MessagePlan:
     ) -> None:
         d = F.col(DIFF)
         # before the shuffle; a message shows SHOWN_CHARS of it (a row may be a megabyte)
-        self.row_json = _shortened(F.to_json(F.struct(*[F.col(c) for c in data_cols])))
+        self.row_json = shortened(F.to_json(F.struct(*[F.col(c) for c in data_cols])))
         # 1. before the shuffle: each row's hash of data and time (its bucket, its order in
         # packing, and the seed of its digest share) and, unless the data holds maps (equal
         # maps can encode their entries in other orders), its data record as to_avro bytes: rows
@@ -412,7 +309,7 @@ class MessagePlan:
             self._firsts: list[Column] = []
             self._keys, self._data = [F.col(DATA)], [F.col(DATA)]
             self._columns = [F.col(c) for c in data_cols]  # what a combined batch groups on
-            self._after_json = _shortened(
+            self._after_json = shortened(
                 F.to_json(from_avro(F.col(DATA), json.dumps(self._record)))
             )  # only for an error's text
         else:
@@ -476,7 +373,7 @@ class MessagePlan:
         one, which fails the job with the row's text when the total does not fit 64 bits."""
         slow = F.when(
             (self._exact > F.lit(MAX_LONG)) | (self._exact < F.lit(MIN_LONG)),
-            _fail(
+            raise_in_job(
                 "BadInputError",
                 F.lit(f"{BATCH}: the consolidated diff of row "),
                 self._after_json,
@@ -680,7 +577,7 @@ class MessagePlan:
                 self.row_json if p is ROW else F.lit(p) if isinstance(p, str) else p.cast("string")
                 for p in check.parts
             ]
-            fail = _fail(check.kind, *parts)
+            fail = raise_in_job(check.kind, *parts)
             checked = (
                 F.when(check.condition, fail)
                 if checked is None
@@ -905,15 +802,3 @@ def _concat_all(item: Any) -> Any:
     if hasattr(F, "listagg"):
         return F.listagg(item)
     return F.array_join(F.collect_list(item.cast("string")), "").cast("binary")
-
-
-def task_error(exc: BaseException, what: str, time: int | None = None) -> CdcError | None:
-    """Our error behind a failed Spark job (a ``raise_error`` of this module), or None;
-    ``what``: the batch's name, for `BATCH` in the text; ``time``: its time, for
-    `BATCH_TIME`."""
-    found = _MARKED.findall(str(exc))
-    if not found:
-        return None
-    kind, message = found[-1]
-    cls = {"LateUpdateError": LateUpdateError}.get(kind, BadInputError)
-    return cls(message.strip().replace(BATCH, what).replace(BATCH_TIME, str(time)))

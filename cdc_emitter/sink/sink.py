@@ -113,10 +113,10 @@ from cdc_emitter.sink.options import (
     Late,
 )
 from cdc_emitter.sink.paths import DRIVER, DRIVER_AFTER_EXECUTORS, EXECUTORS, JvmPath
-from cdc_emitter.sink.plan import BATCH, Check, row_checks
 from cdc_emitter.sink.python_path import PythonPath
 from cdc_emitter.sink.python_tasks import TaskSpec
 from cdc_emitter.sink.result import BatchResult, PhaseClock
+from cdc_emitter.sink.row_checks import BATCH, Check, row_checks
 
 __all__ = [
     "CdcSink",
@@ -1012,7 +1012,7 @@ class CdcSink:
         A batch of one time has no time to check row by row: its interval was decided from it
         (`batch_upper` refuses a re-run's time beyond its record)."""
         rerun = batch.recorded is not None and batch.time is None
-        # the checks name the batch as BATCH (plan.task_error puts its name back) and hold
+        # the checks name the batch as BATCH (row_checks.task_error puts its name back) and hold
         # the frontier only where a time column is checked against it: most batches share the
         # last one's, already built (each Column made is round trips to the JVM)
         recorded_upper = batch.recorded.upper if rerun and batch.recorded is not None else None
