@@ -43,34 +43,21 @@ from cdc_emitter.protocol.fast_decode import (
 from cdc_emitter.protocol.json_forms import avro_json, map_items, plain_json, sort_key_of
 from cdc_emitter.protocol.schemas import (
     FRAMINGS,
-    NAMESPACE,
     PRIMITIVES,
     Framing,
-    data_schema_from_text,
-    kind,
-    resolve,
-    schema_differences,
     type_text,
     union_schema,
 )
+
+# in protocol.schemas; still imported from here by older code (explicit re-exports)
+from cdc_emitter.protocol.schemas import NAMESPACE as NAMESPACE
+from cdc_emitter.protocol.schemas import data_schema_from_text as data_schema_from_text
+from cdc_emitter.protocol.schemas import kind as kind
+from cdc_emitter.protocol.schemas import resolve as resolve
+from cdc_emitter.protocol.schemas import schema_differences as schema_differences
 from cdc_emitter.protocol.updates import NAN, Progress, Update
 
-__all__ = [
-    "CdcCodec",
-    "decode_zigzag_long",
-    "encode_zigzag_long",
-    # in protocol.schemas; imported from here too
-    "FRAMINGS",
-    "NAMESPACE",
-    "PRIMITIVES",
-    "Framing",
-    "data_schema_from_text",
-    "kind",
-    "resolve",
-    "schema_differences",
-    "type_text",
-    "union_schema",
-]
+__all__ = ["CdcCodec", "decode_zigzag_long", "encode_zigzag_long"]
 
 
 def encode_zigzag_long(n: int) -> bytes:
