@@ -46,6 +46,10 @@ _LENGTH = struct.Struct("<Q")
 ROWS, PROGRESS, UNDECODABLE, COLUMNS = 0, 1, 2, 3
 #: A decoded entry: ``(kind, partition, offset, payload)``, the payload as ``kind`` says.
 Entry = tuple[int, int, int, Any]
+#: Bytes still to read (estimated) that make starting decode workers worth their start-up.
+PARALLEL_MIN_BYTES = 16 << 20
+#: Bytes of message values per chunk a decode worker takes.
+CHUNK_BYTES = 1 << 20
 
 
 def decode_chunk(

@@ -10,6 +10,9 @@ Guarantees:
 
 * `advance` returns exactly the updates of the times between the frontier before and after
   it, consolidated (one update per data and time, no zero diff), duplicates dropped;
+* the messages are fed to the reader in the order they were read, whether this process decoded
+  them or decode workers did (a `DecodePool`, started as `verify_topic` starts one: once the
+  messages still to read at the start of the topic make them worth their start-up);
 * memory holds only the updates of open times (those at or beyond the frontier); once they
   reach `WARN_HELD`, and at every doubling after, a warning says so on the
   ``cdc_emitter.read.follow`` logger;
@@ -34,7 +37,16 @@ from cdc_emitter.kafka.reading import TopicScan
 from cdc_emitter.protocol.codec import CdcCodec
 from cdc_emitter.protocol.headers import marks_updates
 from cdc_emitter.protocol.reader import CdcReader
-from cdc_emitter.protocol.updates import Update, Violation
+from cdc_emitter.protocol.updates import Progress, Update, Violation
+from cdc_emitter.read.decode_pool import (
+    CHUNK_BYTES,
+    PARALLEL_MIN_BYTES,
+    PROGRESS,
+    ROWS,
+    DecodePool,
+    Entry,
+    default_workers,
+)
 
 #: How long `advance` waits for a message once the topic has gone quiet (at most until its
 #: ``max_seconds`` are up).
@@ -60,6 +72,8 @@ class TopicFollower:
         start: Times below this frontier are taken as handed out already: their updates are
             read (the reader needs them to prove later times) but not returned.
         warn_held: Held updates at which the first memory warning is logged.
+        workers: Decode processes. None: one per core once the topic proves large; 0: none;
+            N: N from the start.
 
     Raises:
         BrokerError: The topic does not exist or the broker cannot be reached.
@@ -75,7 +89,10 @@ class TopicFollower:
         broker_timeout: float = BROKER_TIMEOUT,
         start: int = 0,
         warn_held: int = WARN_HELD,
+        workers: int | None = None,
     ) -> None:
+        if workers is not None and workers < 0:
+            raise ValueError(f"workers must be >= 0 or None, got {workers}")
         self.topic, self.codec, self.start = topic, codec, start
         self._next_warning = warn_held
         self.reader = CdcReader()
@@ -83,6 +100,12 @@ class TopicFollower:
         self._ready: list[Update] = []  # proven, at or beyond `start`, not handed out yet
         self._headers: dict[tuple[int, int], list] = {}
         self._failed: ViolationError | None = None  # once broken, always: nothing more out
+        self._max_workers = default_workers() if workers is None else workers
+        self._asked = workers or 0
+        self._pool: DecodePool | None = None
+        self._chunk: list[tuple[int, int, bytes | None]] = []  # read, for the pool
+        self._chunk_bytes = 0
+        self._decoded_bytes = self._decoded_messages = 0  # decoded in this process
         #: True when the last `advance` stopped because the topic was quiet: a poll (of
         #: `IDLE_WAIT`, or what was left of ``max_seconds``) found nothing, every partition
         #: read up to where it ended when the follower started
@@ -92,6 +115,11 @@ class TopicFollower:
     def read_all_at_start(self) -> bool:
         """True once every message the topic held when this follower started has been read."""
         return not self._scan.pending
+
+    @property
+    def workers(self) -> int:
+        """The decode processes this follower runs (0 while it decodes in this process)."""
+        return 0 if self._pool is None else self._max_workers if not self._asked else self._asked
 
     @property
     def frontier(self) -> tuple[int, ...]:
@@ -119,24 +147,39 @@ class TopicFollower:
             raise self._failed
         deadline = time.monotonic() + max_seconds
         self.caught_up = False
+        if self._pool is None and self._asked:  # asked for: no size estimate first
+            self._pool = DecodePool(self.codec, self._asked)
         while (left := deadline - time.monotonic()) > 0:
             if until is not None and _reached(self.frontier, until):
                 break
+            pool = self._pool
+            busy = pool is not None and pool.in_flight > 0
             # never past the deadline: a time proven meanwhile is handed out on time
-            records = self._scan.poll(min(IDLE_WAIT, left), POLL_RECORDS, self._keep_headers)
-            if not records and not self._scan.pending:
+            wait = 0.0 if busy else min(IDLE_WAIT, left)
+            records = self._scan.poll(wait, POLL_RECORDS, self._keep_headers)
+            if not records and not self._scan.pending and not busy:
                 self.caught_up = True  # quiet: the end of what the topic holds now
                 break
-            for partition, offset, value in records:
-                self._feed(partition, offset, value)
+            if pool is None:
+                for partition, offset, value in records:
+                    self._feed(partition, offset, value)
+                self._maybe_start_pool(records)
+            else:
+                self._dispatch(pool, records)
             self._warn_if_held()
+        self._drain()  # what was read is handed to the reader before this call returns
         self._raise_violations()
         out, self._ready = self._ready, []
         return out
 
     def close(self) -> None:
-        """Close the consumer."""
-        self._scan.close()
+        """Close the consumer and stop the decode workers."""
+        try:
+            self._scan.close()
+        finally:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
 
     def __enter__(self) -> TopicFollower:
         return self
@@ -151,24 +194,84 @@ class TopicFollower:
             self._headers[(partition, offset)] = headers
 
     def _feed(self, partition: int, offset: int, value: bytes | None) -> None:
+        """Decode one message here and push it to the reader."""
         headers = self._headers.pop((partition, offset), None)
+        self._decoded_messages += 1
+        self._decoded_bytes += len(value or b"")
         try:
             message = self.codec.decode(value)
         except DecodeError as exc:
-            self.reader.messages += 1
-            self.reader.violate(
-                "undecodable",
-                None,
-                f"partition {partition} offset {offset}: {exc}",
-                partition=partition,
-                offset=offset,
-            )
+            self._undecodable(partition, offset, str(exc))
             return
+        self._push(partition, offset, message, headers)
+
+    def _push(self, partition: int, offset: int, message: Any, headers: Any) -> None:
         for finished, _frontier in self.reader.push(
             message, partition=partition, offset=offset, headers=headers
         ):
             start = self.start
             self._ready.extend(u for u in finished if u.time >= start)
+
+    def _undecodable(self, partition: int, offset: int, error: str) -> None:
+        self.reader.messages += 1
+        self.reader.violate(
+            "undecodable",
+            None,
+            f"partition {partition} offset {offset}: {error}",
+            partition=partition,
+            offset=offset,
+        )
+
+    # -- decode workers -------------------------------------------------------------------
+
+    def _maybe_start_pool(self, records: list) -> None:
+        """Start the decode workers once the messages still to read at the topic's start,
+        at the size of those decoded so far, make them worth their start-up."""
+        if not self._max_workers or not records or not self._decoded_messages:
+            return
+        left = self._scan.messages_at_start - self._decoded_messages
+        if left * self._decoded_bytes / self._decoded_messages >= PARALLEL_MIN_BYTES:
+            self._pool = DecodePool(self.codec, self._max_workers)
+
+    def _dispatch(self, pool: DecodePool, records: list) -> None:
+        """Hand full chunks of ``records`` to the workers and push what they decoded."""
+        for record in records:
+            self._chunk.append(record)
+            self._chunk_bytes += len(record[2] or b"")
+            if self._chunk_bytes >= CHUNK_BYTES:
+                self._submit(pool)
+        if self._chunk and len(records) < POLL_RECORDS:  # nothing more buffered: send it
+            self._submit(pool)
+        if pool.in_flight and (not records or pool.in_flight >= pool.max_in_flight):
+            self._handle(pool.next_result())  # nothing to read, or the workers are behind
+        while pool.ready():
+            self._handle(pool.next_result())
+
+    def _submit(self, pool: DecodePool) -> None:
+        pool.submit(self._chunk)
+        self._chunk, self._chunk_bytes = [], 0
+
+    def _drain(self) -> None:
+        """Push every chunk read so far, waiting for the workers."""
+        pool = self._pool
+        if pool is None:
+            return
+        if self._chunk:
+            self._submit(pool)
+        while pool.in_flight:
+            self._handle(pool.next_result())
+
+    def _handle(self, entries: list[Entry]) -> None:
+        """Push a decoded chunk to the reader, in order."""
+        headers = self._headers
+        for kind, partition, offset, payload in entries:
+            found = headers.pop((partition, offset), None) if headers else None
+            if kind == ROWS:
+                self._push(partition, offset, payload, found)
+            elif kind == PROGRESS:
+                self._push(partition, offset, Progress(*payload), found)
+            else:
+                self._undecodable(partition, offset, payload[0])
 
     def _warn_if_held(self) -> None:
         held = self.reader.held

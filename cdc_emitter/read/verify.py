@@ -61,6 +61,8 @@ from cdc_emitter.protocol.headers import marks_updates
 from cdc_emitter.protocol.reader import CdcReader, Pending, Strict
 from cdc_emitter.protocol.updates import Progress, Update, Violation
 from cdc_emitter.read.decode_pool import (
+    CHUNK_BYTES,
+    PARALLEL_MIN_BYTES,
     PROGRESS,
     ROWS,
     DecodePool,
@@ -87,10 +89,6 @@ log = logging.getLogger(__name__)
 PROGRESS_INTERVAL = 0.5
 #: Allocations between two young-generation garbage collections while verifying.
 GC_THRESHOLD = 200_000
-#: Bytes still to read (estimated) that make starting decode workers worth their start-up.
-PARALLEL_MIN_BYTES = 16 << 20
-#: Bytes of message values per chunk a decode worker takes.
-CHUNK_BYTES = 1 << 20
 #: Records one poll of the topic hands over at most.
 POLL_RECORDS = 500
 #: Held updates (beyond the frontier) at which the first memory warning is given.

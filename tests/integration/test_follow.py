@@ -1,5 +1,6 @@
 """TopicFollower and replay on a real broker, without Spark: complete times only, each once;
-a replay gives a range of times again; held updates are warned about; a violation raises."""
+a replay gives a range of times again; held updates are warned about; a violation raises. The
+same with messages decoded in this process and by decode workers."""
 
 from __future__ import annotations
 
@@ -16,15 +17,17 @@ from cdc_emitter.read.follow import TopicFollower, replay
 pytestmark = pytest.mark.kafka
 
 
-def test_complete_times_once_then_a_replay(kafka_bootstrap, topic_factory):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_complete_times_once_then_a_replay(kafka_bootstrap, topic_factory, workers):
     topic = topic_factory()
     ups = [Update((k, "x"), t, 1) for t in range(4) for k in range(3)]
     produce_by_hand(
         kafka_bootstrap, topic, [ups[:6], Progress((0,), (3,), ((0, 3), (1, 3), (2, 3)))]
     )
     codec = CdcCodec(BY_HAND_DATA)
-    with TopicFollower(kafka_bootstrap, topic, codec) as follower:
+    with TopicFollower(kafka_bootstrap, topic, codec, workers=workers) as follower:
         first = follower.advance(5.0)
+        assert follower.workers == workers
         assert sorted(first) == sorted(ups[:6])  # times 0 and 1; time 2 has none of its 3 yet
         assert follower.frontier == (2,)
         assert follower.advance(0.5) == []
@@ -50,7 +53,10 @@ def test_held_updates_are_warned_about(kafka_bootstrap, topic_factory, caplog):
     ]
 
 
-def test_a_violation_raises_and_nothing_of_its_time_is_handed_out(kafka_bootstrap, topic_factory):
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_violation_raises_and_nothing_of_its_time_is_handed_out(
+    kafka_bootstrap, topic_factory, workers
+):
     topic = topic_factory()
     produce_by_hand(
         kafka_bootstrap,
@@ -60,8 +66,22 @@ def test_a_violation_raises_and_nothing_of_its_time_is_handed_out(kafka_bootstra
             Progress((0,), (2,), ((1, 2),)),  # time 1 over-counted: three arrived
         ],
     )
-    with TopicFollower(kafka_bootstrap, topic, CdcCodec(BY_HAND_DATA)) as follower:
+    with TopicFollower(kafka_bootstrap, topic, CdcCodec(BY_HAND_DATA), workers=workers) as follower:
         with pytest.raises(ViolationError, match=f"topic '{topic}' breaks the CDCv2 protocol"):
             follower.advance(3.0)
         with pytest.raises(ViolationError, match="over_count at time 1"):  # and stays broken
             follower.advance(0.1)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_undecodable_message_raises_naming_its_offset(kafka_bootstrap, topic_factory, workers):
+    from confluent_kafka import Producer
+
+    topic = topic_factory()
+    produce_by_hand(kafka_bootstrap, topic, [[Update((1, "a"), 1, 1)]])
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(topic, b"\x00\x00\x00\x00\x01\xff\xff", partition=0)  # offset 1
+    assert producer.flush(10) == 0
+    with TopicFollower(kafka_bootstrap, topic, CdcCodec(BY_HAND_DATA), workers=workers) as follower:
+        with pytest.raises(ViolationError, match="undecodable.*partition 0 offset 1: "):
+            follower.advance(3.0)
