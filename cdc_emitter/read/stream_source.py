@@ -28,6 +28,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import types as T
 
 try:
@@ -46,6 +47,23 @@ __all__ = ["FORMAT", "CdcV2DataSource", "CdcV2StreamReader"]
 
 #: The name the source is registered under.
 FORMAT = "cdcv2"
+#: Spark types whose Python values (as `row_converter` gives them) Arrow takes as they are.
+#: A stream of only these columns reaches Spark as Arrow record batches made column by
+#: column; any other goes as tuples, which PySpark converts value by value (on 2M narrow
+#: updates that was 3.0 s of the source's 14 s).
+ARROW_AS_IS = (
+    T.LongType,
+    T.IntegerType,
+    T.ShortType,
+    T.ByteType,
+    T.DoubleType,
+    T.FloatType,
+    T.StringType,
+    T.BinaryType,
+    T.BooleanType,
+)
+#: Rows per Arrow record batch handed to Spark.
+BATCH_ROWS = 65_536
 
 
 class CdcV2DataSource(DataSource):
@@ -129,6 +147,7 @@ class CdcV2StreamReader(SimpleDataSourceStreamReader):
         data = data_schema if data_schema is not None else settings.data_schema()
         self.codec = CdcCodec(data)
         self.row = row_converter(data)
+        self.arrow = _arrow_schema(stream_columns(data))
         self._follower: TopicFollower | None = None
         self._position: dict | None = None
 
@@ -212,9 +231,43 @@ class CdcV2StreamReader(SimpleDataSourceStreamReader):
             self._follower.close()
             self._follower = None
 
-    def _rows(self, updates: list[Any]) -> list[tuple]:
-        row = self.row
-        return [(*row(u.data), u.time, u.diff) for u in sorted(updates, key=lambda u: u.time)]
+    def _rows(self, updates: list[Any]) -> list[tuple] | list[pa.RecordBatch]:
+        """The updates in time order: as Arrow record batches where `arrow` is set, else as
+        tuples."""
+        ordered = sorted(updates, key=lambda u: u.time)
+        if self.arrow is None:
+            row = self.row
+            return [(*row(u.data), u.time, u.diff) for u in ordered]
+        return [
+            _record_batch(ordered[i : i + BATCH_ROWS], self.arrow)
+            for i in range(0, len(ordered), BATCH_ROWS)
+        ]
+
+
+def _arrow_schema(columns: T.StructType) -> pa.Schema | None:
+    """The Arrow schema of ``columns`` when every column is of an `ARROW_AS_IS` type and this
+    PySpark takes record batches from a streaming source; else None."""
+    if not all(isinstance(f.dataType, ARROW_AS_IS) for f in columns.fields):
+        return None
+    try:  # the process that runs a streaming source's reader sends its batches through this
+        from pyspark.sql.streaming import python_streaming_source_runner as runner
+    except ImportError:
+        return None
+    if not hasattr(runner, "records_to_arrow_batches"):  # which takes record batches as they are
+        return None
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(columns)
+
+
+def _record_batch(updates: list[Any], schema: pa.Schema) -> pa.RecordBatch:
+    """``updates`` as one record batch of ``schema``: the data's values, ``time``, ``diff``."""
+    data = list(zip(*(u.data for u in updates))) if len(schema) > 2 else []
+    columns = [*data, [u.time for u in updates], [u.diff for u in updates]]
+    return pa.RecordBatch.from_arrays(
+        [pa.array(values, type=field.type) for values, field in zip(columns, schema)],
+        schema=schema,
+    )
 
 
 #: A frontier past every time: a closed history's updates are all below it.
