@@ -262,7 +262,7 @@ def _arrow_schema(columns: T.StructType) -> pa.Schema | None:
 
 def _record_batch(updates: list[Any], schema: pa.Schema) -> pa.RecordBatch:
     """``updates`` as one record batch of ``schema``: the data's values, ``time``, ``diff``."""
-    data = list(zip(*(u.data for u in updates))) if len(schema) > 2 else []
+    data = list(zip(*[u.data for u in updates])) if len(schema) > 2 else []
     columns = [*data, [u.time for u in updates], [u.diff for u in updates]]
     return pa.RecordBatch.from_arrays(
         [pa.array(values, type=field.type) for values, field in zip(columns, schema)],
