@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import IO, TYPE_CHECKING, Any
 
 from cdc_emitter.protocol.updates import NAN, Progress, canonical_nan
@@ -275,6 +276,26 @@ class DecodePool:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def feed_decoded(
+    entries: list[Entry],
+    headers: dict[tuple[int, int], list],
+    push: Callable[[int, int, Any, Any], None],
+    undecodable: Callable[[int, int, bytes | None, str], None],
+) -> None:
+    """Hand decoded ``entries`` on in order: update rows and progress statements to
+    ``push(partition, offset, message, headers)`` (a statement with the headers ``headers``
+    kept for its message, which are taken out), the rest to
+    ``undecodable(partition, offset, value, error)``."""
+    for kind, partition, offset, payload in entries:
+        found = headers.pop((partition, offset), None) if headers else None
+        if kind == ROWS:
+            push(partition, offset, payload, None)
+        elif kind == PROGRESS:
+            push(partition, offset, Progress(*payload), found)
+        else:
+            undecodable(partition, offset, payload[1], payload[0])
 
 
 def default_workers() -> int:

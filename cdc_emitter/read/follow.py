@@ -37,15 +37,14 @@ from cdc_emitter.kafka.reading import TopicScan
 from cdc_emitter.protocol.codec import CdcCodec
 from cdc_emitter.protocol.headers import marks_updates
 from cdc_emitter.protocol.reader import CdcReader
-from cdc_emitter.protocol.updates import Progress, Update, Violation
+from cdc_emitter.protocol.updates import Update, Violation
 from cdc_emitter.read.decode_pool import (
     CHUNK_BYTES,
     PARALLEL_MIN_BYTES,
-    PROGRESS,
-    ROWS,
     DecodePool,
     Entry,
     default_workers,
+    feed_decoded,
 )
 
 #: How long `advance` waits for a message once the topic has gone quiet (at most until its
@@ -201,7 +200,7 @@ class TopicFollower:
         try:
             message = self.codec.decode(value)
         except DecodeError as exc:
-            self._undecodable(partition, offset, str(exc))
+            self._undecodable(partition, offset, value, str(exc))
             return
         self._push(partition, offset, message, headers)
 
@@ -212,7 +211,7 @@ class TopicFollower:
             start = self.start
             self._ready.extend(u for u in finished if u.time >= start)
 
-    def _undecodable(self, partition: int, offset: int, error: str) -> None:
+    def _undecodable(self, partition: int, offset: int, _value: bytes | None, error: str) -> None:
         self.reader.messages += 1
         self.reader.violate(
             "undecodable",
@@ -263,15 +262,7 @@ class TopicFollower:
 
     def _handle(self, entries: list[Entry]) -> None:
         """Push a decoded chunk to the reader, in order."""
-        headers = self._headers
-        for kind, partition, offset, payload in entries:
-            found = headers.pop((partition, offset), None) if headers else None
-            if kind == ROWS:
-                self._push(partition, offset, payload, found)
-            elif kind == PROGRESS:
-                self._push(partition, offset, Progress(*payload), found)
-            else:
-                self._undecodable(partition, offset, payload[0])
+        feed_decoded(entries, self._headers, self._push, self._undecodable)
 
     def _warn_if_held(self) -> None:
         held = self.reader.held

@@ -59,16 +59,15 @@ from cdc_emitter.kafka.config import BROKER_TIMEOUT
 from cdc_emitter.kafka.reading import TopicScan
 from cdc_emitter.protocol.headers import marks_updates
 from cdc_emitter.protocol.reader import CdcReader, Pending, Strict
-from cdc_emitter.protocol.updates import Progress, Update, Violation
+from cdc_emitter.protocol.updates import Update, Violation
 from cdc_emitter.read.decode_pool import (
     CHUNK_BYTES,
     PARALLEL_MIN_BYTES,
-    PROGRESS,
-    ROWS,
     DecodePool,
     Entry,
     decode_chunk,
     default_workers,
+    feed_decoded,
 )
 
 if TYPE_CHECKING:
@@ -414,15 +413,7 @@ class _Verification:
 
     def handle(self, entries: list[Entry]) -> None:
         """Feed the reader a decoded chunk, in order, then warn if it holds too much."""
-        headers = self.headers
-        for kind, p, off, payload in entries:
-            found = headers.pop((p, off), None) if headers else None
-            if kind == ROWS:
-                self.feed(p, off, payload)
-            elif kind == PROGRESS:
-                self.feed(p, off, Progress(*payload), found)
-            else:
-                self.undecodable(p, off, payload[1], payload[0])
+        feed_decoded(entries, self.headers, self.feed, self.undecodable)
         self.warn_if_held()
 
     def warn_if_held(self) -> None:
