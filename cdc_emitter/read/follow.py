@@ -102,6 +102,7 @@ class TopicFollower:
         self._max_workers = default_workers() if workers is None else workers
         self._asked = workers or 0
         self._pool: DecodePool | None = None
+        self._pool_size = 0
         self._chunk: list[tuple[int, int, bytes | None]] = []  # read, for the pool
         self._chunk_bytes = 0
         self._decoded_bytes = self._decoded_messages = 0  # decoded in this process
@@ -118,7 +119,7 @@ class TopicFollower:
     @property
     def workers(self) -> int:
         """The decode processes this follower runs (0 while it decodes in this process)."""
-        return 0 if self._pool is None else self._max_workers if not self._asked else self._asked
+        return 0 if self._pool is None else self._pool_size
 
     @property
     def frontier(self) -> tuple[int, ...]:
@@ -147,7 +148,7 @@ class TopicFollower:
         deadline = time.monotonic() + max_seconds
         self.caught_up = False
         if self._pool is None and self._asked:  # asked for: no size estimate first
-            self._pool = DecodePool(self.codec, self._asked)
+            self._start_pool(self._asked)
         while (left := deadline - time.monotonic()) > 0:
             if until is not None and _reached(self.frontier, until):
                 break
@@ -230,7 +231,10 @@ class TopicFollower:
             return
         left = self._scan.messages_at_start - self._decoded_messages
         if left * self._decoded_bytes / self._decoded_messages >= PARALLEL_MIN_BYTES:
-            self._pool = DecodePool(self.codec, self._max_workers)
+            self._start_pool(self._max_workers)
+
+    def _start_pool(self, workers: int) -> None:
+        self._pool, self._pool_size = DecodePool(self.codec, workers), workers
 
     def _dispatch(self, pool: DecodePool, records: list) -> None:
         """Hand full chunks of ``records`` to the workers and push what they decoded."""
