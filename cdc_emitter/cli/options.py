@@ -6,11 +6,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import click
 
 from cdc_emitter.errors import ConfigError, SchemaError
+from cdc_emitter.protocol.schemas import Framing
 
 ENV_BOOTSTRAP = "KAFKA_BOOTSTRAP_SERVERS"
 
@@ -426,7 +427,7 @@ def check_schema_options(
 
 def load_codec(
     path: str | None,
-    framing: Literal["confluent", "raw"],
+    framing: Framing,
     schema_id: int | None,
     registry: str | None = None,
     servers: str | None = None,
@@ -470,7 +471,7 @@ def open_reader(
     settings: dict,
     broker_timeout: float,
     schema_file: str | None,
-    framing: Literal["confluent", "raw"],
+    framing: Framing,
     schema_id: int | None,
     registry: str | None,
     registry_settings: dict | None,

@@ -29,8 +29,6 @@ Encoder = Literal["auto", "jvm", "python"]
 ENCODERS: tuple[Encoder, ...] = ("auto", "jvm", "python")
 #: What a column-mode update below the batch's lower bound does (see ``late``).
 Late = Literal["error", "advance"]
-#: How messages are framed (see ``framing``).
-Framing = Literal["confluent", "raw"]
 #: By default, a batch after one of at most this many rows and bytes of messages is finished on
 #: the driver (`cdc_emitter.sink.driver`): a Spark job and its shuffle cost more than the
 #: driver's work on so few rows (measured on 2 cores: 0.32 s against 0.80 s per 250,000-row

@@ -14,13 +14,14 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
-from typing import Any, Literal
+from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdc_emitter.errors import BadInputError, CdcError, LateUpdateError
+from cdc_emitter.protocol.schemas import Framing
 from cdc_emitter.protocol.updates import MAX_LONG, MIN_LONG
 from cdc_emitter.sink.batch import Batch, Checked, Written
 from cdc_emitter.sink.python_tasks import TaskSpec, check_sizes, produce_partition
@@ -83,7 +84,7 @@ class PythonPath:
         bootstrap_servers: str,
         topic: str,
         producer_config: dict,
-        framing: Literal["confluent", "raw"],
+        framing: Framing,
         schema_id: int,
         max_message_bytes: int,
         flush_timeout: float | None,

@@ -14,12 +14,13 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from pyspark import TaskContext
 from pyspark.sql import types as T
 
 from cdc_emitter.errors import BadInputError, shorten
+from cdc_emitter.protocol.schemas import Framing
 from cdc_emitter.protocol.updates import Update
 
 __all__ = ["TaskSpec", "produce_partition", "check_sizes"]
@@ -33,7 +34,7 @@ class TaskSpec:
     topic: str
     producer_config: dict
     avro_data: dict
-    framing: Literal["confluent", "raw"]
+    framing: Framing
     schema_id: int
     max_message_bytes: int
     headers: list

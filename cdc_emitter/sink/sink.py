@@ -46,40 +46,39 @@ its claim and its last update holds them up until it is restarted from its check
 redundant twin writes the same updates). A retry only ever causes duplicates (identical
 ``(data, time, diff)`` triples) that readers discard; it never moves a claimed batch.
 
-`CdcSink` holds the sink's state and runs these steps (`CdcSink._write`); the work of each is
-done in a module of its own: `cdc_emitter.sink.options` (the constructor's arguments),
-`cdc_emitter.sink.layout` (step 1), `cdc_emitter.sink.decide` (step 2),
-`cdc_emitter.sink.topic` (the frontier, the topic's schema and settings, another writer),
-`cdc_emitter.sink.paths` (which data path writes the batch, step 3),
-`cdc_emitter.sink.claim` (where the claim goes, step 4) and `cdc_emitter.sink.commit` (the
-statement's messages and the sink log record).
+`CdcSink` holds the sink's settings and runs these steps (`CdcSink._write_once`); the work of
+each is done in a module of its own:
+
+- `cdc_emitter.sink.options`: the constructor's arguments;
+- `cdc_emitter.sink.layout`: step 1;
+- `cdc_emitter.sink.decide`: step 2, and `cdc_emitter.sink.resume` for a batch whose own claim
+  is already in the topic (a re-run, an unfinished `write`);
+- `cdc_emitter.sink.clients` and `cdc_emitter.sink.topic`: the driver's Kafka clients, the
+  frontier, the topic's schema and settings;
+- `cdc_emitter.sink.paths`: which data path checks and writes the batch, step 3;
+- `cdc_emitter.sink.claiming`: step 4, the claim committed (`cdc_emitter.sink.claim` decides
+  where it goes);
+- `cdc_emitter.sink.commit`: the statement's messages and the sink log record.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import random
-import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
 from cdc_emitter.errors import (
     BadInputError,
     CdcError,
-    ConcurrentWriterError,
     ConfigError,
-    DeliveryError,
     InterruptedBatchError,
     ReplayError,
 )
-from cdc_emitter.kafka.claims import ClaimProducer, Fenced, InDoubt
-from cdc_emitter.kafka.frontier import TopicFrontier, retrying, topic_frontier
-from cdc_emitter.kafka.producer import CdcProducer
-from cdc_emitter.kafka.reading import TopicOffsets
+from cdc_emitter.kafka.frontier import TopicFrontier, topic_frontier
 from cdc_emitter.protocol.codec import CdcCodec
 from cdc_emitter.protocol.headers import (
     HEADER_BATCH,
@@ -88,15 +87,16 @@ from cdc_emitter.protocol.headers import (
     HEADER_UPPER,
     HEADER_WRITER,
 )
-from cdc_emitter.sink import commit, decide, layout, options, paths, topic
-from cdc_emitter.sink.batch import Batch, Checked, Written
-from cdc_emitter.sink.claim import Claim, Stated, decide_claim, stated_covering
-from cdc_emitter.sink.digest import digest_form, parse_digest, replay_message
-from cdc_emitter.sink.distributed import DistributedPath
-from cdc_emitter.sink.driver import DriverPath
+from cdc_emitter.protocol.schemas import Framing
+from cdc_emitter.sink import claiming, commit, decide, layout, options, resume, topic
+from cdc_emitter.sink.batch import Batch, Checked
+from cdc_emitter.sink.claim import Stated
+from cdc_emitter.sink.claiming import Overtaken
+from cdc_emitter.sink.clients import TopicClients
+from cdc_emitter.sink.digest import digest_form, replay_message
 from cdc_emitter.sink.interrupted import interrupted_batch
-from cdc_emitter.sink.interval import Recorded, batch_upper
-from cdc_emitter.sink.layout import Layout, RowColumns
+from cdc_emitter.sink.interval import batch_upper
+from cdc_emitter.sink.layout import Layout
 from cdc_emitter.sink.log import (
     DataFrameSinkLog,
     SinkLog,
@@ -106,17 +106,13 @@ from cdc_emitter.sink.log import (
 )
 from cdc_emitter.sink.options import (
     DEFAULT_MAX_MESSAGE_BYTES,
-    SMALL_BATCH_BYTES,
     SMALL_BATCH_ROWS,
     Encoder,
-    Framing,
     Late,
 )
-from cdc_emitter.sink.paths import DRIVER, DRIVER_AFTER_EXECUTORS, EXECUTORS, JvmPath
-from cdc_emitter.sink.python_path import PythonPath
-from cdc_emitter.sink.python_tasks import TaskSpec
+from cdc_emitter.sink.paths import DRIVER, DRIVER_AFTER_EXECUTORS, EXECUTORS, DataPaths, JvmPath
 from cdc_emitter.sink.result import BatchResult, PhaseClock
-from cdc_emitter.sink.row_checks import BATCH, Check, row_checks
+from cdc_emitter.sink.resume import NotThatBatch, Unfinished
 
 __all__ = [
     "CdcSink",
@@ -135,32 +131,8 @@ __all__ = [
 
 log = logging.getLogger("cdc_emitter.sink")  # the name users configure (0.1 had it)
 
-#: How many times a batch claims again after another writer fenced its claim, at most.
-CLAIM_ATTEMPTS = 12
-#: How many of those may end in doubt (`InDoubt`: an error of the broker's, not a fence).
-IN_DOUBT_ATTEMPTS = 3
 #: How many times a batch is planned again (its Spark jobs run again) before its last attempt.
 REPLANS = 3
-
-
-class Unfinished(NamedTuple):
-    """A `CdcSink.write` batch whose claim was sent and whose updates are not all written."""
-
-    lower: int
-    upper: int | None
-    time: int | None
-    digest_text: str
-    #: the claim is known committed; else (its commit failed, its reply maybe lost) it is
-    #: looked for in the topic before it is taken as this batch's
-    confirmed: bool = True
-
-
-class _NotThatBatch(Exception):
-    """A `write` batch with other data than the one its writer left unfinished: a new batch."""
-
-
-class _Overtaken(Exception):
-    """A batch whose time was the frontier, which another writer's claim moved: plan it again."""
 
 
 class CdcSink:
@@ -317,37 +289,40 @@ class CdcSink:
         self.small_batch_rows = small_batch_rows
         self.redundant = redundant
         self.complete_last = complete_last
-        #: a `write` batch claimed whose updates were not all written (see _complete_unfinished)
+        # the driver's Kafka clients, and the frontier carried from the last claim
+        self._clients = TopicClients(
+            bootstrap_servers,
+            topic,
+            self.producer_config,
+            framing=framing,
+            broker_timeout=self.broker_timeout,
+        )
+        # the data paths, and which one the next batch takes
+        self._paths = DataPaths(
+            bootstrap_servers=bootstrap_servers,
+            topic=topic,
+            producer_config=self.producer_config,
+            encoder=encoder,
+            max_message_bytes=self.max_message_bytes,
+            framing=framing,
+            time_column=time_column,
+            diff_column=diff_column,
+            late=late,
+            flush_timeout=flush_timeout,
+            small_batch_rows=small_batch_rows,
+            producer=self._clients.producer,
+        )
+        #: a `write` batch claimed whose updates were not all written (see resume.Unfinished)
         self._unfinished: Unfinished | None = None
         self._looked_back = False  # whether the first batch looked back for its own earlier claim
-        self._claims: ClaimProducer | None = None  # commits the progress statements (claims)
         self._clock = PhaseClock()  # the current batch's phases (see sink.result)
         self._upper_hint: int | None = None  # write_upto's upper, for the batch being written
-        self._topic_checked = False
-        self._update_partitions: list[int] | None = None  # where update messages go (see Batch)
         self._schema_checked: str | None = None  # the data schema found compatible with the topic
         self._sinklog: SinkLog | DataFrameSinkLog | None = None
         self._recording: commit.PendingRecord | None = None  # the last batch's sink log record
         # ((schema text, schema id), codec) of the last batch: see _codec
         self._last_codec: tuple[tuple[str, int], CdcCodec] | None = None
         self._query_id: str | None = None  # Spark Connect: from the checkpoint (see _writer)
-        self._producer: CdcProducer | None = None  # progress statements' (see _driver_producer)
-        self._topic_offsets: TopicOffsets | None = None  # end offsets and tail (see _offsets)
-        self._carried: TopicFrontier | None = None  # the frontier after our last statement
-        self._distributed: DistributedPath | None = None  # JVM path (see _distributed_path)
-        self._driver: DriverPath | None = None  # JVM path (see _driver_path)
-        # JVM path: (key, the last batch's row checks), see _row_checks
-        self._last_checks: tuple[tuple, list[Check]] | None = None
-        # (layout, data Columns, diff Column) of the last batch, see _prepared
-        self._row_columns: RowColumns | None = None
-        # how the next batch goes (DRIVER, ...): on the driver (see sink.driver) when the last was
-        # small, or consolidated to few updates; the first goes the distributed path, whatever
-        # its size — unless the topic's last batch of the same layout says it (_follow_topic)
-        self._next_path: JvmPath = EXECUTORS
-        self._followed = False  # whether the first batch's path was looked up in the topic
-        self._resolved_encoder: Encoder | None = None
-        # the executors' producer_factory (see python_tasks.TaskSpec): a test seam
-        self._task_producer: Callable[[TaskSpec], Any] | None = None
         #: the last batch's result (None before the first batch is written)
         self.last_result: BatchResult | None = None
 
@@ -468,17 +443,17 @@ class CdcSink:
         overtaken by another writer before its claim, is planned again at the new frontier —
         nothing of it was written (at most `REPLANS` times); so is a `write` batch that
         turned out not to be the one its writer left unfinished."""
-        resume = True
+        look_back = True
         for _attempt in range(REPLANS):
             try:
                 return self._write_once(
-                    df, batch_id, fixed_time=fixed_time, close=close, resume=resume
+                    df, batch_id, fixed_time=fixed_time, close=close, look_back=look_back
                 )
-            except _Overtaken as exc:
+            except Overtaken as exc:
                 log.info("%s: planned again at the topic's new frontier", exc)
-            except _NotThatBatch as exc:
+            except NotThatBatch as exc:
                 log.info("%s: other data than its writer's last batch: a new batch", exc)
-                self._unfinished, resume = None, False
+                self._unfinished, look_back = None, False
         return self._write_once(df, batch_id, fixed_time=fixed_time, close=close, last=True)
 
     def _write_once(
@@ -489,7 +464,7 @@ class CdcSink:
         fixed_time: int | None,
         close: bool,
         last: bool = False,
-        resume: bool = False,
+        look_back: bool = False,
     ) -> BatchResult:
         """Write one batch: its layout and topic checked, its interval decided once, its rows
         checked, its progress statement claimed, then its updates written (the module
@@ -504,12 +479,16 @@ class CdcSink:
         if self.registry is not None and cols.schema_text in self._registered:
             self.schema_id = self._registered[cols.schema_text]
         codec = self._codec(cols)
-        self._ensure_topic()
+        update_partitions = self._clients.update_partitions(
+            create=self.create_topic,
+            partitions=self.topic_partitions,
+            max_message_bytes=self.max_message_bytes,
+        )
         writer = self._writer(spark, batch_id)
         sinklog = self._log(spark) if batch_id is not None else None
         state = None
         if self._schema_checked != cols.schema_text:  # once per sink and schema: a tail read
-            state = self._learn_frontier()
+            state = self._clients.learn_frontier(self.frontier)
             codec = self._check_topic_schema(state, cols, codec)
         # 2. the interval, decided once: recorded, or from the topic's frontier
         decided = decide.decide_interval(
@@ -519,30 +498,35 @@ class CdcSink:
             state,
             topic=self.topic,
             column_mode=self.time_column is not None,
-            learn_frontier=self._learn_frontier,
+            learn_frontier=lambda: self._clients.learn_frontier(self.frontier),
         )
         if batch_id is not None and decided.recorded is None and not self._looked_back:
-            decided = self._claimed_before_record(decided, sinklog, batch_id)
+            self._looked_back = True
+            decided = resume.claimed_before_record(
+                decided,
+                sinklog,
+                batch_id,
+                topic=self.topic,
+                column_mode=self.time_column is not None,
+                read_back=lambda lower: self.frontier(back_to=lower),
+            )
         resuming = False
         if batch_id is None and decided.recorded is None:
-            if self._unfinished is None and resume and not last and not self._looked_back:
+            if self._unfinished is None and look_back and not last and not self._looked_back:
                 # a new sink (a new process): its writer may have left a batch unfinished
                 self._looked_back = True
-                self._unfinished = self._left_by_writer(decided.state, writer, fixed_time)
+                if self.complete_last and self.writer_id and self.time_column is None:
+                    self._unfinished = resume.left_by_writer(decided.state, writer, fixed_time)
                 resuming = self._unfinished is not None
             if self._unfinished is not None:
-                decided = self._complete_unfinished(decided, fixed_time)
-        encoder = self._encoder(spark)
-        if not self._followed:
-            self._followed = True
-            if encoder == "jvm":
-                self._follow_topic(decided.state, spark, cols)
-        # opened now, so that their connections and handshakes (~0.5 s each on a new sink)
-        # overlap the Spark job instead of delaying the claim and the driver's updates; the
-        # claim reads the topic again after a new claims producer fenced the others
-        self._driver_producer()
-        if self._claims_producer().ready():
-            self._carried = None
+                decided = resume.completing(self._unfinished, decided, fixed_time, topic=self.topic)
+        encoder = self._paths.encoder(spark)
+        self._paths.follow_topic(decided.state, spark, cols, encoder)
+        # opened now, so that the producer's connection and handshake (~0.5 s on a new sink)
+        # overlaps the Spark job instead of delaying the driver's updates; a new claims
+        # producer fences the others, after which the claim reads the topic again
+        self._clients.producer()
+        self._clients.fence()
         batch = decide.new_batch(
             batch_id,
             cols,
@@ -553,13 +537,13 @@ class CdcSink:
             time_column=self.time_column,
             time_offset=self.time_offset,
             late=self.late,
-            update_partitions=self._update_partitions,
+            update_partitions=update_partitions,
             redundant=self.redundant,
         )
         self._clock.mark("plan")
         # 3. every row, with its time and diff, checked by the batch's path (a bad one raises:
         # nothing written)
-        path, checked = self._check_rows(df, spark, batch, encoder)
+        path, checked = self._paths.check(df, spark, batch, encoder, schema_id=self.schema_id)
         # the batch's one time is the frontier it was decided from: another writer's claim
         # meanwhile moves it, and the batch is planned again rather than refused
         floats = (
@@ -583,50 +567,6 @@ class CdcSink:
             resuming=resuming,
         )
 
-    def _prepared(self, df: DataFrame, batch: Batch, encoder: Encoder) -> DataFrame:
-        """The rows as data columns, time and diff (`layout.prepared_rows`). The data and diff
-        Columns are the last batch's when the layout is (each Column made is round trips to the
-        JVM)."""
-        self._row_columns = layout.row_columns(self._row_columns, batch.data_cols, batch.diff_col)
-        return layout.prepared_rows(
-            df,
-            batch,
-            self._row_columns,
-            jvm=encoder == "jvm",
-            time_column=self.time_column,
-            late=self.late,
-        )
-
-    def _check_rows(
-        self,
-        df: DataFrame,
-        spark: SparkSession,
-        batch: Batch,
-        encoder: Encoder,
-    ) -> tuple[JvmPath, Checked]:
-        """Every row of the batch checked (a bad one raises: nothing written) by the path the
-        last batch chose — the driver path, or the distributed one for a batch too big for the
-        driver after all — or by the Python path; return the JVM path taken and the batch."""
-        path = self._next_path
-        checked: Checked | None = None
-        prepared: DataFrame | None = None  # built only for a path that reads it
-        if encoder == "jvm" and path != EXECUTORS and paths.small_layout(batch):
-            if path == DRIVER_AFTER_EXECUTORS:
-                prepared = self._prepared(df, batch, encoder)
-            checked = self._driver_path().check(df, prepared, spark, batch)
-        if checked is None:
-            path = EXECUTORS
-            if prepared is None:
-                prepared = self._prepared(df, batch, encoder)
-            if encoder == "jvm":  # counts and digest known before the claim
-                checked = self._distributed_path().check(prepared, spark, batch)
-            else:
-                checked = self._python_path().check(prepared, batch)
-        # the next batch's path: by the rows the driver would take, and what they consolidated to
-        if encoder == "jvm":
-            path = self._followed_by(checked, path)
-        return path, checked
-
     def _write_checked(
         self,
         batch: Batch,
@@ -649,11 +589,23 @@ class CdcSink:
             now = checked.digest()
             if recorded_digest is not None and digest_form(*now) != recorded_digest:
                 if resuming:  # not the batch its writer left: a new one
-                    raise _NotThatBatch(batch.what)
+                    raise NotThatBatch(batch.what)
                 raise ReplayError(
                     replay_message(batch.what, batch.batch_id, recorded_digest, digest_form(*now))
                 )
-            claim, statements, digest_text = self._claim(batch, upper, now, checked, floats=floats)
+            claim, statements, digest_text = claiming.claim_statement(
+                batch,
+                upper,
+                now,
+                checked,
+                clients=self._clients,
+                read_frontier=lambda back_to: self.frontier(back_to=back_to),
+                redundant=self.redundant,
+                max_message_bytes=self.max_message_bytes,
+                own=lambda state: self._own_claim(state, batch),
+                sending=lambda lower, upper, digest: self._sending(batch, lower, upper, digest),
+                floats=floats,
+            )
             self._clock.mark("commit")
             if batch.batch_id is None and claim.kind == "new":  # until its updates are written
                 self._unfinished = Unfinished(claim.lower, claim.upper, batch.time, digest_text)
@@ -701,123 +653,6 @@ class CdcSink:
         )
         return self._finish(result, encoder, path)
 
-    def _claim(
-        self,
-        batch: Batch,
-        upper: int | None,
-        now: tuple[int, tuple],
-        checked: Checked,
-        *,
-        floats: bool = False,
-    ) -> tuple[Claim, list[commit.Message], str]:
-        """Commit the batch's progress statement before any of its updates (`sink.claim`):
-        on the topic's state as read after this writer fenced the others, so that no writer
-        can have claimed in between — a commit that fails because another writer did is taken
-        again on fresh state. Returns the claim, its statement messages and their digest header."""
-        counts = dict(now[1])
-        times = sorted(t for t, n in counts.items() if n)
-        written = Written(counts, now[0], 0, 0)
-        claims = self._claims_producer()
-        pause, in_doubt = 0.05, 0
-        # the statement of this call's last commit that raised (fenced or in doubt), with its
-        # interval and digest: it may have landed, and then the claim found in the topic with
-        # the same interval and digest is this call's new one
-        sent: tuple[list[commit.Message], str, int, int | None] | None = None
-        for _attempt in range(CLAIM_ATTEMPTS):
-            if claims.ready():  # just fenced the others: what this sink carried may be stale
-                self._carried = None
-            state = self._carried or self.frontier()
-            first = times[0] if times else batch.lower
-            own = self._own_claim(state, batch)
-            moved = state.frontier != batch.lower
-            if own is None and (
-                batch.recorded is not None or moved and times and first < (state.frontier or 0)
-            ):
-                # a re-run's claim, or the statements a redundant batch compares with, may be
-                # older than the tail read: read back to them
-                state = self.frontier(back_to=min(first, batch.lower))
-                own = self._own_claim(state, batch)
-            if own is None and floats and (state.frontier or 0) > batch.lower:
-                raise _Overtaken(batch.what)
-            claim = decide_claim(
-                what=batch.what,
-                writer=batch.writer,
-                batch_id=batch.batch_id,
-                lower=batch.lower,
-                upper=upper,
-                frontier=state.frontier,
-                own=own,
-                counts=counts,
-                digest=now,
-                covering=self._covering(state, first, times[-1] if times else first),
-                redundant=self.redundant,
-            )
-            if (
-                claim.kind == "own"
-                and own is not None
-                and sent is not None
-                and (own.lower, own.upper, own.digest) == (sent[2], sent[3], sent[1])
-            ):  # this call's commit landed
-                self._carried = state
-                return claim._replace(kind="new"), sent[0], sent[1]
-            if claim.kind != "new":
-                self._carried = state
-                return claim, [], ""
-
-            claimed = dataclasses.replace(batch, lower=claim.lower)
-            messages, digest_text = commit.progress_messages(
-                claimed, claim.upper, written, checked, self.max_message_bytes
-            )
-            if batch.batch_id is None:  # until its updates are written (see _own_claim)
-                self._unfinished = Unfinished(
-                    claim.lower, claim.upper, batch.time, digest_text, confirmed=False
-                )
-            try:
-                offset = claims.commit(messages)
-            except Fenced as exc:
-                sent = (messages, digest_text, claim.lower, claim.upper)
-                log.info(
-                    "%s: another writer claimed meanwhile (%s): claiming again", batch.what, exc
-                )
-                self._carried = None
-                time.sleep(pause * (0.5 + random.random()))
-                pause = min(pause * 2, 2.0)
-                continue
-            except InDoubt as exc:
-                sent = (messages, digest_text, claim.lower, claim.upper)
-                in_doubt += 1
-                if in_doubt >= IN_DOUBT_ATTEMPTS:
-                    raise DeliveryError(
-                        f"topic {self.topic!r} partition 0: the progress statement's transaction "
-                        f"failed {in_doubt} times ({exc}); whether the last was committed is "
-                        "for the next attempt to find in the topic"
-                    ) from None
-                log.warning(
-                    "%s: the claim's transaction failed (%s): looking for it in the topic, "
-                    "then claiming again",
-                    batch.what,
-                    exc,
-                )
-                self._carried = None
-                time.sleep(pause * (0.5 + random.random()))
-                pause = min(pause * 2, 2.0)
-                continue
-            self._carried = topic.carried_frontier(
-                state,
-                batch.writer,
-                batch.batch_id,
-                claim.lower,
-                claim.upper,
-                batch.avro_data,
-                digest_text,
-                offset + 1,  # the last record: the commit marker after the statement
-            )
-            return claim, messages, digest_text
-        raise ConcurrentWriterError(
-            f"{batch.what}: other writers of the topic kept claiming first "
-            f"({CLAIM_ATTEMPTS} attempts). Nothing was written; retry the batch"
-        )
-
     def _finish(self, result: BatchResult, encoder: Encoder, path: JvmPath) -> BatchResult:
         """The batch's result with its phases and paths, logged and given to ``on_batch``."""
         result = dataclasses.replace(
@@ -843,8 +678,6 @@ class CdcSink:
         if self.on_batch is not None:
             self.on_batch(result)
         return result
-
-    # -- the paths that write a batch (see sink.batch) ------------------------------------------
 
     def _upper(self, batch: Batch, close: bool, max_time: int | None) -> int | None:
         """The batch's upper bound (see `batch_upper`)."""
@@ -895,60 +728,7 @@ class CdcSink:
         Raises:
             BrokerError: The topic is missing or the broker cannot be reached.
         """
-        return topic.read_frontier(
-            self.bootstrap_servers,
-            self.topic,
-            framing=self.framing,
-            schema_id=self.schema_id,
-            config=options.client_config(self.producer_config),
-            offsets=self._offsets(),
-            broker_timeout=self.broker_timeout,
-            back_to=back_to,
-        )
-
-    def _offsets(self) -> TopicOffsets:
-        """The topic's end offsets and tail, through one client for the sink's life."""
-        if self._topic_offsets is None:
-            self._topic_offsets = TopicOffsets(
-                self.bootstrap_servers,
-                self.topic,
-                options.client_config(self.producer_config),
-                broker_timeout=self.broker_timeout,
-            )
-        return self._topic_offsets
-
-    def _partition0_end(self) -> int:
-        """Partition 0's end offset, retried while the broker briefly cannot say (restarted,
-        leader moving: the kept client's metadata is refreshed meanwhile)."""
-        return retrying(lambda: self._offsets().end(0), self.broker_timeout)
-
-    def _learn_frontier(self) -> TopicFrontier:
-        """The topic's frontier: carried forward from this sink's last claim while no other
-        writer fenced its claims producer (no request at all), or while partition 0 (where every
-        statement goes) has not moved past it (one offset request); else read from the tail."""
-        carried = self._carried
-        if carried is not None and self._claims is not None and self._claims.commits:
-            return carried  # no other writer committed since: it would have fenced our claims
-        if carried is not None and self._partition0_end() == carried.partition0_end:
-            return carried
-        self._carried = state = self.frontier()
-        return state
-
-    def _ensure_topic(self) -> None:
-        """The topic exists (or is created) and takes messages as large as this sink makes."""
-        if self._topic_checked:
-            return
-        self._update_partitions = topic.writable_topic(
-            self.bootstrap_servers,
-            self.topic,
-            self._offsets(),
-            create=self.create_topic,
-            partitions=self.topic_partitions,
-            config=options.client_config(self.producer_config),
-            max_message_bytes=self.max_message_bytes,
-            broker_timeout=self.broker_timeout,
-        )
-        self._topic_checked = True
+        return self._clients.frontier(self.schema_id, back_to=back_to)
 
     def _codec(self, cols: Layout) -> CdcCodec:
         """The codec of the batch's data schema under the sink's schema id: the last batch's
@@ -994,240 +774,27 @@ class CdcSink:
             self._sinklog = open_sink_log(spark, self.checkpoint_location)
         return self._sinklog
 
-    # -- the paths that write a batch (see sink.paths and sink.batch) --------------------------
-
-    def _encoder(self, spark: SparkSession) -> Encoder:
-        """The data path: ``encoder``, or for ``"auto"`` ``"jvm"`` when the session can take it,
-        else ``"python"`` (decided once per sink, `paths.resolve_encoder`)."""
-        if self.encoder != "auto":
-            return self.encoder
-        if self._resolved_encoder is None:
-            self._resolved_encoder = paths.resolve_encoder(
-                spark, self.bootstrap_servers, self.topic, self.producer_config
-            )
-        return self._resolved_encoder
-
-    def _row_checks(self, batch: Batch) -> list[Check]:
-        """The JVM path's per-row checks of ``batch`` (`row_checks`).
-        A batch of one time has no time to check row by row: its interval was decided from it
-        (`batch_upper` refuses a re-run's time beyond its record)."""
-        rerun = batch.recorded is not None and batch.time is None
-        # the checks name the batch as BATCH (row_checks.task_error puts its name back) and hold
-        # the frontier only where a time column is checked against it: most batches share the
-        # last one's, already built (each Column made is round trips to the JVM)
-        recorded_upper = batch.recorded.upper if rerun and batch.recorded is not None else None
-        key = (batch.late_below if self.time_column else None, recorded_upper)
-        if self._last_checks is None or self._last_checks[0] != key:
-            self._last_checks = (
-                key,
-                row_checks(
-                    what=BATCH,
-                    lower=batch.late_below,
-                    recorded_upper=recorded_upper,
-                    time_column=self.time_column,
-                    diff_column=self.diff_column,
-                ),
-            )
-        return self._last_checks[1]
-
-    def _distributed_path(self) -> DistributedPath:
-        """The JVM path's distributed path (`cdc_emitter.sink.distributed`), one for the
-        sink's life: it sizes each batch's spread from the last."""
-        if self._distributed is None:
-            self._distributed = DistributedPath(
-                bootstrap_servers=self.bootstrap_servers,
-                topic=self.topic,
-                producer_config=self.producer_config,
-                max_message_bytes=self.max_message_bytes,
-                row_checks=self._row_checks,
-                producer=self._driver_producer,
-                flush_timeout=self.flush_timeout,
-                join_bytes=SMALL_BATCH_BYTES if self.small_batch_rows else 0,
-            )
-        return self._distributed
-
-    def _driver_path(self) -> DriverPath:
-        """The JVM path's driver path (`cdc_emitter.sink.driver`), one for the sink's life."""
-        if self._driver is None:
-            self._driver = DriverPath(
-                small_batch_rows=self.small_batch_rows,
-                max_message_bytes=self.max_message_bytes,
-                time_column=self.time_column,
-                diff_column=self.diff_column,
-                late=self.late,
-                flush_timeout=self.flush_timeout,
-                producer=self._driver_producer,
-                plan=lambda spark, batch: self._distributed_path().plan(spark, batch)[0],
-                row_checks=self._row_checks,
-            )
-        return self._driver
-
-    def _python_path(self) -> PythonPath:
-        """The Python data path (`cdc_emitter.sink.python_path`)."""
-        return PythonPath(
-            bootstrap_servers=self.bootstrap_servers,
-            topic=self.topic,
-            producer_config=self.producer_config,
-            framing=self.framing,
-            schema_id=self.schema_id,
-            max_message_bytes=self.max_message_bytes,
-            flush_timeout=self.flush_timeout,
-            time_column=self.time_column,
-            diff_column=self.diff_column,
-            producer_factory=self._task_producer,
-        )
-
-    def _followed_by(self, checked: Checked, path: JvmPath) -> JvmPath:
-        """Choose the next batch's path from ``checked``'s stats (`_path_after`); return
-        where its own messages were finished: the driver, after the executors, when a small
-        batch's messages came back to be joined."""
-        self._next_path = self._path_after(checked.rows, checked.groups, checked.bytes)
-        return DRIVER_AFTER_EXECUTORS if path == EXECUTORS and checked.produced_on_driver else path
-
-    def _path_after(self, rows: int, groups: int, n_bytes: int) -> JvmPath:
-        """How the batch after this one is written (`paths.path_after`)."""
-        return paths.path_after(rows, groups, n_bytes, self.small_batch_rows)
-
-    def _follow_topic(self, state: TopicFrontier, spark: SparkSession, cols: Layout) -> None:
-        """Size this sink's first batch like the topic's last one, of the same data layout, by
-        any sink (`paths.topic_shape`): its path (`_path_after`), its spread and whether its
-        rows are consolidated straight away — as a running sink's next batch follows its last.
-        A hint for speed only: a batch unlike it is written the same, as after a change of size
-        in a running sink."""
-        shape = paths.topic_shape(self.topic, state, cols.schema_text)
-        if shape is None:
-            return
-        rows, groups, n_bytes = shape
-        self._next_path = self._path_after(rows, groups, n_bytes)
-        self._distributed_path().follow(rows, groups, n_bytes, spark, cols.schema, cols.data_cols)
-        log.debug(
-            "topic %r: the last batch had %d rows, %d groups and %d bytes of messages: the "
-            "first batch goes the %s path",
-            self.topic,
-            rows,
-            groups,
-            n_bytes,
-            self._next_path,
-        )
-
-    # -- the driver's Kafka clients -------------------------------------------------------------
-
-    def _claimed_before_record(
-        self,
-        decided: decide.Decided,
-        sinklog: SinkLog | DataFrameSinkLog | None,
-        batch_id: int,
-    ) -> decide.Decided:
-        """A restarted query's first batch with no record may still have claimed before it died
-        (between its claim and its sink log record), with other writers' claims since pushing
-        that claim out of the tail read: its claim lies after the previous batch's, which the
-        sink log knows, so the topic is read back that far once. Found, the batch keeps it."""
-        self._looked_back = True
-        previous = sinklog.get(batch_id - 1) if sinklog is not None and batch_id else None
-        if previous is None or previous.topic not in (None, self.topic):
-            return decided
-        state = self.frontier(back_to=previous.lower)
-        claimed = decide.claimed_in(
-            state, decided.writer, batch_id, column_mode=self.time_column is not None
-        )
-        return decided if claimed is None else claimed
-
-    def _left_by_writer(
-        self, state: TopicFrontier, writer: str, fixed_time: int | None
-    ) -> Unfinished | None:
-        """The newest `write` batch this sink's ``writer_id`` claimed, as a candidate to
-        complete (default mode): a process that died between a claim and its last update
-        leaves its readers waiting, and the same command run again — the same writer id, the
-        same data — completes it. Other data is found out by its digest, and written as a new
-        batch."""
-        if not (self.complete_last and self.writer_id) or self.time_column is not None:
-            return None
-        key = (writer, None)
-        found, digest_text = state.batches.get(key), state.digests.get(key)
-        if found is None or found[1] is None or not digest_text:
-            return None
-        lower, upper = found
-        if fixed_time is not None and fixed_time != upper - 1:
-            return None
-        return Unfinished(lower, upper, upper - 1, digest_text)
-
-    def _complete_unfinished(
-        self, decided: decide.Decided, fixed_time: int | None
-    ) -> decide.Decided:
-        """A `write` after one whose claim was committed but whose updates were not all
-        written: it completes that claim — the same data at the claim's time — since readers
-        wait on it until it is complete."""
-        unfinished = self._unfinished
-        assert unfinished is not None
-        if fixed_time is not None and fixed_time != unfinished.time:
-            upper = "∞" if unfinished.upper is None else unfinished.upper
-            raise ReplayError(
-                f"topic {self.topic!r}: this sink's last batch claimed [{unfinished.lower}, "
-                f"{upper}) but its updates were not all written, and readers wait on it. "
-                f"Nothing was written: write the same data again (time={unfinished.time}) to "
-                "complete it"
-            )
-        recorded = Recorded(unfinished.lower, unfinished.upper, unfinished.time)
-        digest = parse_digest(unfinished.digest_text)
-        return decide.Decided(decided.writer, unfinished.lower, recorded, digest, decided.state)
+    # -- this sink's own claims (see sink.resume) ---------------------------------------------
 
     def _own_claim(self, state: TopicFrontier, batch: Batch) -> Stated | None:
-        """This batch's committed claim: a re-run's, found in ``state`` by writer and batch id;
-        a `write` batch's, the one this sink left unfinished (or found its writer left)."""
-        if batch.batch_id is not None:
-            key = (batch.writer, batch.batch_id)
-            found = state.batches.get(key)
-            if found is None:
-                return None
-            return Stated(batch.writer, batch.batch_id, found[0], found[1], state.digests.get(key))
-        unfinished = self._unfinished
-        if unfinished is None:
-            return None
-        newest: tuple[str, int | None] = (batch.writer, None)  # the writer's newest write batch
-        if not unfinished.confirmed:  # committed after all?
-            if state.batches.get(newest) != (unfinished.lower, unfinished.upper) or (
-                state.digests.get(newest) != unfinished.digest_text
-            ):
-                return None
-            self._unfinished = unfinished = unfinished._replace(confirmed=True)
-        elif batch.recorded is None:
-            return None
-        return Stated(
-            batch.writer, None, unfinished.lower, unfinished.upper, unfinished.digest_text
-        )
+        """This batch's committed claim in ``state`` (`resume.own_claim`): a re-run's, by writer
+        and batch id; a `write` batch's, the one this sink left unfinished."""
+        stated, self._unfinished = resume.own_claim(state, batch, self._unfinished)
+        return stated
 
-    @staticmethod
-    def _covering(state: TopicFrontier, first: int, last: int) -> list[Stated]:
-        """The statements in ``state`` that meet ``[first, last]``; else the newest, to name."""
-        found = stated_covering(state.batches, state.digests, first, last)
-        if not found and state.found and state.lower is not None:
-            found = [Stated(state.writer or "unknown", state.batch, state.lower, state.upper, None)]
-        return found
+    def _sending(self, batch: Batch, lower: int, upper: int | None, digest_text: str) -> None:
+        """A `write` batch's claim is about to be committed: until its updates are written, it
+        is this sink's unfinished batch, maybe committed (see `unfinished`)."""
+        if batch.batch_id is None:
+            self._unfinished = Unfinished(lower, upper, batch.time, digest_text, confirmed=False)
 
-    def _claims_producer(self) -> ClaimProducer:
-        """The transactional producer of progress statements, one for the sink's life."""
-        if self._claims is None:
-            self._claims = ClaimProducer(
-                self.bootstrap_servers,
-                self.topic,
-                self.producer_config,
-                timeout=self.broker_timeout,
-            )
-        return self._claims
-
-    def _driver_producer(self) -> CdcProducer:
-        """The producer of the update messages the driver writes (small batches): one for the
-        sink's life (a new one per batch would pay a connection and an idempotence handshake
-        every time)."""
-        if self._producer is None:
-            self._producer = CdcProducer(self.bootstrap_servers, self.topic, self.producer_config)
-        return self._producer
+    # -- the driver's Kafka clients (see sink.clients) -----------------------------------------
 
     def _forget_clients(self) -> None:
         """After a failed write: the carried frontier is no longer known, and the driver's
         producer may hold a latched error — the next batch reads the tail and gets new clients.
         The batch's own error is the one raised: its sink log record's, if any, is logged."""
-        self._carried = None
+        self._clients.carried = None
         try:
             self.close()
         except CdcError:
@@ -1250,15 +817,4 @@ class CdcSink:
         try:
             self._wait_for_record()
         finally:
-            self._release_clients()
-
-    def _release_clients(self) -> None:
-        producer, self._producer = self._producer, None
-        offsets, self._topic_offsets = self._topic_offsets, None
-        claims, self._claims = self._claims, None
-        if claims is not None:
-            claims.close()
-        if producer is not None:
-            producer.close()
-        if offsets is not None:
-            offsets.close()
+            self._clients.release()

@@ -1,4 +1,4 @@
-"""A producer that fails on cue, for the sink's executor tasks (``CdcSink._task_producer``).
+"""A producer that fails on cue, for the sink's executor tasks (``DataPaths.task_producer``).
 
 Pickled by value into Spark's task closures (``register_pickle_by_value``), so the executors'
 Python needs nothing of the tests.

@@ -241,7 +241,7 @@ def test_a_first_batch_of_one_time_bigger_than_its_spread_is_spread_again_by_its
     assert (first.updates, first.finished_on) == (40_000, "executors")
     sizes = [len(r.value) for r in kafka_reading.read_topic(kafka_bootstrap, topic)]
     assert max(sizes) <= limit and len(sizes) == first.messages
-    assert sink._distributed.buckets > FIRST_BUCKETS  # sized from the first batch's bytes
+    assert sink._paths.distributed.buckets > FIRST_BUCKETS  # sized from the first batch's bytes
     calls.clear()
     second = sink.write(df.selectExpr("k", "v", "-diff as diff"), time=2)
     assert calls == ["unconsolidated"] and second.updates == 40_000
@@ -1210,9 +1210,8 @@ def test_task_retry_after_partial_produce_only_duplicates(spark, kafka_bootstrap
 
     pickled_by_value()
     sink = CdcSink(kafka_bootstrap, topic, max_message_bytes=120, encoder="python")
-    sink._task_producer = FailAfterMessages(
-        3
-    )  # attempt 0 of partition 0 dies after 3 acknowledged messages
+    # attempt 0 of partition 0 dies after 3 acknowledged messages
+    sink._paths.task_producer = FailAfterMessages(3)
     result = sink.write(df, time=4)
     assert result.updates == 299
     expected = [((k, v), 4, d) for k, v, d in rows]

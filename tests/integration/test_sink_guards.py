@@ -340,7 +340,7 @@ def test_a_writer_paused_between_its_claim_and_its_updates_completes_its_own_int
     ddl = "k long, v string"
     a = CdcSink(kafka_bootstrap, topic, writer_id="writer-a")
     b = CdcSink(kafka_bootstrap, topic, writer_id="writer-b")
-    claims = b._claims_producer()
+    claims = b._clients.claims()
     commit = claims.commit
     results = []
 
