@@ -1,15 +1,18 @@
 """Kafka I/O through confluent-kafka (librdkafka): producing, reading, topics, the topic's
-frontier and the schema registry.
+frontier, claims and the schema registry.
 
 The only package that imports ``confluent_kafka``. Moves bytes and headers; may import
 ``protocol`` and ``errors``, never Spark.
 
 - `cdc_emitter.kafka.config`: client settings, redaction, making clients;
+- `cdc_emitter.kafka.preflight`: the checks a command runs before its real work;
 - `cdc_emitter.kafka.producer`: `CdcProducer`;
+- `cdc_emitter.kafka.claims`: the transactional producer of progress statements (claims);
 - `cdc_emitter.kafka.topics`: `ensure_topic`, `topic_settings`;
-- `cdc_emitter.kafka.reading`: `read_topic`, `TopicScan`, end offsets and
-  the last messages of each partition;
+- `cdc_emitter.kafka.reading`: `read_topic`, `TopicScan`, end offsets and the last messages of
+  each partition;
 - `cdc_emitter.kafka.frontier`: the topic's frontier, read from its tail;
+- `cdc_emitter.kafka.topic_schema`: the data schema a topic was written with;
 - `cdc_emitter.kafka.registry`: the schema registry.
 
 The names below are also the module ``cdc_emitter.kafka_io`` of release 0.1.

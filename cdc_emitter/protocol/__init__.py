@@ -3,13 +3,18 @@
 Imports nothing of Kafka or Spark, and nothing of this package outside ``protocol`` and
 ``errors``. Everything else builds on it.
 
-- `cdc_emitter.protocol.updates`: `Update`, `Progress`, `consolidate`
-  and the functions that build progress statements;
+- `cdc_emitter.protocol.updates`: `Update`, `Progress`, `consolidate` and the functions that
+  build progress statements;
 - `cdc_emitter.protocol.reader`: `CdcReader` and its counting variant; what it remembers in
-  `cdc_emitter.protocol.ledgers`;
-- `cdc_emitter.protocol.codec`: the Avro wire format; `cdc_emitter.protocol.schemas` the
-  documented schemas, `cdc_emitter.protocol.json_forms` decoded values as JSON;
-- `cdc_emitter.protocol.headers`: our message headers.
+  `cdc_emitter.protocol.ledgers`, and strict mode's memory in `cdc_emitter.protocol.bloom`;
+- `cdc_emitter.protocol.codec`: the Avro wire format; `cdc_emitter.protocol.fast_decode` its
+  fast decoder for one data layout, `cdc_emitter.protocol.arrow_avro` its encoder from Arrow
+  columns;
+- `cdc_emitter.protocol.schemas`: the documented schemas; `cdc_emitter.protocol.schema_match`
+  whether one data schema reads what another wrote;
+- `cdc_emitter.protocol.json_forms`: decoded values as JSON text;
+- `cdc_emitter.protocol.headers`: our message headers;
+- `cdc_emitter.protocol.materialize`: the Materialize ``CREATE SOURCE`` statement.
 
 The names below are also the module ``cdc_emitter.core`` of release 0.1.
 """

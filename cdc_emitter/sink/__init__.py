@@ -1,12 +1,24 @@
 """``CdcSink`` and its data paths: a Spark DataFrame written to Kafka as CDCv2.
 
-`cdc_emitter.sink.sink` takes each batch through its phases — its interval decided
-(`cdc_emitter.sink.decide`, `cdc_emitter.sink.topic`), its path chosen
-(`cdc_emitter.sink.paths`), its progress statement written (`cdc_emitter.sink.commit`); the
-data paths write its updates: `cdc_emitter.sink.distributed` (one Spark job, the
-default), `cdc_emitter.sink.driver` (small batches, finished on the driver) and
-`cdc_emitter.sink.python_path` (encoded by Python on the executors). May import
-``protocol``, ``kafka``, ``spark`` and ``errors``.
+May import ``protocol``, ``kafka``, ``spark`` and ``errors``. `cdc_emitter.sink.sink` holds
+`CdcSink` and takes each batch through its phases; the work of each is done here:
+
+- plan: `cdc_emitter.sink.options` (the constructor's arguments), `cdc_emitter.sink.layout`
+  (the batch's columns), `cdc_emitter.sink.decide` and `cdc_emitter.sink.interval` (its
+  interval), `cdc_emitter.sink.log` (the sink log), `cdc_emitter.sink.resume` (a batch's own
+  earlier claim), `cdc_emitter.sink.clients` and `cdc_emitter.sink.topic` (the driver's Kafka
+  clients, the frontier, the topic's schema and settings);
+- check: `cdc_emitter.sink.paths` chooses the data path, handed the batch through
+  `cdc_emitter.sink.batch`; the paths are `cdc_emitter.sink.distributed` (one Spark job; its
+  plan in `cdc_emitter.sink.plan`, its figures in `cdc_emitter.sink.plan_stats`),
+  `cdc_emitter.sink.driver` (finished on the driver, `cdc_emitter.sink.small_batch`) and
+  `cdc_emitter.sink.python_path` (on the executors, `cdc_emitter.sink.python_tasks`); every
+  row is checked by `cdc_emitter.sink.row_checks`; `cdc_emitter.sink.digest` tells a re-run's
+  data;
+- claim: `cdc_emitter.sink.claiming` commits it, `cdc_emitter.sink.claim` decides where it goes;
+- write: `cdc_emitter.sink.commit` (the statement's messages, the sink log record);
+  `cdc_emitter.sink.result` is what a batch wrote, `cdc_emitter.sink.interrupted` a batch its
+  query's stop interrupted.
 
 ``CdcSink`` is imported lazily, so the pure modules here (interval, batch, digest, small_batch,
 result, interrupted) load without pyspark.

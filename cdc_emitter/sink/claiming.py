@@ -54,7 +54,7 @@ def claim_statement(
     checked: Checked,
     *,
     clients: TopicClients,
-    read_frontier: Callable[[int | None], TopicFrontier],
+    read_frontier: Callable[..., TopicFrontier],
     redundant: bool,
     max_message_bytes: int,
     own: Callable[[TopicFrontier], Stated | None],
@@ -70,8 +70,8 @@ def claim_statement(
         now: its figures (`Checked.digest`): the digest and the counts per time.
         checked: the checked batch (for the statement's messages).
         clients: the sink's Kafka clients; their carried frontier is updated.
-        read_frontier: reads the topic's frontier from its tail, back to a time (or None:
-            only as far as the frontier needs).
+        read_frontier: reads the topic's frontier from its tail (`CdcSink.frontier`: with
+            ``back_to``, back to a time).
         redundant: the writer is one of several identical ones.
         max_message_bytes: the largest message the sink makes.
         own: this batch's own claim in a state of the topic, if committed (`resume.own_claim`).
@@ -100,7 +100,7 @@ def claim_statement(
     for _attempt in range(CLAIM_ATTEMPTS):
         if claims.ready():  # just fenced the others: what this sink carried may be stale
             clients.carried = None
-        state = clients.carried or read_frontier(None)
+        state = clients.carried or read_frontier()
         first = times[0] if times else batch.lower
         stated = own(state)
         moved = state.frontier != batch.lower
@@ -109,7 +109,7 @@ def claim_statement(
         ):
             # a re-run's claim, or the statements a redundant batch compares with, may be
             # older than the tail read: read back to them
-            state = read_frontier(min(first, batch.lower))
+            state = read_frontier(back_to=min(first, batch.lower))
             stated = own(state)
         if stated is None and floats and (state.frontier or 0) > batch.lower:
             raise Overtaken(batch.what)

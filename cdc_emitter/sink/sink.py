@@ -599,7 +599,7 @@ class CdcSink:
                 now,
                 checked,
                 clients=self._clients,
-                read_frontier=lambda back_to: self.frontier(back_to=back_to),
+                read_frontier=self.frontier,
                 redundant=self.redundant,
                 max_message_bytes=self.max_message_bytes,
                 own=lambda state: self._own_claim(state, batch),

@@ -5,13 +5,16 @@ DataFrame API only, so everything here also runs on Spark Connect. May import ``
 ``kafka`` and ``errors``; never the sink, the readers or the CLI.
 
 - `cdc_emitter.spark.schema`: Spark types to Avro schemas, DDL column lists;
+- `cdc_emitter.spark.avro_types`: the other way, Avro schemas and values to Spark's;
 - `cdc_emitter.spark.columns`: the Columns every data path uses;
 - `cdc_emitter.spark.avro_length`: the length of a decoded value's Avro encoding, as a Column;
 - `cdc_emitter.spark.kafka`: Spark's Kafka source and sink options;
 - `cdc_emitter.spark.settings`: what the sink reads of a session's settings;
 - `cdc_emitter.spark.setup`: `configure_spark`;
 - `cdc_emitter.spark.session`: sessions for the CLI;
-- `cdc_emitter.spark.tables`: reading tables for the CLI;
+- `cdc_emitter.spark.tables`: reading tables for the CLI; `cdc_emitter.spark.sources` checks
+  local input files before Spark starts, and `cdc_emitter.spark.malformed` finds the first bad
+  line of one;
 - `cdc_emitter.spark.errors`: the readable first line of a Spark error.
 
 The names of the module ``cdc_emitter.sources`` of release 0.1 are found here too, imported when

@@ -11,7 +11,7 @@ from cdc_emitter.kafka.producer import CdcProducer
 from cdc_emitter.kafka.reading import read_topic
 from cdc_emitter.protocol import CdcReader, Progress, Update
 from cdc_emitter.protocol.codec import CdcCodec
-from cdc_emitter.read import spark_reader
+from cdc_emitter.read import spark_replay
 from cdc_emitter.spark.schema import data_schema
 
 pytestmark = [pytest.mark.kafka, pytest.mark.spark]
@@ -224,7 +224,7 @@ def test_violations_are_the_local_readers(
     """``streamed``: the driver takes the rows it needs in order a partition at a time, as on a
     topic too big to collect them at once."""
     if streamed:
-        monkeypatch.setattr(spark_reader, "COLLECT_AT_MOST", 0)
+        monkeypatch.setattr(spark_replay, "COLLECT_AT_MOST", 0)
     topic = topic_factory(2)
     schema = {"type": "record", "name": "row", "fields": [{"name": "k", "type": "long"}]}
     codec = CdcCodec(schema)
@@ -485,7 +485,7 @@ def test_rows_come_out_in_the_local_readers_order(
     from pyspark.sql import functions as F
 
     if streamed:
-        monkeypatch.setattr(spark_reader, "COLLECT_AT_MOST", 0)
+        monkeypatch.setattr(spark_replay, "COLLECT_AT_MOST", 0)
     ddl, rows = _many_types(40)
     # an id shared by several rows, so the other columns decide the order; a string beyond ASCII
     rows = [
@@ -595,7 +595,7 @@ def test_an_array_gone_before_it_is_read_again_stops_the_read_naming_it(spark, s
     messages it judges at once or streams them a partition at a time (more of them)."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
-    from cdc_emitter.read.spark_reader import _judge_singles
+    from cdc_emitter.read.spark_replay import judge_singles
 
     data = StructType([StructField("k", LongType()), StructField("v", StringType())])
     codec = CdcCodec(data_schema(data))
@@ -614,7 +614,7 @@ def test_an_array_gone_before_it_is_read_again_stops_the_read_naming_it(spark, s
         )
 
     with pytest.raises(CdcError) as error:
-        _judge_singles(decoded, codec, [(0, 5), (1, 7)], values, collect=not streamed)
+        judge_singles(decoded, codec, [(0, 5), (1, 7)], values, collect=not streamed)
     assert asked == [[(0, 5), (1, 7)]]
     assert str(error.value) == (
         "partition 1 offset 7 of the topic is gone since read_cdc began (retention or "

@@ -97,7 +97,9 @@ def test_only_the_kafka_package_imports_confluent_kafka():
     assert users and all(u.startswith("kafka/") for u in users), users
 
 
-@pytest.mark.parametrize("module", ["spark_reader.py", "spark_decode.py"])
+@pytest.mark.parametrize(
+    "module", ["spark_reader.py", "spark_decode.py", "spark_groups.py", "spark_replay.py"]
+)
 def test_reading_with_spark_needs_nothing_of_the_sink(module):
     assert "sink" not in ours(imports(PACKAGE / "read" / module))
 
@@ -116,3 +118,18 @@ def test_no_module_imports_another_modules_private_names():
                     if a.name.startswith("_") and a.name != "__version__" and not own
                 ]
     assert found == []
+
+
+@pytest.mark.parametrize(
+    "package", sorted(p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists())
+)
+def test_each_package_docstring_names_every_module_in_it(package):
+    doc = ast.get_docstring(ast.parse((PACKAGE / package / "__init__.py").read_text())) or ""
+    missing = [
+        p.stem
+        for p in (PACKAGE / package).glob("*.py")
+        if p.stem not in ("__init__", "__main__")
+        and f"`cdc_emitter.{package}.{p.stem}`" not in doc
+        and f"`{p.stem}`" not in doc
+    ]
+    assert missing == [], f"cdc_emitter/{package}/__init__.py does not name {missing}"
