@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -95,18 +96,57 @@ class ClaimProducer:
         cfg["message.timeout.ms"] = min(int(cfg.get("message.timeout.ms", limit)), limit)
         self._cfg = cfg
         self._producer: Any = None
+        # a `start` in progress: its thread, and what it found (the producer, or the error)
+        self._starting: tuple[threading.Thread, dict[str, Any]] | None = None
         #: commits since the producer was (re)initialised: 0 means what the writer knows of the
         #: topic was learnt before this producer fenced the others, and must be read again
         self.commits = 0
 
+    def start(self) -> None:
+        """Begin initialising the producer in a thread, unless it is initialised or being so;
+        `ready` waits for it. A new writer's initialisation takes one or more round trips to the
+        transaction coordinator (50 ms to half a second on a local broker): started before the
+        caller's own work, it overlaps that work."""
+        if self._producer is not None or self._starting is not None:
+            return
+        found: dict[str, Any] = {}
+
+        def initialise() -> None:
+            try:
+                found["producer"] = self._initialised()
+            except BaseException as exc:  # noqa: BLE001 - handed to ready(), which raises it
+                found["error"] = exc
+
+        thread = threading.Thread(target=initialise, name="cdc-emitter-claims", daemon=True)
+        thread.start()
+        self._starting = (thread, found)
+
     def ready(self) -> bool:
-        """Initialise the producer if it is not (fencing every other writer of the topic).
+        """Initialise the producer if it is not (fencing every other writer of the topic), or
+        wait for the initialisation `start` began.
 
         Returns:
             True when it was just initialised: the caller must read the topic's state afresh.
+
+        Raises:
+            DeliveryError: the producer could not be initialised.
         """
         if self._producer is not None:
             return False
+        starting, self._starting = self._starting, None
+        if starting is None:
+            producer = self._initialised()
+        else:
+            thread, found = starting
+            thread.join()
+            if "error" in found:
+                raise found["error"]
+            producer = found["producer"]
+        self._producer, self.commits = producer, 0
+        return True
+
+    def _initialised(self) -> Any:
+        """A new producer, initialised: every other writer of the topic is fenced."""
         producer = make_client(Producer, dict(self._cfg))
         try:
             producer.init_transactions(self.timeout)
@@ -117,8 +157,7 @@ class ClaimProducer:
                 "allow transactions (transaction.state.log.replication.factor no more than its "
                 "brokers) and this client Write on that transactional id"
             ) from None
-        self._producer, self.commits = producer, 0
-        return True
+        return producer
 
     def commit(self, messages: Sequence[Message]) -> int:
         """Commit ``messages`` to partition 0 as one transaction.
@@ -174,7 +213,11 @@ class ClaimProducer:
                 log.debug("aborting a claim transaction failed", exc_info=True)
 
     def close(self) -> None:
-        """Let the producer go (nothing is pending between commits)."""
+        """Let the producer go (nothing is pending between commits), once a `start` in
+        progress is over."""
+        starting, self._starting = self._starting, None
+        if starting is not None:
+            starting[0].join()
         self._producer, self.commits = None, 0
 
     def _text(self, exc: BaseException) -> str:

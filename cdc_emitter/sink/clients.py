@@ -143,13 +143,11 @@ class TopicClients:
             )
         return self._claims
 
-    def fence(self) -> ClaimProducer:
-        """The claims producer, started if it is not: starting it fences every other writer,
-        after which the carried frontier is no longer vouched for (it is forgotten)."""
-        claims = self.claims()
-        if claims.ready():
-            self.carried = None
-        return claims
+    def start_fencing(self) -> None:
+        """Begin starting the claims producer in the background (`ClaimProducer.start`), so
+        that its round trips overlap the batch's Spark job. Starting it fences every other
+        writer; the claim waits for it (`ClaimProducer.ready`) and then reads the topic again."""
+        self.claims().start()
 
     def producer(self) -> CdcProducer:
         """The producer of the update messages the driver writes (a new one per batch would pay

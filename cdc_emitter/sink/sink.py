@@ -522,11 +522,12 @@ class CdcSink:
                 decided = resume.completing(self._unfinished, decided, fixed_time, topic=self.topic)
         encoder = self._paths.encoder(spark)
         self._paths.follow_topic(decided.state, spark, cols, encoder)
-        # opened now, so that the producer's connection and handshake (~0.5 s on a new sink)
-        # overlaps the Spark job instead of delaying the driver's updates; a new claims
-        # producer fences the others, after which the claim reads the topic again
+        # opened now, so that their connections and handshakes (up to half a second each on a
+        # new sink) overlap the Spark job instead of delaying the claim and the driver's
+        # updates; the claim waits for the claims producer, which fences the others, and then
+        # reads the topic again
         self._clients.producer()
-        self._clients.fence()
+        self._clients.start_fencing()
         batch = decide.new_batch(
             batch_id,
             cols,

@@ -240,3 +240,46 @@ def test_the_schema_id_is_found_when_a_transaction_marker_ends_the_topic(
         time.sleep(0.05)
     assert end_offsets(kafka_bootstrap, topic)[0][1] == 3  # the last offset is the marker
     assert newest_schema_id(kafka_bootstrap, topic) == 9
+
+
+def test_a_claims_producer_started_in_the_background_fences_once_ready(
+    kafka_bootstrap, topic_factory
+):
+    """``start`` initialises the claims producer in a thread; ``ready`` waits for it and says
+    it was just initialised, once. The producer that initialised last fences the other: its
+    commit lands, the other's raises `Fenced`."""
+    from cdc_emitter.kafka.claims import ClaimProducer, Fenced
+
+    topic = topic_factory()
+    first = ClaimProducer(kafka_bootstrap, topic, timeout=15)
+    first.start()
+    first.start()  # a second start while the first is under way changes nothing
+    assert first.ready() is True
+    assert first.ready() is False
+    assert first.commit([(b"\x00", [])]) == 0
+    second = ClaimProducer(kafka_bootstrap, topic, timeout=15)
+    second.start()
+    assert second.ready() is True  # initialised after `first`: fences it
+    with pytest.raises(Fenced):
+        first.commit([(b"\x01", [])])
+    assert second.commit([(b"\x02", [])]) > 0
+    second.close()
+    first.close()
+    values = [r.value for r in read_topic(kafka_bootstrap, topic)]
+    assert values == [b"\x00", b"\x02"]
+
+
+def test_a_claims_producer_that_cannot_start_fails_when_ready_not_when_started():
+    """A broker that is not there: ``start`` returns at once, and ``ready`` raises the error,
+    naming the topic and the transactional id; ``close`` after it returns."""
+    from cdc_emitter.kafka.claims import ClaimProducer
+
+    claims = ClaimProducer("127.0.0.1:9", "nowhere", timeout=1)
+    began = time.monotonic()
+    claims.start()
+    assert time.monotonic() - began < 0.5
+    with pytest.raises(
+        DeliveryError, match=r"topic 'nowhere': the claims producer \(transactional"
+    ):
+        claims.ready()
+    claims.close()
