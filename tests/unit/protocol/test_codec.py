@@ -23,7 +23,7 @@ from cdc_emitter.protocol.codec import (
     union_schema,
 )
 
-SCHEMAS = Path(__file__).resolve().parents[2] / "schemas"
+SCHEMAS = Path(__file__).resolve().parents[3] / "schemas"
 EXAMPLE = {
     "type": "record",
     "name": "data",
