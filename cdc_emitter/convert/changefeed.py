@@ -31,7 +31,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
-from pyspark.sql import DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming import StreamingQuery
@@ -66,7 +66,7 @@ _KIND, _T, _TICK, _KEY, _STAMP, _BEFORE, _AFTER, _ERROR = (
 )
 
 
-def _where(topic: str) -> Any:
+def _where(topic: str) -> Column:
     return F.concat(
         F.lit(f"topic {topic!r} partition "),
         F.col("partition").cast("string"),
@@ -77,8 +77,8 @@ def _where(topic: str) -> Any:
 
 
 def _image(
-    text: Any, struct: Any, columns: Sequence[str], exclude: Sequence[str] = ()
-) -> tuple[Any, Any]:
+    text: Column, struct: T.StructType, columns: Sequence[str], exclude: Sequence[str] = ()
+) -> tuple[Column, Column]:
     """``(struct or null, error or null)`` of a JSON object text: a column whose value does not
     fit its type is an error naming it (from_json would make it null)."""
     fields = [f for f in struct.fields if f.name not in exclude]
@@ -100,7 +100,7 @@ def _image(
     return F.when(text.isNotNull(), parsed), error
 
 
-def _first(*errors: Any) -> Any:
+def _first(*errors: Column) -> Column:
     return F.coalesce(*errors) if errors else F.lit(None).cast("string")
 
 
@@ -423,7 +423,9 @@ class KafkaChangefeed:
         self.checkpoint_location = checkpoint_location
         self.partitions = sorted(int(p) for p in partitions)
 
-    def _window(self, spark: Any, start: Mapping[int, int], end: Mapping[int, int]) -> Any:
+    def _window(
+        self, spark: SparkSession, start: Mapping[int, int], end: Mapping[int, int]
+    ) -> DataFrame:
         topic = self.source_topic
         raw = (
             spark.read.format("kafka")
@@ -436,7 +438,7 @@ class KafkaChangefeed:
         return changefeed_rows(raw, self.fmt, self.columns, key=self.key, topic=topic)
 
     def plan(
-        self, batch_df: Any, batch_id: int, previous: WatermarkRecord | None
+        self, batch_df: DataFrame, batch_id: int, previous: WatermarkRecord | None
     ) -> WatermarkRecord:
         """The record of a new batch: its resolved times, interval and offsets (Spark jobs: one
         over the batch, and when times resolved, one over the offsets read again)."""
@@ -481,7 +483,7 @@ class KafkaChangefeed:
             pending.update({int(r["partition"]): int(r["o"]) for r in waiting})
         return WatermarkRecord(batch_id, resolved, lower, upper, start, ends, pending)
 
-    def __call__(self, batch_df: Any, batch_id: int) -> BatchResult | None:
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> BatchResult | None:
         from cdc_emitter.sink.log import converter_records
 
         spark = batch_df.sparkSession

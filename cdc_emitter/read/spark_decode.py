@@ -174,7 +174,7 @@ def load_messages(
     )
 
 
-def update_length_of(df: DataFrame, codec: Any) -> Column | None:
+def update_length_of(df: DataFrame, codec: CdcCodec) -> Column | None:
     """The length of an update ``x`` of ``df``'s update arrays ``u`` (once exploded) as Avro encodes it, or
     None where its data cannot be sized (`encoded_length`)."""
     item = cast("T.ArrayType", df.schema["u"].dataType).elementType

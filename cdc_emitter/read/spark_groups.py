@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from cdc_emitter.errors import CdcError
+from cdc_emitter.protocol.codec import CdcCodec
 from cdc_emitter.protocol.reader import CountingReader
 from cdc_emitter.protocol.updates import Update
 from cdc_emitter.read.spark_decode import reencoded
@@ -52,18 +53,18 @@ def one_row(df: DataFrame) -> Row:
     return row
 
 
-def data_fields(codec: Any) -> list[str]:
+def data_fields(codec: CdcCodec) -> list[str]:
     return [f["name"] for f in codec.data_schema["fields"]]
 
 
-def data_order(df: DataFrame, codec: Any) -> list[Column]:
+def data_order(df: DataFrame, codec: CdcCodec) -> list[Column]:
     """Sort expressions over the data columns that order rows as ``codec.sort_key`` orders the
     decoded data: nulls first, NaN after every number, strings by code point (UTF-8 bytes),
     records and arrays element by element, maps by their sorted entries."""
     return [canonical(df[c], df.schema[c].dataType).asc_nulls_first() for c in data_fields(codec)]
 
 
-def data_avro(df: DataFrame, codec: Any, fields: list[str] | None = None) -> Column:
+def data_avro(df: DataFrame, codec: CdcCodec, fields: list[str] | None = None) -> Column:
     """``df``'s data columns (``fields``, by default the codec's) as their Avro record."""
 
     fields = data_fields(codec) if fields is None else fields
@@ -98,7 +99,7 @@ def occurrences(decoded: DataFrame, undecodable: list) -> tuple[DataFrame, list[
 
 
 def malformed_updates(
-    occurrences: DataFrame, codec: Any, data_fields: list[str], keys: set[tuple[int, int]]
+    occurrences: DataFrame, codec: CdcCodec, data_fields: list[str], keys: set[tuple[int, int]]
 ) -> dict[tuple[int, int], list[tuple[int, Any]]]:
     """Updates at a negative time or with a zero diff (violations), with their data, by
     ``(partition, offset)``: ``(position, Update)`` in message order. ``keys`` are the messages
@@ -165,7 +166,7 @@ def later_conflicts(
     groups: DataFrame,
     key_cols: list[str],
     data_fields: list[str],
-    codec: Any,
+    codec: CdcCodec,
     extras: dict[tuple[int, int], list[tuple[int, Any]]],
 ) -> int:
     """Add to ``extras`` every later arrival with another diff than its first (a violation),

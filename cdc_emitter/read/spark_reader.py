@@ -355,7 +355,7 @@ def _read_once(
 
 def _verify(
     decoded: DataFrame,
-    codec: Any,
+    codec: CdcCodec,
     until: int | None,
     strict: Strict | None,
     values: Callable[[list[tuple[int, int]]], DataFrame],

@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
 from cdc_emitter.errors import CdcError, DecodeError
+from cdc_emitter.protocol.codec import CdcCodec
 from cdc_emitter.protocol.reader import CountingReader, TimeCounts
 from cdc_emitter.protocol.updates import Progress, Update
 from cdc_emitter.read.spark_groups import data_avro, judged_by_driver
@@ -61,7 +62,7 @@ def rows_in_order(df: DataFrame, keys: list[str], collect: bool) -> Iterator[Row
 
 def judge_singles(
     decoded: DataFrame,
-    codec: Any,
+    codec: CdcCodec,
     spare: list[tuple[int, int]],
     values: Callable[[list[tuple[int, int]]], DataFrame],
     collect: bool,
@@ -159,7 +160,7 @@ def replay(
     groups: DataFrame,
     singles: list,
     extras: dict[tuple[int, int], list[tuple[int, Any]]],
-    codec: Any,
+    codec: CdcCodec,
     headers: dict[tuple[int, int], list[tuple[str, bytes | None]]],
     collect: bool,
 ) -> list[str]:
@@ -240,7 +241,7 @@ def _items(firsts: list, others: list) -> list:
 
 
 def fill_late_details(
-    counting: CountingReader, groups: DataFrame, data_fields: list, codec: Any
+    counting: CountingReader, groups: DataFrame, data_fields: list, codec: CdcCodec
 ) -> None:
     """Strict mode: name the data of each first arrival at a reported time, as CdcReader does."""
 

@@ -46,8 +46,9 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from pyspark.sql import Column, Window
+from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.sql.avro.functions import from_avro, to_avro
 
 from cdc_emitter.protocol.updates import MAX_LONG, MIN_LONG
@@ -283,7 +284,7 @@ class MessagePlan:
     def __init__(
         self,
         *,
-        schema: Any,
+        schema: T.StructType,
         data_cols: Sequence[str],
         update_schema: dict,
         frame: bytes,
@@ -357,18 +358,18 @@ class MessagePlan:
             "repeated"
         )
         self._exprs: dict[bool, _Exprs] = {}  # by one_time, built when first needed
-        self._chunks: dict[int, Any] = {}  # by fanout (see _fanned)
+        self._chunks: dict[int, Column] = {}  # by fanout (see _fanned)
         self._last_checked: dict[
             str, tuple
         ] = {}  # by column: (checks, the checked column), see _checked
 
-    def _order(self, time: Any) -> Any:
+    def _order(self, time: Column) -> Column:
         """A row's hash of its data and ``time`` (a long column, or a one-time batch's
         `TIME_KEY`, which hashes as the long): its bucket, its order in packing and the
         seed of its digest share."""
         return F.xxhash64(*self._hashed, time)
 
-    def _total(self, time_text: Any) -> Any:
+    def _total(self, time_text: Column) -> Column:
         """An update's diff from its halves, exact: the fast sum where it fits, else the decimal
         one, which fails the job with the row's text when the total does not fit 64 bits."""
         slow = F.when(
@@ -395,7 +396,7 @@ class MessagePlan:
     @staticmethod
     def key_of(
         *,
-        schema: Any,
+        schema: T.StructType,
         data_cols: Sequence[str],
         update_schema: dict,
         frame: bytes,
@@ -433,7 +434,7 @@ class MessagePlan:
 
     def messages(
         self,
-        prepared: Any,
+        prepared: DataFrame,
         checks: Sequence[Check],
         *,
         fanout: int,
@@ -441,7 +442,7 @@ class MessagePlan:
         exact: bool = False,
         consolidate: bool = True,
         arrays: Sequence[tuple[int, int]] | None = None,
-    ) -> Any:
+    ) -> DataFrame:
         """The batch's messages as a DataFrame (nothing computed yet): one row per update array
         with ``n`` (updates), ``xor`` (XOR of the updates' hashes), ``rows`` (the input rows
         behind its updates, zero diffs included), ``groups`` (its updates, cancelled ones
@@ -555,11 +556,11 @@ class MessagePlan:
 
     def _checked(
         self,
-        prepared: Any,
+        prepared: DataFrame,
         checks: Sequence[Check],
         into: str = TIME,
-        added: dict[str, Any] | None = None,
-    ) -> Any:
+        added: dict[str, Column] | None = None,
+    ) -> DataFrame:
         """``prepared`` with its column ``into`` (the time, or the diff) checked: in the map
         stage, each bad row fails the task with its own message (when() evaluates a branch's
         value only for rows that take it); the checked column is what the shuffle hashes, groups
@@ -587,7 +588,9 @@ class MessagePlan:
         self._last_checked[into] = (checks, column)
         return prepared.withColumns({into: column, **(added or {})})
 
-    def updates(self, prepared: Any, checks: Sequence[Check], *, one_time: bool = False) -> Any:
+    def updates(
+        self, prepared: DataFrame, checks: Sequence[Check], *, one_time: bool = False
+    ) -> DataFrame:
         """The batch consolidated on the executors, for the driver to finish
         (`cdc_emitter.sink.small_batch.consolidate`, as
         `EncodedRows`): one row per data and time — ``data``,
@@ -627,7 +630,9 @@ class MessagePlan:
             )
         )
 
-    def _pack(self, updates: Any, chunk: Any, repeated: Any, ex: _Exprs, time: int | None) -> Any:
+    def _pack(
+        self, updates: DataFrame, chunk: Column, repeated: Column, ex: _Exprs, time: int | None
+    ) -> DataFrame:
         """Messages from ``updates`` (bucket, order, data, time, diff, repeat; and
         `TIME_ITEM` for a batch of one time, unless ``time`` is given to add it): each update
         encoded, given its array by ``chunk``, and each array's updates joined."""
@@ -645,7 +650,7 @@ class MessagePlan:
             encoded.groupBy(*ex.arrays).agg(*self._packed, repeated, *ex.times).select(*ex.message)
         )
 
-    def _fanned(self, fanout: int) -> Any:
+    def _fanned(self, fanout: int) -> Column:
         """The array index among ``fanout`` per bucket (`_array_index`), built once each."""
         fanout = max(1, fanout)
         chunk = self._chunks.get(fanout)
@@ -653,7 +658,7 @@ class MessagePlan:
             chunk = self._chunks[fanout] = _array_index(F.lit(fanout))
         return chunk
 
-    def _of_arrays(self, fanout: int, arrays: Sequence[tuple[int, int]]) -> Any:
+    def _of_arrays(self, fanout: int, arrays: Sequence[tuple[int, int]]) -> Column:
         """Whether a row (with its `ORDER`) falls in one of ``arrays``, ``(bucket, array)``
         pairs among ``fanout`` arrays per bucket."""
         fanout = max(1, fanout)
@@ -663,11 +668,11 @@ class MessagePlan:
 
     def _combined(
         self,
-        rows: Any,
+        rows: DataFrame,
         fanout: int,
         time: int | None,
         arrays: Sequence[tuple[int, int]] | None = None,
-    ) -> Any:
+    ) -> DataFrame:
         """A batch consolidated the way Spark's own aggregation goes: grouped on the data columns
         (collations were taken off before; Spark's grouping normalizes floats as
         `normalized` does) and, unless the batch has one
@@ -696,14 +701,14 @@ class MessagePlan:
         )
 
 
-def _with_time(df: Any, time: int | None, name: str) -> Any:
+def _with_time(df: DataFrame, time: int | None, name: str) -> DataFrame:
     """``df`` with a batch of one time's ``time`` as the binary literal column ``name``
     (`TIME_KEY` or `TIME_ITEM`); ``df`` itself for rows that carry their times."""
     added = _time_columns(time, name)
     return df.withColumns(added) if added else df
 
 
-def _time_columns(time: int | None, name: str) -> dict[str, Any]:
+def _time_columns(time: int | None, name: str) -> dict[str, Column]:
     """The column `_with_time` adds, by name (none for rows that carry their times): for a
     step that adds others too."""
     if time is None:
@@ -726,7 +731,7 @@ _shared_lock = threading.Lock()
 _repeating: dict[tuple, bool] = {}
 
 
-def expect_repeats(schema: Any, data_cols: Sequence[str]) -> bool:
+def expect_repeats(schema: T.StructType, data_cols: Sequence[str]) -> bool:
     """Whether the last batch with this data layout, written by any sink of this
     process, had rows of the same data and time in over a quarter of its arrays. Such a batch
     is best consolidated straight away: left unconsolidated, its messages are computed, the
@@ -737,7 +742,7 @@ def expect_repeats(schema: Any, data_cols: Sequence[str]) -> bool:
         return _repeating.get((schema.json(), tuple(data_cols)), False)
 
 
-def note_repeats(schema: Any, data_cols: Sequence[str], many: bool) -> None:
+def note_repeats(schema: T.StructType, data_cols: Sequence[str], many: bool) -> None:
     """Record whether a batch with this data layout had repeated rows in over a
     quarter of its arrays."""
     key = (schema.json(), tuple(data_cols))
@@ -764,7 +769,7 @@ def packed_groups(buckets: int, fanout: int) -> int:
     return buckets * (max(1, fanout) + 1)
 
 
-def _array_index(arrays: Any) -> Any:
+def _array_index(arrays: Column) -> Column:
     """Which of ``arrays`` arrays of its bucket an update goes to (null: no update), when
     spread: from the hash's high half. The bucket is the hash modulo the
     buckets, and an index from the same bits would leave arrays empty whenever the two counts
@@ -772,13 +777,13 @@ def _array_index(arrays: Any) -> Any:
     return F.when(F.col("__cdc_item").isNull(), F.lit(None)).otherwise(_hash_array(arrays))
 
 
-def _hash_array(arrays: Any) -> Any:
+def _hash_array(arrays: Column) -> Column:
     """The array among ``arrays`` that a row's hash chooses, whether or not it is an update
     (see `_array_index`): where its rows are, before they are consolidated."""
     return F.pmod(F.shiftright(F.col(ORDER), 32), arrays)
 
 
-def _long_bytes(c: Any) -> Any:
+def _long_bytes(c: Column) -> Column:
     """A long column's Avro encoding (a zig-zag varint), with the common diffs +1 and -1 as
     constants instead of a ``to_avro`` call each."""
     return (
@@ -788,14 +793,14 @@ def _long_bytes(c: Any) -> Any:
     )
 
 
-def _avro_long(c: Any) -> Any:
+def _avro_long(c: Column) -> Column:
     """``to_avro`` of a long column that is never null where it is evaluated (an update's time
     and diff are encoded only for a non-zero diff, an array's count only when not zero): see
     `not_null_long`."""
     return to_avro(not_null_long(c), '"long"')
 
 
-def _concat_all(item: Any) -> Any:
+def _concat_all(item: Column) -> Column:
     """The aggregate that joins a group's non-null binary values into one: ``listagg`` where
     Spark has it (4.0+: about 40% less time than collecting a list and joining it, measured on
     4M updates), else the list joined as strings (the bytes pass through unchanged)."""
