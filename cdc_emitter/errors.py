@@ -5,6 +5,8 @@ Messages name the topic/partition/offset, time, column or option involved, and s
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 #: How many characters of a value (a row, a setting, a path) a message shows.
 SHOWN_CHARS = 200
 
@@ -61,13 +63,14 @@ class ViolationError(CdcError):
     Attributes:
         topic: The topic.
         violations: The violations found (`cdc_emitter.Violation`), in reading order.
+        hints: The likely causes of undecodable messages (as ``verify`` gives them), if any.
     """
 
     #: Violations named in the message; the rest are counted.
     NAMED = 3
 
-    def __init__(self, topic: str, violations: list) -> None:
-        self.topic, self.violations = topic, list(violations)
+    def __init__(self, topic: str, violations: list, hints: Sequence[str] = ()) -> None:
+        self.topic, self.violations, self.hints = topic, list(violations), list(hints)
         named = []
         for v in self.violations[: self.NAMED]:
             at = [] if v.time is None else [f"at time {v.time}"]
@@ -76,13 +79,14 @@ class ViolationError(CdcError):
             named.append(" ".join([v.kind, *at]) + f": {shorten(v.detail)}")
         more = len(self.violations) - len(named)
         tail = f"; and {more} more" if more > 0 else ""
+        likely = "".join(f". Likely: {hint}" for hint in self.hints)
         super().__init__(
-            f"topic {topic!r} breaks the CDCv2 protocol: {'; '.join(named)}{tail} (run "
+            f"topic {topic!r} breaks the CDCv2 protocol: {'; '.join(named)}{tail}{likely} (run "
             f"cdc-emitter verify --topic {topic} for the whole report)"
         )
 
     def __reduce__(self) -> tuple:  # pickles (Spark sends errors between processes)
-        return (type(self), (self.topic, self.violations))
+        return (type(self), (self.topic, self.violations, self.hints))
 
 
 class BrokerError(CdcError):

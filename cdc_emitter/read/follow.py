@@ -46,6 +46,7 @@ from cdc_emitter.read.decode_pool import (
     default_workers,
     feed_decoded,
 )
+from cdc_emitter.read.verify import UndecodableReport
 
 #: How long `advance` waits for a message once the topic has gone quiet (at most until its
 #: ``max_seconds`` are up).
@@ -99,6 +100,9 @@ class TopicFollower:
         self._ready: list[Update] = []  # proven, at or beyond `start`, not handed out yet
         self._headers: dict[tuple[int, int], list] = {}
         self._failed: ViolationError | None = None  # once broken, always: nothing more out
+        #: the likely causes of undecodable messages, as ``verify`` says them
+        self.hints: list[str] = []
+        self._report_undecodable = UndecodableReport(self.reader, codec, self.hints)
         self._max_workers = default_workers() if workers is None else workers
         self._asked = workers or 0
         self._pool: DecodePool | None = None
@@ -212,15 +216,9 @@ class TopicFollower:
             start = self.start
             self._ready.extend(u for u in finished if u.time >= start)
 
-    def _undecodable(self, partition: int, offset: int, _value: bytes | None, error: str) -> None:
+    def _undecodable(self, partition: int, offset: int, value: bytes | None, error: str) -> None:
         self.reader.messages += 1
-        self.reader.violate(
-            "undecodable",
-            None,
-            f"partition {partition} offset {offset}: {error}",
-            partition=partition,
-            offset=offset,
-        )
+        self._report_undecodable(partition, offset, value, error)
 
     # -- decode workers -------------------------------------------------------------------
 
@@ -284,7 +282,7 @@ class TopicFollower:
     def _raise_violations(self) -> None:
         if self.reader.violations:
             self._ready = []
-            self._failed = ViolationError(self.topic, self.reader.violations)
+            self._failed = ViolationError(self.topic, self.reader.violations, self.hints)
             raise self._failed
 
 

@@ -85,3 +85,30 @@ def test_an_undecodable_message_raises_naming_its_offset(kafka_bootstrap, topic_
     with TopicFollower(kafka_bootstrap, topic, CdcCodec(BY_HAND_DATA), workers=workers) as follower:
         with pytest.raises(ViolationError, match="undecodable.*partition 0 offset 1: "):
             follower.advance(3.0)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_undecodable_message_says_its_likely_cause_as_verify_does(
+    kafka_bootstrap, topic_factory, workers
+):
+    """A message written without the Confluent header, followed with it: the error names the
+    message and says to read with framing 'raw', as ``verify`` says it."""
+    from confluent_kafka import Producer
+
+    topic = topic_factory()
+    (raw,) = CdcCodec(BY_HAND_DATA, framing="raw").encode_updates([Update((1, "a"), 1, 1)])
+    producer = Producer({"bootstrap.servers": kafka_bootstrap})
+    producer.produce(topic, raw, partition=0)
+    assert producer.flush(10) == 0
+    with TopicFollower(kafka_bootstrap, topic, CdcCodec(BY_HAND_DATA), workers=workers) as follower:
+        with pytest.raises(ViolationError) as err:
+            follower.advance(3.0)
+    assert follower.hints == [
+        "the messages carry no Confluent header: read them with framing 'raw' (--framing raw)"
+    ]
+    assert str(err.value) == (
+        f"topic {topic!r} breaks the CDCv2 protocol: undecodable (partition 0, offset 0): "
+        f"partition 0 offset 0: {err.value.violations[0].detail.split(': ', 1)[1]}. Likely: the "
+        "messages carry no Confluent header: read them with framing 'raw' (--framing raw) (run "
+        f"cdc-emitter verify --topic {topic} for the whole report)"
+    )
