@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc_emitter.protocol.codec import encode_zigzag_long
+from cdc_emitter.protocol.varint import encode_zigzag_long
 
 _LONGS = (pa.int64(), pa.int32(), pa.int16(), pa.int8())
 

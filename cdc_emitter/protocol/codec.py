@@ -56,34 +56,10 @@ from cdc_emitter.protocol.schemas import kind as kind
 from cdc_emitter.protocol.schemas import resolve as resolve
 from cdc_emitter.protocol.schemas import schema_differences as schema_differences
 from cdc_emitter.protocol.updates import NAN, Progress, Update
+from cdc_emitter.protocol.varint import decode_zigzag_long as decode_zigzag_long
+from cdc_emitter.protocol.varint import encode_zigzag_long as encode_zigzag_long
 
 __all__ = ["CdcCodec", "decode_zigzag_long", "encode_zigzag_long"]
-
-
-def encode_zigzag_long(n: int) -> bytes:
-    """Avro's zig-zag varint encoding of a signed 64-bit integer."""
-    n = (n << 1) ^ (n >> 63)
-    out = bytearray()
-    while n & ~0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def decode_zigzag_long(data: Any, pos: int, end: int) -> tuple[int, int]:
-    """The zig-zag varint in ``data`` (bytes or a memoryview) at ``pos``, and the position after
-    it; raises `DecodeError` if it does not end before ``end``."""
-    n = shift = 0
-    while True:
-        if pos >= end:
-            raise DecodeError("a varint runs past its end")
-        byte = data[pos]
-        pos += 1
-        n |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return (n >> 1) ^ -(n & 1), pos
 
 
 # -- per-schema converters ----------------------------------------------------------------

@@ -715,7 +715,7 @@ def _time_columns(time: int | None, name: str) -> dict[str, Column]:
         return {}
     import struct
 
-    from cdc_emitter.protocol.codec import encode_zigzag_long
+    from cdc_emitter.protocol.varint import encode_zigzag_long
 
     value = struct.pack("<q", time) if name == TIME_KEY else encode_zigzag_long(time)
     return {name: F.lit(value)}

@@ -147,7 +147,7 @@ class _ArrayEncoder:
         import numpy as np
 
         from cdc_emitter.protocol import arrow_avro as _vector_avro
-        from cdc_emitter.protocol.codec import encode_zigzag_long
+        from cdc_emitter.protocol.varint import encode_zigzag_long
 
         ncols = len(self.names)
         columns = [batch.column(i) for i in range(ncols + 2)]

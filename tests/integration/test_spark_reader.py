@@ -526,7 +526,7 @@ def test_bodies_longer_than_their_updates_are_judged_as_the_local_reader_judges_
 
     import fastavro
 
-    from cdc_emitter.protocol.codec import encode_zigzag_long
+    from cdc_emitter.protocol.varint import encode_zigzag_long
     from cdc_emitter.read.verify import verify_topic
 
     schema = {

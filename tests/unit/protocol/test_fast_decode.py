@@ -17,13 +17,14 @@ from hypothesis import strategies as st
 
 from cdc_emitter.errors import DecodeError, SchemaError
 from cdc_emitter.protocol import NAN, Progress, Update
-from cdc_emitter.protocol.codec import CdcCodec, encode_zigzag_long
+from cdc_emitter.protocol.codec import CdcCodec
 from cdc_emitter.protocol.fast_decode import (
     Unfit,
     compile_array_decoder,
     compile_column_decoder,
     holds_floats,
 )
+from cdc_emitter.protocol.varint import encode_zigzag_long
 
 UTC = datetime.timezone.utc
 TIMES = {"min_value": datetime.datetime(1900, 1, 1), "max_value": datetime.datetime(2200, 1, 1)}

@@ -11,7 +11,7 @@ import pytest
 
 from cdc_emitter.errors import BadInputError, LateUpdateError
 from cdc_emitter.protocol import MAX_LONG, MIN_LONG
-from cdc_emitter.protocol.codec import encode_zigzag_long
+from cdc_emitter.protocol.varint import encode_zigzag_long
 from cdc_emitter.sink.small_batch import check_rows, consolidate, spark_xxhash64_long
 
 # xxhash64(v) of a long column in Spark 4.1 (seed 42): SELECT xxhash64(v)
