@@ -9,7 +9,8 @@ Imports nothing of Kafka or Spark, and nothing of this package outside ``protoco
   `cdc_emitter.protocol.ledgers`, and strict mode's memory in `cdc_emitter.protocol.bloom`;
 - `cdc_emitter.protocol.codec`: the Avro wire format; `cdc_emitter.protocol.fast_decode` its
   fast decoder for one data layout, `cdc_emitter.protocol.arrow_avro` its encoder from Arrow
-  columns, `cdc_emitter.protocol.varint` the zig-zag longs both write;
+  columns, `cdc_emitter.protocol.varint` the zig-zag longs both write, and
+  `cdc_emitter.protocol.converters` fastavro's values to hashable ones and back;
 - `cdc_emitter.protocol.schemas`: the documented schemas; `cdc_emitter.protocol.schema_match`
   whether one data schema reads what another wrote;
 - `cdc_emitter.protocol.json_forms`: decoded values as JSON text;

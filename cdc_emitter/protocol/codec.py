@@ -28,22 +28,21 @@ import struct
 from bisect import bisect_right
 from collections.abc import Callable, Iterable, Iterator
 from itertools import accumulate
-from operator import itemgetter
 from typing import Any, cast
 
 import fastavro
 
 from cdc_emitter.errors import BadInputError, ConfigError, DecodeError, SchemaError
+from cdc_emitter.protocol.converters import converter, record_converter, strip_logical
 from cdc_emitter.protocol.fast_decode import (
     Columns,
     compile_array_decoder,
     compile_column_decoder,
     holds_floats,
 )
-from cdc_emitter.protocol.json_forms import avro_json, map_items, plain_json, sort_key_of
+from cdc_emitter.protocol.json_forms import avro_json, plain_json, sort_key_of
 from cdc_emitter.protocol.schemas import (
     FRAMINGS,
-    PRIMITIVES,
     Framing,
     type_text,
     union_schema,
@@ -55,128 +54,16 @@ from cdc_emitter.protocol.schemas import data_schema_from_text as data_schema_fr
 from cdc_emitter.protocol.schemas import kind as kind
 from cdc_emitter.protocol.schemas import resolve as resolve
 from cdc_emitter.protocol.schemas import schema_differences as schema_differences
-from cdc_emitter.protocol.updates import NAN, Progress, Update
+from cdc_emitter.protocol.updates import Progress, Update
 from cdc_emitter.protocol.varint import decode_zigzag_long as decode_zigzag_long
 from cdc_emitter.protocol.varint import encode_zigzag_long as encode_zigzag_long
 
 __all__ = ["CdcCodec", "decode_zigzag_long", "encode_zigzag_long"]
 
 
-# -- per-schema converters ----------------------------------------------------------------
-# Built once from a *parsed* schema (fastavro full names). ``None`` means identity, which lets
-# flat records skip per-value work.
-
-Conv = Callable[[Any], Any] | None
-
-
-class _Lazy:
-    """A converter for a named type still being built (recursive schemas)."""
-
-    def __init__(self):
-        self.fn: Callable[[Any], Any] = lambda v: v
-
-    def __call__(self, v):
-        return self.fn(v)
-
-
-def _canonical_float(v: float) -> float:
-    return NAN if v != v else v + 0.0  # one NaN object; -0.0 + 0.0 is 0.0
-
-
-def _build(schema: Any, named: dict, kind: str, memo: dict) -> Conv:
-    """Converter of ``kind``: "hash" (fastavro value → hashable) or "write" (→ fastavro value)."""
-    if isinstance(schema, str):
-        if kind == "hash" and schema in ("float", "double"):
-            return _canonical_float
-        if schema in PRIMITIVES:
-            return None
-        if schema in memo:
-            return memo[schema]
-        return _build(named[schema], named, kind, memo)
-    if isinstance(schema, list):
-        branches = [_build(b, named, kind, memo) for b in schema]
-        live = [c for b, c in zip(schema, branches) if b != "null" and c is not None]
-        if not live:
-            return None
-        if len(live) == 1:
-            (conv,) = live
-            return lambda v: None if v is None else conv(v)
-        return lambda v: None if v is None else _first_ok(live, v)
-    t = schema["type"]
-    if t == "record":
-        return _build_record(schema, named, kind, memo)
-    if t == "array":
-        item = _build(schema["items"], named, kind, memo)
-        if kind == "hash":
-            return tuple if item is None else (lambda v: tuple(map(item, v)))
-        # lists, not tuples: fastavro's unions need them
-        return list if item is None else (lambda v: list(map(item, v)))
-    if t == "map":
-        c = _build(schema["values"], named, kind, memo)
-        if kind == "hash":
-            if c is None:
-                return lambda v: tuple(sorted(v.items(), key=_KEY0))
-            return lambda v: tuple(sorted(((k, c(x)) for k, x in v.items()), key=_KEY0))
-        if c is None:
-            return lambda v: v if isinstance(v, dict) else dict(v)
-        return lambda v: {k: c(x) for k, x in map_items(v)}
-    if t in PRIMITIVES:  # {"type": "long", "logicalType": ...} etc.
-        return _canonical_float if kind == "hash" and t in ("float", "double") else None
-    return None  # enum, fixed
-
-
-def _build_record(schema: dict, named: dict, kind: str, memo: dict) -> Callable[[Any], Any]:
-    """Converter of ``kind`` for a parsed record type (never identity: records become tuples)."""
-    lazy = memo[schema["name"]] = _Lazy()
-    names = [f["name"] for f in schema["fields"]]
-    convs = [_build(f["type"], named, kind, memo) for f in schema["fields"]]
-    lazy.fn = _record_hash(names, convs) if kind == "hash" else _record_write(names, convs)
-    return lazy.fn if not any(isinstance(c, _Lazy) for c in convs) else lazy
-
-
 def _update_at(records: list[dict]) -> Callable[[int], str]:
     """How the ``j``-th of ``records`` is named in an error."""
     return lambda j: f"the update at time {records[j]['time']}"
-
-
-_KEY0 = itemgetter(0)
-
-
-def _first_ok(convs, v):
-    for c in convs:
-        try:
-            return c(v)
-        except (TypeError, ValueError, AttributeError, KeyError):
-            continue
-    return v
-
-
-def _record_hash(names, convs):
-    if all(c is None for c in convs):
-        return lambda d: tuple(d.values())
-    pairs = list(zip(names, convs))
-    return lambda d: tuple(d[n] if c is None else c(d[n]) for n, c in pairs)
-
-
-def _record_write(names, convs):
-    if all(c is None for c in convs):
-        return lambda v: v if v.__class__ is dict else dict(zip(names, v))
-    pairs = list(zip(names, convs))
-
-    def conv(v):
-        if not isinstance(v, dict):
-            v = dict(zip(names, v))
-        return {n: (v[n] if c is None or v[n] is None else c(v[n])) for n, c in pairs}
-
-    return conv
-
-
-def _strip_logical(schema: Any) -> Any:
-    if isinstance(schema, list):
-        return [_strip_logical(s) for s in schema]
-    if isinstance(schema, dict):
-        return {k: _strip_logical(v) for k, v in schema.items() if k != "logicalType"}
-    return schema
 
 
 class CdcCodec:
@@ -250,19 +137,17 @@ class CdcCodec:
         self._progress = fastavro.parse_schema(self.union[1])
         self._data_alone = fastavro.parse_schema(self.data_schema)
         data_parsed = parsed[0]["items"]["fields"][0]["type"]
-        self._to_hashable = _build_record(data_parsed, named, "hash", {})
-        self._to_writer = _build_record(data_parsed, named, "write", {})
-        self._flat = all(
-            _build(f["type"], named, "hash", {}) is None for f in data_parsed["fields"]
-        )
+        self._to_hashable = record_converter(data_parsed, named, "hash")
+        self._to_writer = record_converter(data_parsed, named, "write")
+        self._flat = all(converter(f["type"], named, "hash") is None for f in data_parsed["fields"])
         raw_named: dict = {}
         self._raw_parsed = cast(
             "list[dict[str, Any]]",
-            fastavro.parse_schema(_strip_logical(self.union), named_schemas=raw_named),
+            fastavro.parse_schema(strip_logical(self.union), named_schemas=raw_named),
         )
         self._raw_named = raw_named
-        self._raw_array = fastavro.parse_schema(_strip_logical(self.union[0]))
-        self._raw_progress = fastavro.parse_schema(_strip_logical(self.union[1]))
+        self._raw_array = fastavro.parse_schema(strip_logical(self.union[0]))
+        self._raw_progress = fastavro.parse_schema(strip_logical(self.union[1]))
         self._json_fns: dict = {}
         # Non-null, non-float primitive columns: the data tuples themselves are a total order.
         comparable = ("boolean", "int", "long", "string", "bytes")
