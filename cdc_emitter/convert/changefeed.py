@@ -36,7 +36,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.streaming import StreamingQuery
 
-from cdc_emitter.convert.plan import WatermarkRecord, watermark_window
+from cdc_emitter.convert.watermark import WatermarkRecord, watermark_window
 from cdc_emitter.errors import CdcError, ConfigError, SchemaError
 from cdc_emitter.sink.result import BatchResult
 

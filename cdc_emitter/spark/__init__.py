@@ -4,7 +4,8 @@ Columns every data path uses, Spark's Kafka options, session set-up and table re
 DataFrame API only, so everything here also runs on Spark Connect. May import ``protocol``,
 ``kafka`` and ``errors``; never the sink, the readers or the CLI.
 
-- `cdc_emitter.spark.schema`: Spark types to Avro schemas, DDL column lists;
+- `cdc_emitter.spark.schema`: Spark types to Avro schemas; `cdc_emitter.spark.ddl` DDL column
+  lists as Spark schemas, without the JVM;
 - `cdc_emitter.spark.avro_types`: the other way, Avro schemas and values to Spark's;
 - `cdc_emitter.spark.columns`: the Columns every data path uses;
 - `cdc_emitter.spark.avro_length`: the length of a decoded value's Avro encoding, as a Column;
@@ -13,8 +14,9 @@ DataFrame API only, so everything here also runs on Spark Connect. May import ``
 - `cdc_emitter.spark.setup`: `configure_spark`;
 - `cdc_emitter.spark.session`: sessions for the CLI;
 - `cdc_emitter.spark.tables`: reading tables for the CLI; `cdc_emitter.spark.sources` checks
-  local input files before Spark starts, and `cdc_emitter.spark.malformed` finds the first bad
-  line of one;
+  local input files before Spark starts (the files of a directory as Spark lists them:
+  `cdc_emitter.spark.data_files`), and `cdc_emitter.spark.malformed` finds the first bad line
+  of one;
 - `cdc_emitter.spark.errors`: the readable first line of a Spark error.
 
 The names of the module ``cdc_emitter.sources`` of release 0.1 are found here too, imported when

@@ -20,7 +20,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import IO
 
-from cdc_emitter.spark.sources import COMPRESSED_SUFFIXES, data_files
+from cdc_emitter.spark.data_files import data_files
+from cdc_emitter.spark.sources import COMPRESSED_SUFFIXES
 
 __all__ = ["MAX_SCAN_BYTES", "MalformedLine", "find_malformed_line"]
 

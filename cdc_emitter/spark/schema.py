@@ -29,7 +29,6 @@ a sink fails before anything is written.
 
 from __future__ import annotations
 
-import difflib
 import re
 from typing import Any
 
@@ -47,6 +46,10 @@ __all__ = [
     "parse_ddl_columns",
     "DdlUnknown",
 ]
+
+# the DDL parser lives in cdc_emitter.spark.ddl; its names stay importable from here (0.3 had them)
+from cdc_emitter.spark.ddl import DdlUnknown as DdlUnknown  # noqa: E402
+from cdc_emitter.spark.ddl import parse_ddl_columns as parse_ddl_columns  # noqa: E402
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -210,164 +213,3 @@ def _base(dtype: T.DataType, path: list[str], names: set[str]) -> Any:
         f"column {'.'.join(path)!r} has type {dtype.simpleString()}, which has no Avro mapping in "
         "the CDC format; cast it (e.g. to string or long) or drop it"
     )
-
-
-# --- DDL column lists ----------------------------------------------------------------------
-# A pure parser for the Spark DDL column lists `schema --columns` takes, so that the common case
-# needs no JVM; anything it does not know is left to Spark's own parser (DdlUnknown).
-
-_DDL_TOKEN = re.compile(
-    r"\s*(?:(`(?:[^`]|``)*`)|([A-Za-z_][A-Za-z0-9_]*)|(\d+)|('(?:[^'\\]|\\.)*')|(.))"
-)
-_SIMPLE_TYPES = {
-    "boolean": "BooleanType",
-    "tinyint": "ByteType",
-    "byte": "ByteType",
-    "smallint": "ShortType",
-    "short": "ShortType",
-    "int": "IntegerType",
-    "integer": "IntegerType",
-    "bigint": "LongType",
-    "long": "LongType",
-    "float": "FloatType",
-    "real": "FloatType",
-    "double": "DoubleType",
-    "string": "StringType",
-    "binary": "BinaryType",
-    "date": "DateType",
-    "timestamp": "TimestampType",
-    "timestamp_ltz": "TimestampType",
-    "timestamp_ntz": "TimestampNTZType",
-}
-
-
-#: Spark types the pure parser leaves to Spark (Spark's parser knows them; the CDC format may not).
-_SPARK_ONLY_TYPES = frozenset(
-    ("interval", "variant", "void", "character", "time", "geometry", "geography", "object")
-)
-_TYPE_NAMES = ", ".join(
-    sorted(
-        {*_SIMPLE_TYPES, "varchar(n)", "char(n)", "decimal(p,s)", "array<>", "map<,>", "struct<>"}
-    )
-)
-
-
-class DdlUnknown(Exception):
-    """Syntax the pure parser does not handle: let Spark parse it."""
-
-
-def _ddl_tokens(text: str) -> list[str]:
-    out, pos = [], 0
-    text = text.strip()
-    while pos < len(text):
-        m = _DDL_TOKEN.match(text, pos)
-        if m is None or m.end() == pos:
-            raise DdlUnknown(text[pos:])
-        pos = m.end()
-        out.append(m.group(0).strip())
-    return [t for t in out if t]
-
-
-def parse_ddl_columns(text: str) -> Any:
-    """``"id long not null, price int"`` → a pyspark StructType, without starting Spark.
-
-    Raises:
-        SchemaError: A column without a type, or a type Spark does not know either (``lng``).
-        DdlUnknown: Syntax it does not know (the caller then asks Spark).
-    """
-    toks = _ddl_tokens(text)
-    pos = 0
-
-    def peek(k: int = 0) -> str | None:
-        return toks[pos + k] if pos + k < len(toks) else None
-
-    def take(expected: str | None = None) -> str:
-        nonlocal pos
-        tok = peek()
-        if tok is None or (expected is not None and tok.lower() != expected):
-            raise DdlUnknown(f"expected {expected or 'more'} at {tok!r}")
-        pos += 1
-        return tok
-
-    def name() -> str:
-        tok = take()
-        if tok.startswith("`"):
-            return tok[1:-1].replace("``", "`")
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", tok):
-            raise DdlUnknown(tok)
-        return tok
-
-    def dtype() -> Any:
-        word = take().lower()
-        if word in _SIMPLE_TYPES:
-            return getattr(T, _SIMPLE_TYPES[word])()
-        if word in ("varchar", "char"):
-            take("(")
-            length = int(take())
-            take(")")
-            kind = getattr(T, "VarcharType" if word == "varchar" else "CharType", None)
-            return T.StringType() if kind is None else kind(length)
-        if word in ("decimal", "dec", "numeric"):
-            precision, scale = 10, 0
-            if peek() == "(":
-                take("(")
-                precision = int(take())
-                if peek() == ",":
-                    take(",")
-                    scale = int(take())
-                take(")")
-            return T.DecimalType(precision, scale)
-        if word == "array":
-            take("<")
-            element = dtype()
-            take(">")
-            return T.ArrayType(element, True)
-        if word == "map":
-            take("<")
-            key = dtype()
-            take(",")
-            value = dtype()
-            take(">")
-            return T.MapType(key, value, True)
-        if word == "struct":
-            take("<")
-            fields = []
-            while peek() != ">":
-                fname = name()
-                if peek() == ":":
-                    take(":")
-                fields.append(field(fname))
-                if peek() == ",":
-                    take(",")
-            take(">")
-            return T.StructType(fields)
-        if word in _SPARK_ONLY_TYPES or not re.fullmatch(r"[a-z_][a-z0-9_]*", word):
-            raise DdlUnknown(word)
-        close = difflib.get_close_matches(word, [*_SIMPLE_TYPES, "decimal", "varchar"], 1)
-        hint = f"did you mean {close[0]!r}?" if close else f"Spark's types are {_TYPE_NAMES}"
-        raise SchemaError(f"unknown type {word!r} ({hint})")
-
-    def field(fname: str) -> Any:
-        if peek() in (None, ",", ">"):
-            raise SchemaError(f"column {fname!r} has no type (write it as: {fname} TYPE)")
-        try:
-            ftype = dtype()
-        except SchemaError as exc:
-            raise SchemaError(f"column {fname!r}: {exc}") from None
-        nullable = True
-        while (word := peek()) is not None and word.lower() in ("not", "comment"):
-            if take().lower() == "not":
-                take("null")
-                nullable = False
-            else:
-                take()  # the comment string
-        return T.StructField(fname, ftype, nullable)
-
-    fields = []
-    while pos < len(toks):
-        fields.append(field(name()))
-        if peek() is not None:
-            take(",")
-    if not fields:
-        raise DdlUnknown("no columns")
-    return T.StructType(fields)

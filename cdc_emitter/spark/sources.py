@@ -21,6 +21,7 @@ from typing import NamedTuple
 from urllib.parse import unquote, urlsplit
 
 from cdc_emitter.errors import ConfigError, shorten
+from cdc_emitter.spark.data_files import data_files
 
 __all__ = [
     "COMPRESSED_SUFFIXES",
@@ -398,55 +399,6 @@ def _core_site_default_fs(site: str) -> str | None:
         if (prop.findtext("name") or "").strip() in ("fs.defaultFS", "fs.default.name"):
             return prop.findtext("value")
     return None
-
-
-# --- the data files of a directory ----------------------------------------------------------
-
-
-def _hidden(name: str) -> bool:
-    """Spark's rule for files it does not read in a directory (``_SUCCESS``, ``.x.crc``, ...);
-    a partition directory ``_k=v`` is read."""
-    return (
-        name.startswith(".")
-        or name.startswith("_")
-        and "=" not in name
-        or name.endswith(("._COPYING_", ".crc"))
-    )
-
-
-def data_files(directory: str) -> Iterator[str]:
-    """The files Spark reads in ``directory`` (and its partition directories), in name order.
-
-    Args:
-        directory: A local directory.
-
-    Yields:
-        Each data file's path, depth first; files and directories whose names start with ``.``
-        or ``_`` (``_SUCCESS``, ``_delta_log``, ``.part-0.crc``) and ``.crc`` files left out.
-    """
-    return _walk(directory, _MAX_DEPTH)
-
-
-#: How deep `data_files` looks (partition directories nest a few levels; links may loop).
-_MAX_DEPTH = 32
-
-
-def _walk(directory: str, depth: int) -> Iterator[str]:
-    try:
-        entries = sorted(os.scandir(directory), key=lambda e: e.name)
-    except OSError:
-        return
-    for entry in entries:
-        if _hidden(entry.name):
-            continue
-        try:
-            if entry.is_dir():
-                if depth > 0:
-                    yield from _walk(entry.path, depth - 1)
-            elif entry.is_file():
-                yield entry.path
-        except OSError:
-            continue
 
 
 def _nonempty(files: Iterator[str]) -> Iterator[str]:

@@ -236,7 +236,7 @@ def _shown(local: str, sources: Sequence[str]) -> str:
 
 def columns_struct(columns: str) -> StructType:
     """The StructType of a DDL column list: the pure parser, else Spark's parser."""
-    from cdc_emitter.spark.schema import DdlUnknown, parse_ddl_columns
+    from cdc_emitter.spark.ddl import DdlUnknown, parse_ddl_columns
 
     try:
         return parse_ddl_columns(columns)

@@ -509,7 +509,7 @@ def test_schema_columns_gives_the_reference_schema():
 
 
 def test_schema_columns_nested_types():
-    from cdc_emitter.spark.schema import parse_ddl_columns
+    from cdc_emitter.spark.ddl import parse_ddl_columns
 
     struct = parse_ddl_columns(
         "`a b` STRUCT<x: INT NOT NULL, y: array<map<string, decimal(10,2)>>> COMMENT 'hi', "

@@ -1027,7 +1027,7 @@ def _jdbc_codec():
     ],
 )
 def test_pure_ddl_parser_agrees_with_spark(spark, ddl):
-    from cdc_emitter.spark.schema import parse_ddl_columns
+    from cdc_emitter.spark.ddl import parse_ddl_columns
     from cdc_emitter.spark.tables import spark_struct
 
     assert parse_ddl_columns(ddl) == spark_struct(spark, ddl)

@@ -106,7 +106,7 @@ def test_a_plan_record_round_trips_and_a_bad_one_is_named():
 
 
 def test_the_watermark_is_the_smallest_resolved_time_over_every_partition():
-    from cdc_emitter.convert.plan import watermark_window
+    from cdc_emitter.convert.watermark import watermark_window
 
     # partition 1 has no resolved message yet: nothing is complete
     resolved, lower, upper, start, end = watermark_window(
@@ -116,7 +116,7 @@ def test_the_watermark_is_the_smallest_resolved_time_over_every_partition():
 
 
 def test_the_next_window_starts_at_the_pending_offsets_and_never_moves_the_watermark_back():
-    from cdc_emitter.convert.plan import WatermarkRecord, watermark_window
+    from cdc_emitter.convert.watermark import WatermarkRecord, watermark_window
 
     previous = WatermarkRecord(4, {0: 40, 1: 30}, 10, 30, {0: 0, 1: 0}, {0: 5, 1: 3}, {0: 2, 1: 3})
     resolved, lower, upper, start, end = watermark_window(
@@ -136,7 +136,7 @@ def test_the_next_window_starts_at_the_pending_offsets_and_never_moves_the_water
 
 
 def test_a_watermark_record_round_trips_and_a_bad_one_is_named():
-    from cdc_emitter.convert.plan import WatermarkRecord
+    from cdc_emitter.convert.watermark import WatermarkRecord
 
     record = WatermarkRecord(3, {0: 40, 1: 30}, 10, 30, {0: 0, 1: 0}, {0: 5, 1: 3}, {0: 2, 1: 3})
     assert WatermarkRecord.from_lines(record.to_json().splitlines(), "x") == record

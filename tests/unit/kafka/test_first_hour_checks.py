@@ -10,7 +10,7 @@ from confluent_kafka.admin import AdminClient
 from cdc_emitter.errors import ConfigError, SchemaError, shorten
 from cdc_emitter.kafka.config import make_client
 from cdc_emitter.kafka.topics import check_topic_name
-from cdc_emitter.spark.schema import DdlUnknown, parse_ddl_columns
+from cdc_emitter.spark.ddl import DdlUnknown, parse_ddl_columns
 
 
 @pytest.mark.parametrize("name", ["orders", "a.b_c-D9", "x" * 249, "..."])
