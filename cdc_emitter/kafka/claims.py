@@ -121,6 +121,21 @@ class ClaimProducer:
         thread.start()
         self._starting = (thread, found)
 
+    def raise_failed_start(self) -> None:
+        """Raise the error of a `start` that has failed already (a refused transactional id, a
+        broker without transactions), without waiting for one still under way: so that a
+        caller about to do long work fails first.
+
+        Raises:
+            DeliveryError: the start failed.
+        """
+        starting = self._starting
+        if starting is None or starting[0].is_alive() or "error" not in starting[1]:
+            return
+        self._starting = None
+        starting[0].join()
+        raise starting[1]["error"]
+
     def ready(self) -> bool:
         """Initialise the producer if it is not (fencing every other writer of the topic), or
         wait for the initialisation `start` began.
@@ -213,8 +228,9 @@ class ClaimProducer:
                 log.debug("aborting a claim transaction failed", exc_info=True)
 
     def close(self) -> None:
-        """Let the producer go (nothing is pending between commits), once a `start` in
-        progress is over."""
+        """Let the producer go (nothing is pending between commits). A `start` under way is
+        waited for first, which takes up to ``timeout`` seconds when the broker does not
+        answer."""
         starting, self._starting = self._starting, None
         if starting is not None:
             starting[0].join()

@@ -8,7 +8,8 @@ and a body longer than Avro's encoding of what Spark read of it (Spark's reader 
 spare, which the local codec refuses). Messages of another schema id than the reader's are
 decoded with their writer's schema and resolved into the reader's.
 
-Nothing here verifies anything: the checks and the replay are `spark_reader`'s.
+Nothing here verifies anything: the checks are `cdc_emitter.read.spark_groups`'s, the replay
+`cdc_emitter.read.spark_replay`'s.
 """
 
 from __future__ import annotations
@@ -117,7 +118,7 @@ def decode_topic(
     # Spark's Avro reader ignores bytes left after the record, which the local codec refuses:
     # a body longer than what Spark read of it goes to the driver's codec to be judged. The
     # update arrays of the reader's schema are measured after the read, update by update
-    # (``_array_checks`` in `cdc_emitter.read.spark_reader`); the rest here
+    # (`cdc_emitter.read.spark_groups.array_checks`); the rest here
     update_length = update_length_of(parsed, codec)
     later = update_length is not None
     checked = [("p", codec.union[1])]

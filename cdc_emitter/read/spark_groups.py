@@ -269,8 +269,9 @@ def updates_of(array: Column) -> Column:
 
 
 def judged_by_driver() -> Column:
-    """The decoded messages the driver decodes itself (`judge_singles`): progress statements,
-    and what Spark could not read or may have read short."""
+    """The decoded messages the driver decodes itself
+    (`cdc_emitter.read.spark_replay.judge_singles`): progress statements, and what Spark could
+    not read or may have read short."""
     return F.col("p").isNotNull() | F.col("suspect").isNotNull() | F.col("tombstone")
 
 

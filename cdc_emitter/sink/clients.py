@@ -145,9 +145,16 @@ class TopicClients:
 
     def start_fencing(self) -> None:
         """Begin starting the claims producer in the background (`ClaimProducer.start`), so
-        that its round trips overlap the batch's Spark job. Starting it fences every other
-        writer; the claim waits for it (`ClaimProducer.ready`) and then reads the topic again."""
+        that its round trips overlap the batch's own reads of the topic and its Spark job.
+        Starting it fences every other writer; the claim waits for it (`ClaimProducer.ready`)
+        and then reads the topic again."""
         self.claims().start()
+
+    def raise_failed_fencing(self) -> None:
+        """Raise the error of a claims producer whose start failed already (before a Spark job
+        that would otherwise run first: `ClaimProducer.raise_failed_start`)."""
+        if self._claims is not None:
+            self._claims.raise_failed_start()
 
     def producer(self) -> CdcProducer:
         """The producer of the update messages the driver writes (a new one per batch would pay

@@ -484,6 +484,10 @@ class CdcSink:
             partitions=self.topic_partitions,
             max_message_bytes=self.max_message_bytes,
         )
+        # started now, so that its round trips to the transaction coordinator (up to half a
+        # second on a new sink) overlap this batch's reads of the topic and its Spark job; the
+        # claim waits for it, since it fences the other writers, and then reads the topic again
+        self._clients.start_fencing()
         writer = self._writer(spark, batch_id)
         sinklog = self._log(spark) if batch_id is not None else None
         state = None
@@ -522,12 +526,10 @@ class CdcSink:
                 decided = resume.completing(self._unfinished, decided, fixed_time, topic=self.topic)
         encoder = self._paths.encoder(spark)
         self._paths.follow_topic(decided.state, spark, cols, encoder)
-        # opened now, so that their connections and handshakes (up to half a second each on a
-        # new sink) overlap the Spark job instead of delaying the claim and the driver's
-        # updates; the claim waits for the claims producer, which fences the others, and then
-        # reads the topic again
+        # opened now, so that its connection and idempotence handshake overlap the Spark job;
+        # and a claims producer that could not start fails the batch before that job runs
         self._clients.producer()
-        self._clients.start_fencing()
+        self._clients.raise_failed_fencing()
         batch = decide.new_batch(
             batch_id,
             cols,
@@ -581,7 +583,7 @@ class CdcSink:
         floats: bool = False,
         resuming: bool = False,
     ) -> BatchResult:
-        """The checked batch's progress statement claimed (`_claim`), then its updates written
+        """The checked batch's progress statement claimed (`claiming.claim_statement`), then its updates written
         while its interval is recorded (by a thread: `commit.record_later`): a re-run's
         compared with its first attempt first."""
         try:

@@ -277,9 +277,29 @@ def test_a_claims_producer_that_cannot_start_fails_when_ready_not_when_started()
     claims = ClaimProducer("127.0.0.1:9", "nowhere", timeout=1)
     began = time.monotonic()
     claims.start()
+    claims.raise_failed_start()  # under way: does not wait, raises nothing
     assert time.monotonic() - began < 0.5
     with pytest.raises(
         DeliveryError, match=r"topic 'nowhere': the claims producer \(transactional"
     ):
+        claims.ready()
+    claims.close()
+
+
+def test_a_failed_background_start_is_raised_before_the_callers_long_work():
+    """``raise_failed_start``: once the start has failed, it raises its error without a wait,
+    for a sink to fail its batch before its Spark job; the next ``start`` tries again."""
+    from cdc_emitter.kafka.claims import ClaimProducer
+
+    claims = ClaimProducer("127.0.0.1:9", "nowhere", timeout=1)
+    claims.start()
+    deadline = time.monotonic() + 10
+    with pytest.raises(DeliveryError, match=r"could not start"):
+        while time.monotonic() < deadline:  # the start gives up after its 1 s timeout
+            claims.raise_failed_start()
+            time.sleep(0.05)
+    claims.raise_failed_start()  # raised once: nothing is left to raise
+    claims.start()
+    with pytest.raises(DeliveryError, match=r"could not start"):
         claims.ready()
     claims.close()
