@@ -501,7 +501,17 @@ def main() -> int:
         "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "commit": {
             "hash": git("rev-parse", "--short", "HEAD") or "unknown",
-            "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+            # the runner's own results, left by an earlier run not yet committed, are not code
+            "dirty": bool(
+                git(
+                    "status",
+                    "--porcelain",
+                    "--untracked-files=no",
+                    "--",
+                    ".",
+                    ":!benchmarks/results",
+                )
+            ),
         },
         "command": shlex.join([".venv/bin/python", "benchmarks/run.py", *sys.argv[1:]]),
         "machine": machine(),
