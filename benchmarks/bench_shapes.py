@@ -13,8 +13,11 @@ them):
 * ``many-times``: narrow rows carrying a million times (a quarter of the rows);
 * ``repeated``: each row 4 times (a quarter of the rows as distinct keys);
 * ``few-keys``: 40,000 distinct keys;
-* ``repeated-first``: each row 4 times in a new process's first batch (``--cold``: what the
-  process learnt of the layout forgotten before each round).
+* ``repeated-first``: each row 4 times in a new process's first batch on a new topic
+  (``--cold``: what the process learnt of the layout forgotten before each round);
+* ``repeated-restart``, ``few-keys-restart``: the same inputs as ``repeated`` and ``few-keys``
+  in a new process's first batch on a topic that already holds one (``--restart``): a
+  scheduled job's, a restarted query's, a second export's.
 
 Each shape's sink is a new one every round (a first batch, in a process that learnt the layout
 in its warm-up) unless said; ``--running`` also measures each shape through one sink whose
@@ -56,7 +59,14 @@ SHAPES = {
     "repeated": (lambda rows: ["--rows", str(rows), "--keys", str(rows // 4)], 0.7),
     "few-keys": (lambda rows: ["--rows", str(rows), "--keys", "40000"], 0.7),
     "repeated-first": (lambda rows: ["--rows", str(rows), "--keys", str(rows // 4), "--cold"], 0.7),
+    "repeated-restart": (
+        lambda rows: ["--rows", str(rows), "--keys", str(rows // 4), "--restart"],
+        0.7,
+    ),
+    "few-keys-restart": (lambda rows: ["--rows", str(rows), "--keys", "40000", "--restart"], 0.7),
 }
+#: Shapes that are a new sink's first batch by their nature: not run through a running sink.
+FIRST_ONLY = {"repeated-first", "repeated-restart", "few-keys-restart"}
 DIY_TARGET = 1.0
 
 
@@ -85,7 +95,7 @@ def main() -> int:
 
     runs = [(shape, False) for shape in chosen]
     if args.running:
-        runs += [(shape, True) for shape in chosen if shape != "repeated-first"]
+        runs += [(shape, True) for shape in chosen if shape not in FIRST_ONLY]
     ratios, parameters, failed = [], {}, []
     with benchkit.kafka() as servers, tempfile.TemporaryDirectory(prefix="cdc-shapes-") as tmp:
         env = {**os.environ, "KAFKA_BOOTSTRAP_SERVERS": servers}
@@ -115,7 +125,7 @@ def main() -> int:
             kept.pop("json", None)
             parameters[name] = "; ".join(
                 f"{k} {kept[k]}"
-                for k in ("shape", "rows", "keys", "times", "same_sink", "cold")
+                for k in ("shape", "rows", "keys", "times", "same_sink", "cold", "restart")
                 if kept.get(k) not in (None, False)
                 and not (k == "keys" and kept[k] == kept["rows"])
             )

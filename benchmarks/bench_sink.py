@@ -38,6 +38,10 @@ see (a sink chooses a batch's way from the one before); by default each round is
 first batch, as a one-off ``write``, in a process that learnt the data layout in the warm-up (the
 shared plan, and whether its rows repeat: a first batch that does not know bets they do not).
 ``--cold``: each round's sink as a new process's first (the layout forgotten; the JVM warm).
+``--restart``: each round's sink as a restarted job's (``--cold``), on a topic that already holds
+a batch of the same input (written once, untimed, before the rounds): what a scheduled job, a
+restarted query or a second ``cdc-emitter export`` to the same topic meets, where the sink's
+first batch follows the topic's last one.
 
 Prints input rows/s for each pipeline (its fastest round) and the ratios of those; with ``--repeat``
 above 1, each ratio also round by round (min, median, max); ``--json FILE`` writes the parameters,
@@ -187,9 +191,20 @@ def main() -> int:
         "the data layout (its plan, whether its rows repeat), as a new process's first "
         "batch would (the JVM stays warm); default: the rounds after the warm-up know it",
     )
+    ap.add_argument(
+        "--restart",
+        action="store_true",
+        help="cdc-sink: each round a new sink, the layout forgotten as with --cold, on one topic "
+        "that an earlier sink wrote a batch of the same input to (untimed, before the rounds): "
+        "a restarted job's first batch",
+    )
     args = ap.parse_args()
     if args.cold and args.same_sink:
         ap.error("--cold is for a new sink each round, not --same-sink")
+    if args.restart and (args.same_sink or args.cold):
+        ap.error(
+            "--restart is a new sink each round on a written topic: not with --same-sink or --cold"
+        )
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     import pyspark
@@ -261,7 +276,7 @@ def main() -> int:
             diff_col.alias("diff"),
         )
 
-    kept: dict = {}  # --same-sink: encoder -> [sink, its next batch's time]
+    kept: dict = {}  # --same-sink, --restart: encoder -> [sink, its next batch's time]
     mode = {"time_column": "t"} if args.times else {}
 
     def sink_write(sink, df, t):
@@ -278,6 +293,20 @@ def main() -> int:
                 kept[encoder] = [sink, 1]
             sink, t = kept[encoder]
             kept[encoder][1] += 1
+            before = messages(sink.topic)
+            t0 = time.perf_counter()
+            result = sink_write(sink, df, t)
+            elapsed = time.perf_counter() - t0
+            return elapsed, result.updates, messages(sink.topic) - before
+        if args.restart and df is not small:
+            if encoder not in kept:  # the topic's earlier batch, by a sink of its own, untimed
+                sink = CdcSink(bootstrap, new_topic(f"cdcsink-{encoder}"), encoder=encoder, **mode)
+                sink_write(sink, df, 0)
+                kept[encoder] = [sink, 1]
+            earlier, t = kept[encoder]
+            kept[encoder][1] += 1
+            forget_layouts()  # a new process: only the topic tells the sink of the batch before
+            sink = CdcSink(bootstrap, earlier.topic, encoder=encoder, **mode)
             before = messages(sink.topic)
             t0 = time.perf_counter()
             result = sink_write(sink, df, t)
@@ -350,6 +379,7 @@ def main() -> int:
         f"topic partitions={args.partitions} sink={'one across rounds' if args.same_sink else 'new each round'} "
         f"peer writer={args.peer_writer}"
         f"{' (cold: the layout forgotten before each)' if args.cold else ''}"
+        f"{' (restart: a new sink, the layout forgotten, on a written topic)' if args.restart else ''}"
     )
     # warm-up: every pipeline once on a small input (JIT, Python workers, producers, metadata)
     small = df.limit(50_000).cache()
@@ -413,6 +443,7 @@ def main() -> int:
             "rounds": len(rounds),
             "same_sink": args.same_sink,
             "cold": args.cold,
+            "restart": args.restart,
             "peer_writer": args.peer_writer,
             "spark_packages": version,
         },
