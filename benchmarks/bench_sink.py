@@ -286,27 +286,16 @@ def main() -> int:
         return sink.write(df.withColumn("t", F.col("t") + F.lit(t * args.times)))
 
     def run_sink(encoder: str, df):
-        if args.same_sink and df is not small:
-            if encoder not in kept:  # its first batch, untimed: the rounds follow one like them
+        if (args.same_sink or args.restart) and df is not small:
+            if encoder not in kept:  # the topic's first batch, untimed: the rounds follow it
                 sink = CdcSink(bootstrap, new_topic(f"cdcsink-{encoder}"), encoder=encoder, **mode)
                 sink_write(sink, df, 0)
                 kept[encoder] = [sink, 1]
             sink, t = kept[encoder]
             kept[encoder][1] += 1
-            before = messages(sink.topic)
-            t0 = time.perf_counter()
-            result = sink_write(sink, df, t)
-            elapsed = time.perf_counter() - t0
-            return elapsed, result.updates, messages(sink.topic) - before
-        if args.restart and df is not small:
-            if encoder not in kept:  # the topic's earlier batch, by a sink of its own, untimed
-                sink = CdcSink(bootstrap, new_topic(f"cdcsink-{encoder}"), encoder=encoder, **mode)
-                sink_write(sink, df, 0)
-                kept[encoder] = [sink, 1]
-            earlier, t = kept[encoder]
-            kept[encoder][1] += 1
-            forget_layouts()  # a new process: only the topic tells the sink of the batch before
-            sink = CdcSink(bootstrap, earlier.topic, encoder=encoder, **mode)
+            if args.restart:  # a new process: only the topic tells it of the batch before
+                forget_layouts()
+                sink = CdcSink(bootstrap, sink.topic, encoder=encoder, **mode)
             before = messages(sink.topic)
             t0 = time.perf_counter()
             result = sink_write(sink, df, t)
