@@ -38,10 +38,10 @@ see (a sink chooses a batch's way from the one before); by default each round is
 first batch, as a one-off ``write``, in a process that learnt the data layout in the warm-up (the
 shared plan, and whether its rows repeat: a first batch that does not know bets they do not).
 ``--cold``: each round's sink as a new process's first (the layout forgotten; the JVM warm).
-``--restart``: each round's sink as a restarted job's (``--cold``), on a topic that already holds
-a batch of the same input (written once, untimed, before the rounds): what a scheduled job, a
-restarted query or a second ``cdc-emitter export`` to the same topic meets, where the sink's
-first batch follows the topic's last one.
+``--restart``: each round's sink as a restarted job's (the layout forgotten, as with ``--cold``),
+on a topic that already holds a batch of the same input (written once, untimed, before the
+rounds): what a scheduled job, a restarted query or a second ``cdc-emitter export`` to the same
+topic meets, where the sink's first batch follows the topic's last one.
 
 Prints input rows/s for each pipeline (its fastest round) and the ratios of those; with ``--repeat``
 above 1, each ratio also round by round (min, median, max); ``--json FILE`` writes the parameters,
