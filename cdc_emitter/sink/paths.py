@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -54,22 +56,45 @@ DRIVER_AFTER_EXECUTORS: JvmPath = "driver after executors"
 EXECUTORS: JvmPath = "executors"
 
 
+#: Sessions found to have both spark-avro and spark-sql-kafka-0-10. A session's jars stay
+#: loaded, so each is probed once per process, not once per sink: the probes are two analyses,
+#: 30-40 ms on a classic session, otherwise paid again by every new sink (every ``write`` of a
+#: one-off sink). A session found without them is probed again by the next sink.
+_JVM_SESSIONS: weakref.WeakSet[SparkSession] = weakref.WeakSet()
+_jvm_sessions_lock = threading.Lock()
+
+
 def resolve_encoder(
     spark: SparkSession, bootstrap_servers: str, topic: str, producer_config: dict
 ) -> Encoder:
     """``"auto"`` resolved: ``"jvm"`` when the session can take it, else ``"python"``."""
     chosen: Encoder = "python"
-    why = "spark-avro is not loaded"
-    if probe_avro(spark):
-        why = "spark-sql-kafka-0-10 is not loaded"
-        if probe_kafka(spark):
-            try:
-                kafka_write_options(bootstrap_servers, topic, producer_config)
-                chosen, why = "jvm", "spark-avro and spark-sql-kafka-0-10 are loaded"
-            except ConfigError as exc:
-                why = str(exc)
+    missing = missing_package(spark)
+    if missing is not None:
+        why = f"{missing} is not loaded"
+    else:
+        try:
+            kafka_write_options(bootstrap_servers, topic, producer_config)
+            chosen, why = "jvm", "spark-avro and spark-sql-kafka-0-10 are loaded"
+        except ConfigError as exc:
+            why = str(exc)
     log.info("cdc sink topic=%s: encoder %s (%s)", topic, chosen, why)
     return chosen
+
+
+def missing_package(spark: SparkSession) -> str | None:
+    """The Spark package the JVM data path needs that the session lacks (spark-avro first);
+    None when it has both. A session found with both is not probed again (`_JVM_SESSIONS`)."""
+    with _jvm_sessions_lock:
+        if spark in _JVM_SESSIONS:
+            return None
+    if not probe_avro(spark):
+        return "spark-avro"
+    if not probe_kafka(spark):
+        return "spark-sql-kafka-0-10"
+    with _jvm_sessions_lock:
+        _JVM_SESSIONS.add(spark)
+    return None
 
 
 def probe_avro(spark: SparkSession) -> bool:
