@@ -364,6 +364,13 @@ class DistributedPath:
         buckets = self.buckets or FIRST_BUCKETS  # set by size_next
         note_repeats(schema, data_cols, 4 * (rows - groups) > buckets * self.fanout)
 
+    def unsized(self) -> None:
+        """Spread the next batch as one whose size is unknown, as a first batch is: one the
+        driver declined (more rows or updates than it takes) may be far bigger than the last
+        batch this path wrote, whose spread would pack it into a few arrays each too big to
+        build (4M rows in the one array of a 200-row batch ran out of a 1 GB heap)."""
+        self.buckets, self.fanout = None, FANOUT_ARRAYS
+
     def size_next(self, n_bytes: int, partitions: int) -> None:
         """Size the next batch's spread (`spread`) for this one's bytes."""
         self.buckets, self.fanout = spread(n_bytes, self.max_message_bytes, partitions)

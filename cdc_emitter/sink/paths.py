@@ -319,6 +319,8 @@ class DataPaths:
             if path == DRIVER_AFTER_EXECUTORS:
                 prepared = self._prepared(df, batch, encoder)
             checked = self.driver.check(df, prepared, spark, batch)
+            if checked is None:  # bigger than the driver takes: of unknown size
+                self.distributed.unsized()
         if checked is None:
             path = EXECUTORS
             if prepared is None:

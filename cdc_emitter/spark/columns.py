@@ -337,9 +337,11 @@ class EncodedRows:
     ) -> tuple:
         return schema.json(), tuple(data_cols), json.dumps(data_record), time_column, diff_column
 
-    def collect(self, df: Any) -> Any:
-        """The rows as a pyarrow Table (one Spark job)."""
-        return arrow_table(df.select(*self.columns))
+    def collect(self, df: Any, limit: int | None = None) -> Any:
+        """The rows as a pyarrow Table (one Spark job); with ``limit``, at most that many of
+        them (no task reads more than that many)."""
+        rows = df.select(*self.columns)
+        return arrow_table(rows if limit is None else rows.limit(limit))
 
 
 def arrow_table(rows: Any) -> Any:
