@@ -191,8 +191,9 @@ class CdcSink:
             rows (and 16 MiB of messages) is finished on the driver: one narrow Spark job brings
             its rows encoded by ``to_avro``, the driver consolidates them and produces them with
             the sink's own producer — no shuffle, no second job. Same checks, messages and
-            digest as the distributed path; a batch too big for ``spark.driver.maxResultSize``
-            goes the distributed path. A first batch (written by the distributed path, its
+            digest as the distributed path; a batch of more rows than this (the driver reads
+            one more, no further) or too big for ``spark.driver.maxResultSize`` goes the
+            distributed path. A first batch (written by the distributed path, its
             spread sized before its size is known) whose messages are at most 16 MiB and over
             twice as many as would hold them has them joined on the driver, which produces
             them. 0: never.
