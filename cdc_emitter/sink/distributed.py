@@ -1,9 +1,9 @@
 """The JVM data path's distributed path: a batch checked, consolidated and packed by one Spark job
 (`MessagePlan`), its messages cached with their stats, then written by Spark's own
 Kafka writer in a second job — nothing of ours runs on the executors. The counts per time and
-the digest are known before anything is written. A small first batch, spread before its
-size was known over many messages, has them joined on the driver and produced by the sink's
-producer instead (`DistributedPath._joined`).
+the digest are known before anything is written. A small batch spread before its size was
+known (a sink's first, or one the driver turned down) over many messages has them joined on the
+driver and produced by the sink's producer instead (`DistributedPath._joined`).
 
 Guarantees: nothing is written before every row passed its checks, every consolidated diff fits
 64 bits and every message is at most ``max_message_bytes`` (a spread that came out too big is
@@ -100,7 +100,7 @@ class DistributedPath:
         # a batch of at most join_bytes of messages, if they are many, is produced on the driver
         # through the sink's producer (see _joined); 0: never
         self.producer, self.flush_timeout, self.join_bytes = producer, flush_timeout, join_bytes
-        self.buckets: int | None = None  # None: the first batch's (see plan)
+        self.buckets: int | None = None  # None: a batch of unknown size's (see plan, unsized)
         self.fanout = FANOUT_ARRAYS
 
     def plan(self, spark: SparkSession, batch: Batch) -> tuple[MessagePlan, int]:
@@ -126,7 +126,7 @@ class DistributedPath:
         with `Known.release`. A sink's first batch is spread before its size is known: a
         spread that came out too big is spread again by its size before anything is written,
         and a small one's messages may be joined on the driver (`_joined`)."""
-        first = self.buckets is None  # spread before any size was known
+        first = self.buckets is None  # spread for an unknown size (a first batch, or unsized)
         plan, partitions = self.plan(spark, batch)
         # spread by hash over a fixed number of arrays per bucket (no sort, no window to size
         # them), each array of any times, each row its own update unless many arrays of the last
@@ -366,9 +366,10 @@ class DistributedPath:
 
     def unsized(self) -> None:
         """Spread the next batch as one whose size is unknown, as a first batch is: one the
-        driver declined (more rows or updates than it takes) may be far bigger than the last
-        batch this path wrote, whose spread would pack it into a few arrays each too big to
-        build (4M rows in the one array of a 200-row batch ran out of a 1 GB heap)."""
+        driver turned down (over ``spark.driver.maxResultSize``, or more updates than it takes)
+        may be far bigger than the last batch this path wrote, whose spread would pack it into
+        a few arrays each too big to build (4M rows in the one array of a 200-row batch ran out
+        of memory: a 1 GB driver in local mode)."""
         self.buckets, self.fanout = None, FANOUT_ARRAYS
 
     def size_next(self, n_bytes: int, partitions: int) -> None:

@@ -14,10 +14,9 @@ Two forms:
 Either way the driver packs the update arrays and produces them through the sink's own producer.
 
 Guarantees: the same checks, error messages, messages and digest as the distributed path (a
-re-run compares across paths); nothing is produced before every row passed; the driver holds
-at most ``small_batch_rows`` + 1 of a batch's rows or updates; a batch it cannot take
-(``spark.driver.maxResultSize``, or more rows or updates than ``small_batch_rows``) is left to
-the distributed path, with nothing written.
+re-run compares across paths); nothing is produced before every row passed; a batch the driver
+cannot take (``spark.driver.maxResultSize``, or more updates than ``small_batch_rows``) is left
+to the distributed path, with nothing written.
 """
 
 from __future__ import annotations
@@ -95,14 +94,13 @@ class DriverPath:
         batch: Batch,
     ) -> Known | None:
         """The batch checked and consolidated on the driver, ready to produce; None when the
-        driver cannot take it: over ``small_batch_rows`` rows (the rows form) or updates (the
-        updates form), or over ``spark.driver.maxResultSize`` (then nothing was written, and the
-        caller writes it by the distributed path).
+        driver cannot take it (then nothing was written, and the caller writes it by the
+        distributed path).
 
         ``df``: the input as given. ``prepared``: its data columns, time and diff, for the
         updates form: the Spark job checks ``prepared`` and consolidates it first, and only the
-        updates come to the driver (a bad row fails that job). None: the rows form, the rows of
-        ``df`` come to the driver."""
+        updates come to the driver (a bad row fails that job). None: the rows form, every row
+        of ``df`` comes to the driver."""
         consolidated = prepared is not None
         try:
             if prepared is not None:  # at most one update over the limit comes back: then too many
@@ -122,9 +120,7 @@ class DriverPath:
                 key = (type(spark), EncodedRows.key_of(**layout))
                 if self._encoded_rows is None or self._encoded_rows[0] != key:
                     self._encoded_rows = (key, EncodedRows(**layout))
-                # at most one row over the limit comes back: then too many (a burst after
-                # small batches, a backlog after a restart), and the driver held no more
-                table = self._encoded_rows[1].collect(df, limit=self.small_batch_rows + 1)
+                table = self._encoded_rows[1].collect(df)
         except Exception as exc:  # noqa: BLE001 - a raise_error of ours, or too big for the driver
             if not too_big_for_driver(exc):
                 ours = task_error(exc, batch.what, batch.time) if consolidated else None
@@ -137,15 +133,14 @@ class DriverPath:
                 str(exc).splitlines()[0][:200],
             )
             return None
-        if table.num_rows > self.small_batch_rows:
-            # many this time: the batch is written from the executors, by a job that reads it
-            # again (updates: every row was checked, one aggregation lost; rows: the first
-            # small_batch_rows + 1 read for nothing)
+        if consolidated and table.num_rows > self.small_batch_rows:
+            # every row was checked, but the updates are many this time: they are packed and
+            # written from the executors, by a job that consolidates again (one aggregation lost)
             log.info(
-                "%s: over %d %s, too many to finish on the driver; writing them from the executors",
+                "%s: over %d updates, too many to finish on the driver; writing them from the "
+                "executors",
                 batch.what,
                 self.small_batch_rows,
-                "updates" if consolidated else "rows",
             )
             return None
         rows = int(pc.sum(table.column("n")).as_py() or 0) if consolidated else table.num_rows

@@ -57,9 +57,11 @@ EXECUTORS: JvmPath = "executors"
 
 
 #: Sessions found to have both spark-avro and spark-sql-kafka-0-10. A session's jars stay
-#: loaded, so each is probed once per process, not once per sink: the probes are two analyses,
-#: 30-40 ms on a classic session, otherwise paid again by every new sink (every ``write`` of a
-#: one-off sink). A session found without them is probed again by the next sink.
+#: loaded, so a session object is probed once, not once per sink: the probes are two analyses,
+#: about 25 ms of a new sink's first batch on a classic session, otherwise paid again by every
+#: new sink writing DataFrames of the same session (one-off ``write`` calls; a ``foreachBatch``
+#: function gets a new session object per micro-batch on a classic session, so a sink made in
+#: it still probes). A session found without them is probed again by the next sink.
 _JVM_SESSIONS: weakref.WeakSet[SparkSession] = weakref.WeakSet()
 _jvm_sessions_lock = threading.Lock()
 

@@ -191,12 +191,11 @@ class CdcSink:
             rows (and 16 MiB of messages) is finished on the driver: one narrow Spark job brings
             its rows encoded by ``to_avro``, the driver consolidates them and produces them with
             the sink's own producer — no shuffle, no second job. Same checks, messages and
-            digest as the distributed path; a batch of more rows than this (the driver reads
-            one more, no further) or too big for ``spark.driver.maxResultSize`` goes the
-            distributed path. A first batch (written by the distributed path, its
-            spread sized before its size is known) whose messages are at most 16 MiB and over
-            twice as many as would hold them has them joined on the driver, which produces
-            them. 0: never.
+            digest as the distributed path; a batch too big for ``spark.driver.maxResultSize``
+            goes the distributed path. A first batch, or one the driver turned down (written
+            by the distributed path, its spread sized before its size is known), whose
+            messages are at most 16 MiB and over twice as many as would hold them has them
+            joined on the driver, which produces them. 0: never.
         redundant: this writer is one of several identical writers of the topic (the same
             input, rows carrying their own times, the same batches), run for high availability.
             A batch whose times another writer already stated is compared with that statement

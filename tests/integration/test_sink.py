@@ -1202,33 +1202,6 @@ def test_the_removed_avro_encoder_names_its_replacement():
         CdcSink("localhost:9092", "t", encoder="java")
 
 
-def test_a_session_with_both_packages_is_probed_once(spark, monkeypatch):
-    # encoder="auto" probes the session with two analyses; a session found with both packages
-    # is not probed again by the next sink, one found without them is
-    from cdc_emitter.sink import paths
-
-    first = paths.missing_package(spark)
-    real = {"spark-avro": paths.probe_avro, "spark-sql-kafka-0-10": paths.probe_kafka}
-    probed: list[str] = []
-
-    def probe(name: str):
-        def probe_session(session) -> bool:
-            probed.append(name)
-            return real[name](session)
-
-        return probe_session
-
-    monkeypatch.setattr(paths, "probe_avro", probe("spark-avro"))
-    monkeypatch.setattr(paths, "probe_kafka", probe("spark-sql-kafka-0-10"))
-    assert paths.missing_package(spark) == first
-    expected = "jvm" if first is None else "python"
-    assert paths.resolve_encoder(spark, "localhost:9092", "t", {}) == expected
-    if first is None:
-        assert probed == []
-    else:  # probed again, each time up to the package it lacks
-        assert probed[0] == "spark-avro" and probed[-1] == first and len(probed) in (2, 4)
-
-
 def test_task_retry_after_partial_produce_only_duplicates(spark, kafka_bootstrap, topic_factory):
     topic = topic_factory(2)
     rows = [(i % 300, f"v{i % 300}", 1) for i in range(900)] + [(7, "v7", -3)]
