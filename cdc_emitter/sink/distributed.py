@@ -100,8 +100,9 @@ class DistributedPath:
         # a batch of at most join_bytes of messages, if they are many, is produced on the driver
         # through the sink's producer (see _joined); 0: never
         self.producer, self.flush_timeout, self.join_bytes = producer, flush_timeout, join_bytes
-        self.buckets: int | None = None  # None: a batch of unknown size's (see plan, unsized)
-        self.fanout = FANOUT_ARRAYS
+        self.buckets: int | None  # None: a batch of unknown size's (see plan)
+        self.fanout: int
+        self.unsized()  # the first batch's size is unknown
 
     def plan(self, spark: SparkSession, batch: Batch) -> tuple[MessagePlan, int]:
         """The shared `MessagePlan` of the batch's layout, and the
